@@ -1,0 +1,22 @@
+# Each target creates .venv and installs the project into it, so a fresh machine with only
+# Python 3.11 and the package registries can run it.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

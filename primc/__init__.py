@@ -1,0 +1,18 @@
+"""primc: higher-order automatic differentiation of numpy-style programs, compiled to CPU code.
+
+The pipeline, each stage a pure function of the one before:
+
+  Python fn --trace--> Program --jvp/linearize/transpose--> Program --passes--> regions
+            --codegen--> numba kernels (cached on disk) --executor--> numpy arrays
+"""
+from primc import numpy
+from primc.core import (Eqn, Lit, PrimcError, Primitive, Program, ShapedArray, ShapeError,
+                        TypeCheckError, Var, pp_program, typecheck)
+from primc.interpreter import interpret
+from primc.trace import make_program
+
+__version__ = "0.1.0"
+from primc.api import (check_grads, grad, hessian, hvp, jacfwd, jacrev, jvp, linearize,
+                       stop_gradient, value_and_grad, vjp, vmap)
+from primc.ad import jvp_program, linearize_program, transpose_program, vjp_program
+from primc.batching import batch_program

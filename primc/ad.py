@@ -1,0 +1,487 @@
+"""Autodiff by program transformation.
+
+Forward mode is the JVP transform of a program (`jvp_program`), using one linearize rule per
+primitive (`jvp_rules`), each written in primitives. `linearize` splits the JVP program by
+partial evaluation into a primal program (which also returns residuals) and a linear program
+in the tangents. Reverse mode transposes the linear program (`transpose_program`) with one
+transpose rule per linear primitive (`transpose_rules`). Every transform is
+`Program -> Program` and emits primitives only, so the transforms compose to any order.
+
+Missing tangents and cotangents are symbolic (`Zero`): they cost nothing and are
+materialized only at a program boundary. Non-differentiable primitives (comparisons,
+`sign`, `stop_gradient`, `iota`, `full`) have zero derivative by definition.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+
+from primc import prims as P
+from primc.core import Eqn, Lit, Primitive, PrimcError, Program, ShapedArray, Var
+from primc.trace import aval_of, eval_program, trace_flat
+
+jvp_rules: dict[Primitive, Callable] = {}        # (primals, tangents, **params) -> (out, t_out)
+transpose_rules: dict[Primitive, Callable] = {}  # (ct, *invals, **params) -> [ct | None, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Zero:
+  """A symbolic zero tangent or cotangent."""
+  aval: ShapedArray
+
+
+@dataclasses.dataclass(frozen=True)
+class UndefinedPrimal:
+  """A linear input of an equation being transposed."""
+  aval: ShapedArray
+
+
+def instantiate(t, aval: ShapedArray | None = None):
+  return P.zeros(t.aval) if isinstance(t, Zero) else t
+
+
+def add_tangents(a, b):
+  if isinstance(a, Zero):
+    return b
+  if isinstance(b, Zero):
+    return a
+  return P.add(a, b)
+
+
+def is_undefined(x) -> bool:
+  return isinstance(x, UndefinedPrimal)
+
+
+# ---------------------------------------------------------------------------------------
+# Rule helpers: one per rule shape.
+
+def defjvp(prim: Primitive, *fns):
+  """Per-argument JVP: `fns[i](t_i, out, *primals, **params)` is the contribution of
+  argument i's tangent (None: not differentiable in that argument); they are summed."""
+  def rule(primals, tangents, **params):
+    out = prim.bind(*primals, **params)
+    t_out = Zero(aval_of(out))
+    if not aval_of(out).is_float:
+      return out, t_out
+    for fn, t in zip(fns, tangents):
+      if fn is not None and not isinstance(t, Zero):
+        t_out = add_tangents(t_out, fn(t, out, *primals, **params))
+    return out, t_out
+  jvp_rules[prim] = rule
+
+
+def deflinear(prim: Primitive, transpose_rule, linear_args: Sequence[int] | None = None):
+  """A primitive linear in `linear_args` (default all): its JVP applies it to the tangents
+  (missing ones materialized as zeros unless all are missing)."""
+  def rule(primals, tangents, **params):
+    out = prim.bind(*primals, **params)
+    lin = range(len(primals)) if linear_args is None else linear_args
+    if all(isinstance(tangents[i], Zero) for i in lin) or not aval_of(out).is_float:
+      return out, Zero(aval_of(out))
+    args = [instantiate(tangents[i]) if i in lin else primals[i] for i in range(len(primals))]
+    return out, prim.bind(*args, **params)
+  jvp_rules[prim] = rule
+  transpose_rules[prim] = transpose_rule
+
+
+def defbilinear(prim: Primitive, lhs_rule, rhs_rule):
+  """`prim(x, y)` linear in each argument: JVP is `prim(tx, y) + prim(x, ty)`; the transpose
+  takes the cotangent to whichever argument is the linear one."""
+  defjvp(prim, lambda t, out, x, y, **p: prim.bind(t, y, **p),
+         lambda t, out, x, y, **p: prim.bind(x, t, **p))
+
+  def transpose(ct, x, y, **params):
+    if is_undefined(x) and is_undefined(y):
+      raise PrimcError(f"{prim.name} of two linear inputs is not linear")
+    if is_undefined(x):
+      return [lhs_rule(ct, x, y, **params), None]
+    return [None, rhs_rule(ct, x, y, **params)]
+  transpose_rules[prim] = transpose
+
+
+def _one(x, v=1):
+  return P.scalar_like(v, x)
+
+
+# ---------------------------------------------------------------------------------------
+# Elementwise rules
+
+defjvp(P.exp_p, lambda t, out, x: P.mul(t, out))
+defjvp(P.log_p, lambda t, out, x: P.div(t, x))
+defjvp(P.sin_p, lambda t, out, x: P.mul(t, P.cos(x)))
+defjvp(P.cos_p, lambda t, out, x: P.neg(P.mul(t, P.sin(x))))
+defjvp(P.tanh_p, lambda t, out, x: P.mul(t, P.sub(_one(out), P.mul(out, out))))
+defjvp(P.sqrt_p, lambda t, out, x: P.div(t, P.mul(_one(out, 2), out)))
+defjvp(P.abs_p, lambda t, out, x: P.mul(t, P.sign(x)))
+defjvp(P.add_p, lambda t, out, x, y: t, lambda t, out, x, y: t)
+defjvp(P.sub_p, lambda t, out, x, y: t, lambda t, out, x, y: P.neg(t))
+defjvp(P.div_p, lambda t, out, x, y: P.div(t, y),
+       lambda t, out, x, y: P.neg(P.mul(t, P.div(out, y))))
+
+
+def _pow_dx(t, out, x, y):
+  # y * x**(y-1), defined as 0 where y == 0 (so 0**0 has derivative 0, not nan)
+  d = P.mul(y, P.pow_(x, P.sub(y, _one(y))))
+  return P.mul(t, P.select(P.eq(y, _one(y, 0)), _one(y, 0), d))
+
+
+def _pow_dy(t, out, x, y):
+  # log(x) * x**y, defined as 0 where x == 0
+  return P.mul(t, P.select(P.eq(x, _one(x, 0)), _one(x, 0), P.mul(P.log(x), out)))
+
+
+defjvp(P.pow_p, _pow_dx, _pow_dy)
+
+
+def _max_weight(x, y, strict_cmp):
+  # 1 where x wins, 0.5 on ties, 0 where y wins: ties split the derivative evenly.
+  win = P.convert(strict_cmp(x, y), aval_of(x).dtype)
+  tie = P.convert(P.eq(x, y), aval_of(x).dtype)
+  return P.add(win, P.mul(tie, _one(x, 0.5)))
+
+
+defjvp(P.max_p, lambda t, out, x, y: P.mul(t, _max_weight(x, y, P.gt)),
+       lambda t, out, x, y: P.mul(t, _max_weight(y, x, P.gt)))
+defjvp(P.min_p, lambda t, out, x, y: P.mul(t, _max_weight(x, y, P.lt)),
+       lambda t, out, x, y: P.mul(t, _max_weight(y, x, P.lt)))
+
+for _p in (P.sign_p, P.stop_gradient_p, P.eq_p, P.ne_p, P.lt_p, P.le_p, P.gt_p, P.ge_p,
+           P.full_p, P.iota_p):
+  defjvp(_p)  # zero derivative by definition
+
+deflinear(P.neg_p, lambda ct, x: [P.neg(ct)])
+transpose_rules[P.add_p] = lambda ct, x, y: [ct if is_undefined(x) else None,
+                                             ct if is_undefined(y) else None]
+transpose_rules[P.sub_p] = lambda ct, x, y: [ct if is_undefined(x) else None,
+                                             P.neg(ct) if is_undefined(y) else None]
+defbilinear(P.mul_p, lambda ct, x, y: P.mul(ct, y), lambda ct, x, y: P.mul(x, ct))
+
+
+def _div_transpose(ct, x, y):
+  if is_undefined(y):
+    raise PrimcError("div is not linear in its denominator")
+  return [P.div(ct, y), None]
+
+
+transpose_rules[P.div_p] = _div_transpose
+
+
+def _convert_jvp(primals, tangents, *, new_dtype):
+  (x,), (t,) = primals, tangents
+  out = P.convert(x, new_dtype)
+  if isinstance(t, Zero) or not aval_of(out).is_float:
+    return out, Zero(aval_of(out))
+  return out, P.convert(t, new_dtype)
+
+
+jvp_rules[P.convert_p] = _convert_jvp
+transpose_rules[P.convert_p] = lambda ct, x, *, new_dtype: [P.convert(ct, x.aval.dtype)]
+
+
+def _select_transpose(ct, pred, on_true, on_false):
+  zeros = P.zeros(aval_of(ct))
+  return [None, P.select(pred, ct, zeros) if is_undefined(on_true) else None,
+          P.select(pred, zeros, ct) if is_undefined(on_false) else None]
+
+
+deflinear(P.select_p, _select_transpose, linear_args=(1, 2))
+
+# ---------------------------------------------------------------------------------------
+# Structural rules
+
+
+def _broadcast_transpose(ct, x, *, shape, broadcast_dimensions):
+  kept = [d for i, d in enumerate(broadcast_dimensions) if x.aval.shape[i] == shape[d]]
+  summed = [d for d in range(len(shape)) if d not in kept]
+  out = P.reduce_sum(ct, summed) if summed else ct
+  return [P.reshape(out, x.aval.shape) if aval_of(out).shape != x.aval.shape else out]
+
+
+deflinear(P.broadcast_in_dim_p, _broadcast_transpose)
+deflinear(P.reshape_p, lambda ct, x, *, new_sizes: [P.reshape(ct, x.aval.shape)])
+deflinear(P.transpose_p,
+          lambda ct, x, *, permutation: [P.transpose(ct, np.argsort(permutation))])
+
+
+def _slice_transpose(ct, x, *, start_indices, limit_indices, strides):
+  config = []
+  for lo, st, n, m in zip(start_indices, strides, x.aval.shape, aval_of(ct).shape):
+    used = m + max(0, m - 1) * (st - 1)
+    config.append((lo, n - lo - used, st - 1))
+  return [P.pad(ct, config)]
+
+
+def _pad_transpose(ct, x, *, padding_config):
+  start = [lo for lo, _, _ in padding_config]
+  limit = [lo + max(0, (n - 1) * (it + 1) + 1) for (lo, _, it), n in
+           zip(padding_config, x.aval.shape)]
+  return [P.slice_(ct, start, limit, [it + 1 for _, _, it in padding_config])]
+
+
+deflinear(P.slice_p, _slice_transpose)
+deflinear(P.pad_p, _pad_transpose)
+
+
+def _concatenate_transpose(ct, *xs, dimension):
+  out, offset = [], 0
+  shape = aval_of(ct).shape
+  for x in xs:
+    n = (x.aval if is_undefined(x) else aval_of(x)).shape[dimension]
+    if is_undefined(x):
+      start = [0] * len(shape)
+      limit = list(shape)
+      start[dimension], limit[dimension] = offset, offset + n
+      out.append(P.slice_(ct, start, limit))
+    else:
+      out.append(None)
+    offset += n
+  return out
+
+
+deflinear(P.concatenate_p, _concatenate_transpose)
+deflinear(P.gather_p, lambda ct, x, idx, *, axis: [
+    P.scatter_add(P.zeros(x.aval), idx, ct, axis), None], linear_args=(0,))
+deflinear(P.scatter_add_p, lambda ct, x, idx, upd, *, axis: [
+    ct if is_undefined(x) else None, None,
+    P.gather(ct, idx, axis) if is_undefined(upd) else None], linear_args=(0, 2))
+
+# ---------------------------------------------------------------------------------------
+# Reductions and contractions
+
+
+def _reduce_sum_transpose(ct, x, *, axes):
+  kept = [d for d in range(len(x.aval.shape)) if d not in axes]
+  return [P.broadcast_in_dim(ct, x.aval.shape, kept)]
+
+
+deflinear(P.reduce_sum_p, _reduce_sum_transpose)
+
+
+def _reduce_max_jvp(t, out, x, *, axes):
+  # The tangent at the maximal entries, averaged over ties.
+  kept = [d for d in range(aval_of(x).ndim) if d not in axes]
+  mask = P.convert(P.eq(x, P.broadcast_in_dim(out, aval_of(x).shape, kept)), aval_of(x).dtype)
+  return P.div(P.reduce_sum(P.mul(t, mask), axes), P.reduce_sum(mask, axes))
+
+
+defjvp(P.reduce_max_p, _reduce_max_jvp)
+
+
+def _dot_transpose_lhs(ct, x_aval, y, dimension_numbers):
+  (lc, rc), (lb, rb) = dimension_numbers
+  y_nd = aval_of(y).ndim
+  x_free = P._dot_free(len(x_aval.shape), lc, lb)
+  y_free = P._dot_free(y_nd, rc, rb)
+  nb, nxf = len(lb), len(x_free)
+  ct_yfree = tuple(range(nb + nxf, nb + nxf + len(y_free)))
+  out = P.dot_general(ct, y, ((ct_yfree, tuple(y_free)), (tuple(range(nb)), rb)))
+  y_rest = sorted(rc)  # out dims: batch, x_free, then y's contracting dims in order
+  pos = {d: i for i, d in enumerate(lb)}
+  pos.update({d: nb + i for i, d in enumerate(x_free)})
+  pos.update({dx: nb + nxf + y_rest.index(dy) for dx, dy in zip(lc, rc)})
+  perm = [pos[d] for d in range(len(x_aval.shape))]
+  return P.transpose(out, perm) if perm != sorted(perm) else out
+
+
+def _dot_transpose_rhs(ct, x, y_aval, dimension_numbers):
+  (lc, rc), (lb, rb) = dimension_numbers
+  nb = len(lb)
+  nxf = len(P._dot_free(aval_of(x).ndim, lc, lb))
+  nyf = len(P._dot_free(len(y_aval.shape), rc, rb))
+  perm = list(range(nb)) + list(range(nb + nxf, nb + nxf + nyf)) + list(range(nb, nb + nxf))
+  ct = P.transpose(ct, perm) if perm != sorted(perm) else ct
+  return _dot_transpose_lhs(ct, y_aval, x, ((rc, lc), (rb, lb)))
+
+
+defbilinear(P.dot_general_p,
+            lambda ct, x, y, *, dimension_numbers: _dot_transpose_lhs(
+                ct, x.aval, y, dimension_numbers),
+            lambda ct, x, y, *, dimension_numbers: _dot_transpose_rhs(
+                ct, x, y.aval, dimension_numbers))
+
+# Primitives that are linear in some argument: each must have a transpose rule.
+LINEAR_PRIMITIVES = (P.neg_p, P.add_p, P.sub_p, P.mul_p, P.div_p, P.convert_p, P.select_p,
+                     P.broadcast_in_dim_p, P.reshape_p, P.transpose_p, P.slice_p, P.pad_p,
+                     P.concatenate_p, P.gather_p, P.scatter_add_p, P.reduce_sum_p,
+                     P.dot_general_p)
+
+
+# ---------------------------------------------------------------------------------------
+# Program transforms
+
+def _wrt_mask(program: Program, wrt) -> tuple[bool, ...]:
+  if wrt is None:
+    return tuple(v.aval.is_float for v in program.inputs)
+  wrt = tuple(bool(w) for w in wrt)
+  assert len(wrt) == len(program.inputs)
+  for w, v in zip(wrt, program.inputs):
+    if w and not v.aval.is_float:
+      raise PrimcError(f"cannot differentiate with respect to an input of dtype {v.aval.dtype} "
+                       f"(only float32/float64 inputs have derivatives)")
+  return wrt
+
+
+def jvp_eval(program: Program, primals: Sequence, tangents: Sequence) -> tuple[list, list]:
+  """Evaluates `program` on (primal, tangent) pairs with `jvp_rules`; tangents may be Zero."""
+  env = {}
+  for v, x, t in zip(program.inputs, primals, tangents, strict=True):
+    env[v] = (x, t)
+
+  def read(a):
+    return (a.value, Zero(a.aval)) if isinstance(a, Lit) else env[a]
+
+  for eqn in program.eqns:
+    xs, ts = zip(*map(read, eqn.inputs)) if eqn.inputs else ((), ())
+    if eqn.prim not in jvp_rules:
+      raise PrimcError(f"primitive {eqn.prim.name} has no JVP rule")
+    env[eqn.outputs[0]] = jvp_rules[eqn.prim](xs, ts, **eqn.kw)
+  outs = [read(a) for a in program.outputs]
+  return [x for x, _ in outs], [t for _, t in outs]
+
+
+def jvp_program(program: Program, wrt=None) -> Program:
+  """Forward mode: the program `(*inputs, *tangents) -> (*outputs, *output_tangents)`.
+
+  Args:
+    program: the program to differentiate.
+    wrt: one bool per input: which inputs get a tangent input (default: the float ones).
+  Returns:
+    A program whose inputs are the primal inputs then one tangent per `wrt` input, and whose
+    outputs are the primal outputs then one tangent per float output (zeros materialized).
+  """
+  wrt = _wrt_mask(program, wrt)
+  n = len(program.inputs)
+
+  def fn(*args):
+    it = iter(args[n:])
+    tangents = [next(it) if w else Zero(v.aval) for w, v in zip(wrt, program.inputs)]
+    outs, t_outs = jvp_eval(program, args[:n], tangents)
+    return list(outs) + [instantiate(t) for t, a in zip(t_outs, program.out_avals)
+                         if a.is_float]
+
+  avals = list(program.in_avals) + [v.aval for w, v in zip(wrt, program.inputs) if w]
+  return trace_flat(fn, avals)[0]
+
+
+def linearize_program(program: Program, wrt=None) -> tuple[Program, Program]:
+  """JVP followed by partial evaluation.
+
+  Returns:
+    (primal, linear): `primal(*inputs) -> (*outputs, *residuals)` and
+    `linear(*residuals, *tangents) -> (*output_tangents)`, linear in the tangents.
+  """
+  wrt = _wrt_mask(program, wrt)
+  jvp = jvp_program(program, wrt)
+  n_in, n_out = len(program.inputs), len(program.outputs)
+  tangent_ins = jvp.inputs[n_in:]
+  linear_vars = set(tangent_ins)
+  primal_eqns, linear_eqns = [], []
+  for eqn in jvp.eqns:
+    if any(isinstance(a, Var) and a in linear_vars for a in eqn.inputs):
+      linear_eqns.append(eqn)
+      linear_vars.update(eqn.outputs)
+    else:
+      primal_eqns.append(eqn)
+  residuals: dict[Var, None] = {}
+  for eqn in linear_eqns:
+    for a in eqn.inputs:
+      if isinstance(a, Var) and a not in linear_vars:
+        residuals[a] = None
+  for a in jvp.outputs[n_out:]:
+    if isinstance(a, Var) and a not in linear_vars:
+      residuals[a] = None
+  res = tuple(residuals)
+  primal = Program(jvp.inputs[:n_in], tuple(primal_eqns), jvp.outputs[:n_out] + res)
+  # Residuals get fresh variables in the linear program so the two programs share none.
+  fresh = {v: Var(v.aval) for v in res}
+  linear = _rename(Program(res + tuple(tangent_ins), tuple(linear_eqns), jvp.outputs[n_out:]),
+                   fresh)
+  return primal, linear
+
+
+def _rename(program: Program, mapping: dict[Var, Var]) -> Program:
+  sub = lambda a: mapping.get(a, a) if isinstance(a, Var) else a
+  eqns = tuple(Eqn(e.prim, tuple(map(sub, e.inputs)), e.params, e.outputs, e.source)
+               for e in program.eqns)
+  return Program(tuple(map(sub, program.inputs)), eqns, tuple(map(sub, program.outputs)))
+
+
+def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
+  """Reverse mode: transposes a program linear in the inputs marked by `linear_mask`.
+
+  Returns:
+    `(*nonlinear_inputs, *output_cotangents) -> (*cotangents of the linear inputs)`.
+    Equations that do not depend on a linear input are evaluated forward first.
+  """
+  linear_mask = tuple(bool(m) for m in linear_mask)
+  lin_in = [v for m, v in zip(linear_mask, program.inputs) if m]
+  const_in = [v for m, v in zip(linear_mask, program.inputs) if not m]
+  linear_vars = set(lin_in)
+  for eqn in program.eqns:
+    if any(isinstance(a, Var) and a in linear_vars for a in eqn.inputs):
+      linear_vars.update(eqn.outputs)
+  out_cts_avals = [a.aval for a in program.outputs]
+
+  def fn(*args):
+    consts = dict(zip(const_in, args[:len(const_in)], strict=True))
+    read = lambda a: a.value if isinstance(a, Lit) else consts[a]
+    linear_eqns = []
+    for eqn in program.eqns:
+      if eqn.outputs[0] in linear_vars:
+        linear_eqns.append(eqn)
+      else:
+        consts[eqn.outputs[0]] = eqn.prim.bind(*map(read, eqn.inputs), **eqn.kw)
+    cts: dict[Var, object] = {}
+
+    def accum(v, ct):
+      cts[v] = add_tangents(cts[v], ct) if v in cts else ct
+
+    for a, ct in zip(program.outputs, args[len(const_in):], strict=True):
+      if isinstance(a, Var) and a in linear_vars:
+        accum(a, ct)
+    for eqn in reversed(linear_eqns):
+      ct = cts.pop(eqn.outputs[0], None)
+      if ct is None:
+        continue
+      invals = [UndefinedPrimal(a.aval) if isinstance(a, Var) and a in linear_vars else read(a)
+                for a in eqn.inputs]
+      if eqn.prim not in transpose_rules:
+        raise PrimcError(f"primitive {eqn.prim.name} is not linear: it has no transpose rule")
+      in_cts = transpose_rules[eqn.prim](ct, *invals, **eqn.kw)
+      for a, c in zip(eqn.inputs, in_cts, strict=True):
+        if c is not None and isinstance(a, Var) and a in linear_vars:
+          accum(a, c)
+    return [cts[v] if v in cts else P.zeros(v.aval) for v in lin_in]
+
+  avals = [v.aval for v in const_in] + out_cts_avals
+  return trace_flat(fn, avals)[0]
+
+
+def vjp_program(program: Program, wrt=None, ct_outputs=None) -> Program:
+  """Reverse mode: `(*inputs, *output_cotangents) -> (*outputs, *input_cotangents)`.
+
+  Args:
+    program: the program to differentiate.
+    wrt: one bool per input: which inputs get cotangents (default: the float ones).
+    ct_outputs: one bool per output: which outputs take a cotangent (default: float ones).
+  """
+  wrt = _wrt_mask(program, wrt)
+  float_outs = [a.is_float for a in program.out_avals]
+  ct_outputs = tuple(float_outs) if ct_outputs is None else tuple(ct_outputs)
+  primal, linear = linearize_program(program, wrt)
+  lin_outs = [a for a, f in zip(linear.outputs, float_outs) if f]
+  chosen = [a for a, c in zip(lin_outs, [c for c, f in zip(ct_outputs, float_outs) if f]) if c]
+  n_res = len(primal.outputs) - len(program.outputs)
+  linear = Program(linear.inputs, linear.eqns, tuple(chosen))
+  transposed = transpose_program(linear, [False] * n_res + [True] * (len(linear.inputs) - n_res))
+  n_in, n_out = len(program.inputs), len(program.outputs)
+
+  def fn(*args):
+    outs = eval_program(primal, *args[:n_in])
+    cts = eval_program(transposed, *outs[n_out:], *args[n_in:])
+    return outs[:n_out] + cts
+
+  ct_avals = [a for a, c in zip(program.out_avals, ct_outputs) if c]
+  return trace_flat(fn, list(program.in_avals) + ct_avals)[0]

@@ -1,0 +1,374 @@
+"""The functional API: grad, value_and_grad, jvp, vjp, linearize, jacfwd, jacrev, hessian,
+hvp, vmap, check_grads.
+
+Each call traces the user's function into a `Program`, transforms the program
+(`primc.ad`, `primc.batching`) and runs the result by binding its equations: eagerly on
+numpy arrays, or staged into an enclosing trace, so every transform composes with every
+other and `make_program` prints the derivative program at any order.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from primc import ad, batching
+from primc import numpy as pnp
+from primc import prims as P
+from primc.core import PrimcError, Program, ShapedArray
+from primc.trace import (Tracer, as_array, aval_of, eval_program, trace_flat, user_source)
+from primc.tree import tree_flatten, tree_unflatten
+
+stop_gradient = pnp.stop_gradient
+
+
+def _trace(fn: Callable, args: Sequence) -> tuple[Program, list, list, Any, Any]:
+  """Traces fn(*args) with every array leaf of args as a program input."""
+  leaves, in_tree = tree_flatten(list(args))
+  leaves = [as_array(x) for x in leaves]
+
+  def flat_fn(*xs):
+    return fn(*tree_unflatten(in_tree, xs))
+
+  program, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves])
+  return program, leaves, captured, in_tree, out_tree
+
+
+def _argnums(argnums, nargs) -> tuple[int, ...]:
+  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+  for i in nums:
+    if not -nargs <= i < nargs:
+      raise PrimcError(f"argnums {argnums} out of range for {nargs} positional arguments")
+  return tuple(i % nargs for i in nums)
+
+
+def _leaf_owners(args) -> list[int]:
+  return [i for i, a in enumerate(args) for _ in range(len(tree_flatten(a)[0]))]
+
+
+def _split_aux(out_tree, has_aux, what):
+  idx = tree_unflatten(out_tree, list(range(out_tree.num_leaves)))
+  if has_aux:
+    if not isinstance(idx, (tuple, list)) or len(idx) != 2:
+      raise PrimcError(f"{what}(has_aux=True) needs the function to return a pair "
+                       "(output, aux)")
+    return idx[0], idx[1]
+  return idx, None
+
+
+def _pick(values, idx_tree):
+  leaves, td = tree_flatten(idx_tree)
+  return tree_unflatten(td, [values[i] for i in leaves])
+
+
+def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
+  """Returns a function computing `(fun(*args), gradient of fun wrt args[argnums])`.
+
+  Args:
+    fun: a function with a one-element float output (or `(output, aux)` if has_aux).
+    argnums: an int or a tuple of ints: the positional arguments to differentiate.
+    has_aux: if True, fun returns `(output, aux)`; aux is returned undifferentiated,
+      as `((value, aux), grads)`.
+  Returns:
+    `(value, grads)` where grads has the structure of `args[argnums]` (a tuple for tuple
+    argnums).
+  """
+  def value_and_grad_fn(*args):
+    nums = _argnums(argnums, len(args))
+    program, leaves, captured, _, out_tree = _trace(fun, args)
+    value_idx, aux_idx = _split_aux(out_tree, has_aux, "grad")
+    if not isinstance(value_idx, int):
+      raise PrimcError("grad needs a function with one array output (use jacrev for several)")
+    value_aval = program.out_avals[value_idx]
+    if value_aval.size != 1 or not value_aval.is_float:
+      raise PrimcError(f"grad needs a function with a one-element float output, got "
+                       f"{value_aval} (use vjp, jacrev or primc.autograd.grad), at {user_source()}")
+    owners = _leaf_owners(args)
+    wrt = [o in nums for o in owners] + [False] * len(captured)
+    for o, leaf in zip(owners, leaves):
+      if o in nums and not aval_of(leaf).is_float:
+        raise PrimcError(f"grad with respect to argument {o} of dtype {aval_of(leaf).dtype}: "
+                         f"only float inputs can be differentiated, at {user_source()}")
+    ct_mask = [i == value_idx for i in range(len(program.outputs))]
+    vjp_p = ad.vjp_program(program, wrt, ct_mask)
+    one = np.ones(value_aval.shape, value_aval.dtype)
+    res = eval_program(vjp_p, *leaves, *captured, one)
+    outs, cts = res[:len(program.outputs)], iter(res[len(program.outputs):])
+    grads = []
+    for i in nums:
+      n = len(tree_flatten(args[i])[0])
+      grads.append(tree_unflatten(tree_flatten(args[i])[1], [next(cts) for _ in range(n)]))
+    g = grads[0] if isinstance(argnums, int) else tuple(grads)
+    value = outs[value_idx]
+    return ((value, _pick(outs, aux_idx)) if has_aux else value), g
+  return value_and_grad_fn
+
+
+def grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
+  """Returns a function computing the gradient of `fun` wrt `args[argnums]`.
+
+  Args:
+    fun: a function with a one-element float output (`(output, aux)` if has_aux).
+    argnums: an int or a tuple of ints.
+    has_aux: if True, returns `(grads, aux)`.
+  """
+  vg = value_and_grad(fun, argnums, has_aux)
+
+  def grad_fn(*args):
+    (value_aux, g) = vg(*args)
+    return (g, value_aux[1]) if has_aux else g
+  return grad_fn
+
+
+def jvp(fun: Callable, primals: Sequence, tangents: Sequence):
+  """Forward mode: `(fun(*primals), J @ tangents)`. Tangents match primals' structure;
+  integer primals take (ignored) integer tangents; non-float outputs get zero tangents."""
+  program, leaves, captured, in_tree, out_tree = _trace(fun, primals)
+  t_leaves, t_tree = tree_flatten(list(tangents))
+  if t_tree != in_tree:
+    raise PrimcError("jvp: tangents must have the same structure as primals")
+  t_leaves = [as_array(t) for t in t_leaves]
+  for x, t in zip(leaves, t_leaves):
+    if aval_of(x).shape != aval_of(t).shape:
+      raise PrimcError(f"jvp: tangent {aval_of(t)} does not match primal {aval_of(x)}")
+  wrt = [aval_of(x).is_float for x in leaves] + [False] * len(captured)
+  jvp_p = ad.jvp_program(program, wrt)
+  ts = [pnp.asarray(t, aval_of(x).dtype) for x, t in zip(leaves, t_leaves) if aval_of(x).is_float]
+  res = eval_program(jvp_p, *leaves, *captured, *ts)
+  n_out = len(program.outputs)
+  t_it = iter(res[n_out:])
+  t_outs = [next(t_it) if a.is_float else np.zeros(a.shape, a.dtype) for a in program.out_avals]
+  return tree_unflatten(out_tree, res[:n_out]), tree_unflatten(out_tree, t_outs)
+
+
+def _linearized(fun, primals, has_aux, what):
+  program, leaves, captured, in_tree, out_tree = _trace(fun, primals)
+  out_idx, aux_idx = _split_aux(out_tree, has_aux, what)
+  wrt = [aval_of(x).is_float for x in leaves] + [False] * len(captured)
+  primal_p, linear_p = ad.linearize_program(program, wrt)
+  res = eval_program(primal_p, *leaves, *captured)
+  n_out = len(program.outputs)
+  return program, leaves, in_tree, out_idx, aux_idx, res[:n_out], res[n_out:], linear_p
+
+
+def vjp(fun: Callable, *primals, has_aux: bool = False):
+  """Reverse mode: returns `(fun(*primals), vjp_fn)` (and aux if has_aux), where
+  `vjp_fn(ct)` gives the cotangents of the primals (a tuple, None for integer inputs)."""
+  program, leaves, in_tree, out_idx, aux_idx, outs, res, linear_p = _linearized(
+      fun, primals, has_aux, "vjp")
+  out_leaves, out_td = tree_flatten(out_idx)
+  float_outs = [a.is_float for a in program.out_avals]
+  lin_pos = {i: k for k, i in enumerate(j for j, f in enumerate(float_outs) if f)}
+  chosen = [i for i in out_leaves if float_outs[i]]
+  linear = Program(linear_p.inputs, linear_p.eqns, tuple(linear_p.outputs[lin_pos[i]]
+                                                         for i in chosen))
+  n_res = len(res)
+  transposed = ad.transpose_program(linear, [False] * n_res + [True] * (len(linear.inputs) - n_res))
+  float_in = [aval_of(x).is_float for x in leaves]
+
+  def vjp_fn(ct):
+    ct_leaves, ct_td = tree_flatten(ct)
+    if ct_td != out_td:
+      raise PrimcError("vjp_fn: the cotangent must have the structure of the output")
+    cts = [pnp.asarray(c, program.out_avals[i].dtype) for c, i in zip(ct_leaves, out_leaves)
+           if float_outs[i]]
+    for c, i in zip(cts, chosen):
+      if aval_of(c).shape != program.out_avals[i].shape:
+        raise PrimcError(f"vjp_fn: cotangent {aval_of(c)} does not match output "
+                         f"{program.out_avals[i]}")
+    in_cts = iter(eval_program(transposed, *res, *cts))
+    flat = [next(in_cts) if f else None for f in float_in]
+    return tuple(tree_unflatten(in_tree, flat))
+
+  out = _pick(outs, out_idx)
+  return (out, vjp_fn, _pick(outs, aux_idx)) if has_aux else (out, vjp_fn)
+
+
+def linearize(fun: Callable, *primals):
+  """Returns `(fun(*primals), f_jvp)` where `f_jvp(*tangents)` evaluates the linear map
+  (the linear program, with residuals computed once)."""
+  program, leaves, in_tree, out_idx, _, outs, res, linear_p = _linearized(
+      fun, primals, False, "linearize")
+  float_in = [aval_of(x).is_float for x in leaves]
+  float_outs = [a.is_float for a in program.out_avals]
+
+  def f_jvp(*tangents):
+    t_leaves, t_tree = tree_flatten(list(tangents))
+    if t_tree != in_tree:
+      raise PrimcError("linearize: tangents must have the same structure as primals")
+    ts = [pnp.asarray(t, aval_of(x).dtype) for t, x, f in zip(t_leaves, leaves, float_in) if f]
+    t_it = iter(eval_program(linear_p, *res, *ts))
+    t_outs = [next(t_it) if f else np.zeros(a.shape, a.dtype)
+              for f, a in zip(float_outs, program.out_avals)]
+    return _pick(t_outs, out_idx)
+
+  return _pick(outs, out_idx), f_jvp
+
+
+def vmap(fun: Callable, in_axes=0, out_axes=0) -> Callable:
+  """Vectorizes `fun` over an axis of its arguments.
+
+  Args:
+    in_axes: an int or None for all arguments, or a tuple with one int/None per argument
+      (applied to every array in that argument).
+    out_axes: where the batch axis goes in every output (int).
+  """
+  def vmapped(*args):
+    axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+    if len(axes) != len(args):
+      raise PrimcError(f"vmap: in_axes has {len(axes)} entries for {len(args)} arguments")
+    moved, dims, size = [], [], None
+    for a, ax in zip(args, axes):
+      leaves, td = tree_flatten(a)
+      new = []
+      for x in leaves:
+        x = as_array(x)
+        if ax is not None:
+          shape = aval_of(x).shape
+          if not -len(shape) <= ax < len(shape):
+            raise PrimcError(f"vmap: in_axes {ax} out of range for an argument of shape {shape}")
+          n = shape[ax]
+          if size is not None and n != size:
+            raise PrimcError(f"vmap: inconsistent sizes {size} and {n} along the mapped axes")
+          size = n
+          x = batching.moveaxis(x, ax % len(shape), 0)
+        new.append(x)
+        dims.append(ax is not None)
+      moved.append(tree_unflatten(td, new))
+    if size is None:
+      raise PrimcError("vmap needs at least one mapped argument")
+    avals = [ShapedArray(aval_of(x).shape[1:] if d else aval_of(x).shape, aval_of(x).dtype)
+             for x, d in zip(tree_flatten(moved)[0], dims)]
+    leaves, in_tree = tree_flatten(moved)
+
+    def flat_fn(*xs):
+      return fun(*tree_unflatten(in_tree, xs))
+
+    program, captured, out_tree = trace_flat(flat_fn, avals)
+    batched = batching.batch_program(program, list(dims) + [False] * len(captured), size)
+    outs = eval_program(batched, *leaves, *captured)
+    outs = [batching.moveaxis(o, 0, out_axes % aval_of(o).ndim) for o in outs]
+    return tree_unflatten(out_tree, outs)
+  return vmapped
+
+
+def _with_arg(fun, args, i):
+  return lambda x: fun(*args[:i], x, *args[i + 1:])
+
+
+def _per_argnum(jac_one, argnums):
+  def jac(*args):
+    nums = _argnums(argnums, len(args))
+    jacs = [jac_one(_with_arg(jac_one.fun, args, i), as_array(args[i])) for i in nums]
+    return jacs[0] if isinstance(argnums, int) else tuple(jacs)
+  return jac
+
+
+def jacfwd(fun: Callable, argnums=0) -> Callable:
+  """The Jacobian by forward mode, all basis tangents pushed through one batched program.
+  Shape: output shape + input shape (a tuple of Jacobians for tuple argnums)."""
+  def one(f, x):
+    n = aval_of(x).size
+    shape = aval_of(x).shape
+
+    def pushfwd(t):
+      return jvp(f, (x,), (P.reshape(t, shape),))[1]
+    basis = pnp.eye(n, dtype=aval_of(x).dtype)
+    ys = vmap(pushfwd)(basis)
+    return tree_unflatten(tree_flatten(ys)[1], [
+        pnp.reshape(pnp.moveaxis(y, 0, -1), aval_of(y).shape[1:] + shape)
+        for y in tree_flatten(ys)[0]])
+  one.fun = fun
+  return _per_argnum(one, argnums)
+
+
+def jacrev(fun: Callable, argnums=0) -> Callable:
+  """The Jacobian by reverse mode, all basis cotangents pulled back in one batched program.
+  Shape: output shape + input shape (single-array outputs)."""
+  def one(f, x):
+    y, pullback = vjp(f, x)
+    if not isinstance(y, (Tracer, np.ndarray)):
+      raise PrimcError("jacrev supports functions with a single array output")
+    yshape = aval_of(y).shape
+    m = aval_of(y).size
+
+    def pullrow(ct):
+      return pullback(P.reshape(ct, yshape))[0]
+    rows = vmap(pullrow)(pnp.eye(m, dtype=aval_of(y).dtype))
+    return pnp.reshape(rows, yshape + aval_of(x).shape)
+  one.fun = fun
+  return _per_argnum(one, argnums)
+
+
+def hessian(fun: Callable, argnums=0) -> Callable:
+  """The Hessian, `jacfwd(jacrev(fun))`: shape input shape + input shape for scalar fun."""
+  return jacfwd(jacrev(fun, argnums), argnums)
+
+
+def hvp(fun: Callable, primals: Sequence, tangents: Sequence):
+  """The Hessian-vector product `H(primals) @ tangents` (forward-over-reverse), without
+  forming the Hessian. Returns the structure of the primals (a tuple)."""
+  return jvp(grad(fun, argnums=tuple(range(len(primals)))), primals, tangents)[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Finite-difference checking
+
+def _float_leaves(tree):
+  return [np.asarray(x, np.float64) for x in tree_flatten(tree)[0]
+          if np.asarray(x).dtype.kind == "f"]
+
+
+def _fd_jvp(f, args, tangents, eps):
+  plus = f(*[a + eps * t if t is not None else a for a, t in zip(args, tangents)])
+  minus = f(*[a - eps * t if t is not None else a for a, t in zip(args, tangents)])
+  return [(p - m) / (2 * eps) for p, m in zip(_float_leaves(plus), _float_leaves(minus))]
+
+
+def _close(what, got, want, atol, rtol):
+  for g, w in zip(got, want, strict=True):
+    g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+    if not np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True):
+      err = np.max(np.abs(g - w))
+      raise AssertionError(f"{what} mismatch (max abs error {err:.3g}):\n got {g}\nwant {w}")
+
+
+def check_grads(f: Callable, args: Sequence, order: int = 1, modes=("fwd", "rev"),
+                eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-5, seed: int = 0) -> None:
+  """Checks derivatives of `f` at `args` against central finite differences.
+
+  `fwd` compares `jvp` with finite differences along a random direction; `rev` checks the
+  transpose identity <ct, J v> = <J^T ct, v>. For `order > 1`, the same checks are applied
+  to the derivative functions themselves. Use float64 arguments.
+
+  Raises:
+    AssertionError: naming the mode and order that disagree.
+  """
+  rng = np.random.default_rng(seed)
+  args = tuple(np.asarray(a) for a in args)
+  tangents = [rng.standard_normal(a.shape).astype(a.dtype) if a.dtype.kind == "f" else None
+              for a in args]
+  tan_args = [t if t is not None else np.zeros_like(a) for a, t in zip(args, tangents)]
+  fd = _fd_jvp(f, args, tangents, eps)
+  if "fwd" in modes:
+    _, t_out = jvp(f, args, tan_args)
+    _close(f"order-{order} forward mode", _float_leaves(t_out), fd, atol, rtol)
+  out = f(*args)
+  out_leaves, out_td = tree_flatten(out)
+  cts = [rng.standard_normal(np.shape(o)).astype(np.asarray(o).dtype) for o in out_leaves]
+  if "rev" in modes:
+    _, pullback = vjp(f, *args)
+    in_cts = pullback(tree_unflatten(out_td, cts))
+    lhs = sum(float(np.sum(np.asarray(c, np.float64) * w)) for c, w in zip(
+        [c for c, o in zip(cts, out_leaves) if np.asarray(o).dtype.kind == "f"], fd))
+    rhs = sum(float(np.sum(np.asarray(c, np.float64) * t)) for c, t in zip(in_cts, tangents)
+              if c is not None)
+    _close(f"order-{order} reverse mode <ct, J v> vs <J^T ct, v>", [rhs], [lhs], atol, rtol)
+  if order > 1:
+    if "fwd" in modes:
+      check_grads(lambda *a: jvp(f, a, tan_args)[1], args, order - 1, ("fwd",), eps, atol,
+                  rtol, seed + 1)
+    if "rev" in modes:
+      ct_tree = tree_unflatten(out_td, cts)
+      check_grads(lambda *a: [c for c in vjp(f, *a)[1](ct_tree) if c is not None], args,
+                  order - 1, ("rev",), eps, atol, rtol, seed + 1)

@@ -1,0 +1,163 @@
+"""Batching: `batch_program` adds a leading batch dimension to chosen program inputs.
+
+Each primitive has a rule in `batch_rules`: `(args, dims, **params) -> (out, out_dim)`,
+where each dim is 0 (batched along its leading axis) or None (unbatched). Values are kept
+batched at axis 0, so every rule only handles the leading-axis case. An equation none of
+whose inputs is batched is re-bound unchanged.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from primc import prims as P
+from primc.core import Lit, Primitive, Program, ShapedArray
+from primc.trace import aval_of, trace_flat
+
+batch_rules: dict[Primitive, Callable] = {}
+
+
+def moveaxis(x, src: int, dst: int):
+  nd = aval_of(x).ndim
+  perm = [d for d in range(nd) if d != src]
+  perm.insert(dst, src)
+  return x if perm == list(range(nd)) else P.transpose(x, perm)
+
+
+def materialize(x, d, size: int):
+  """x with a leading batch axis (broadcast if it had none)."""
+  if d is not None:
+    return x
+  shape = aval_of(x).shape
+  return P.broadcast_in_dim(x, (size,) + shape, range(1, len(shape) + 1))
+
+
+def _size(args, dims) -> int:
+  return next(aval_of(x).shape[0] for x, d in zip(args, dims) if d is not None)
+
+
+def elementwise(prim):
+  def rule(args, dims, **params):
+    n = _size(args, dims)
+    return prim.bind(*(materialize(x, d, n) for x, d in zip(args, dims)), **params), 0
+  batch_rules[prim] = rule
+
+
+for _p in (P.neg_p, P.exp_p, P.log_p, P.sin_p, P.cos_p, P.tanh_p, P.sqrt_p, P.abs_p, P.sign_p,
+           P.stop_gradient_p, P.add_p, P.sub_p, P.mul_p, P.div_p, P.pow_p, P.max_p, P.min_p,
+           P.eq_p, P.ne_p, P.lt_p, P.le_p, P.gt_p, P.ge_p, P.select_p, P.convert_p):
+  elementwise(_p)
+
+batch_rules[P.broadcast_in_dim_p] = lambda args, dims, *, shape, broadcast_dimensions: (
+    P.broadcast_in_dim(args[0], (aval_of(args[0]).shape[0],) + shape,
+                       (0,) + tuple(d + 1 for d in broadcast_dimensions)), 0)
+batch_rules[P.reshape_p] = lambda args, dims, *, new_sizes: (
+    P.reshape(args[0], (aval_of(args[0]).shape[0],) + new_sizes), 0)
+batch_rules[P.transpose_p] = lambda args, dims, *, permutation: (
+    P.transpose(args[0], (0,) + tuple(p + 1 for p in permutation)), 0)
+batch_rules[P.slice_p] = lambda args, dims, *, start_indices, limit_indices, strides: (
+    P.slice_(args[0], (0,) + start_indices, (aval_of(args[0]).shape[0],) + limit_indices,
+             (1,) + strides), 0)
+batch_rules[P.pad_p] = lambda args, dims, *, padding_config: (
+    P.pad(args[0], ((0, 0, 0),) + padding_config), 0)
+batch_rules[P.reduce_sum_p] = lambda args, dims, *, axes: (
+    P.reduce_sum(args[0], tuple(a + 1 for a in axes)), 0)
+batch_rules[P.reduce_max_p] = lambda args, dims, *, axes: (
+    P.reduce_max(args[0], tuple(a + 1 for a in axes)), 0)
+
+
+def _concatenate_rule(args, dims, *, dimension):
+  n = _size(args, dims)
+  return P.concatenate([materialize(x, d, n) for x, d in zip(args, dims)], dimension + 1), 0
+
+
+batch_rules[P.concatenate_p] = _concatenate_rule
+
+
+def _flat_index(x, idx, axis):
+  """Folds the batch axis of x (B, ..., A at axis+1, ...) and of idx (B, *I) into one gather
+  axis: returns x as (B*A, *rest) and idx offset by b*A."""
+  xa = aval_of(x)
+  b, a = xa.shape[0], xa.shape[axis + 1]
+  xt = moveaxis(x, axis + 1, 1)
+  flat = P.reshape(xt, (b * a,) + aval_of(xt).shape[2:])
+  ia = aval_of(idx)
+  offsets = P.mul(P.iota(ia.shape, 0, ia.dtype), P.scalar_like(a, idx))
+  return flat, P.add(idx, offsets)
+
+
+def _gather_rule(args, dims, *, axis):
+  (x, idx), (dx, di) = args, dims
+  if di is None:
+    return P.gather(x, idx, axis + 1), 0
+  n_idx = aval_of(idx).ndim - 1
+  if dx is None:
+    return moveaxis(P.gather(x, idx, axis), axis, 0), 0
+  flat, flat_idx = _flat_index(x, idx, axis)
+  g = P.gather(flat, flat_idx, 0)  # (B, *I, *x[:axis], *x[axis+1:])
+  perm = ([0] + [1 + n_idx + j for j in range(axis)] + [1 + i for i in range(n_idx)]
+          + list(range(1 + n_idx + axis, aval_of(g).ndim)))
+  return P.transpose(g, perm), 0
+
+
+def _scatter_add_rule(args, dims, *, axis):
+  (x, idx, upd), (dx, di, du) = args, dims
+  n = _size(args, dims)
+  x, upd = materialize(x, dx, n), materialize(upd, du, n)
+  if di is None:
+    return P.scatter_add(x, idx, upd, axis + 1), 0
+  n_idx = aval_of(idx).ndim - 1
+  flat, flat_idx = _flat_index(x, idx, axis)
+  # upd is (B, *x[:axis], *I, *x[axis+1:]); the flat scatter wants (B, *I, *x[:axis], ...)
+  perm = ([0] + [1 + axis + i for i in range(n_idx)] + [1 + j for j in range(axis)]
+          + list(range(1 + axis + n_idx, aval_of(upd).ndim)))
+  out = P.scatter_add(flat, flat_idx, P.transpose(upd, perm), 0)
+  xa = aval_of(x)
+  moved = P.reshape(out, (xa.shape[0], xa.shape[axis + 1]) + aval_of(out).shape[1:])
+  return moveaxis(moved, 1, axis + 1), 0
+
+
+batch_rules[P.gather_p] = _gather_rule
+batch_rules[P.scatter_add_p] = _scatter_add_rule
+
+
+def _dot_general_rule(args, dims, *, dimension_numbers):
+  (x, y), (dx, dy) = args, dims
+  (lc, rc), (lb, rb) = dimension_numbers
+  up = lambda ds: tuple(d + 1 for d in ds)
+  if dx is not None and dy is not None:
+    return P.dot_general(x, y, ((up(lc), up(rc)), ((0,) + up(lb), (0,) + up(rb)))), 0
+  if dx is not None:
+    out = P.dot_general(x, y, ((up(lc), rc), (up(lb), rb)))
+    return moveaxis(out, len(lb), 0), 0
+  out = P.dot_general(x, y, ((lc, up(rc)), (lb, up(rb))))
+  n_xfree = len(P._dot_free(aval_of(x).ndim, lc, lb))
+  return moveaxis(out, len(lb) + n_xfree, 0), 0
+
+
+batch_rules[P.dot_general_p] = _dot_general_rule
+
+
+def batch_program(program: Program, batched: Sequence[bool], size: int) -> Program:
+  """Vectorizes `program` over a leading axis of size `size` of the `batched` inputs.
+
+  Returns:
+    A program taking the batched inputs with a leading axis and returning every output
+    with a leading axis of size `size`.
+  """
+  batched = tuple(batched)
+
+  def fn(*args):
+    env = {v: (x, 0 if b else None) for v, x, b in zip(program.inputs, args, batched,
+                                                      strict=True)}
+    read = lambda a: (a.value, None) if isinstance(a, Lit) else env[a]
+    for eqn in program.eqns:
+      xs, ds = zip(*map(read, eqn.inputs)) if eqn.inputs else ((), ())
+      if all(d is None for d in ds):
+        env[eqn.outputs[0]] = (eqn.prim.bind(*xs, **eqn.kw), None)
+      else:
+        env[eqn.outputs[0]] = batch_rules[eqn.prim](xs, ds, **eqn.kw)
+    return [materialize(*read(a), size) for a in program.outputs]
+
+  avals = [((size,) + v.aval.shape if b else v.aval.shape, v.aval.dtype)
+           for v, b in zip(program.inputs, batched)]
+  return trace_flat(fn, [ShapedArray(*a) for a in avals])[0]

@@ -1,0 +1,249 @@
+"""The IR: abstract values, variables, literals, equations, programs.
+
+A `Program` is a small, frozen, single-assignment (SSA) list of equations, modelled on
+JAX's jaxpr. Variables are compared by identity; their printed names are made only when a
+program is printed, so printouts are stable and diffable. `typecheck` verifies a program
+against the primitives' shape rules.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Callable, Union
+
+import numpy as np
+
+FLOAT_DTYPES = ("float32", "float64")
+INT_DTYPES = ("int32", "int64")
+SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+_SHORT_DTYPE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool"}
+
+
+class PrimcError(Exception):
+  """An error in a user's program: names the op, the shapes/dtypes and the user's line."""
+
+
+class ShapeError(PrimcError):
+  """Raised by abstract rules; the tracer adds the op and source location."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapedArray:
+  """The abstract value of an array: a static shape and a dtype name."""
+  shape: tuple[int, ...]
+  dtype: str
+
+  def __post_init__(self):
+    object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+    object.__setattr__(self, "dtype", np.dtype(self.dtype).name)
+
+  @property
+  def ndim(self) -> int:
+    return len(self.shape)
+
+  @property
+  def size(self) -> int:
+    return int(np.prod(self.shape, dtype=np.int64))
+
+  @property
+  def is_float(self) -> bool:
+    return self.dtype in FLOAT_DTYPES
+
+  def str_short(self) -> str:
+    return f"{_SHORT_DTYPE.get(self.dtype, self.dtype)}[{','.join(map(str, self.shape))}]"
+
+  __str__ = str_short
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Var:
+  """A program variable. Identity is the variable; the name is made at print time."""
+  aval: ShapedArray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Lit:
+  """A constant array (read-only), compared by value so it can enter CSE and cache keys."""
+  value: np.ndarray
+  aval: ShapedArray
+
+  @staticmethod
+  def of(value, dtype=None) -> "Lit":
+    arr = np.array(value, dtype=dtype)
+    arr.setflags(write=False)
+    return Lit(arr, ShapedArray(arr.shape, arr.dtype.name))
+
+  def _key(self):
+    return (self.aval, self.value.tobytes())
+
+  def __eq__(self, other):
+    return isinstance(other, Lit) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash(self._key())
+
+
+Atom = Union[Var, Lit]
+
+
+class Primitive:
+  """A primitive operator is a name; its rules live in tables owned by the stages."""
+
+  def __init__(self, name: str):
+    self.name = name
+
+  def __repr__(self):
+    return self.name
+
+  def bind(self, *args, **params):
+    from primc.trace import bind  # the tracer owns evaluation; the IR does not depend on it
+    return bind(self, args, params)
+
+
+# Rule tables owned by primc: the shape/dtype rule and the numpy implementation.
+abstract_rules: dict[Primitive, Callable[..., ShapedArray]] = {}
+impl_rules: dict[Primitive, Callable[..., np.ndarray]] = {}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Eqn:
+  """`outputs = prim[params](*inputs)`; params are a sorted tuple of hashable items."""
+  prim: Primitive
+  inputs: tuple[Atom, ...]
+  params: tuple[tuple[str, Any], ...]
+  outputs: tuple[Var, ...]
+  source: str | None = dataclasses.field(default=None, compare=False)
+
+  @property
+  def kw(self) -> dict[str, Any]:
+    return dict(self.params)
+
+
+def make_params(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+  items = tuple(sorted(params.items()))
+  hash(items)  # params must be hashable: they enter CSE and cache keys
+  return items
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Program:
+  """A closed SSA program: `inputs`, `eqns` in order, and `outputs` (vars or literals)."""
+  inputs: tuple[Var, ...]
+  eqns: tuple[Eqn, ...]
+  outputs: tuple[Atom, ...]
+
+  @property
+  def in_avals(self) -> tuple[ShapedArray, ...]:
+    return tuple(v.aval for v in self.inputs)
+
+  @property
+  def out_avals(self) -> tuple[ShapedArray, ...]:
+    return tuple(v.aval for v in self.outputs)
+
+  def __str__(self):
+    return pp_program(self)
+
+  __repr__ = __str__
+
+
+# ---------------------------------------------------------------------------------------
+# Printer
+
+def _names():
+  letters = "abcdefghijklmnopqrstuvwxyz"
+  for n in itertools.count(1):
+    for chars in itertools.product(letters, repeat=n):
+      yield "".join(chars)
+
+
+def pp_lit(lit: Lit) -> str:
+  if lit.aval.shape == ():
+    v = lit.value.item()
+    return repr(v) if lit.aval.dtype != "float32" else repr(float(np.float32(v)))
+  return f"const:{lit.aval.str_short()}"
+
+
+def pp_param(v) -> str:
+  if isinstance(v, np.dtype):
+    return v.name
+  return repr(v)
+
+
+def pp_program(program: Program, indent: int = 0) -> str:
+  """Prints a program like a jaxpr, naming variables in order of definition."""
+  names: dict[Var, str] = {}
+  gen = _names()
+
+  def name(v: Var) -> str:
+    if v not in names:
+      names[v] = next(gen)
+    return names[v]
+
+  def atom(a: Atom) -> str:
+    return pp_lit(a) if isinstance(a, Lit) else names.get(a, "<undefined>")
+
+  pad = " " * indent
+  ins = " ".join(f"{name(v)}:{v.aval}" for v in program.inputs)
+  lines = [f"{pad}{{ lambda {ins} ."]
+  for i, eqn in enumerate(program.eqns):
+    outs = " ".join(f"{name(v)}:{v.aval}" for v in eqn.outputs)
+    params = ", ".join(f"{k}={pp_param(v)}" for k, v in eqn.params)
+    head = f"{eqn.prim.name}[{params}]" if params else eqn.prim.name
+    args = " ".join(atom(a) for a in eqn.inputs)
+    kw = "let " if i == 0 else "    "
+    lines.append(f"{pad}  {kw}{outs} = {head} {args}".rstrip())
+  outs = " ".join(atom(a) for a in program.outputs)
+  lines.append(f"{pad}  in ( {outs} ) }}")
+  return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Typechecker
+
+class TypeCheckError(PrimcError):
+  """A malformed program."""
+
+
+def typecheck(program: Program) -> None:
+  """Checks SSA form and every equation's output avals against its primitive's shape rule.
+
+  Raises:
+    TypeCheckError: naming the offending equation.
+  """
+  env: set[Var] = set()
+
+  def read(a, where):
+    if isinstance(a, Lit):
+      return a.aval
+    if not isinstance(a, Var):
+      raise TypeCheckError(f"{where}: {a!r} is not a Var or Lit")
+    if a not in env:
+      raise TypeCheckError(f"{where}: variable {a.aval} used before it is defined")
+    return a.aval
+
+  def define(v, where):
+    if v in env:
+      raise TypeCheckError(f"{where}: variable {v.aval} assigned twice (programs are SSA)")
+    env.add(v)
+
+  for v in program.inputs:
+    define(v, "program inputs")
+  for i, eqn in enumerate(program.eqns):
+    where = f"equation {i} ({eqn.prim.name})"
+    in_avals = [read(a, where) for a in eqn.inputs]
+    if eqn.prim not in abstract_rules:
+      raise TypeCheckError(f"{where}: primitive has no abstract rule")
+    try:
+      expected = abstract_rules[eqn.prim](*in_avals, **eqn.kw)
+    except ShapeError as e:
+      raise TypeCheckError(f"{where}: {e}") from None
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = tuple(v.aval for v in eqn.outputs)
+    if got != expected:
+      raise TypeCheckError(
+          f"{where}: outputs {', '.join(map(str, got))} but the shape rule gives "
+          f"{', '.join(map(str, expected))}")
+    for v in eqn.outputs:
+      define(v, where)
+  for a in program.outputs:
+    read(a, "program outputs")

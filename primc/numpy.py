@@ -1,0 +1,707 @@
+"""numpy-style user ops, built from primitives while tracing (or run eagerly on arrays).
+
+Semantics follow numpy: broadcasting is resolved into explicit `broadcast_in_dim`, mixed
+array dtypes are promoted with `np.result_type` and an explicit `convert`. Python scalars
+are weak-typed: `x * 2.0` keeps `x`'s dtype (float32 stays float32); a Python float mixed
+with an integer array gives float32. Names follow numpy, with the seeds' aliases
+(`concat`, `index_select`, `multiply`, `scale`, `assign`, ...).
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import math
+from typing import Sequence
+
+import numpy as np
+
+from primc import prims as P
+from primc.core import FLOAT_DTYPES, PrimcError, ShapeError
+from primc.trace import Tracer, as_array, aval_of, locate, user_op, user_source
+
+float32, float64, int32, int64, bool_ = (np.float32, np.float64, np.int32, np.int64, np.bool_)
+pi, e, inf, nan = np.pi, np.e, np.inf, np.nan
+
+
+def _op(fn):
+  """Marks a user op: errors raised inside name it, the operands and the user's line."""
+  name = fn.__name__.rstrip("_")
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with user_op(name):
+      try:
+        return fn(*args, **kwargs)
+      except PrimcError as e:
+        if getattr(e, "located", False):
+          raise
+        raise locate(e, f"{name} on ({_describe_args(args)}): {e}") from None
+  return wrapped
+
+
+def _describe_args(args) -> str:
+  def one(a):
+    if isinstance(a, (Tracer, np.ndarray)):
+      return str(aval_of(a))
+    if isinstance(a, (list, tuple)):
+      return "[" + ", ".join(one(x) for x in a) + "]"
+    return type(a).__name__
+  return ", ".join(one(a) for a in args)
+
+
+def _is_weak(x) -> bool:
+  return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
+
+
+def _weak_dtype(x, other_dtype: str) -> str:
+  if isinstance(x, bool):
+    return other_dtype
+  if isinstance(x, float) and other_dtype not in FLOAT_DTYPES:
+    return "float32"
+  return other_dtype
+
+
+def asarray(x, dtype=None):
+  x = as_array(x)
+  if dtype is not None and np.dtype(dtype).name != aval_of(x).dtype:
+    return P.convert(x, dtype)
+  return x
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+  ndim = builtins.max((len(s) for s in shapes), default=0)
+  out = []
+  for i in range(ndim):
+    sizes = {s[i - ndim + len(s)] for s in shapes if i - ndim + len(s) >= 0} - {1}
+    if len(sizes) > 1:
+      raise ShapeError(f"shapes {' and '.join(map(str, shapes))} cannot be broadcast together")
+    out.append(sizes.pop() if sizes else 1)
+  return tuple(out)
+
+
+def broadcast_to(x, shape):
+  """numpy.broadcast_to: right-aligned numpy broadcasting into an explicit broadcast_in_dim."""
+  x = as_array(x)
+  shape = tuple(int(d) for d in shape)
+  xs = aval_of(x).shape
+  if xs == shape:
+    return x
+  if len(xs) > len(shape):
+    raise ShapeError(f"cannot broadcast {xs} to {shape}")
+  lead = len(shape) - len(xs)
+  for i, n in enumerate(xs):
+    if n not in (1, shape[lead + i]):
+      raise ShapeError(f"cannot broadcast {xs} to {shape}")
+  # Size-1 dims that expand are squeezed first so the broadcast is a pure index map.
+  keep = [i for i, n in enumerate(xs) if n == shape[lead + i]]
+  if len(keep) != len(xs):
+    x = P.reshape(x, [xs[i] for i in keep])
+  return P.broadcast_in_dim(x, shape, [lead + i for i in keep])
+
+
+def _promote(*args):
+  """Converts operands to one dtype and one shape (numpy rules, weak Python scalars)."""
+  strong = [aval_of(a).dtype for a in args if not _is_weak(a)]
+  if strong:
+    dtype = np.result_type(*strong).name
+    for a in args:
+      if _is_weak(a):
+        dtype = np.result_type(dtype, _weak_dtype(a, dtype)).name
+  else:
+    dtype = aval_of(as_array(args[0] if len(args) == 1 else
+                             builtins.max(args, key=lambda a: (isinstance(a, float), 0)))).dtype
+  arrays = [np.asarray(a, dtype) if _is_weak(a) else asarray(a, dtype) for a in args]
+  shape = broadcast_shapes(*(aval_of(a).shape for a in arrays))
+  return [broadcast_to(a, shape) for a in arrays]
+
+
+def _float(x):
+  x = as_array(x)
+  return x if aval_of(x).dtype in FLOAT_DTYPES else P.convert(x, "float32")
+
+
+def _axes(axis, ndim) -> tuple[int, ...]:
+  if axis is None:
+    return tuple(range(ndim))
+  axes = (axis,) if isinstance(axis, int) else tuple(axis)
+  out = []
+  for a in axes:
+    if not -ndim <= a < ndim:
+      raise ShapeError(f"axis {a} is out of bounds for an array of rank {ndim}")
+    out.append(a % ndim)
+  return tuple(sorted(out))
+
+
+# ---------------------------------------------------------------------------------------
+# Elementwise
+
+def _unary(prim_fn, name, to_float=True):
+  def fn(x):
+    return prim_fn(_float(x) if to_float else as_array(x))
+  fn.__name__ = name
+  return _op(fn)
+
+
+sin = _unary(P.sin, "sin")
+cos = _unary(P.cos, "cos")
+tanh = _unary(P.tanh, "tanh")
+exp = _unary(P.exp, "exp")
+log = _unary(P.log, "log")
+sqrt = _unary(P.sqrt, "sqrt")
+negative = _unary(P.neg, "negative", to_float=False)
+abs = _unary(P.abs_, "abs", to_float=False)
+absolute = abs
+sign = _unary(P.sign, "sign", to_float=False)
+
+
+def _binary(prim_fn, name):
+  def fn(x, y):
+    return prim_fn(*_promote(x, y))
+  fn.__name__ = name
+  return _op(fn)
+
+
+add = _binary(P.add, "add")
+subtract = _binary(P.sub, "subtract")
+multiply = _binary(P.mul, "multiply")
+maximum = _binary(P.max_, "maximum")
+minimum = _binary(P.min_, "minimum")
+equal = _binary(P.eq, "equal")
+not_equal = _binary(lambda x, y: P.ne_p.bind(x, y), "not_equal")
+less = _binary(P.lt, "less")
+less_equal = _binary(lambda x, y: P.le_p.bind(x, y), "less_equal")
+greater = _binary(P.gt, "greater")
+greater_equal = _binary(lambda x, y: P.ge_p.bind(x, y), "greater_equal")
+
+
+@_op
+def divide(x, y):
+  """True division: integer operands give float32 (numpy gives float64)."""
+  x, y = _promote(x, y)
+  return P.div(_float(x), _float(y))
+
+
+true_divide = divide
+
+
+@_op
+def floor_divide(x, y):
+  x, y = _promote(x, y)
+  if aval_of(x).dtype in FLOAT_DTYPES:
+    raise PrimcError(f"floor_divide of floats is not supported")
+  return P.div(x, y)
+
+
+@_op
+def power(x, y):
+  """x ** y for float x (a Python integer exponent keeps x's dtype)."""
+  if _is_weak(y) and not _is_weak(x):
+    x = _float(x)
+    y = np.asarray(y, aval_of(x).dtype)
+  x, y = _promote(x, y)
+  return P.pow_(_float(x), _float(y))
+
+
+pow = power
+
+
+@_op
+def square(x):
+  x = as_array(x)
+  return P.mul(x, x)
+
+
+@_op
+def reciprocal(x):
+  x = _float(x)
+  return P.div(P.scalar_like(1, x), x)
+
+
+@_op
+def where(condition, x, y):
+  condition = as_array(condition)
+  if aval_of(condition).dtype != "bool":
+    condition = not_equal(condition, 0)
+  x, y = _promote(x, y)
+  shape = broadcast_shapes(aval_of(condition).shape, aval_of(x).shape)
+  return P.select(broadcast_to(condition, shape), broadcast_to(x, shape), broadcast_to(y, shape))
+
+
+def stop_gradient(x):
+  """Identity whose derivative is zero: gradients do not flow through it."""
+  return P.stop_gradient(as_array(x))
+
+
+@_op
+def sigmoid(x):
+  x = _float(x)
+  one = P.scalar_like(1, x)
+  return P.div(one, P.add(one, P.exp(P.neg(x))))
+
+
+@_op
+def relu(x):
+  return maximum(x, 0.0)
+
+
+@_op
+def scale(x, scale=1.0, bias=0.0, bias_after_scale=True):
+  """Paddle's scale: `scale * x + bias` (or `scale * (x + bias)`)."""
+  if bias_after_scale:
+    return add(multiply(x, scale), bias)
+  return multiply(add(x, bias), scale)
+
+
+def assign(x):
+  """Paddle's assign: a copy of x (arrays are immutable values in primc)."""
+  return as_array(x)
+
+
+def astype(x, dtype):
+  return asarray(x, dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Creation
+
+def zeros(shape, dtype="float32"):
+  return P.full(_shape(shape), 0, dtype)
+
+
+def ones(shape, dtype="float32"):
+  return P.full(_shape(shape), 1, dtype)
+
+
+def full(shape, fill_value, dtype="float32"):
+  return P.full(_shape(shape), fill_value, dtype)
+
+
+def zeros_like(x, dtype=None):
+  a = aval_of(as_array(x))
+  return P.full(a.shape, 0, dtype or a.dtype)
+
+
+def ones_like(x, dtype=None):
+  a = aval_of(as_array(x))
+  return P.full(a.shape, 1, dtype or a.dtype)
+
+
+def full_like(x, fill_value, dtype=None):
+  a = aval_of(as_array(x))
+  return P.full(a.shape, fill_value, dtype or a.dtype)
+
+
+def eye(n, m=None, dtype="float32"):
+  m = n if m is None else m
+  return P.convert(P.eq(P.iota((n, m), 0), P.iota((n, m), 1)), dtype)
+
+
+def arange(n, dtype="int32"):
+  return P.iota((int(n),), 0, dtype)
+
+
+def _shape(shape):
+  return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+
+
+# ---------------------------------------------------------------------------------------
+# Shape manipulation
+
+@_op
+def reshape(x, shape, *more):
+  x = as_array(x)
+  shape = _shape(shape) if not more else _shape((shape,) + more)
+  size = aval_of(x).size
+  if shape.count(-1) > 1:
+    raise ShapeError(f"cannot reshape {aval_of(x).shape} to {shape}: more than one -1")
+  if -1 in shape:
+    known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+    if known == 0 or size % known:
+      raise ShapeError(f"cannot reshape {aval_of(x).shape} ({size} elements) to {shape}")
+    shape = tuple(size // known if d == -1 else d for d in shape)
+  if shape == aval_of(x).shape:
+    return x
+  return P.reshape(x, shape)
+
+
+@_op
+def transpose(x, axes=None):
+  x = as_array(x)
+  nd = aval_of(x).ndim
+  axes = tuple(reversed(range(nd))) if axes is None else tuple(a % nd for a in axes)
+  return x if axes == tuple(range(nd)) else P.transpose(x, axes)
+
+
+def moveaxis(x, source, destination):
+  x = as_array(x)
+  nd = aval_of(x).ndim
+  perm = [i for i in range(nd) if i != source % nd]
+  perm.insert(destination % nd, source % nd)
+  return transpose(x, perm)
+
+
+def expand_dims(x, axis):
+  x = as_array(x)
+  shape = list(aval_of(x).shape)
+  shape.insert(axis % (len(shape) + 1), 1)
+  return reshape(x, shape)
+
+
+def squeeze(x, axis=None):
+  x = as_array(x)
+  shape = aval_of(x).shape
+  axes = [i for i, n in enumerate(shape) if n == 1] if axis is None else _axes(axis, len(shape))
+  return reshape(x, [n for i, n in enumerate(shape) if i not in axes])
+
+
+@_op
+def concatenate(arrays, axis=0):
+  arrays = _promote_list(arrays)
+  nd = aval_of(arrays[0]).ndim
+  return arrays[0] if len(arrays) == 1 else P.concatenate(arrays, axis % nd)
+
+
+concat = concatenate
+
+
+def _promote_list(arrays):
+  arrays = [as_array(a) for a in arrays]
+  dtype = np.result_type(*(aval_of(a).dtype for a in arrays)).name
+  return [asarray(a, dtype) for a in arrays]
+
+
+@_op
+def stack(arrays, axis=0):
+  arrays = _promote_list(arrays)
+  nd = aval_of(arrays[0]).ndim + 1
+  return concatenate([expand_dims(a, axis % nd) for a in arrays], axis % nd)
+
+
+@_op
+def split(x, indices_or_sections, axis=0):
+  """numpy.split: an int splits into equal parts; a list gives the split points.
+
+  (Paddle's `num_or_sections` list of sizes is `split_sizes`.)"""
+  x = as_array(x)
+  shape = aval_of(x).shape
+  axis = axis % len(shape)
+  n = shape[axis]
+  if isinstance(indices_or_sections, (int, np.integer)):
+    k = int(indices_or_sections)
+    if k <= 0 or n % k:
+      raise ShapeError(f"array of size {n} along axis {axis} cannot be split into {k} equal parts")
+    points = [n // k * i for i in range(1, k)]
+  else:
+    points = [int(p) for p in indices_or_sections]
+  bounds = [0] + points + [n]
+  return [_slice_axis(x, axis, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def split_sizes(x, sizes, axis=0):
+  """Paddle-style split by section sizes."""
+  return split(x, list(np.cumsum(sizes)[:-1]), axis)
+
+
+def _slice_axis(x, axis, lo, hi):
+  shape = aval_of(x).shape
+  start = [0] * len(shape)
+  limit = list(shape)
+  start[axis], limit[axis] = lo, builtins.max(lo, hi)
+  return P.slice_(x, start, limit)
+
+
+@_op
+def take(x, indices, axis=None):
+  """numpy.take along one axis (indices are clipped into range, as `mode='clip'`)."""
+  x = as_array(x)
+  indices = as_array(indices)
+  if aval_of(indices).dtype not in ("int32", "int64"):
+    raise ShapeError(f"indices must be integers, got {aval_of(indices).dtype}")
+  if axis is None:
+    x = reshape(x, (-1,))
+    axis = 0
+  return P.gather(x, indices, axis % aval_of(x).ndim)
+
+
+def index_select(x, index, axis=0):
+  """Paddle's index_select: rows (or entries along `axis`) picked by a 1-D index."""
+  return take(x, index, axis)
+
+
+def gather(x, index, axis=0):
+  """Paddle's gather: like index_select."""
+  return take(x, index, axis)
+
+
+@_op
+def getitem(x, idx):
+  """Basic indexing: ints, slices (positive steps), None, Ellipsis; one integer array."""
+  x = as_array(x)
+  shape = aval_of(x).shape
+  idx = idx if isinstance(idx, tuple) else (idx,)
+  arrays = [i for i, k in enumerate(idx) if isinstance(k, (np.ndarray, Tracer, list))]
+  if arrays:
+    if len(arrays) > 1 or len(idx) > 1 and not all(
+        isinstance(k, slice) and k == slice(None) for i, k in enumerate(idx) if i != arrays[0]):
+      raise PrimcError(f"indexing with {idx!r:.80}: only one integer array index along one axis "
+                       f"is supported")
+    return take(x, np.asarray(idx[arrays[0]]) if isinstance(idx[arrays[0]], list)
+                else idx[arrays[0]], axis=arrays[0])
+  n_real = len([k for k in idx if k is not None and k is not Ellipsis])
+  if n_real > len(shape):
+    raise ShapeError(f"too many indices ({n_real}) for an array of rank {len(shape)}")
+  if Ellipsis in idx:
+    at = idx.index(Ellipsis)
+    idx = idx[:at] + (slice(None),) * (len(shape) - n_real) + idx[at + 1:]
+  idx = idx + (slice(None),) * (len(shape) - n_real)
+  start, limit, strides, out_shape = [], [], [], []
+  dim = 0
+  for k in idx:
+    if k is None:
+      out_shape.append(1)
+      continue
+    n = shape[dim]
+    if isinstance(k, slice):
+      lo, hi, st = k.indices(n)
+      if st < 0:
+        raise PrimcError(f"negative slice steps are not supported")
+      hi = builtins.max(lo, hi)
+      start.append(lo), limit.append(hi), strides.append(st)
+      out_shape.append(-(-(hi - lo) // st))
+    else:
+      k = int(k)
+      if not -n <= k < n:
+        raise ShapeError(f"index {k} is out of bounds for axis {dim} with size {n}")
+      k %= n
+      start.append(k), limit.append(k + 1), strides.append(1)
+    dim += 1
+  whole = tuple(start) == (0,) * len(shape) and tuple(limit) == shape and set(strides) <= {1}
+  out = x if whole else P.slice_(x, start, limit, strides)
+  return reshape(out, out_shape)
+
+
+# ---------------------------------------------------------------------------------------
+# Reductions
+
+@_op
+def sum(x, axis=None, keepdims=False, dtype=None):
+  x = asarray(x, dtype)
+  a = aval_of(x)
+  if a.dtype == "bool":
+    x = P.convert(x, "int32")
+  axes = _axes(axis, a.ndim)
+  out = P.reduce_sum(x, axes) if axes else x
+  return _keep(out, a.shape, axes) if keepdims else out
+
+
+def _keep(out, shape, axes):
+  return reshape(out, [1 if i in axes else n for i, n in enumerate(shape)])
+
+
+@_op
+def mean(x, axis=None, keepdims=False):
+  x = _float(x)
+  a = aval_of(x)
+  axes = _axes(axis, a.ndim)
+  count = int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
+  return divide(sum(x, axis, keepdims), float(count))
+
+
+@_op
+def max(x, axis=None, keepdims=False):
+  x = as_array(x)
+  a = aval_of(x)
+  axes = _axes(axis, a.ndim)
+  out = P.reduce_max(x, axes) if axes else x
+  return _keep(out, a.shape, axes) if keepdims else out
+
+
+amax = max
+
+
+@_op
+def min(x, axis=None, keepdims=False):
+  return negative(max(negative(x), axis, keepdims))
+
+
+amin = min
+
+
+@_op
+def var(x, axis=None, keepdims=False):
+  d = subtract(x, mean(x, axis, keepdims=True))
+  return mean(multiply(d, d), axis, keepdims)
+
+
+@_op
+def norm(x, ord=None, axis=None, keepdims=False, p=None):
+  """The 2-norm (numpy's default for vectors, Frobenius for matrices); `p=2` is Paddle's name.
+
+  Its derivative at 0 is nan-free only off zero; at an all-zero input it is nan (as in numpy
+  math: d sqrt(s) / ds at s = 0 is infinite)."""
+  order = p if p is not None else ord
+  if order not in (None, 2, "fro", 2.0):
+    raise PrimcError(f"norm: only p=2 (and the default) are supported, got {order!r}")
+  x = _float(x)
+  return sqrt(sum(multiply(x, x), axis, keepdims))
+
+
+# ---------------------------------------------------------------------------------------
+# Linear algebra
+
+@_op
+def matmul(a, b):
+  """numpy.matmul: 1-D operands are promoted and squeezed; leading dims broadcast."""
+  a, b = _promote_list([a, b])
+  sa, sb = aval_of(a).shape, aval_of(b).shape
+  if not sa or not sb:
+    raise ShapeError(f"matmul does not accept 0-d operands: {sa} @ {sb}")
+  va, vb = len(sa) == 1, len(sb) == 1
+  a2 = reshape(a, (1,) + sa) if va else a
+  b2 = reshape(b, sb + (1,)) if vb else b
+  sa2, sb2 = aval_of(a2).shape, aval_of(b2).shape
+  if sa2[-1] != sb2[-2]:
+    raise ShapeError(f"contracting dimension mismatch: {sa} @ {sb} "
+                     f"({sa2[-1]} != {sb2[-2]})")
+  batch = broadcast_shapes(sa2[:-2], sb2[:-2])
+  nb = len(batch)
+  if nb:
+    a2 = broadcast_to(a2, batch + sa2[-2:])
+    b2 = broadcast_to(b2, batch + sb2[-2:])
+  bd = tuple(range(nb))
+  out = P.dot_general(a2, b2, (((nb + 1,), (nb,)), (bd, bd)))
+  out_shape = batch + (() if va else (sa2[-2],)) + (() if vb else (sb2[-1],))
+  return reshape(out, out_shape)
+
+
+@_op
+def dot(a, b):
+  """numpy.dot for vectors and matrices (and scalars: multiply)."""
+  sa, sb = aval_of(as_array(a)).shape, aval_of(as_array(b)).shape
+  if not sa or not sb:
+    return multiply(a, b)
+  if len(sa) <= 2 and len(sb) <= 2:
+    return matmul(a, b)
+  a, b = _promote_list([a, b])
+  return P.dot_general(a, b, (((len(sa) - 1,), (len(sb) - 2,)), ((), ())))
+
+
+@_op
+def outer(a, b):
+  return multiply(reshape(a, (-1, 1)), reshape(b, (1, -1)))
+
+
+# ---------------------------------------------------------------------------------------
+# Neural-network ops (Paddle / MindSpore names)
+
+@_op
+def logsumexp(x, axis=None, keepdims=False):
+  x = _float(x)
+  a = aval_of(x)
+  axes = _axes(axis, a.ndim)
+  m = stop_gradient(max(x, axes, keepdims=True))
+  m = where(less(abs(m), inf), m, 0.0)  # all -inf (or inf) slices: no shift
+  out = add(log(sum(exp(subtract(x, m)), axes, keepdims=True)), m)
+  return out if keepdims else reshape(out, [n for i, n in enumerate(a.shape) if i not in axes])
+
+
+@_op
+def softmax(x, axis=-1):
+  x = _float(x)
+  z = exp(subtract(x, stop_gradient(max(x, axis, keepdims=True))))
+  return divide(z, sum(z, axis, keepdims=True))
+
+
+@_op
+def log_softmax(x, axis=-1):
+  return subtract(x, logsumexp(x, axis, keepdims=True))
+
+
+def _reduce_loss(loss, reduction):
+  if reduction == "mean":
+    return mean(loss)
+  if reduction == "sum":
+    return sum(loss)
+  if reduction == "none":
+    return loss
+  raise PrimcError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+@_op
+def binary_cross_entropy_with_logits(logits, labels, weight=None, pos_weight=None,
+                                     reduction="mean"):
+  """Sigmoid + binary cross entropy, stable for large |logits| (MindSpore/Paddle signature):
+  `-w * (pos_weight * y * log σ(x) + (1 - y) * log(1 - σ(x)))`."""
+  x = _float(logits)
+  y = asarray(labels, aval_of(x).dtype)
+  log_sig = negative(softplus(negative(x)))        # log σ(x)
+  log_one_minus = negative(softplus(x))            # log(1 - σ(x))
+  pos = multiply(y, log_sig) if pos_weight is None else multiply(multiply(pos_weight, y), log_sig)
+  loss = negative(add(pos, multiply(subtract(1.0, y), log_one_minus)))
+  if weight is not None:
+    loss = multiply(loss, weight)
+  return _reduce_loss(loss, reduction)
+
+
+@_op
+def softplus(x):
+  """log(1 + exp(x)), computed stably as max(x, 0) + log(1 + exp(-|x|))."""
+  x = _float(x)
+  return add(maximum(x, 0.0), log(add(1.0, exp(negative(abs(x))))))
+
+
+@_op
+def cross_entropy(logits, labels, axis=-1, soft_label=False, reduction="mean"):
+  """Softmax cross entropy. Integer labels are class indices along `axis`
+  (shape of logits without `axis`); `soft_label=True` takes probabilities."""
+  logits = _float(logits)
+  lsm = log_softmax(logits, axis)
+  a = aval_of(logits)
+  axis = axis % a.ndim
+  labels = as_array(labels)
+  if soft_label:
+    loss = negative(sum(multiply(labels, lsm), axis))
+  else:
+    la = aval_of(labels)
+    if la.dtype not in ("int32", "int64"):
+      raise PrimcError(f"cross_entropy: hard labels must be integers, got {la.dtype} "
+                       f"(pass soft_label=True for probabilities)")
+    if la.shape == a.shape[:axis] + (1,) + a.shape[axis + 1:]:
+      labels = reshape(labels, a.shape[:axis] + a.shape[axis + 1:])
+    expected = a.shape[:axis] + a.shape[axis + 1:]
+    if aval_of(labels).shape != expected:
+      raise ShapeError(f"labels shape {la.shape} does not match logits {a.shape} (expected "
+                       f"{expected})")
+    onehot = P.eq(P.broadcast_in_dim(labels, a.shape, [i for i in range(a.ndim) if i != axis]),
+                  P.iota(a.shape, axis, aval_of(labels).dtype))
+    loss = negative(sum(where(onehot, lsm, 0.0), axis))
+  return _reduce_loss(loss, reduction)
+
+
+@_op
+def mse_loss(x, y, reduction="mean"):
+  d = subtract(x, y)
+  return _reduce_loss(multiply(d, d), reduction)
+
+
+# ---------------------------------------------------------------------------------------
+# Operators and methods of traced arrays
+
+def _swap(fn):
+  return lambda self, other: fn(other, self)
+
+
+_TRACER_METHODS = {
+    "__add__": add, "__radd__": _swap(add), "__sub__": subtract, "__rsub__": _swap(subtract),
+    "__mul__": multiply, "__rmul__": _swap(multiply), "__truediv__": divide,
+    "__rtruediv__": _swap(divide), "__pow__": power, "__rpow__": _swap(power),
+    "__matmul__": matmul, "__rmatmul__": _swap(matmul), "__neg__": negative,
+    "__pos__": lambda self: self, "__abs__": abs, "__floordiv__": floor_divide,
+    "__lt__": less, "__le__": less_equal, "__gt__": greater, "__ge__": greater_equal,
+    "__eq__": equal, "__ne__": not_equal, "__getitem__": getitem,
+    "T": property(lambda self: transpose(self)), "reshape": reshape, "sum": sum, "mean": mean,
+    "max": max, "min": min, "astype": astype, "transpose": lambda self, *axes: transpose(
+        self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)),
+}
+for _name, _fn in _TRACER_METHODS.items():
+  setattr(Tracer, _name, _fn)

@@ -1,0 +1,475 @@
+"""The primitive set: each primitive with its shape rule and numpy implementation.
+
+Binary elementwise primitives take operands of identical shape and dtype: numpy
+broadcasting and type promotion are resolved by `primc.numpy` while tracing. Each
+primitive also has a small binding function (`add(x, y)`, `reduce_sum(x, axes)`) that the
+autodiff and batching rules are written in.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from primc.core import (FLOAT_DTYPES, INT_DTYPES, Primitive, ShapedArray, ShapeError,
+                        abstract_rules, impl_rules)
+
+
+def _fail(msg):
+  raise ShapeError(msg)
+
+
+def _check(cond, msg):
+  if not cond:
+    _fail(msg)
+
+
+def _dt(x) -> str:
+  return np.dtype(x).name
+
+
+# ---------------------------------------------------------------------------------------
+# Elementwise
+
+def unary_float(x):
+  _check(x.dtype in FLOAT_DTYPES, f"expects a float operand, got {x.dtype}")
+  return x
+
+
+def unary_numeric(x):
+  _check(x.dtype != "bool", "expects a numeric operand, got bool")
+  return x
+
+
+def binary_same(x, y):
+  _check(x.shape == y.shape, f"operand shapes differ: {x.shape} vs {y.shape}")
+  _check(x.dtype == y.dtype, f"operand dtypes differ: {x.dtype} vs {y.dtype}")
+  return x
+
+
+def binary_numeric(x, y):
+  _check(x.dtype != "bool", "expects numeric operands, got bool")
+  return binary_same(x, y)
+
+
+def binary_float(x, y):
+  _check(x.dtype in FLOAT_DTYPES, f"expects float operands, got {x.dtype}")
+  return binary_same(x, y)
+
+
+def compare_rule(x, y):
+  binary_same(x, y)
+  return ShapedArray(x.shape, "bool")
+
+
+def _keep_dtype(fn):
+  """numpy may upcast 0-d results to Python-scalar-like types; keep shape and dtype."""
+  return lambda *xs: np.asarray(fn(*xs), dtype=xs[0].dtype)
+
+
+def def_unary(name, np_fn, rule=unary_float):
+  p = Primitive(name)
+  abstract_rules[p] = rule
+  impl_rules[p] = _keep_dtype(np_fn)
+  return p
+
+
+def def_binary(name, np_fn, rule=binary_numeric):
+  p = Primitive(name)
+  abstract_rules[p] = rule
+  impl_rules[p] = np_fn if rule is compare_rule else _keep_dtype(np_fn)
+  return p
+
+
+def _sign(x):
+  return np.sign(x)
+
+
+def _int_div(x, y):
+  with np.errstate(divide="ignore"):
+    return np.floor_divide(x, y) if x.dtype.kind in "iu" else np.divide(x, y)
+
+
+def _pow(x, y):
+  return np.power(x, y)
+
+
+def _errstate(fn):
+  def run(*xs):
+    with np.errstate(all="ignore"):  # IEEE results (inf/nan), as in the compiled code
+      return fn(*xs)
+  return run
+
+
+neg_p = def_unary("neg", np.negative, unary_numeric)
+exp_p = def_unary("exp", _errstate(np.exp))
+log_p = def_unary("log", _errstate(np.log))
+sin_p = def_unary("sin", _errstate(np.sin))
+cos_p = def_unary("cos", _errstate(np.cos))
+tanh_p = def_unary("tanh", np.tanh)
+sqrt_p = def_unary("sqrt", _errstate(np.sqrt))
+abs_p = def_unary("abs", np.abs, unary_numeric)
+sign_p = def_unary("sign", _sign, unary_numeric)
+stop_gradient_p = def_unary("stop_gradient", lambda x: x, lambda x: x)
+
+add_p = def_binary("add", _errstate(np.add))
+sub_p = def_binary("sub", _errstate(np.subtract))
+mul_p = def_binary("mul", _errstate(np.multiply))
+div_p = def_binary("div", _errstate(_int_div))
+pow_p = def_binary("pow", _errstate(_pow), binary_float)
+max_p = def_binary("max", np.maximum)
+min_p = def_binary("min", np.minimum)
+eq_p = def_binary("eq", np.equal, compare_rule)
+ne_p = def_binary("ne", np.not_equal, compare_rule)
+lt_p = def_binary("lt", np.less, compare_rule)
+le_p = def_binary("le", np.less_equal, compare_rule)
+gt_p = def_binary("gt", np.greater, compare_rule)
+ge_p = def_binary("ge", np.greater_equal, compare_rule)
+
+
+select_p = Primitive("select")
+
+
+@lambda f: abstract_rules.__setitem__(select_p, f)
+def _select_rule(pred, on_true, on_false):
+  _check(pred.dtype == "bool", f"predicate must be bool, got {pred.dtype}")
+  _check(pred.shape == on_true.shape, f"predicate shape {pred.shape} differs from {on_true.shape}")
+  return binary_same(on_true, on_false)
+
+
+impl_rules[select_p] = lambda p, t, f: np.where(p, t, f)
+
+
+# ---------------------------------------------------------------------------------------
+# Structural
+
+broadcast_in_dim_p = Primitive("broadcast_in_dim")
+
+
+def _broadcast_rule(x, *, shape, broadcast_dimensions):
+  dims = broadcast_dimensions
+  _check(len(dims) == x.ndim, f"broadcast_dimensions {dims} must have one entry per operand dim")
+  _check(list(dims) == sorted(set(dims)) and all(0 <= d < len(shape) for d in dims),
+         f"broadcast_dimensions {dims} must be increasing and within rank {len(shape)}")
+  for i, d in enumerate(dims):
+    _check(x.shape[i] in (1, shape[d]),
+           f"cannot broadcast operand dim {i} of size {x.shape[i]} to size {shape[d]}")
+  return ShapedArray(shape, x.dtype)
+
+
+def _broadcast_impl(x, *, shape, broadcast_dimensions):
+  expanded = np.reshape(x, [x.shape[broadcast_dimensions.index(d)] if d in broadcast_dimensions
+                            else 1 for d in range(len(shape))])
+  return np.array(np.broadcast_to(expanded, shape))
+
+
+abstract_rules[broadcast_in_dim_p] = _broadcast_rule
+impl_rules[broadcast_in_dim_p] = _broadcast_impl
+
+reshape_p = Primitive("reshape")
+
+
+def _reshape_rule(x, *, new_sizes):
+  _check(all(d >= 0 for d in new_sizes), f"sizes must be non-negative, got {new_sizes}")
+  _check(int(np.prod(new_sizes, dtype=np.int64)) == x.size,
+         f"cannot reshape {x.shape} ({x.size} elements) to {new_sizes}")
+  return ShapedArray(new_sizes, x.dtype)
+
+
+abstract_rules[reshape_p] = _reshape_rule
+impl_rules[reshape_p] = lambda x, *, new_sizes: np.reshape(x, new_sizes).copy()
+
+transpose_p = Primitive("transpose")
+
+
+def _transpose_rule(x, *, permutation):
+  _check(sorted(permutation) == list(range(x.ndim)),
+         f"permutation {permutation} is not a permutation of {x.ndim} dims")
+  return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype)
+
+
+abstract_rules[transpose_p] = _transpose_rule
+impl_rules[transpose_p] = lambda x, *, permutation: np.ascontiguousarray(
+    np.transpose(x, permutation))
+
+slice_p = Primitive("slice")
+
+
+def _slice_rule(x, *, start_indices, limit_indices, strides):
+  _check(len(start_indices) == len(limit_indices) == len(strides) == x.ndim,
+         "start, limit and strides need one entry per dim")
+  shape = []
+  for lo, hi, st, n in zip(start_indices, limit_indices, strides, x.shape, strict=True):
+    _check(0 <= lo <= hi <= n and st >= 1, f"bad slice {lo}:{hi}:{st} of a dim of size {n}")
+    shape.append(max(0, -(-(hi - lo) // st)))
+  return ShapedArray(shape, x.dtype)
+
+
+def _slice_impl(x, *, start_indices, limit_indices, strides):
+  idx = tuple(slice(a, b, s) for a, b, s in zip(start_indices, limit_indices, strides))
+  return x[idx].copy()
+
+
+abstract_rules[slice_p] = _slice_rule
+impl_rules[slice_p] = _slice_impl
+
+pad_p = Primitive("pad")  # zero padding: padding_config is ((low, high, interior), ...)
+
+
+def _pad_rule(x, *, padding_config):
+  _check(len(padding_config) == x.ndim, "padding_config needs one entry per dim")
+  shape = []
+  for (lo, hi, interior), n in zip(padding_config, x.shape, strict=True):
+    _check(lo >= 0 and hi >= 0 and interior >= 0, f"padding must be non-negative: {(lo, hi, interior)}")
+    shape.append(lo + hi + n + max(0, n - 1) * interior)
+  return ShapedArray(shape, x.dtype)
+
+
+def _pad_impl(x, *, padding_config):
+  out = np.zeros(_pad_rule(ShapedArray(x.shape, x.dtype.name), padding_config=padding_config).shape,
+                 x.dtype)
+  idx = tuple(slice(lo, lo + max(0, (n - 1) * (it + 1) + 1), it + 1)
+              for (lo, _, it), n in zip(padding_config, x.shape))
+  out[idx] = x
+  return out
+
+
+abstract_rules[pad_p] = _pad_rule
+impl_rules[pad_p] = _pad_impl
+
+concatenate_p = Primitive("concatenate")
+
+
+def _concatenate_rule(*xs, dimension):
+  _check(len(xs) >= 1, "needs at least one operand")
+  x0 = xs[0]
+  _check(0 <= dimension < x0.ndim, f"dimension {dimension} out of range for rank {x0.ndim}")
+  for x in xs:
+    _check(x.dtype == x0.dtype, f"operand dtypes differ: {x0.dtype} vs {x.dtype}")
+    _check(x.ndim == x0.ndim and all(a == b for i, (a, b) in enumerate(zip(x.shape, x0.shape))
+                                     if i != dimension),
+           f"shapes {x0.shape} and {x.shape} differ outside dimension {dimension}")
+  shape = list(x0.shape)
+  shape[dimension] = sum(x.shape[dimension] for x in xs)
+  return ShapedArray(shape, x0.dtype)
+
+
+abstract_rules[concatenate_p] = _concatenate_rule
+impl_rules[concatenate_p] = lambda *xs, dimension: np.concatenate(xs, axis=dimension)
+
+# gather / scatter_add: index selection along one axis (numpy `take`).
+# gather(x, idx, axis) has shape x.shape[:axis] + idx.shape + x.shape[axis+1:].
+gather_p = Primitive("gather")
+
+
+def _gather_rule(x, idx, *, axis):
+  _check(idx.dtype in INT_DTYPES, f"indices must be integers, got {idx.dtype}")
+  _check(0 <= axis < x.ndim, f"axis {axis} out of range for rank {x.ndim}")
+  return ShapedArray(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+
+
+abstract_rules[gather_p] = _gather_rule
+impl_rules[gather_p] = lambda x, idx, *, axis: np.take(x, idx, axis=axis, mode="clip")
+
+scatter_add_p = Primitive("scatter_add")  # x with `updates` added at `idx` along `axis`
+
+
+def _scatter_add_rule(x, idx, updates, *, axis):
+  expected = _gather_rule(x, idx, axis=axis)
+  _check(updates.shape == expected.shape and updates.dtype == x.dtype,
+         f"updates {updates} must be {expected}")
+  return x
+
+
+def _scatter_add_impl(x, idx, updates, *, axis):
+  out = np.array(x)
+  moved = np.moveaxis(out, axis, 0)
+  upd = np.moveaxis(updates.reshape(x.shape[:axis] + (idx.size,) + x.shape[axis + 1:]), axis, 0)
+  np.add.at(moved, np.clip(idx.reshape(-1), 0, x.shape[axis] - 1), upd)
+  return out
+
+
+abstract_rules[scatter_add_p] = _scatter_add_rule
+impl_rules[scatter_add_p] = _scatter_add_impl
+
+
+# ---------------------------------------------------------------------------------------
+# Reductions and contractions
+
+def _reduce_rule(x, *, axes):
+  _check(len(set(axes)) == len(axes) and all(0 <= a < x.ndim for a in axes),
+         f"axes {axes} invalid for rank {x.ndim}")
+  return ShapedArray(tuple(n for i, n in enumerate(x.shape) if i not in axes), x.dtype)
+
+
+reduce_sum_p = Primitive("reduce_sum")
+abstract_rules[reduce_sum_p] = lambda x, *, axes: (unary_numeric(x), _reduce_rule(x, axes=axes))[1]
+impl_rules[reduce_sum_p] = lambda x, *, axes: np.asarray(np.sum(x, axis=axes), x.dtype)
+
+reduce_max_p = Primitive("reduce_max")
+
+
+def _reduce_max_rule(x, *, axes):
+  unary_numeric(x)
+  _check(all(x.shape[a] > 0 for a in axes), f"reduce_max over an empty axis of {x.shape}")
+  return _reduce_rule(x, axes=axes)
+
+
+abstract_rules[reduce_max_p] = _reduce_max_rule
+impl_rules[reduce_max_p] = lambda x, *, axes: np.asarray(np.max(x, axis=axes), x.dtype)
+
+dot_general_p = Primitive("dot_general")
+# dimension_numbers = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch)).
+# Output dims: batch dims, then lhs free dims, then rhs free dims (as in XLA).
+
+
+def _dot_free(ndim, contract, batch):
+  return [d for d in range(ndim) if d not in contract and d not in batch]
+
+
+def _dot_general_rule(x, y, *, dimension_numbers):
+  (lc, rc), (lb, rb) = dimension_numbers
+  _check(x.dtype == y.dtype, f"operand dtypes differ: {x.dtype} vs {y.dtype}")
+  _check(x.dtype != "bool", "expects numeric operands")
+  _check(len(lc) == len(rc) and len(lb) == len(rb), "dimension numbers must pair up")
+  for dims, nd in ((lc + lb, x.ndim), (rc + rb, y.ndim)):
+    _check(len(set(dims)) == len(dims) and all(0 <= d < nd for d in dims),
+           f"dimension numbers {dimension_numbers} invalid for ranks {x.ndim}, {y.ndim}")
+  for a, b in zip(lc + lb, rc + rb):
+    _check(x.shape[a] == y.shape[b],
+           f"dimension {a} of lhs {x.shape} (size {x.shape[a]}) does not match dimension {b} "
+           f"of rhs {y.shape} (size {y.shape[b]})")
+  shape = ([x.shape[d] for d in lb] + [x.shape[d] for d in _dot_free(x.ndim, lc, lb)]
+           + [y.shape[d] for d in _dot_free(y.ndim, rc, rb)])
+  return ShapedArray(shape, x.dtype)
+
+
+def _dot_general_impl(x, y, *, dimension_numbers):
+  (lc, rc), (lb, rb) = dimension_numbers
+  letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+  xs, ys = [None] * x.ndim, [None] * y.ndim
+  for a, b in zip(lb + lc, rb + rc):
+    xs[a] = ys[b] = next(letters)
+  xs = [c or next(letters) for c in xs]
+  ys = [c or next(letters) for c in ys]
+  out = ([xs[d] for d in lb] + [xs[d] for d in _dot_free(x.ndim, lc, lb)]
+         + [ys[d] for d in _dot_free(y.ndim, rc, rb)])
+  spec = f"{''.join(xs)},{''.join(ys)}->{''.join(out)}"
+  return np.asarray(np.einsum(spec, x, y, optimize=True), x.dtype)
+
+
+abstract_rules[dot_general_p] = _dot_general_rule
+impl_rules[dot_general_p] = _dot_general_impl
+
+
+# ---------------------------------------------------------------------------------------
+# Creation and conversion
+
+full_p = Primitive("full")
+
+
+def _full_rule(*, shape, fill_value, dtype):
+  _check(all(d >= 0 for d in shape), f"negative dimension in {shape}")
+  return ShapedArray(shape, dtype)
+
+
+abstract_rules[full_p] = _full_rule
+impl_rules[full_p] = lambda *, shape, fill_value, dtype: np.full(shape, fill_value, dtype)
+
+iota_p = Primitive("iota")  # the index along `dimension`, broadcast over `shape`
+
+
+def _iota_rule(*, shape, dimension, dtype):
+  _check(0 <= dimension < len(shape), f"dimension {dimension} out of range for {shape}")
+  return ShapedArray(shape, dtype)
+
+
+def _iota_impl(*, shape, dimension, dtype):
+  ar = np.arange(shape[dimension], dtype=dtype)
+  return np.array(np.broadcast_to(
+      ar.reshape([-1 if i == dimension else 1 for i in range(len(shape))]), shape))
+
+
+abstract_rules[iota_p] = _iota_rule
+impl_rules[iota_p] = _iota_impl
+
+convert_p = Primitive("convert")
+abstract_rules[convert_p] = lambda x, *, new_dtype: ShapedArray(x.shape, new_dtype)
+impl_rules[convert_p] = lambda x, *, new_dtype: np.asarray(x).astype(new_dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Binding functions: the vocabulary the AD and batching rules are written in.
+
+def neg(x): return neg_p.bind(x)
+def exp(x): return exp_p.bind(x)
+def log(x): return log_p.bind(x)
+def sin(x): return sin_p.bind(x)
+def cos(x): return cos_p.bind(x)
+def tanh(x): return tanh_p.bind(x)
+def sqrt(x): return sqrt_p.bind(x)
+def abs_(x): return abs_p.bind(x)
+def sign(x): return sign_p.bind(x)
+def stop_gradient(x): return stop_gradient_p.bind(x)
+def add(x, y): return add_p.bind(x, y)
+def sub(x, y): return sub_p.bind(x, y)
+def mul(x, y): return mul_p.bind(x, y)
+def div(x, y): return div_p.bind(x, y)
+def pow_(x, y): return pow_p.bind(x, y)
+def max_(x, y): return max_p.bind(x, y)
+def min_(x, y): return min_p.bind(x, y)
+def eq(x, y): return eq_p.bind(x, y)
+def gt(x, y): return gt_p.bind(x, y)
+def lt(x, y): return lt_p.bind(x, y)
+def select(p, x, y): return select_p.bind(p, x, y)
+def convert(x, dtype): return convert_p.bind(x, new_dtype=_dt(dtype))
+def reshape(x, shape): return reshape_p.bind(x, new_sizes=tuple(int(d) for d in shape))
+def transpose(x, perm): return transpose_p.bind(x, permutation=tuple(int(p) for p in perm))
+def reduce_sum(x, axes): return reduce_sum_p.bind(x, axes=tuple(int(a) for a in axes))
+def reduce_max(x, axes): return reduce_max_p.bind(x, axes=tuple(int(a) for a in axes))
+def gather(x, idx, axis): return gather_p.bind(x, idx, axis=int(axis))
+def scatter_add(x, idx, upd, axis): return scatter_add_p.bind(x, idx, upd, axis=int(axis))
+def concatenate(xs, dimension): return concatenate_p.bind(*xs, dimension=int(dimension))
+
+
+def broadcast_in_dim(x, shape, dims):
+  return broadcast_in_dim_p.bind(x, shape=tuple(int(d) for d in shape),
+                                 broadcast_dimensions=tuple(int(d) for d in dims))
+
+
+def slice_(x, start, limit, strides=None):
+  strides = strides or (1,) * len(start)
+  return slice_p.bind(x, start_indices=tuple(int(a) for a in start),
+                      limit_indices=tuple(int(a) for a in limit),
+                      strides=tuple(int(a) for a in strides))
+
+
+def pad(x, config):
+  return pad_p.bind(x, padding_config=tuple(tuple(int(c) for c in cfg) for cfg in config))
+
+
+def dot_general(x, y, dimension_numbers):
+  (lc, rc), (lb, rb) = dimension_numbers
+  t = lambda d: tuple(int(i) for i in d)
+  return dot_general_p.bind(x, y, dimension_numbers=((t(lc), t(rc)), (t(lb), t(rb))))
+
+
+def full(shape, fill_value, dtype):
+  value = float(fill_value) if _dt(dtype) in FLOAT_DTYPES else (
+      bool(fill_value) if _dt(dtype) == "bool" else int(fill_value))
+  return full_p.bind(shape=tuple(int(d) for d in shape), fill_value=value, dtype=_dt(dtype))
+
+
+def iota(shape, dimension, dtype="int32"):
+  return iota_p.bind(shape=tuple(int(d) for d in shape), dimension=int(dimension), dtype=_dt(dtype))
+
+
+def zeros(aval: ShapedArray):
+  return full(aval.shape, 0, aval.dtype)
+
+
+def scalar_like(value, x):
+  """A 0-d literal-like array of x's dtype, broadcast to x's shape (weak-typed scalar)."""
+  return broadcast_in_dim(np.asarray(value, dtype=x.dtype), x.shape, ())
+
+
+# Every primitive, in registration order: the registry tests walk this list.
+ALL_PRIMITIVES = [p for p in abstract_rules]

@@ -1,0 +1,250 @@
+"""Tracing: running user Python on tracers records a `Program`.
+
+Every operation ends in `bind(prim, args, params)`. With no trace active it runs the
+primitive's numpy implementation (eager mode). While tracing, it checks shapes with the
+primitive's abstract rule and appends an equation to the innermost active `Builder`
+(all operations are staged, as with JAX's omnistaging). A tracer from an enclosing trace
+used inside an inner one is *captured*: it becomes an extra input of the inner program,
+which the transforms treat as a constant.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from primc.core import (Eqn, Lit, Primitive, PrimcError, Program, ShapedArray, ShapeError,
+                        SUPPORTED_DTYPES, Var, abstract_rules, impl_rules, make_params)
+from primc.tree import tree_flatten, tree_unflatten
+
+_PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d
+                  for d in ("primc", "passes", "codegen"))
+
+
+class _State(threading.local):
+  def __init__(self):
+    self.builders: list[Builder] = []
+    self.user_ops: list[str] = []
+
+
+_state = _State()
+
+
+class Builder:
+  """Collects the equations of one trace level."""
+
+  def __init__(self, level: int):
+    self.level = level
+    self.inputs: list[Var] = []
+    self.eqns: list[Eqn] = []
+    self.captured: dict[int, tuple[Tracer, Var]] = {}   # id(outer tracer) -> (tracer, var)
+
+  def new_input(self, aval: ShapedArray) -> "Tracer":
+    v = Var(aval)
+    self.inputs.append(v)
+    return Tracer(self, v)
+
+  def atom(self, x) -> Any:
+    if isinstance(x, Tracer):
+      if x.builder is self:
+        return x.var
+      if x.builder.level < self.level and x.builder in _state.builders:
+        if id(x) not in self.captured:
+          self.captured[id(x)] = (x, Var(x.aval))
+        return self.captured[id(x)][1]
+      raise PrimcError(f"a tracer of shape {x.aval} escaped the function that made it "
+                       "(it was stored outside a traced function and used later)")
+    return Lit.of(x)
+
+
+class Tracer:
+  """A traced array value. Operators and methods dispatch to `primc.numpy`."""
+  __slots__ = ("builder", "var")
+  __array_priority__ = 1000
+
+  def __init__(self, builder: Builder, var: Var):
+    self.builder = builder
+    self.var = var
+
+  @property
+  def aval(self) -> ShapedArray:
+    return self.var.aval
+
+  shape = property(lambda self: self.aval.shape)
+  dtype = property(lambda self: np.dtype(self.aval.dtype))
+  ndim = property(lambda self: self.aval.ndim)
+  size = property(lambda self: self.aval.size)
+
+  def __len__(self):
+    if not self.shape:
+      raise TypeError("len() of a 0-d traced array")
+    return self.shape[0]
+
+  def __repr__(self):
+    return f"Tracer<{self.aval}>"
+
+  def __bool__(self):
+    raise PrimcError(f"the truth value of a traced array {self.aval} is not known while "
+                     f"tracing (data-dependent Python control flow is not supported), at "
+                     f"{user_source()}")
+
+  def __array__(self, *a, **k):
+    raise PrimcError(f"a traced array {self.aval} cannot be converted to a numpy array while "
+                     f"tracing, at {user_source()}")
+
+  __hash__ = object.__hash__
+
+
+def user_source() -> str:
+  """`file:line` of the innermost frame outside primc's own packages."""
+  f = sys._getframe(1)
+  while f is not None:
+    fn = f.f_code.co_filename
+    if not fn.startswith(_PKG_DIRS) and "contextlib" not in fn:
+      return f"{fn}:{f.f_lineno}"
+    f = f.f_back
+  return "<unknown>"
+
+
+@contextlib.contextmanager
+def user_op(name: str):
+  """Names the user-facing op (e.g. `matmul`) that errors inside its primitives report."""
+  _state.user_ops.append(name)
+  try:
+    yield
+  finally:
+    _state.user_ops.pop()
+
+
+def locate(error: PrimcError, message: str) -> PrimcError:
+  """A copy of `error` with `message` and the user's source line, marked as located."""
+  out = type(error)(f"{message} at {user_source()}")
+  out.located = True
+  return out
+
+
+def aval_of(x) -> ShapedArray:
+  if isinstance(x, Tracer):
+    return x.aval
+  if isinstance(x, np.ndarray) or np.isscalar(x):
+    return ShapedArray(np.shape(x), np.asarray(x).dtype.name)
+  raise locate(PrimcError(), f"expected an array, got {type(x).__name__} ({x!r:.60})")
+
+
+def _describe(prim: Primitive, avals, params) -> str:
+  shapes = ", ".join(str(a) for a in avals)
+  op = _state.user_ops[0] if _state.user_ops else prim.name
+  head = op if op == prim.name else f"{op} (primitive {prim.name})"
+  extra = f" with {', '.join(f'{k}={v}' for k, v in params.items())}" if params else ""
+  return f"{head} on ({shapes}){extra}"
+
+
+def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
+  for a in args:
+    if not isinstance(a, (Tracer, np.ndarray)):
+      raise locate(PrimcError(), f"{prim.name}: expected arrays, got {type(a).__name__}")
+  avals = [aval_of(a) for a in args]
+  for a in avals:
+    if a.dtype not in SUPPORTED_DTYPES:
+      raise locate(PrimcError(), f"unsupported dtype {a.dtype} in {_describe(prim, avals, params)}"
+                   f" (primc supports {', '.join(SUPPORTED_DTYPES)})")
+  if prim not in abstract_rules:
+    raise PrimcError(f"primitive {prim.name} has no shape rule")
+  try:
+    out_aval = abstract_rules[prim](*avals, **params)
+  except ShapeError as e:
+    raise locate(e, f"{_describe(prim, avals, params)}: {e}") from None
+  if not _state.builders:
+    out = impl_rules[prim](*args, **params)
+    assert out.shape == out_aval.shape and out.dtype.name == out_aval.dtype, (
+        prim, out.shape, out.dtype, out_aval)
+    return out
+  builder = _state.builders[-1]
+  inputs = tuple(builder.atom(a) for a in args)
+  out = Var(out_aval)
+  builder.eqns.append(Eqn(prim, inputs, make_params(params), (out,), user_source()))
+  return Tracer(builder, out)
+
+
+def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray]) -> tuple[Program, list, Any]:
+  """Traces `fn(*flat_tracers)` (returning a pytree of arrays) into a Program.
+
+  Returns:
+    (program, captured, out_tree): the program's inputs are the given avals followed by one
+    input per captured outer tracer (`captured`, to be passed when the program is run).
+  """
+  builder = Builder(len(_state.builders))
+  _state.builders.append(builder)
+  try:
+    args = [builder.new_input(a) for a in in_avals]
+    out = fn(*args)
+    leaves, out_tree = tree_flatten(out)
+    out_atoms = []
+    for x in leaves:
+      if not isinstance(x, (Tracer, np.ndarray)) and not np.isscalar(x):
+        raise PrimcError(f"a traced function returned {type(x).__name__}, expected arrays")
+      out_atoms.append(builder.atom(x if isinstance(x, Tracer) else np.asarray(x)))
+  finally:
+    _state.builders.pop()
+  captured = [t for t, _ in builder.captured.values()]
+  inputs = tuple(builder.inputs) + tuple(v for _, v in builder.captured.values())
+  return Program(inputs, tuple(builder.eqns), tuple(out_atoms)), captured, out_tree
+
+
+def eval_program(program: Program, *args) -> list:
+  """Runs a program by binding each equation: eager on arrays, staged while tracing."""
+  env: dict[Var, Any] = dict(zip(program.inputs, args, strict=True))
+  read = lambda a: a.value if isinstance(a, Lit) else env[a]
+  for eqn in program.eqns:
+    env[eqn.outputs[0]] = eqn.prim.bind(*map(read, eqn.inputs), **eqn.kw)
+  return [read(a) for a in program.outputs]
+
+
+def is_tracing() -> bool:
+  return bool(_state.builders)
+
+
+def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
+  """`make_program(fn)(*example_args)` traces `fn` into a printable `Program`.
+
+  Arguments may be pytrees of arrays; only shapes and dtypes of the examples matter.
+  Outer tracers captured by `fn` (when called inside another trace) become extra inputs.
+  """
+  def build(*args) -> Program:
+    static = {i: args[i] for i in static_argnums}
+    dyn = [a for i, a in enumerate(args) if i not in static]
+    leaves, in_tree = tree_flatten(dyn)
+    leaves = [as_array(x) for x in leaves]
+
+    def flat_fn(*xs):
+      it = iter(tree_unflatten(in_tree, xs))
+      full = [static[i] if i in static else next(it) for i in range(len(args))]
+      return fn(*full)
+
+    program, _, _ = trace_flat(flat_fn, [aval_of(x) for x in leaves])
+    return program
+  return build
+
+
+def as_array(x):
+  """Arguments are arrays; Python scalars become 0-d arrays (float32 / int32 / bool)."""
+  if isinstance(x, Tracer):
+    return x
+  if isinstance(x, np.ndarray):
+    if x.dtype.name not in SUPPORTED_DTYPES:
+      raise locate(PrimcError(), f"unsupported dtype {x.dtype.name} for an array of shape "
+                   f"{x.shape} (primc supports {', '.join(SUPPORTED_DTYPES)})")
+    return x
+  if isinstance(x, bool):
+    return np.asarray(x)
+  if isinstance(x, int):
+    return np.asarray(x, np.int32)
+  if isinstance(x, float):
+    return np.asarray(x, np.float32)
+  if isinstance(x, np.generic):
+    return np.asarray(x)
+  raise locate(PrimcError(), f"expected an array argument, got {type(x).__name__} ({x!r:.60})")

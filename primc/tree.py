@@ -1,0 +1,68 @@
+"""Pytrees: nested tuples, lists and dicts (and None) of array leaves.
+
+A small local implementation: primc only needs flatten/unflatten over the standard
+containers, with a hashable tree definition that enters compile-cache keys.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeDef:
+  kind: str                 # "leaf" | "none" | "tuple" | "list" | "dict"
+  meta: Any                 # dict keys (sorted) or None
+  children: tuple["TreeDef", ...]
+
+  @property
+  def num_leaves(self) -> int:
+    if self.kind == "leaf":
+      return 1
+    return sum(c.num_leaves for c in self.children)
+
+
+LEAF = TreeDef("leaf", None, ())
+
+
+def tree_flatten(tree) -> tuple[list, TreeDef]:
+  leaves: list = []
+  return leaves, _flatten(tree, leaves)
+
+
+def _flatten(tree, leaves) -> TreeDef:
+  if tree is None:
+    return TreeDef("none", None, ())
+  if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
+    kind = "tuple" if isinstance(tree, tuple) else "list"
+    return TreeDef(kind, None, tuple(_flatten(c, leaves) for c in tree))
+  if isinstance(tree, dict):
+    keys = tuple(sorted(tree))
+    return TreeDef("dict", keys, tuple(_flatten(tree[k], leaves) for k in keys))
+  leaves.append(tree)
+  return LEAF
+
+
+def tree_unflatten(treedef: TreeDef, leaves) -> Any:
+  it = iter(leaves)
+  out = _unflatten(treedef, it)
+  assert next(it, it) is it, "too many leaves"
+  return out
+
+
+def _unflatten(td: TreeDef, it):
+  if td.kind == "leaf":
+    return next(it)
+  if td.kind == "none":
+    return None
+  children = [_unflatten(c, it) for c in td.children]
+  if td.kind == "tuple":
+    return tuple(children)
+  if td.kind == "list":
+    return children
+  return dict(zip(td.meta, children, strict=True))
+
+
+def tree_map(fn, tree):
+  leaves, td = tree_flatten(tree)
+  return tree_unflatten(td, [fn(x) for x in leaves])
