@@ -33,9 +33,13 @@ def _op(fn):
       try:
         return fn(*args, **kwargs)
       except PrimcError as e:
-        if getattr(e, "located", False):
-          raise
-        raise locate(e, f"{name} on ({_describe_args(args)}): {e}") from None
+        if not getattr(e, "located", False):
+          raise locate(e, f"{name} on ({_describe_args(args)}): {e}") from None
+        if not str(e).startswith(name):  # located by argument conversion: add the op
+          out = type(e)(f"{name}: {e}")
+          out.located = True
+          raise out from None
+        raise
   return wrapped
 
 
@@ -53,12 +57,14 @@ def _is_weak(x) -> bool:
   return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
 
 
-def _weak_dtype(x, other_dtype: str) -> str:
-  if isinstance(x, bool):
-    return other_dtype
-  if isinstance(x, float) and other_dtype not in FLOAT_DTYPES:
+def _with_weak(dtype: str, x) -> str:
+  """The dtype after mixing a weak Python scalar in: it never widens an array's dtype,
+  except that a float scalar makes an integer or bool array float32."""
+  if isinstance(x, float) and dtype not in FLOAT_DTYPES:
     return "float32"
-  return other_dtype
+  if isinstance(x, int) and not isinstance(x, bool) and dtype == "bool":
+    return "int32"
+  return dtype
 
 
 def asarray(x, dtype=None):
@@ -106,10 +112,10 @@ def _promote(*args):
     dtype = np.result_type(*strong).name
     for a in args:
       if _is_weak(a):
-        dtype = np.result_type(dtype, _weak_dtype(a, dtype)).name
-  else:
-    dtype = aval_of(as_array(args[0] if len(args) == 1 else
-                             builtins.max(args, key=lambda a: (isinstance(a, float), 0)))).dtype
+        dtype = _with_weak(dtype, a)
+  else:  # only Python scalars: float32 if any is a float, else int32 (or bool)
+    dtype = ("float32" if builtins.any(isinstance(a, float) for a in args) else
+             "int32" if builtins.any(not isinstance(a, bool) for a in args) else "bool")
   arrays = [np.asarray(a, dtype) if _is_weak(a) else asarray(a, dtype) for a in args]
   shape = broadcast_shapes(*(aval_of(a).shape for a in arrays))
   return [broadcast_to(a, shape) for a in arrays]
@@ -450,10 +456,12 @@ def getitem(x, idx):
   n_real = len([k for k in idx if k is not None and k is not Ellipsis])
   if n_real > len(shape):
     raise ShapeError(f"too many indices ({n_real}) for an array of rank {len(shape)}")
+  fill = (slice(None),) * (len(shape) - n_real)
   if Ellipsis in idx:
     at = idx.index(Ellipsis)
-    idx = idx[:at] + (slice(None),) * (len(shape) - n_real) + idx[at + 1:]
-  idx = idx + (slice(None),) * (len(shape) - n_real)
+    idx = idx[:at] + fill + idx[at + 1:]
+  else:
+    idx = idx + fill
   start, limit, strides, out_shape = [], [], [], []
   dim = 0
   for k in idx:

@@ -1,0 +1,134 @@
+"""One or more cases per primitive: a function applying it, and random float64 arguments.
+
+Shared by the impl, JVP/transpose and batching tests, so every primitive is covered by each.
+`linear` names the argument positions in which the primitive is linear (for the transpose
+identity); `oracle` is an independent numpy formulation of the primitive.
+"""
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+from primc import prims as P
+
+
+@dataclasses.dataclass
+class Case:
+  prim: object
+  fn: Callable
+  make: Callable          # rng -> tuple of arguments
+  oracle: Callable | None = None
+  linear: tuple = ()
+  smooth: bool = True     # differentiable at the sampled points
+  name: str = ""
+
+  def __post_init__(self):
+    self.name = self.name or self.prim.name
+
+
+def normal(*shape):
+  return lambda rng: rng.standard_normal(shape)
+
+
+def positive(*shape):
+  return lambda rng: rng.uniform(0.5, 2.0, shape)
+
+
+def away_from_zero(*shape):
+  return lambda rng: rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 2.0, shape)
+
+
+def args(*makers):
+  return lambda rng: tuple(m(rng) for m in makers)
+
+
+def _scatter_oracle(x, idx, upd):
+  out = x.copy()
+  for k, i in enumerate(idx):
+    out[i] += upd[k]
+  return out
+
+
+def _pad_oracle(x):
+  out = np.zeros((1 + 2 + 3 + 2 * 2, 4 + 1))
+  out[1:8:3, 0:4] = x  # interior padding 2: every third row
+  return out
+
+
+CASES = [
+    Case(P.neg_p, P.neg, args(normal(3, 4)), np.negative, linear=(0,)),
+    Case(P.exp_p, P.exp, args(normal(3, 4)), np.exp),
+    Case(P.log_p, P.log, args(positive(3, 4)), np.log),
+    Case(P.sin_p, P.sin, args(normal(3, 4)), np.sin),
+    Case(P.cos_p, P.cos, args(normal(3, 4)), np.cos),
+    Case(P.tanh_p, P.tanh, args(normal(3, 4)), np.tanh),
+    Case(P.sqrt_p, P.sqrt, args(positive(3, 4)), np.sqrt),
+    Case(P.abs_p, P.abs_, args(away_from_zero(3, 4)), np.abs),
+    Case(P.sign_p, P.sign, args(away_from_zero(3, 4)), np.sign),
+    Case(P.stop_gradient_p, P.stop_gradient, args(normal(3, 4)), lambda x: x),
+    Case(P.add_p, P.add, args(normal(3, 4), normal(3, 4)), np.add, linear=(0, 1)),
+    Case(P.sub_p, P.sub, args(normal(3, 4), normal(3, 4)), np.subtract, linear=(0, 1)),
+    Case(P.mul_p, P.mul, args(normal(3, 4), normal(3, 4)), np.multiply, linear=(0, 1)),
+    Case(P.div_p, P.div, args(normal(3, 4), away_from_zero(3, 4)), np.divide, linear=(0,)),
+    Case(P.pow_p, P.pow_, args(positive(3, 4), normal(3, 4)), np.power),
+    Case(P.max_p, P.max_, args(normal(3, 4), normal(3, 4)), np.maximum),
+    Case(P.min_p, P.min_, args(normal(3, 4), normal(3, 4)), np.minimum),
+    Case(P.eq_p, P.eq, args(normal(3, 4), normal(3, 4)), np.equal),
+    Case(P.ne_p, lambda x, y: P.ne_p.bind(x, y), args(normal(3, 4), normal(3, 4)), np.not_equal),
+    Case(P.lt_p, P.lt, args(normal(3, 4), normal(3, 4)), np.less),
+    Case(P.le_p, lambda x, y: P.le_p.bind(x, y), args(normal(3, 4), normal(3, 4)), np.less_equal),
+    Case(P.gt_p, P.gt, args(normal(3, 4), normal(3, 4)), np.greater),
+    Case(P.ge_p, lambda x, y: P.ge_p.bind(x, y), args(normal(3, 4), normal(3, 4)),
+         np.greater_equal),
+    Case(P.select_p, lambda a, b, c: P.select(P.gt(a, P.zeros(_aval(a))), b, c),
+         args(normal(3, 4), normal(3, 4), normal(3, 4)),
+         lambda a, b, c: np.where(a > 0, b, c), linear=(1, 2)),
+    Case(P.broadcast_in_dim_p, lambda x: P.broadcast_in_dim(x, (2, 3, 4), (1, 2)),
+         args(normal(3, 1)), lambda x: np.broadcast_to(x[None], (2, 3, 4)), linear=(0,)),
+    Case(P.broadcast_in_dim_p, lambda x: P.broadcast_in_dim(x, (3, 2), (0,)),
+         args(normal(3)), lambda x: np.repeat(x[:, None], 2, 1), linear=(0,),
+         name="broadcast_in_dim_new_axis"),
+    Case(P.reshape_p, lambda x: P.reshape(x, (2, 6)), args(normal(3, 4)),
+         lambda x: x.reshape(2, 6), linear=(0,)),
+    Case(P.transpose_p, lambda x: P.transpose(x, (2, 0, 1)), args(normal(2, 3, 4)),
+         lambda x: np.transpose(x, (2, 0, 1)), linear=(0,)),
+    Case(P.slice_p, lambda x: P.slice_(x, (1, 0), (4, 6), (2, 3)), args(normal(5, 6)),
+         lambda x: x[1:4:2, 0:6:3], linear=(0,)),
+    Case(P.pad_p, lambda x: P.pad(x, ((1, 2, 2), (0, 1, 0))), args(normal(3, 4)),
+         _pad_oracle, linear=(0,)),
+    Case(P.concatenate_p, lambda x, y: P.concatenate([x, y], 0), args(normal(2, 3), normal(4, 3)),
+         lambda x, y: np.concatenate([x, y]), linear=(0, 1)),
+    Case(P.gather_p, lambda x: P.gather(x, np.array([[0, 4], [2, 2]], np.int32), 0),
+         args(normal(5, 3)), lambda x: x[np.array([[0, 4], [2, 2]])], linear=(0,)),
+    Case(P.gather_p, lambda x: P.gather(x, np.array([2, 0, 2], np.int32), 1),
+         args(normal(2, 3, 2)), lambda x: x[:, [2, 0, 2]], linear=(0,), name="gather_axis1"),
+    Case(P.scatter_add_p, lambda x, u: P.scatter_add(x, np.array([0, 4, 2, 2], np.int32), u, 0),
+         args(normal(5, 3), normal(4, 3)),
+         lambda x, u: _scatter_oracle(x, [0, 4, 2, 2], u), linear=(0, 1)),
+    Case(P.reduce_sum_p, lambda x: P.reduce_sum(x, (0, 2)), args(normal(3, 4, 5)),
+         lambda x: x.sum((0, 2)), linear=(0,)),
+    Case(P.reduce_max_p, lambda x: P.reduce_max(x, (1,)), args(normal(3, 4)),
+         lambda x: x.max(1)),
+    Case(P.dot_general_p, lambda a, b: P.dot_general(a, b, (((1,), (0,)), ((), ()))),
+         args(normal(3, 4), normal(4, 5)), np.matmul, linear=(0, 1)),
+    Case(P.dot_general_p, lambda a, b: P.dot_general(a, b, (((2,), (1,)), ((0,), (0,)))),
+         args(normal(2, 3, 4), normal(2, 4, 5)), np.matmul, linear=(0, 1), name="dot_batched"),
+    Case(P.dot_general_p, lambda a, b: P.dot_general(a, b, (((0, 2), (2, 1)), ((1,), (0,)))),
+         args(normal(4, 3, 5), normal(3, 5, 4, 2)),
+         lambda a, b: np.einsum("kbm,bmkn->bn", a, b), linear=(0, 1), name="dot_general_mixed"),
+    Case(P.full_p, lambda: P.full((2, 3), 1.5, "float64"), args(),
+         lambda: np.full((2, 3), 1.5)),
+    Case(P.iota_p, lambda: P.iota((2, 3), 1, "int32"), args(),
+         lambda: np.tile(np.arange(3, dtype=np.int32), (2, 1))),
+    Case(P.convert_p, lambda x: P.convert(P.convert(x, "float32"), "float64"),
+         args(normal(3, 4)), lambda x: x.astype(np.float32).astype(np.float64), linear=(0,)),
+]
+
+
+def _aval(x):
+  from primc.trace import aval_of
+  return aval_of(x)
+
+
+def case_id(case):
+  return case.name

@@ -1,0 +1,80 @@
+"""Bad input raises an error naming the op, the shapes/dtypes and the user's file:line."""
+import inspect
+
+import numpy as np
+import pytest
+
+import primc
+import primc.numpy as pnp
+
+F = lambda *s: np.zeros(s, np.float32)
+
+
+def _line():
+  """The caller's line number."""
+  return inspect.currentframe().f_back.f_lineno
+
+
+def test_matmul_shape_mismatch_names_op_shapes_and_line():
+  fn = lambda a, b: pnp.matmul(a, b); line = _line()
+  with pytest.raises(primc.ShapeError) as e:
+    primc.make_program(fn)(F(2, 3), F(2, 3))
+  msg = str(e.value)
+  assert "matmul" in msg and "f32[2,3], f32[2,3]" in msg and f"test_errors.py:{line}" in msg
+
+
+def test_add_shape_mismatch_reports_user_line():
+  fn = lambda a, b: a + b; line = _line()
+  with pytest.raises(primc.ShapeError) as e:
+    primc.make_program(fn)(F(3), F(4))
+  msg = str(e.value)
+  assert "add" in msg and "f32[3], f32[4]" in msg and f"test_errors.py:{line}" in msg
+
+
+def test_bad_reshape():
+  fn = lambda a: a.reshape(4, 2); line = _line()
+  with pytest.raises(primc.ShapeError) as e:
+    primc.make_program(fn)(F(3, 3))
+  msg = str(e.value)
+  assert "reshape" in msg and "f32[3,3]" in msg and f"test_errors.py:{line}" in msg
+
+
+@pytest.mark.parametrize("bad", [np.zeros(3, np.complex64), np.array([object()] * 3),
+                                 np.zeros(3, np.float16)])
+def test_unsupported_dtype(bad):
+  fn = lambda a: pnp.sin(a); line = _line()
+  with pytest.raises(primc.PrimcError) as e:
+    fn(bad)
+  msg = str(e.value)
+  assert "unsupported dtype" in msg and bad.dtype.name in msg and "sin" in msg
+  assert f"test_errors.py:{line}" in msg
+
+
+@pytest.mark.parametrize("bad", ["text", [1.0, 2.0], None])
+def test_non_array_argument(bad):
+  fn = lambda a: pnp.tanh(a); line = _line()
+  with pytest.raises(primc.PrimcError) as e:
+    fn(bad)
+  msg = str(e.value)
+  assert "tanh" in msg and "expected an array" in msg and f"test_errors.py:{line}" in msg
+
+
+def test_non_array_argument_to_make_program():
+  with pytest.raises(primc.PrimcError, match="expected an array argument, got str"):
+    primc.make_program(lambda a: a)("text")
+
+
+def test_data_dependent_python_control_flow_is_a_clear_error():
+  def f(x):
+    if x.sum() > 0:
+      return x
+    return -x
+  with pytest.raises(primc.PrimcError, match="truth value of a traced array"):
+    primc.make_program(f)(F(3))
+
+
+def test_escaped_tracer_is_a_clear_error():
+  leaked = []
+  primc.make_program(lambda x: leaked.append(x) or x)(F(2))
+  with pytest.raises(primc.PrimcError, match="escaped"):
+    primc.make_program(lambda y: y + leaked[0])(F(2))
