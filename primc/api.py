@@ -76,6 +76,12 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   def value_and_grad_fn(*args):
     nums = _argnums(argnums, len(args))
     program, leaves, captured, _, out_tree = _trace(fun, args)
+    owners = _leaf_owners(args)
+    wrt = [o in nums for o in owners] + [False] * len(captured)
+    for o, leaf in zip(owners, leaves):
+      if o in nums and not aval_of(leaf).is_float:
+        raise PrimcError(f"grad with respect to argument {o} of dtype {aval_of(leaf).dtype}: "
+                         f"only float inputs can be differentiated, at {user_source()}")
     value_idx, aux_idx = _split_aux(out_tree, has_aux, "grad")
     if not isinstance(value_idx, int):
       raise PrimcError("grad needs a function with one array output (use jacrev for several)")
@@ -83,12 +89,6 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
     if value_aval.size != 1 or not value_aval.is_float:
       raise PrimcError(f"grad needs a function with a one-element float output, got "
                        f"{value_aval} (use vjp, jacrev or primc.autograd.grad), at {user_source()}")
-    owners = _leaf_owners(args)
-    wrt = [o in nums for o in owners] + [False] * len(captured)
-    for o, leaf in zip(owners, leaves):
-      if o in nums and not aval_of(leaf).is_float:
-        raise PrimcError(f"grad with respect to argument {o} of dtype {aval_of(leaf).dtype}: "
-                         f"only float inputs can be differentiated, at {user_source()}")
     ct_mask = [i == value_idx for i in range(len(program.outputs))]
     vjp_p = ad.vjp_program(program, wrt, ct_mask)
     one = np.ones(value_aval.shape, value_aval.dtype)

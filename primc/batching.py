@@ -65,6 +65,11 @@ batch_rules[P.reduce_max_p] = lambda args, dims, *, axes: (
     P.reduce_max(args[0], tuple(a + 1 for a in axes)), 0)
 
 
+# No operands, so never batched: the rule just re-binds (the registry asks every primitive).
+batch_rules[P.full_p] = lambda args, dims, **params: (P.full_p.bind(**params), None)
+batch_rules[P.iota_p] = lambda args, dims, **params: (P.iota_p.bind(**params), None)
+
+
 def _concatenate_rule(args, dims, *, dimension):
   n = _size(args, dims)
   return P.concatenate([materialize(x, d, n) for x, d in zip(args, dims)], dimension + 1), 0

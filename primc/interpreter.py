@@ -33,7 +33,7 @@ def interpret(program: Program, *args) -> list[np.ndarray]:
     return a.value if isinstance(a, Lit) else env[a]
 
   for eqn in program.eqns:
-    out = impl_rules[eqn.prim](*map(read, eqn.inputs), **eqn.kw)
+    out = np.asarray(impl_rules[eqn.prim](*map(read, eqn.inputs), **eqn.kw))
     (v,) = eqn.outputs
     assert v not in env, f"{eqn.prim.name}: variable assigned twice"
     assert out.shape == v.aval.shape and out.dtype.name == v.aval.dtype, (

@@ -159,7 +159,7 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
   except ShapeError as e:
     raise locate(e, f"{_describe(prim, avals, params)}: {e}") from None
   if not _state.builders:
-    out = impl_rules[prim](*args, **params)
+    out = np.asarray(impl_rules[prim](*args, **params))  # numpy gives scalars for 0-d
     assert out.shape == out_aval.shape and out.dtype.name == out_aval.dtype, (
         prim, out.shape, out.dtype, out_aval)
     return out
@@ -239,12 +239,12 @@ def as_array(x):
       raise locate(PrimcError(), f"unsupported dtype {x.dtype.name} for an array of shape "
                    f"{x.shape} (primc supports {', '.join(SUPPORTED_DTYPES)})")
     return x
+  if isinstance(x, np.generic):  # before float: np.float64 is a subclass of float
+    return as_array(np.asarray(x))
   if isinstance(x, bool):
     return np.asarray(x)
   if isinstance(x, int):
     return np.asarray(x, np.int32)
   if isinstance(x, float):
     return np.asarray(x, np.float32)
-  if isinstance(x, np.generic):
-    return np.asarray(x)
   raise locate(PrimcError(), f"expected an array argument, got {type(x).__name__} ({x!r:.60})")

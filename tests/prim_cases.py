@@ -19,7 +19,8 @@ class Case:
   make: Callable          # rng -> tuple of arguments
   oracle: Callable | None = None
   linear: tuple = ()
-  smooth: bool = True     # differentiable at the sampled points
+  bilinear: bool = False  # linear in each of `linear` separately (mul, dot_general)
+  eps: float = 1e-6       # finite-difference step
   name: str = ""
 
   def __post_init__(self):
@@ -68,7 +69,7 @@ CASES = [
     Case(P.stop_gradient_p, P.stop_gradient, args(normal(3, 4)), lambda x: x),
     Case(P.add_p, P.add, args(normal(3, 4), normal(3, 4)), np.add, linear=(0, 1)),
     Case(P.sub_p, P.sub, args(normal(3, 4), normal(3, 4)), np.subtract, linear=(0, 1)),
-    Case(P.mul_p, P.mul, args(normal(3, 4), normal(3, 4)), np.multiply, linear=(0, 1)),
+    Case(P.mul_p, P.mul, args(normal(3, 4), normal(3, 4)), np.multiply, linear=(0, 1), bilinear=True),
     Case(P.div_p, P.div, args(normal(3, 4), away_from_zero(3, 4)), np.divide, linear=(0,)),
     Case(P.pow_p, P.pow_, args(positive(3, 4), normal(3, 4)), np.power),
     Case(P.max_p, P.max_, args(normal(3, 4), normal(3, 4)), np.maximum),
@@ -110,18 +111,18 @@ CASES = [
     Case(P.reduce_max_p, lambda x: P.reduce_max(x, (1,)), args(normal(3, 4)),
          lambda x: x.max(1)),
     Case(P.dot_general_p, lambda a, b: P.dot_general(a, b, (((1,), (0,)), ((), ()))),
-         args(normal(3, 4), normal(4, 5)), np.matmul, linear=(0, 1)),
+         args(normal(3, 4), normal(4, 5)), np.matmul, linear=(0, 1), bilinear=True),
     Case(P.dot_general_p, lambda a, b: P.dot_general(a, b, (((2,), (1,)), ((0,), (0,)))),
-         args(normal(2, 3, 4), normal(2, 4, 5)), np.matmul, linear=(0, 1), name="dot_batched"),
+         args(normal(2, 3, 4), normal(2, 4, 5)), np.matmul, linear=(0, 1), bilinear=True, name="dot_batched"),
     Case(P.dot_general_p, lambda a, b: P.dot_general(a, b, (((0, 2), (2, 1)), ((1,), (0,)))),
          args(normal(4, 3, 5), normal(3, 5, 4, 2)),
-         lambda a, b: np.einsum("kbm,bmkn->bn", a, b), linear=(0, 1), name="dot_general_mixed"),
+         lambda a, b: np.einsum("kbm,bmkn->bn", a, b), linear=(0, 1), bilinear=True, name="dot_general_mixed"),
     Case(P.full_p, lambda: P.full((2, 3), 1.5, "float64"), args(),
          lambda: np.full((2, 3), 1.5)),
     Case(P.iota_p, lambda: P.iota((2, 3), 1, "int32"), args(),
          lambda: np.tile(np.arange(3, dtype=np.int32), (2, 1))),
     Case(P.convert_p, lambda x: P.convert(P.convert(x, "float32"), "float64"),
-         args(normal(3, 4)), lambda x: x.astype(np.float32).astype(np.float64), linear=(0,)),
+         args(normal(3, 4)), lambda x: x.astype(np.float32).astype(np.float64), linear=(0,), eps=1e-2),
 ]
 
 
