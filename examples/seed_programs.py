@@ -30,3 +30,30 @@ def mynet_loss(x, weight, bias):
   grad1 = lambda x: primc.grad(y)(x)
   grad2 = primc.grad(lambda x: grad1(x).sum())(x)
   return pnp.norm(grad2, p=2)
+
+
+def adam_update(param, grad, m, v, step, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8):
+  """One Adam step (Kingma & Ba), as in Paddle's Adam: returns (param, m, v)."""
+  m = beta1 * m + (1 - beta1) * grad
+  v = beta2 * v + (1 - beta2) * grad * grad
+  m_hat = m / (1 - beta1 ** step)
+  v_hat = v / (1 - beta2 ** step)
+  return param - lr * m_hat / (pnp.sqrt(v_hat) + eps), m, v
+
+
+def mynet_train_step(x, weight, bias, m_w, v_w, m_b, v_b, step):
+  """The seed's training step: loss, its gradient wrt (W, b), and an Adam update."""
+  loss, (g_w, g_b) = primc.value_and_grad(
+      lambda w, b: mynet_loss(x, w, b), argnums=(0, 1))(weight, bias)
+  weight, m_w, v_w = adam_update(weight, g_w, m_w, v_w, step)
+  bias, m_b, v_b = adam_update(bias, g_b, m_b, v_b, step)
+  return loss, weight, bias, m_w, v_w, m_b, v_b
+
+
+def mlp_loss(params, x):
+  """A tanh MLP with a squared-norm loss (params: list of (W, b))."""
+  h = x
+  for w, b in params[:-1]:
+    h = pnp.tanh(h @ w + b)
+  w, b = params[-1]
+  return pnp.mean((h @ w + b) ** 2)

@@ -1,5 +1,12 @@
-"""Optimization passes over primc programs: each a pure `Program -> Program` function.
+"""Optimization passes over primc programs, each a pure `Program -> Program` function.
 
-This stage is filled by the passes work (simplify, CSE, DCE, fusion); it depends only on
-`primc`'s IR.
+  optimize(program)   simplify · CSE · DCE to a fixed point (passes.pipeline)
+  fuse(program)       group equations into regions codegen emits as one loop nest each
+
+Passes depend only on `primc`'s IR and rule tables; they never mutate their input.
 """
+from passes.cse import cse
+from passes.dce import dce
+from passes.fusion import FusedProgram, fuse, fusion_blocker, region_p
+from passes.pipeline import PIPELINE, equation_counts, optimize
+from passes.simplify import simplify

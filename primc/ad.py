@@ -270,29 +270,40 @@ defjvp(P.reduce_max_p, _reduce_max_jvp)
 
 
 def _dot_transpose_lhs(ct, x_aval, y, dimension_numbers):
+  """Cotangent of the lhs: contract ct's rhs-free dims with y's free dims, batch with
+  batch; the result comes out as (batch, x_free, x_contracting) and is permuted into x's
+  layout (no permutation at all for a plain matmul)."""
   (lc, rc), (lb, rb) = dimension_numbers
-  y_nd = aval_of(y).ndim
-  x_free = P._dot_free(len(x_aval.shape), lc, lb)
-  y_free = P._dot_free(y_nd, rc, rb)
+  nx = len(x_aval.shape)
+  x_free = P._dot_free(nx, lc, lb)
+  y_free = P._dot_free(aval_of(y).ndim, rc, rb)
   nb, nxf = len(lb), len(x_free)
   ct_yfree = tuple(range(nb + nxf, nb + nxf + len(y_free)))
   out = P.dot_general(ct, y, ((ct_yfree, tuple(y_free)), (tuple(range(nb)), rb)))
-  y_rest = sorted(rc)  # out dims: batch, x_free, then y's contracting dims in order
+  y_rest = sorted(rc)  # y's dims left in `out`, in order: each pairs with one of lc
   pos = {d: i for i, d in enumerate(lb)}
   pos.update({d: nb + i for i, d in enumerate(x_free)})
   pos.update({dx: nb + nxf + y_rest.index(dy) for dx, dy in zip(lc, rc)})
-  perm = [pos[d] for d in range(len(x_aval.shape))]
+  perm = [pos[d] for d in range(nx)]
   return P.transpose(out, perm) if perm != sorted(perm) else out
 
 
 def _dot_transpose_rhs(ct, x, y_aval, dimension_numbers):
+  """Cotangent of the rhs: contract x's free dims with ct's lhs-free dims; the result
+  comes out as (batch, y_contracting, y_free) and is permuted into y's layout."""
   (lc, rc), (lb, rb) = dimension_numbers
-  nb = len(lb)
-  nxf = len(P._dot_free(aval_of(x).ndim, lc, lb))
-  nyf = len(P._dot_free(len(y_aval.shape), rc, rb))
-  perm = list(range(nb)) + list(range(nb + nxf, nb + nxf + nyf)) + list(range(nb, nb + nxf))
-  ct = P.transpose(ct, perm) if perm != sorted(perm) else ct
-  return _dot_transpose_lhs(ct, y_aval, x, ((rc, lc), (rb, lb)))
+  ny = len(y_aval.shape)
+  x_free = P._dot_free(aval_of(x).ndim, lc, lb)
+  y_free = P._dot_free(ny, rc, rb)
+  nb, nxf = len(lb), len(x_free)
+  ct_xfree = tuple(range(nb, nb + nxf))
+  out = P.dot_general(x, ct, ((tuple(x_free), ct_xfree), (lb, tuple(range(nb)))))
+  x_rest = sorted(lc)  # x's dims left in `out`, in order: each pairs with one of rc
+  pos = {d: i for i, d in enumerate(rb)}
+  pos.update({dy: nb + x_rest.index(dx) for dx, dy in zip(lc, rc)})
+  pos.update({d: nb + len(lc) + i for i, d in enumerate(y_free)})
+  perm = [pos[d] for d in range(ny)]
+  return P.transpose(out, perm) if perm != sorted(perm) else out
 
 
 defbilinear(P.dot_general_p,

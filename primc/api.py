@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from primc import ad, batching
+from primc.compile import optimize
 from primc import numpy as pnp
 from primc import prims as P
 from primc.core import PrimcError, Program, ShapedArray
@@ -31,7 +32,7 @@ def _trace(fn: Callable, args: Sequence) -> tuple[Program, list, list, Any, Any]
     return fn(*tree_unflatten(in_tree, xs))
 
   program, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves])
-  return program, leaves, captured, in_tree, out_tree
+  return optimize(program), leaves, captured, in_tree, out_tree
 
 
 def _argnums(argnums, nargs) -> tuple[int, ...]:
@@ -90,7 +91,7 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
       raise PrimcError(f"grad needs a function with a one-element float output, got "
                        f"{value_aval} (use vjp, jacrev or primc.autograd.grad), at {user_source()}")
     ct_mask = [i == value_idx for i in range(len(program.outputs))]
-    vjp_p = ad.vjp_program(program, wrt, ct_mask)
+    vjp_p = optimize(ad.vjp_program(program, wrt, ct_mask))
     one = np.ones(value_aval.shape, value_aval.dtype)
     res = eval_program(vjp_p, *leaves, *captured, one)
     outs, cts = res[:len(program.outputs)], iter(res[len(program.outputs):])
@@ -132,7 +133,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence):
     if aval_of(x).shape != aval_of(t).shape:
       raise PrimcError(f"jvp: tangent {aval_of(t)} does not match primal {aval_of(x)}")
   wrt = [aval_of(x).is_float for x in leaves] + [False] * len(captured)
-  jvp_p = ad.jvp_program(program, wrt)
+  jvp_p = optimize(ad.jvp_program(program, wrt))
   ts = [pnp.asarray(t, aval_of(x).dtype) for x, t in zip(leaves, t_leaves) if aval_of(x).is_float]
   res = eval_program(jvp_p, *leaves, *captured, *ts)
   n_out = len(program.outputs)
@@ -146,6 +147,7 @@ def _linearized(fun, primals, has_aux, what):
   out_idx, aux_idx = _split_aux(out_tree, has_aux, what)
   wrt = [aval_of(x).is_float for x in leaves] + [False] * len(captured)
   primal_p, linear_p = ad.linearize_program(program, wrt)
+  primal_p, linear_p = optimize(primal_p), optimize(linear_p)
   res = eval_program(primal_p, *leaves, *captured)
   n_out = len(program.outputs)
   return program, leaves, in_tree, out_idx, aux_idx, res[:n_out], res[n_out:], linear_p
@@ -163,7 +165,8 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
   linear = Program(linear_p.inputs, linear_p.eqns, tuple(linear_p.outputs[lin_pos[i]]
                                                          for i in chosen))
   n_res = len(res)
-  transposed = ad.transpose_program(linear, [False] * n_res + [True] * (len(linear.inputs) - n_res))
+  transposed = optimize(ad.transpose_program(linear, [False] * n_res + [True] * (
+      len(linear.inputs) - n_res)))
   float_in = [aval_of(x).is_float for x in leaves]
 
   def vjp_fn(ct):
@@ -245,7 +248,8 @@ def vmap(fun: Callable, in_axes=0, out_axes=0) -> Callable:
       return fun(*tree_unflatten(in_tree, xs))
 
     program, captured, out_tree = trace_flat(flat_fn, avals)
-    batched = batching.batch_program(program, list(dims) + [False] * len(captured), size)
+    batched = optimize(batching.batch_program(optimize(program), list(dims) + [False] * len(
+        captured), size))
     outs = eval_program(batched, *leaves, *captured)
     outs = [batching.moveaxis(o, 0, out_axes % aval_of(o).ndim) for o in outs]
     return tree_unflatten(out_tree, outs)

@@ -89,8 +89,9 @@ Atom = Union[Var, Lit]
 class Primitive:
   """A primitive operator is a name; its rules live in tables owned by the stages."""
 
-  def __init__(self, name: str):
+  def __init__(self, name: str, multiple_results: bool = False):
     self.name = name
+    self.multiple_results = multiple_results
 
   def __repr__(self):
     return self.name
@@ -187,11 +188,14 @@ def pp_program(program: Program, indent: int = 0) -> str:
   lines = [f"{pad}{{ lambda {ins} ."]
   for i, eqn in enumerate(program.eqns):
     outs = " ".join(f"{name(v)}:{v.aval}" for v in eqn.outputs)
-    params = ", ".join(f"{k}={pp_param(v)}" for k, v in eqn.params)
+    params = ", ".join(f"{k}={pp_param(v)}" for k, v in eqn.params if not isinstance(v, Program))
     head = f"{eqn.prim.name}[{params}]" if params else eqn.prim.name
     args = " ".join(atom(a) for a in eqn.inputs)
     kw = "let " if i == 0 else "    "
     lines.append(f"{pad}  {kw}{outs} = {head} {args}".rstrip())
+    for v in eqn.params:
+      if isinstance(v[1], Program):  # a fused region prints like a program
+        lines.append(pp_program(v[1], indent + 8))
   outs = " ".join(atom(a) for a in program.outputs)
   lines.append(f"{pad}  in ( {outs} ) }}")
   return "\n".join(lines)

@@ -33,10 +33,11 @@ def interpret(program: Program, *args) -> list[np.ndarray]:
     return a.value if isinstance(a, Lit) else env[a]
 
   for eqn in program.eqns:
-    out = np.asarray(impl_rules[eqn.prim](*map(read, eqn.inputs), **eqn.kw))
-    (v,) = eqn.outputs
-    assert v not in env, f"{eqn.prim.name}: variable assigned twice"
-    assert out.shape == v.aval.shape and out.dtype.name == v.aval.dtype, (
-        f"{eqn.prim.name}: impl gave {out.dtype.name}{list(out.shape)}, expected {v.aval}")
-    env[v] = out
+    out = impl_rules[eqn.prim](*map(read, eqn.inputs), **eqn.kw)
+    outs = [np.asarray(o) for o in out] if eqn.prim.multiple_results else [np.asarray(out)]
+    for v, o in zip(eqn.outputs, outs, strict=True):
+      assert v not in env, f"{eqn.prim.name}: variable assigned twice"
+      assert o.shape == v.aval.shape and o.dtype.name == v.aval.dtype, (
+          f"{eqn.prim.name}: impl gave {o.dtype.name}{list(o.shape)}, expected {v.aval}")
+      env[v] = o
   return [np.asarray(read(a)) for a in program.outputs]

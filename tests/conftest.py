@@ -1,5 +1,9 @@
+import os
+
 import numpy as np
 import pytest
+
+os.environ.setdefault("PRIMC_CHECKS", "1")  # typecheck after every pass, always in tests
 
 
 @pytest.fixture

@@ -1,0 +1,187 @@
+"""fusion: partitions a program into regions, each a sub-program that codegen emits as one
+kernel.
+
+Region kinds:
+  loop    elementwise ops over one iteration domain (a shape), index maps (broadcast,
+          reshape, transpose, slice, pad, concatenate) applied to values the region reads
+          from memory, and reductions over the domain at the end; several outputs.
+  dot     one dot_general, plus an epilogue over its output: elementwise ops and
+          reductions at the end (no prologue: operands are read from memory).
+  gather  one gather or scatter_add.
+
+Legality (`fusion_blocker`) is kept apart from the placement policy (`fuse`): equations
+are placed greedily in program order into the latest legal region, trying the region of
+their producers first (vertical fusion), then later regions of the same domain
+(horizontal fusion of siblings). Work is never duplicated, except constants (splats,
+`full`, `iota`), which are recomputed in each region that reads them. Every region
+boundary keeps its reason (`FusedProgram.reasons`; logged at DEBUG on `primc.fusion`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from primc import prims as P
+from primc.core import (Eqn, Lit, Primitive, Program, Var, abstract_rules, impl_rules,
+                        make_params)
+from primc.interpreter import interpret
+from passes.dce import dce, dce_rules
+from passes.simplify import ELEMENTWISE
+
+log = logging.getLogger("primc.fusion")
+
+region_p = Primitive("region", multiple_results=True)
+abstract_rules[region_p] = lambda *avals, program, kind: tuple(program.out_avals)
+impl_rules[region_p] = lambda *xs, program, kind: interpret(program, *xs)
+
+
+def _prune_region(eqn: Eqn, used: list[bool]) -> Eqn:
+  sub = eqn.kw["program"]
+  outs = tuple(a for a, u in zip(sub.outputs, used) if u)
+  sub = dce(Program(sub.inputs, sub.eqns, outs))
+  live = {a for e in sub.eqns for a in e.inputs} | set(outs)
+  keep = [i for i, v in enumerate(sub.inputs) if v in live]
+  sub = Program(tuple(sub.inputs[i] for i in keep), sub.eqns, sub.outputs)
+  return Eqn(region_p, tuple(eqn.inputs[i] for i in keep),
+             make_params({"program": sub, "kind": eqn.kw["kind"]}),
+             tuple(v for v, u in zip(eqn.outputs, used) if u), eqn.source)
+
+
+dce_rules[region_p] = _prune_region
+
+GENERATORS = {P.full_p, P.iota_p}
+INDEX_MAPS = {P.broadcast_in_dim_p, P.reshape_p, P.transpose_p, P.slice_p, P.pad_p,
+              P.concatenate_p}
+REDUCTIONS = {P.reduce_sum_p, P.reduce_max_p}
+OPAQUE = {P.dot_general_p: "dot", P.gather_p: "gather", P.scatter_add_p: "gather"}
+MAX_REGION_EQNS = 400  # profitability: very large kernels compile slowly
+
+
+def domain(eqn: Eqn) -> tuple[int, ...]:
+  """The iteration space of an equation's loop: a reduction iterates over its operand."""
+  if eqn.prim in REDUCTIONS:
+    return eqn.inputs[0].aval.shape
+  return eqn.outputs[0].aval.shape
+
+
+@dataclasses.dataclass
+class _Region:
+  index: int
+  kind: str
+  domain: tuple[int, ...]
+  eqns: list
+  defined: set
+  reduced: set
+
+
+def fusion_blocker(region: _Region, eqn: Eqn) -> str | None:
+  """Why `eqn` may not join `region` (None if it may)."""
+  name = eqn.prim.name
+  if eqn.prim in OPAQUE:
+    return f"{name} gets a region of its own"
+  if region.kind == "gather":
+    return f"a {region.eqns[0].prim.name} region holds nothing else"
+  if len(region.eqns) >= MAX_REGION_EQNS:
+    return f"region is at its size limit ({MAX_REGION_EQNS} equations)"
+  if domain(eqn) != region.domain:
+    return f"{name} iterates over {list(domain(eqn))}, the region over {list(region.domain)}"
+  inside = [a for a in eqn.inputs if isinstance(a, Var) and a in region.defined]
+  if region.kind == "dot":
+    if eqn.prim not in ELEMENTWISE and eqn.prim not in REDUCTIONS:
+      return f"only an elementwise epilogue can join a dot_general region, not {name}"
+    if not inside:
+      return f"{name} does not read the dot_general's result"
+  for a in inside:
+    if a in region.reduced:
+      return f"{name} reads a reduction computed in the region: reductions end a region"
+    if eqn.prim in INDEX_MAPS:
+      return f"{name} of a value computed in the region would recompute it at other indices"
+  return None
+
+
+def _is_constant(eqn: Eqn) -> bool:
+  return eqn.prim in GENERATORS or (
+      eqn.prim is P.broadcast_in_dim_p and isinstance(eqn.inputs[0], Lit))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FusedProgram(Program):
+  """A program whose equations are `region` equations; prints its regions as programs."""
+  reasons: tuple[str, ...] = ()
+
+  @property
+  def regions(self) -> tuple[Program, ...]:
+    return tuple(e.kw["program"] for e in self.eqns)
+
+  @property
+  def region_kinds(self) -> tuple[str, ...]:
+    return tuple(e.kw["kind"] for e in self.eqns)
+
+
+def _place(program: Program) -> tuple[list[_Region], list[str]]:
+  regions: list[_Region] = []
+  where: dict[Var, int] = {}
+  reasons: list[str] = []
+  for eqn in program.eqns:
+    producers = [where[a] for a in eqn.inputs if isinstance(a, Var) and a in where]
+    lo = max(producers, default=0)
+    candidates = ([lo] if producers else []) + list(range(len(regions) - 1, lo - 1, -1))
+    why = []
+    chosen = None
+    for k in dict.fromkeys(candidates):
+      if k >= len(regions):
+        continue
+      blocker = fusion_blocker(regions[k], eqn)
+      if blocker is None:
+        chosen = regions[k]
+        break
+      why.append(f"region {k}: {blocker}")
+    if chosen is None:
+      chosen = _Region(len(regions), OPAQUE.get(eqn.prim, "loop"), domain(eqn), [], set(), set())
+      regions.append(chosen)
+      reason = why[0] if why else "the first region"
+      reasons.append(f"region {chosen.index} ({eqn.prim.name} over {list(chosen.domain)}): "
+                     f"{reason}")
+      log.debug(reasons[-1])
+    chosen.eqns.append(eqn)
+    chosen.defined.update(eqn.outputs)
+    if eqn.prim in REDUCTIONS:
+      chosen.reduced.update(eqn.outputs)
+    for v in eqn.outputs:
+      where[v] = chosen.index
+  return regions, reasons
+
+
+def fuse(program: Program) -> FusedProgram:
+  """Partitions `program` into fused regions.
+
+  Returns:
+    a FusedProgram with the same inputs and outputs whose equations are regions in
+    execution order; `.regions` are their sub-programs, `.reasons` why each region starts.
+  """
+  regions, reasons = _place(program)
+  defs = {v: e for e in program.eqns for v in e.outputs}
+  used_later: set[Var] = {a for a in program.outputs if isinstance(a, Var)}
+  for r in regions:
+    for e in r.eqns:
+      used_later.update(a for a in e.inputs if isinstance(a, Var) and a not in r.defined)
+  eqns = []
+  for r in regions:
+    body, imported, copied = [], [], set()
+    for e in r.eqns:
+      for a in e.inputs:
+        if not isinstance(a, Var) or a in r.defined or a in copied or a in imported:
+          continue
+        producer = defs.get(a)
+        if producer is not None and _is_constant(producer) and e.prim not in INDEX_MAPS:
+          body.append(producer)  # recompute constants instead of reading them from memory
+          copied.add(a)
+        else:
+          imported.append(a)
+      body.append(e)
+    outs = tuple(v for e in r.eqns for v in e.outputs if v in used_later)
+    sub = dce(Program(tuple(imported), tuple(body), outs))
+    eqns.append(Eqn(region_p, tuple(imported), make_params({"program": sub, "kind": r.kind}),
+                    outs))
+  fused = dce(Program(program.inputs, tuple(eqns), program.outputs))
+  return FusedProgram(fused.inputs, fused.eqns, fused.outputs, tuple(reasons))

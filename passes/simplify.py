@@ -1,0 +1,242 @@
+"""simplify: constant folding and algebraic identities, as one-line table rows.
+
+Every rule is an identity of the values *and* of their derivatives, because programs are
+optimized between autodiff transforms; so `stop_gradient` is kept (codegen lowers it to
+the identity).
+
+NaN/inf policy: by default no rewrite changes a NaN or inf result (IEEE-safe); the sign of
+a zero result may change (`x + 0 -> x` maps -0 + 0 = +0 to -0). `fast=True` also allows
+rewrites that are wrong only for NaN/inf operands: `x * 0 -> 0`, `x - x -> 0`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from primc import prims as P
+from primc.core import Lit, Program, impl_rules
+from passes.rewrite import Rewriter
+
+ELEMENTWISE = {P.neg_p, P.exp_p, P.log_p, P.sin_p, P.cos_p, P.tanh_p, P.sqrt_p, P.abs_p,
+               P.sign_p, P.stop_gradient_p, P.add_p, P.sub_p, P.mul_p, P.div_p, P.pow_p,
+               P.max_p, P.min_p, P.eq_p, P.ne_p, P.lt_p, P.le_p, P.gt_p, P.ge_p, P.select_p,
+               P.convert_p}
+FOLD_LIMIT = 64  # literal-only results up to this many elements become literals
+
+
+def splat(r: Rewriter, value, aval):
+  """A constant of `aval` with every element `value` (a broadcast scalar literal)."""
+  lit = Lit.of(np.asarray(value, aval.dtype))
+  return lit if aval.shape == () else r.emit(P.broadcast_in_dim_p, [lit], shape=aval.shape,
+                                             broadcast_dimensions=())
+
+
+def compose_broadcast(r, x, *, shape, broadcast_dimensions):
+  inner = r.producer(x, "broadcast_in_dim")
+  if inner is None:
+    return None
+  dims = tuple(broadcast_dimensions[d] for d in inner.kw["broadcast_dimensions"])
+  return r.emit(P.broadcast_in_dim_p, [inner.inputs[0]], shape=shape, broadcast_dimensions=dims)
+
+
+def compose_reshape(r, x, *, new_sizes):
+  inner = r.producer(x, "reshape")
+  return None if inner is None else r.emit(P.reshape_p, [inner.inputs[0]], new_sizes=new_sizes)
+
+
+def compose_transpose(r, x, *, permutation):
+  inner = r.producer(x, "transpose")
+  if inner is None:
+    return None
+  p1 = inner.kw["permutation"]
+  return r.emit(P.transpose_p, [inner.inputs[0]], permutation=tuple(p1[i] for i in permutation))
+
+
+def sum_of_broadcast(r, x, *, axes):
+  # sum over axes that a broadcast created = the operand times their count (NaN/inf-safe)
+  inner = r.producer(x, "broadcast_in_dim")
+  if inner is None or set(axes) & set(inner.kw["broadcast_dimensions"]):
+    return None
+  shape = inner.kw["shape"]
+  operand = inner.inputs[0]
+  kept = [d for d in range(len(shape)) if d not in axes]
+  dims = tuple(kept.index(d) for d in inner.kw["broadcast_dimensions"])
+  out_shape = tuple(shape[d] for d in kept)
+  y = operand if r.read(operand).aval.shape == out_shape and dims == tuple(range(len(dims))) \
+      else r.emit(P.broadcast_in_dim_p, [operand], shape=out_shape, broadcast_dimensions=dims)
+  count = int(np.prod([shape[a] for a in axes]))
+  return y if count == 1 else r.emit(P.mul_p, [y, splat(r, count, r.read(y).aval)])
+
+
+def dot_of_transpose(r, x, y, *, dimension_numbers):
+  """dot_general(transpose(a), b) reads `a` directly with permuted dimension numbers,
+  when the permutation keeps the order of the free dims (so the output is unchanged)."""
+  (lc, rc), (lb, rb) = dimension_numbers
+  for side in (0, 1):
+    t = r.producer((x, y)[side], "transpose")
+    if t is None:
+      continue
+    perm = t.kw["permutation"]
+    contract, batch = (lc, lb) if side == 0 else (rc, rb)
+    free = P._dot_free(len(perm), contract, batch)
+    if [perm[d] for d in free] != sorted(perm[d] for d in free):
+      continue
+    new = (tuple(perm[d] for d in contract), tuple(perm[d] for d in batch))
+    dn = ((new[0], rc), (new[1], rb)) if side == 0 else ((lc, new[0]), (lb, new[1]))
+    args = [t.inputs[0], y] if side == 0 else [x, t.inputs[0]]
+    return r.emit(P.dot_general_p, args, dimension_numbers=dn)
+  return None
+
+
+def transpose_of_dot(r, x, *, permutation):
+  """transpose(dot_general(a, b)) that swaps the lhs-free and rhs-free blocks is
+  dot_general(b, a)."""
+  d = r.producer(x, "dot_general")
+  if d is None:
+    return None
+  (lc, rc), (lb, rb) = d.kw["dimension_numbers"]
+  a, b = d.inputs
+  nb = len(lb)
+  na = len(P._dot_free(r.read(a).aval.ndim, lc, lb))
+  nf = len(permutation) - nb - na
+  swapped = tuple(range(nb)) + tuple(range(nb + na, nb + na + nf)) + tuple(range(nb, nb + na))
+  if permutation != swapped:
+    return None
+  return r.emit(P.dot_general_p, [b, a], dimension_numbers=((rc, lc), (rb, lb)))
+
+
+def int_pow(r, x, y):
+  k = r.splat(y)
+  if k is None or k not in (0, 1, 2, 3, -1):
+    return None
+  aval = r.read(x).aval
+  if k == 0:  # pow(x, 0) = 1 for every x, NaN included
+    return splat(r, 1, aval)
+  if k == 1:
+    return x
+  if k == -1:
+    return r.emit(P.div_p, [splat(r, 1, aval), x])
+  sq = r.emit(P.mul_p, [x, x])
+  return sq if k == 2 else r.emit(P.mul_p, [sq, x])
+
+
+def fold_splats(r, eqn):
+  """An elementwise op of constants is a constant."""
+  if eqn.prim not in ELEMENTWISE or not eqn.inputs:
+    return None
+  values = [r.splat(a) for a in eqn.inputs]
+  if any(v is None for v in values):
+    return None
+  scalars = [np.asarray(v, r.read(a).aval.dtype) for v, a in zip(values, eqn.inputs)]
+  with np.errstate(all="ignore"):
+    value = np.asarray(impl_rules[eqn.prim](*scalars, **eqn.kw))
+  return splat(r, value[()], eqn.outputs[0].aval)
+
+
+def fold_literals(r, eqn):
+  if not eqn.inputs or not all(isinstance(r.read(a), Lit) for a in eqn.inputs):
+    return None
+  if eqn.outputs[0].aval.size > FOLD_LIMIT or eqn.prim.multiple_results:
+    return None
+  with np.errstate(all="ignore"):
+    value = impl_rules[eqn.prim](*(r.read(a).value for a in eqn.inputs), **eqn.kw)
+  return Lit.of(np.asarray(value, eqn.outputs[0].aval.dtype))
+
+
+def _neg_of(r, a):
+  e = r.producer(a, "neg")
+  return None if e is None else e.inputs[0]
+
+
+# (primitive, rule): rule(rewriter, *inputs, **params) -> replacement atom or None.
+RULES = [
+    (P.add_p, lambda r, x, y: x if r.is_splat(y, 0) else None),
+    (P.add_p, lambda r, x, y: y if r.is_splat(x, 0) else None),
+    (P.add_p, lambda r, x, y: r.emit(P.sub_p, [x, _neg_of(r, y)]) if _neg_of(r, y) else None),
+    (P.add_p, lambda r, x, y: r.emit(P.sub_p, [y, _neg_of(r, x)]) if _neg_of(r, x) else None),
+    (P.sub_p, lambda r, x, y: x if r.is_splat(y, 0) else None),
+    (P.sub_p, lambda r, x, y: r.emit(P.neg_p, [y]) if r.is_splat(x, 0) else None),
+    (P.sub_p, lambda r, x, y: r.emit(P.add_p, [x, _neg_of(r, y)]) if _neg_of(r, y) else None),
+    (P.mul_p, lambda r, x, y: x if r.is_splat(y, 1) else None),
+    (P.mul_p, lambda r, x, y: y if r.is_splat(x, 1) else None),
+    (P.mul_p, lambda r, x, y: r.emit(P.neg_p, [x]) if r.is_splat(y, -1) else None),
+    (P.mul_p, lambda r, x, y: r.emit(P.neg_p, [y]) if r.is_splat(x, -1) else None),
+    (P.mul_p, lambda r, x, y: r.emit(P.mul_p, [_neg_of(r, x), _neg_of(r, y)])
+     if _neg_of(r, x) and _neg_of(r, y) else None),
+    (P.div_p, lambda r, x, y: x if r.is_splat(y, 1) else None),
+    (P.neg_p, lambda r, x: _neg_of(r, x)),
+    (P.pow_p, int_pow),
+    (P.convert_p, lambda r, x, *, new_dtype: x if r.read(x).aval.dtype == new_dtype else None),
+    (P.select_p, lambda r, p, x, y: x if r.read(x) is r.read(y) else None),
+    (P.select_p, lambda r, p, x, y: {True: x, False: y}.get(_bool(r.splat(p)))),
+    (P.broadcast_in_dim_p, lambda r, x, *, shape, broadcast_dimensions:
+     x if r.read(x).aval.shape == shape else None),
+    (P.broadcast_in_dim_p, compose_broadcast),
+    (P.reshape_p, lambda r, x, *, new_sizes: x if r.read(x).aval.shape == new_sizes else None),
+    (P.reshape_p, compose_reshape),
+    (P.transpose_p, lambda r, x, *, permutation:
+     x if permutation == tuple(range(len(permutation))) else None),
+    (P.transpose_p, compose_transpose),
+    (P.transpose_p, transpose_of_dot),
+    (P.dot_general_p, dot_of_transpose),
+    (P.slice_p, lambda r, x, *, start_indices, limit_indices, strides:
+     x if r.read(x).aval.shape == tuple(limit_indices) and not any(start_indices)
+     and set(strides) <= {1} else None),
+    (P.reduce_sum_p, lambda r, x, *, axes: x if not axes else None),
+    (P.reduce_sum_p, sum_of_broadcast),
+]
+
+# Allowed only with fast=True: wrong when an operand is NaN or inf.
+FAST_RULES = [
+    (P.mul_p, lambda r, x, y: splat(r, 0, r.read(x).aval)
+     if r.is_splat(x, 0) or r.is_splat(y, 0) else None),
+    (P.sub_p, lambda r, x, y: splat(r, 0, r.read(x).aval) if r.read(x) is r.read(y) else None),
+]
+
+
+def _bool(v):
+  return None if v is None else bool(v)
+
+
+def _table(rows):
+  table = {}
+  for prim, rule in rows:
+    table.setdefault(prim, []).append(rule)
+  return table
+
+
+_SAFE = _table(RULES)
+_FAST = _table(RULES + FAST_RULES)
+
+
+def _is_splat_eqn(r, eqn):
+  return eqn.prim is P.broadcast_in_dim_p and isinstance(r.read(eqn.inputs[0]), Lit) \
+      and r.read(eqn.inputs[0]).aval.shape == ()
+
+
+def simplify(program: Program, fast: bool = False) -> Program:
+  """Applies the identity table and constant folding once over the program.
+
+  Args:
+    program: the program to simplify.
+    fast: also apply rewrites that are exact only for finite operands.
+  Returns:
+    an equivalent program (same inputs and outputs).
+  """
+  table = _FAST if fast else _SAFE
+  r = Rewriter(program)
+  for eqn in program.eqns:
+    inputs = [r.read(a) for a in eqn.inputs]
+    out = None
+    if not eqn.prim.multiple_results:
+      out = fold_literals(r, eqn)
+      if out is None and not _is_splat_eqn(r, eqn):
+        out = fold_splats(r, eqn) if eqn.prim in ELEMENTWISE else None
+      for rule in table.get(eqn.prim, ()):
+        if out is not None:
+          break
+        out = rule(r, *inputs, **eqn.kw)
+    if out is None:
+      r.keep(eqn)
+    else:
+      r.replace(eqn.outputs[0], out)
+  return r.finish()
