@@ -35,12 +35,18 @@ def compose_broadcast(r, x, *, shape, broadcast_dimensions):
   if inner is None:
     return None
   dims = tuple(broadcast_dimensions[d] for d in inner.kw["broadcast_dimensions"])
+  if r.read(inner.inputs[0]).aval.shape == shape:
+    return inner.inputs[0]
   return r.emit(P.broadcast_in_dim_p, [inner.inputs[0]], shape=shape, broadcast_dimensions=dims)
 
 
 def compose_reshape(r, x, *, new_sizes):
   inner = r.producer(x, "reshape")
-  return None if inner is None else r.emit(P.reshape_p, [inner.inputs[0]], new_sizes=new_sizes)
+  if inner is None:
+    return None
+  if r.read(inner.inputs[0]).aval.shape == new_sizes:
+    return inner.inputs[0]
+  return r.emit(P.reshape_p, [inner.inputs[0]], new_sizes=new_sizes)
 
 
 def compose_transpose(r, x, *, permutation):
@@ -48,7 +54,10 @@ def compose_transpose(r, x, *, permutation):
   if inner is None:
     return None
   p1 = inner.kw["permutation"]
-  return r.emit(P.transpose_p, [inner.inputs[0]], permutation=tuple(p1[i] for i in permutation))
+  perm = tuple(p1[i] for i in permutation)
+  if perm == tuple(range(len(perm))):
+    return inner.inputs[0]
+  return r.emit(P.transpose_p, [inner.inputs[0]], permutation=perm)
 
 
 def sum_of_broadcast(r, x, *, axes):
@@ -227,10 +236,10 @@ def simplify(program: Program, fast: bool = False) -> Program:
   for eqn in program.eqns:
     inputs = [r.read(a) for a in eqn.inputs]
     out = None
-    if not eqn.prim.multiple_results:
+    if not eqn.prim.multiple_results and not _is_splat_eqn(r, eqn):
       out = fold_literals(r, eqn)
-      if out is None and not _is_splat_eqn(r, eqn):
-        out = fold_splats(r, eqn) if eqn.prim in ELEMENTWISE else None
+      if out is None and eqn.prim in ELEMENTWISE:
+        out = fold_splats(r, eqn)
       for rule in table.get(eqn.prim, ()):
         if out is not None:
           break

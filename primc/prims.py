@@ -93,9 +93,9 @@ def _pow(x, y):
 
 
 def _errstate(fn):
-  def run(*xs):
+  def run(*xs, **params):
     with np.errstate(all="ignore"):  # IEEE results (inf/nan), as in the compiled code
-      return fn(*xs)
+      return fn(*xs, **params)
   return run
 
 
@@ -302,7 +302,7 @@ def _reduce_rule(x, *, axes):
 
 reduce_sum_p = Primitive("reduce_sum")
 abstract_rules[reduce_sum_p] = lambda x, *, axes: (unary_numeric(x), _reduce_rule(x, axes=axes))[1]
-impl_rules[reduce_sum_p] = lambda x, *, axes: np.asarray(np.sum(x, axis=axes), x.dtype)
+impl_rules[reduce_sum_p] = _errstate(lambda x, *, axes: np.asarray(np.sum(x, axis=axes), x.dtype))
 
 reduce_max_p = Primitive("reduce_max")
 
@@ -357,7 +357,7 @@ def _dot_general_impl(x, y, *, dimension_numbers):
 
 
 abstract_rules[dot_general_p] = _dot_general_rule
-impl_rules[dot_general_p] = _dot_general_impl
+impl_rules[dot_general_p] = _errstate(_dot_general_impl)
 
 
 # ---------------------------------------------------------------------------------------

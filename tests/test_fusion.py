@@ -1,0 +1,132 @@
+"""Fusion: region counts for known programs, a reason for every boundary, fused programs
+equal to the originals, DCE of unused region outputs."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import passes
+import primc
+import primc.numpy as pnp
+from passes import dce, fuse, fusion_blocker
+from passes.fusion import region_p
+from primc.tree import tree_flatten
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import seed_programs as seeds  # noqa: E402
+
+R = np.random.default_rng(0)
+f32 = lambda *s: R.random(s, dtype=np.float32)
+
+
+def fused(fn, *args):
+  program = passes.optimize(primc.make_program(fn)(*args))
+  out = fuse(program)
+  primc.typecheck(out)
+  flat = tree_flatten(list(args))[0]
+  got = primc.interpret(out, *flat)
+  want = primc.interpret(program, *flat)
+  for g, w in zip(got, want, strict=True):
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+  assert len(out.reasons) == len(out.regions)  # every region boundary has a reason
+  return out
+
+
+def test_elementwise_chain_is_one_region():
+  out = fused(lambda x, y: pnp.sin(x) * pnp.exp(-x * x) + pnp.tanh(y), f32(100), f32(100))
+  assert out.region_kinds == ("loop",)
+
+
+def test_reduction_ends_a_region_and_siblings_fuse():
+  # two reductions of the same domain fuse horizontally; their consumer starts a region
+  out = fused(lambda x: pnp.sum(pnp.tanh(x), 1) / pnp.max(x, 1), f32(8, 5))
+  assert out.region_kinds == ("loop", "loop")
+  assert "div iterates over [8], the region over [8, 5]" in out.reasons[1]
+  # ... and a consumer of the same domain is still blocked by the reduction itself
+  out = fused(lambda x: pnp.sum(x, keepdims=True) + 1.0, f32(1))
+  assert len(out.regions) == 2 and "reads a reduction computed in the region" in out.reasons[1]
+
+
+def test_broadcast_of_a_computed_value_is_a_boundary():
+  out = fused(lambda x: pnp.tanh(x)[:, None] + pnp.ones((4, 3)), f32(4))
+  assert len(out.regions) == 2
+  assert "iterates over [4, 3], the region over [4]" in out.reasons[1]
+
+
+def test_mynet_forward_is_a_dot_and_a_loop():
+  out = fused(seeds.mynet_forward, f32(2, 2), f32(2, 2), f32(2))
+  assert out.region_kinds == ("dot", "loop")
+  assert "dot_general" in str(out.regions[0]) and "tanh" in str(out.regions[1])
+
+
+def test_seed_mynet_training_step_regions():
+  args = (f32(2, 2), f32(2, 2), f32(2, 2), *[np.zeros((2, 2), np.float32)] * 4, np.float32(1))
+  out = fused(seeds.mynet_train_step, *args)
+  kinds = out.region_kinds
+  # seven distinct 2x2 contractions (forward, the nested double gradient, the W gradient
+  # through it) and the elementwise work between them, ending with the Adam update
+  assert kinds.count("dot") == 7 and kinds.count("loop") == 3, kinds
+  contractions = set()
+  for eqn in out.eqns:
+    for e in eqn.kw["program"].eqns:
+      if e.prim.name == "dot_general":
+        key = (e.kw["dimension_numbers"], tuple(eqn.inputs[eqn.kw["program"].inputs.index(a)]
+                                                if a in eqn.kw["program"].inputs else a
+                                                for a in e.inputs))
+        assert key not in contractions, "a contraction is computed twice"
+        contractions.add(key)
+
+
+def test_tanh_mlp_forward_backward_regions():
+  params = [(f32(2, 16), f32(16)), (f32(16, 16), f32(16)), (f32(16, 1), f32(1))]
+  out = fused(primc.value_and_grad(seeds.mlp_loss), params, f32(32, 2))
+  kinds = out.region_kinds
+  # 3 forward + 5 backward matmuls (no transposes left); one loop region per layer's
+  # elementwise work, with bias gradients fused as reductions into dot epilogues
+  assert kinds.count("dot") == 8, kinds
+  assert kinds.count("loop") <= 4, kinds
+  text = str(out)
+  assert "transpose" not in text
+
+
+def test_opaque_ops_get_their_own_region():
+  idx = np.array([0, 2, 1], np.int32)
+  out = fused(lambda x: pnp.take(pnp.sin(x), idx, 0) * 2.0, f32(4, 3))
+  assert out.region_kinds == ("loop", "gather", "loop")
+  assert "gather gets a region of its own" in out.reasons[1]
+
+
+def test_constants_are_recomputed_not_loaded():
+  out = fused(lambda x, y: (x * 3.0, pnp.sum(y, 0) * 3.0), f32(5), f32(4, 5))
+  for region in out.regions:
+    assert all(v.aval.shape != (5,) or v in region.inputs for v in region.inputs)
+  assert all(len(r.inputs) == 1 for r in out.regions)  # only x / y, no splat arrays
+
+
+def test_dce_drops_unused_region_outputs():
+  program = passes.optimize(primc.make_program(lambda x: (pnp.sin(x), pnp.cos(x)))(f32(3)))
+  out = fuse(program)
+  (region_eqn,) = out.eqns
+  assert len(region_eqn.outputs) == 2
+  only_sin = primc.Program(out.inputs, out.eqns, out.outputs[:1])
+  pruned = dce(only_sin)
+  (eqn,) = pruned.eqns
+  assert eqn.prim is region_p and len(eqn.outputs) == 1
+  assert [e.prim.name for e in eqn.kw["program"].eqns] == ["sin"]
+  np.testing.assert_allclose(primc.interpret(pruned, np.ones(3, np.float32))[0], np.sin(1.0))
+
+
+def test_fused_program_prints_regions_as_programs():
+  text = str(fuse(passes.optimize(primc.make_program(seeds.mynet_forward)(
+      f32(2, 2), f32(2, 2), f32(2)))))
+  assert text.count("region[kind='") == 2 and text.count("{ lambda") == 3
+
+
+def test_expensive_work_is_never_duplicated():
+  params = [(f32(2, 8), f32(8)), (f32(8, 1), f32(1))]
+  program = passes.optimize(primc.make_program(primc.grad(seeds.mlp_loss))(params, f32(16, 2)))
+  out = fuse(program)
+  expensive = {"tanh", "exp", "sin", "cos", "log", "dot_general", "reduce_sum"}
+  count = lambda eqns: sum(e.prim.name in expensive for e in eqns)
+  assert sum(count(r.eqns) for r in out.regions) == count(program.eqns)
