@@ -173,7 +173,8 @@ def fuse(program: Program) -> FusedProgram:
         if not isinstance(a, Var) or a in r.defined or a in copied or a in imported:
           continue
         producer = defs.get(a)
-        if producer is not None and _is_constant(producer) and e.prim not in INDEX_MAPS:
+        if (producer is not None and _is_constant(producer) and e.prim not in INDEX_MAPS
+            and e.prim not in OPAQUE):  # dot/gather kernels read operands from memory
           body.append(producer)  # recompute constants instead of reading them from memory
           copied.add(a)
         else:

@@ -16,4 +16,4 @@ from primc.api import (check_grads, grad, hessian, hvp, jacfwd, jacrev, jvp, lin
                        stop_gradient, value_and_grad, vjp, vmap)
 from primc.ad import jvp_program, linearize_program, transpose_program, vjp_program
 from primc.batching import batch_program
-from primc.compile import config, raw_transforms
+from primc.compile import config, jit, raw_transforms

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
+
+import numpy as np
 
 from primc.core import Program
 
@@ -40,3 +43,133 @@ def optimize(program: Program) -> Program:
     return program
   from passes import optimize as run_passes
   return run_passes(program)
+
+
+# ---------------------------------------------------------------------------------------
+# Compile and run
+
+@dataclasses.dataclass(frozen=True)
+class Lowered:
+  """Every stage of one compiled signature, for inspection."""
+  traced: Program
+  optimized: Program
+  fused: Program
+  source: str
+
+  def stage(self, name: str) -> str:
+    return str({"traced": self.traced, "optimized": self.optimized, "fused": self.fused,
+                "source": self.source}[name])
+
+
+class Jitted:
+  """A function compiled per input signature (pytree structure, shapes, dtypes).
+
+  Calling it with traced arguments (inside `grad`, `vmap`, `make_program`, ...) simply
+  traces through the function, so `jit` composes with every transform in both orders.
+  """
+
+  def __init__(self, fun, static_argnums=()):
+    self.fun = fun
+    self.static_argnums = tuple(static_argnums)
+    self._compiled: dict = {}
+    import functools
+    functools.update_wrapper(self, fun)
+
+  def _split(self, args):
+    from primc.trace import as_array
+    from primc.tree import tree_flatten
+    static = tuple((i, args[i]) for i in self.static_argnums)
+    dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
+    leaves, tree = tree_flatten(dyn)
+    leaves = [as_array(x) for x in leaves]
+    return static, leaves, tree
+
+  def _key(self, static, leaves, tree):
+    return (static, tree, tuple((x.shape, x.dtype.str) for x in leaves))
+
+  def lower(self, *args) -> Lowered:
+    """Traces, optimizes, fuses and generates code for these arguments (no compile)."""
+    static, leaves, tree = self._split(args)
+    return self._lower(static, leaves, tree)[0]
+
+  def _lower(self, static, leaves, tree):
+    from primc.trace import aval_of, trace_flat
+    from primc.tree import tree_unflatten
+    from passes import fuse
+    from passes import optimize as run_passes
+    from passes.pipeline import print_after_names
+    from codegen import module
+    static_map = dict(static)
+
+    def flat_fn(*xs):
+      full, dyn = [], iter(tree_unflatten(tree, list(xs)))
+      for i in range(len(static_map) + len(tree.children)):
+        full.append(static_map[i] if i in static_map else next(dyn))
+      return self.fun(*full)
+
+    traced, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves])
+    assert not captured
+    optimized = run_passes(traced)
+    fused = fuse(optimized)
+    plan = module.build(fused)
+    show = print_after_names()
+    for stage, value in (("fuse", fused), ("codegen", plan.source)):
+      if stage in show:
+        print(f"--- after {stage}\n{value}", file=sys.stderr)
+    return Lowered(traced, optimized, fused, plan.source), plan, out_tree
+
+  def __call__(self, *args, out=None):
+    from primc.trace import Tracer
+    from primc.tree import tree_flatten, tree_unflatten
+    if any(isinstance(x, Tracer) for x in tree_flatten(list(args))[0]):
+      return self.fun(*args)
+    static, leaves, tree = self._split(args)
+    key = self._key(static, leaves, tree)
+    entry = self._compiled.get(key)
+    if entry is None:
+      entry = self._compile(static, leaves, tree)
+      self._compiled[key] = entry
+    executable, out_tree = entry
+    leaves = [np.ascontiguousarray(x) for x in leaves]
+    outs = None if out is None else _out_leaves(out, executable)
+    return tree_unflatten(out_tree, executable(leaves, outs))
+
+  def _compile(self, static, leaves, tree):
+    from codegen import loader
+    from codegen.executor import Executable
+    _, plan, out_tree = self._lower(static, leaves, tree)
+    module = loader.load(plan.source)
+    return Executable(plan, module.driver), out_tree
+
+
+def _out_leaves(out, executable):
+  from primc.tree import tree_flatten
+  leaves = tree_flatten(out)[0]
+  kinds = executable.plan.program_outputs
+  if len(leaves) != len(kinds) or any(kind != "out" for kind, _ in kinds) or len(
+      {k for _, k in kinds}) != len(kinds):
+    from primc.core import PrimcError
+    raise PrimcError("out= needs one array per output, each computed by the program")
+  ordered = [None] * len(leaves)
+  for leaf, (_, k) in zip(leaves, kinds):
+    ordered[k] = leaf
+  return ordered
+
+
+def jit(fun=None, *, static_argnums=()):
+  """Compiles `fun` to native code per input signature.
+
+  Each new signature (pytree structure, shapes, dtypes, static arguments) traces `fun`,
+  optimizes and fuses the program and generates one numba kernel per region plus a
+  driver; kernels read sizes at run time, so a new batch size only re-traces.
+
+  Args:
+    fun: the function (arrays, or pytrees of arrays, in and out).
+    static_argnums: positions of arguments passed as Python values (hashable).
+  Returns:
+    a `Jitted` callable; `.lower(*args)` shows each stage. Calls accept `out=` (a pytree
+    like the outputs) to write results into existing arrays.
+  """
+  if fun is None:
+    return lambda f: Jitted(f, static_argnums)
+  return Jitted(fun, static_argnums)

@@ -1,0 +1,52 @@
+"""The executor: runs a compiled program's driver on numpy arrays.
+
+Thin on purpose: one call into the numba driver per program call. Intermediate buffers
+come from a per-executable arena pool (a list used as a stack, so concurrent callers each
+get their own set), allocated once and reused across calls; outputs are fresh arrays
+unless `out=` provides them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from primc.core import PrimcError
+from codegen.module import Plan
+
+
+class Executable:
+  def __init__(self, plan: Plan, driver):
+    self.plan = plan
+    self.driver = driver
+    self.in_specs = tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in plan.inputs)
+    self.out_specs = tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in plan.outputs)
+    self._arenas: list[tuple[np.ndarray, ...]] = []
+
+  def _arena(self):
+    try:
+      return self._arenas.pop()
+    except IndexError:
+      return tuple(np.empty(b.size, b.dtype) for b in self.plan.buffers)
+
+  def __call__(self, inputs, out=None) -> list[np.ndarray]:
+    if out is None:
+      outs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
+    else:
+      outs = list(out)
+      for o, (shape, dtype) in zip(outs, self.out_specs, strict=True):
+        if o.shape != shape or o.dtype != dtype or not o.flags.c_contiguous:
+          raise PrimcError(f"out= array {o.dtype}{list(o.shape)} does not match the output "
+                           f"{dtype}{list(shape)} (or is not C-contiguous)")
+    arena = self._arena()
+    try:
+      self.driver(*inputs, *self.plan.const_arrays, *outs, *arena, self.plan.sizes)
+    finally:
+      self._arenas.append(arena)
+    results = []
+    for kind, k in self.plan.program_outputs:
+      if kind == "out":
+        results.append(outs[k])
+      elif kind == "in":
+        results.append(np.array(inputs[k]))
+      else:
+        results.append(np.array(k))
+    return results

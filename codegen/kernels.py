@@ -1,0 +1,436 @@
+"""Region -> kernel source: one lowering rule per primitive and one emitter per region kind.
+
+A kernel is a plain Python function for numba's `@njit`. Its source depends on the
+region's structure only (ranks, dtypes, broadcast patterns, parameters that are not
+sizes): every size is read at run time from the kernel's `sz` argument (an int64 array),
+so a new batch size reuses the compiled kernel. Identical regions give byte-identical
+source; each kernel starts with its region's IR, sizes shown as `?`, as a comment.
+
+Loop regions iterate over their domain in row-major order (flat when every array is read
+at the loop index); reductions accumulate along the way (float32 sums in float64).
+sin/cos use the fast mathlib versions and count out-of-range arguments; if any, the loop
+runs again with libm's versions.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import numpy as np
+
+from primc import prims as P
+from primc.core import Lit, Primitive, Program, Var
+from codegen.mathlib import SINCOS_LIMIT
+
+lower_rules: dict[Primitive, Callable] = {}   # (ctx, eqn, *operand expressions) -> expr
+
+
+def _np(dtype: str) -> str:
+  return f"np.{dtype if dtype != 'bool' else 'bool_'}"
+
+
+def const(value, dtype: str) -> str:
+  v = np.asarray(value, dtype)[()]
+  if dtype == "bool":
+    return "True" if v else "False"
+  if dtype.startswith("float"):
+    f = float(v)
+    text = repr(f) if np.isfinite(f) else ("np.inf" if f > 0 else "-np.inf") if f == f else "np.nan"
+    return f"{_np(dtype)}({text})"
+  return f"{_np(dtype)}({int(v)})"
+
+
+def _binop(op):
+  return lambda ctx, e, x, y: f"({x} {op} {y})"
+
+
+def _math(name):
+  def rule(ctx, e, x):
+    dtype = e.outputs[0].aval.dtype
+    if name in ("sin", "cos"):
+      ctx.range_checks.append(x)
+      if ctx.precise:
+        return f"{_np(dtype)}(math.{name}({x}))"
+    return f"{name}_{'f32' if dtype == 'float32' else 'f64'}({x})"
+  return rule
+
+
+for _name in ("exp", "log", "tanh", "sin", "cos"):
+  lower_rules[getattr(P, f"{_name}_p")] = _math(_name)
+lower_rules[P.add_p] = _binop("+")
+lower_rules[P.sub_p] = _binop("-")
+lower_rules[P.mul_p] = _binop("*")
+lower_rules[P.div_p] = lambda ctx, e, x, y: (
+    f"({x} / {y})" if e.outputs[0].aval.is_float else f"({x} // {y})")
+lower_rules[P.pow_p] = lambda ctx, e, x, y: f"({x} ** {y})"
+lower_rules[P.neg_p] = lambda ctx, e, x: f"(-{x})"
+lower_rules[P.abs_p] = lambda ctx, e, x: f"abs({x})"
+lower_rules[P.sqrt_p] = lambda ctx, e, x: f"np.sqrt({x})"
+lower_rules[P.stop_gradient_p] = lambda ctx, e, x: x
+lower_rules[P.sign_p] = lambda ctx, e, x: (
+    f"({const(1, e.outputs[0].aval.dtype)} if {x} > 0 else "
+    f"({const(-1, e.outputs[0].aval.dtype)} if {x} < 0 else {x}))")
+# numpy's maximum/minimum propagate NaN from either side
+lower_rules[P.max_p] = lambda ctx, e, x, y: f"({x} if ({x} > {y} or {x} != {x}) else {y})"
+lower_rules[P.min_p] = lambda ctx, e, x, y: f"({x} if ({x} < {y} or {x} != {x}) else {y})"
+for _p, _op in ((P.eq_p, "=="), (P.ne_p, "!="), (P.lt_p, "<"), (P.le_p, "<="), (P.gt_p, ">"),
+                (P.ge_p, ">=")):
+  lower_rules[_p] = _binop(_op)
+lower_rules[P.select_p] = lambda ctx, e, p, x, y: f"({x} if {p} else {y})"
+lower_rules[P.convert_p] = lambda ctx, e, x: f"{_np(e.outputs[0].aval.dtype)}({x})"
+lower_rules[P.full_p] = lambda ctx, e: const(e.kw["fill_value"], e.outputs[0].aval.dtype)
+lower_rules[P.iota_p] = lambda ctx, e: (
+    f"{_np(e.outputs[0].aval.dtype)}({ctx.index[e.kw['dimension']]})")
+
+
+# Index maps read a region input at a position derived from the loop index.
+
+def _load_broadcast(ctx, e, name):
+  x = e.inputs[0].aval
+  dims = e.kw["broadcast_dimensions"]
+  idx = [("0" if x.shape[j] == 1 and e.outputs[0].aval.shape[d] != 1 else ctx.index[d])
+         for j, d in enumerate(dims)]
+  return ctx.element(name, idx)
+
+
+def _load_transpose(ctx, e, name):
+  perm = e.kw["permutation"]
+  idx = [None] * len(perm)
+  for k, p in enumerate(perm):
+    idx[p] = ctx.index[k]
+  return ctx.element(name, idx)
+
+
+def _load_reshape(ctx, e, name):
+  shape = e.outputs[0].aval.shape
+  view = ctx.fresh("rs")
+  dims = ", ".join(ctx.size(n) for n in shape) + ("," if len(shape) == 1 else "")
+  ctx.prologue.append(f"{view} = {name}.reshape(({dims}))")
+  return ctx.element(view, ctx.index)
+
+
+def _load_slice(ctx, e, name):
+  idx = []
+  for k, (lo, st) in enumerate(zip(e.kw["start_indices"], e.kw["strides"])):
+    base = ctx.index[k] if st == 1 else f"{ctx.index[k]} * {st}"
+    idx.append(f"{ctx.size(lo)} + {base}")
+  return ctx.element(name, idx)
+
+
+def _load_pad(ctx, e, name):
+  conds, idx = [], []
+  for k, ((lo, _, interior), n) in enumerate(zip(e.kw["padding_config"], e.inputs[0].aval.shape)):
+    t = f"({ctx.index[k]} - {ctx.size(lo)})"
+    if interior:
+      conds.append(f"{t} % {interior + 1} == 0")
+      t = f"({t} // {interior + 1})"
+    conds.append(f"0 <= {t} < {ctx.size(n)}")
+    idx.append(t)
+  zero = const(0, e.outputs[0].aval.dtype)
+  return f"({ctx.element(name, idx)} if ({' and '.join(conds)}) else {zero})"
+
+
+def _load_concatenate(ctx, e, names):
+  d = e.kw["dimension"]
+  expr = None
+  offset = "0"
+  parts = []
+  for name, a in zip(names, e.inputs):
+    idx = list(ctx.index)
+    idx[d] = f"{ctx.index[d]} - {offset}" if offset != "0" else ctx.index[d]
+    end = ctx.size(a.aval.shape[d]) if offset == "0" else f"{offset} + {ctx.size(a.aval.shape[d])}"
+    parts.append((end, ctx.element(name, idx)))
+    offset = end
+  for end, value in reversed(parts):
+    expr = value if expr is None else f"({value} if {ctx.index[d]} < {end} else {expr})"
+  return expr
+
+
+INDEX_LOADS = {P.broadcast_in_dim_p: _load_broadcast, P.transpose_p: _load_transpose,
+               P.reshape_p: _load_reshape, P.slice_p: _load_slice, P.pad_p: _load_pad}
+
+
+def abstract_ir(program: Program) -> str:
+  """The region's IR with every size replaced by `?` (sizes are not part of the code)."""
+  text = re.sub(r"\[([0-9,]*)\]", lambda m: "[" + ",".join("?" for _ in m.group(1).split(",")
+                                                          if m.group(1)) + "]", str(program))
+  return re.sub(r"(shape|new_sizes|start_indices|limit_indices|padding_config)=\([^=]*?\)"
+                r"(?=[,\]])", r"\1=?", text)
+
+
+class KernelContext:
+  def __init__(self, name: str, program: Program):
+    self.name = name
+    self.program = program
+    self.sizes: list[int] = []
+    self.prologue: list[str] = []
+    self.index: list[str] = []
+    self.range_checks: list[str] = []
+    self.precise = False
+    self.counter = 0
+
+  def size(self, value: int) -> str:
+    self.sizes.append(int(value))
+    return f"sz[{len(self.sizes) - 1}]"
+
+  def fresh(self, prefix: str) -> str:
+    self.counter += 1
+    return f"{prefix}{self.counter}"
+
+  def element(self, name: str, idx) -> str:
+    if idx:
+      return f"{name}[{', '.join(idx)}]"
+    view = f"{name}_s"  # numba cannot index 0-d arrays: view them as (1,)
+    line = f"{view} = {name}.reshape(1)"
+    if line not in self.prologue:
+      self.prologue.append(line)
+    return f"{view}[0]"
+
+
+def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...]) -> tuple[str, list]:
+  """Source of a loop-region kernel `name(in0.., out0.., sz)` and its size parameters."""
+  ctx = KernelContext(name, program)
+  n_in, n_out = len(program.inputs), len(program.outputs)
+  args = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)] + ["sz"]
+  rank = len(domain)
+  dims = [ctx.size(n) for n in domain]
+  reductions = _reductions_of(program)
+  # flat: one loop over the elements, when every array is read and written at the index
+  flat = rank > 1 and not reductions and all(
+      e.prim not in INDEX_LOADS and e.prim not in (P.concatenate_p, P.iota_p)
+      for e in program.eqns) and all(v.aval.shape == domain for v in program.inputs)
+  out_index = {v: k for k, v in enumerate(program.outputs)}
+
+  def body(index, in_names, out_names):
+    ctx.index = index
+    names = dict(zip(program.inputs, in_names))
+    values: dict = {v: ctx.element(names[v], index) for v in program.inputs
+                    if v.aval.shape == domain}
+    read = lambda a: (const(a.value, a.aval.dtype) if isinstance(a, Lit) and a.aval.shape == ()
+                      else values[a])
+    lines = []
+    for e in program.eqns:
+      out = e.outputs[0]
+      if e.prim in (P.reduce_sum_p, P.reduce_max_p):
+        lines.extend(_accumulate(ctx, e, read(e.inputs[0]), index))
+        continue
+      if e.prim is P.broadcast_in_dim_p and isinstance(e.inputs[0], Lit):
+        expr = const(e.inputs[0].value, out.aval.dtype)
+      elif e.prim in INDEX_LOADS:  # fusion guarantees the operand is a region input
+        expr = INDEX_LOADS[e.prim](ctx, e, names[e.inputs[0]])
+      elif e.prim is P.concatenate_p:
+        expr = _load_concatenate(ctx, e, [names[a] for a in e.inputs])
+      else:
+        expr = lower_rules[e.prim](ctx, e, *map(read, e.inputs))
+      var = ctx.fresh("v")
+      lines.append(f"{var} = {expr}")
+      values[out] = var
+      if out in out_index:
+        lines.append(f"{ctx.element(out_names[out_index[out]], index)} = {var}")
+    return lines
+
+  if flat:
+    index = ["i"]
+    in_names = [f"f{i}" for i in range(n_in)]
+    out_names = [f"g{i}" for i in range(n_out)]
+    setup = ([f"f{i} = in{i}.reshape(-1)" for i in range(n_in)]
+             + [f"g{i} = out{i}.reshape(-1)" for i in range(n_out)])
+    loops = [f"for i in range({' * '.join(dims)}):"]
+  else:
+    index = [f"i{k}" for k in range(rank)]
+    in_names = [f"in{i}" for i in range(n_in)]
+    out_names = [f"out{i}" for i in range(n_out)]
+    setup = []
+    loops = [f"for {index[k]} in range({dims[k]}):" for k in range(rank)]
+  nest = body(index, in_names, out_names)
+  checks = list(ctx.range_checks)
+  prologue = list(ctx.prologue)
+  init = _reduction_init(reductions, out_index)
+  lines = [f"def {name}({', '.join(args)}):"]
+  lines += ["  # " + l for l in abstract_ir(program).splitlines()]
+  lines += ["  " + l for l in init + prologue + setup]
+  if checks:
+    limit = SINCOS_LIMIT[_dtype_of(program)]
+    lines.append("  nbig = 0")
+    nest = nest + [f"nbig += abs({c}) > {limit}" for c in checks]
+  lines += _nest(loops, nest)
+  if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
+    ctx.precise = True
+    again = body(index, in_names, out_names)
+    lines.append("  if nbig > 0:")
+    lines += ["    " + l for l in init]
+    lines += ["  " + l for l in _nest(loops, again)]
+  lines += _reduction_finish(reductions, out_index)
+  lines.append("  return")
+  return "\n".join(lines) + "\n", ctx.sizes
+
+
+def _dtype_of(program):
+  for e in program.eqns:
+    if e.prim in (P.sin_p, P.cos_p):
+      return e.outputs[0].aval.dtype
+  return "float64"
+
+
+def _nest(loops, body):
+  out = []
+  for depth, loop in enumerate(loops):
+    out.append("  " * (depth + 1) + loop)
+  pad = "  " * (len(loops) + 1)
+  out += [pad + l for l in body]
+  return out
+
+
+def _acc_name(e):
+  return f"acc{id(e) % 100000}"
+
+
+def _reduction_init(reductions, out_index):
+  """Accumulators: a float64 one for float32 sums; a scalar for full reductions."""
+  lines = []
+  for k, e in enumerate(reductions):
+    out = e.outputs[0]
+    acc_dtype = "float64" if out.aval.dtype == "float32" and e.prim is P.reduce_sum_p \
+        else out.aval.dtype
+    fill = "0" if e.prim is P.reduce_sum_p else "-np.inf" if out.aval.is_float else \
+        str(np.iinfo(out.aval.dtype).min)
+    if out.aval.shape == ():
+      lines.append(f"r{k} = {_np(acc_dtype)}({fill})")
+    else:
+      lines.append(f"r{k} = np.full(out{out_index[out]}.shape, {fill}, {_np(acc_dtype)})")
+  return lines
+
+
+def _accumulate(ctx, e, value, index):
+  k = next(i for i, r in enumerate(_reductions_of(ctx.program)) if r is e)
+  kept = [index[d] for d in range(len(index)) if d not in e.kw["axes"]]
+  target = f"r{k}[{', '.join(kept)}]" if kept else f"r{k}"
+  if e.prim is P.reduce_sum_p:
+    return [f"{target} += {value}"]
+  return [f"if {value} > {target} or {value} != {value}: {target} = {value}"]
+
+
+def _reductions_of(program):
+  return [e for e in program.eqns if e.prim in (P.reduce_sum_p, P.reduce_max_p)]
+
+
+def _reduction_finish(reductions, out_index):
+  lines = []
+  for k, e in enumerate(reductions):
+    o = f"out{out_index[e.outputs[0]]}"
+    dtype = _np(e.outputs[0].aval.dtype)
+    if e.outputs[0].aval.shape == ():
+      lines += [f"  o{k} = {o}.reshape(1)", f"  o{k}[0] = {dtype}(r{k})"]
+    else:
+      lines += [f"  o{k} = {o}.reshape(-1)", f"  s{k} = r{k}.reshape(-1)",
+                f"  for j in range(s{k}.size):", f"    o{k}[j] = {dtype}(s{k}[j])"]
+  return lines
+
+
+def _as_matrices(ctx, name, aval, perm, groups, lines):
+  """`name` as a C-contiguous (B, M, K)-like array: dims taken in `perm` order and merged
+  into one dimension per group. A reshape when `perm` keeps the order, else a copy loop
+  (generated: numba's np.transpose with axes is slow to compile)."""
+  dims = [" * ".join(ctx.size(aval.shape[d]) for d in g) or "1" for g in groups]
+  view = ctx.fresh("m")
+  if list(perm) == sorted(perm):
+    lines.append(f"{view} = {name}.reshape(({', '.join(dims)}))")
+    return view
+  shape = aval.shape
+  size = {d: ctx.size(shape[d]) for d in range(len(shape))}
+  flat = ctx.fresh("f")
+  lines.append(f"{flat} = np.empty({' * '.join(size[d] for d in perm) or '1'}, {name}.dtype)")
+  idx = [f"d{d}" for d in range(len(shape))]
+  dest = "0"
+  for d in perm:  # row-major position in the permuted order
+    dest = f"({dest}) * {size[d]} + d{d}"
+  for depth, d in enumerate(range(len(shape))):
+    lines.append("  " * depth + f"for d{d} in range({size[d]}):")
+  lines.append("  " * len(shape) + f"{flat}[{dest}] = {name}[{', '.join(idx)}]")
+  lines.append(f"{view} = {flat}.reshape(({', '.join(dims)}))")
+  return view
+
+
+def emit_dot_kernel(name: str, program: Program) -> tuple[str, list]:
+  """A dot region: dot_general as a batch of matrix products (`codegen.blas.matmul3`:
+  loops for small products, BLAS for large), then the epilogue as a loop over the
+  product's domain."""
+  ctx = KernelContext(name, program)
+  dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
+  n_in, n_out = len(program.inputs), len(program.outputs)
+  args = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)] + ["sz"]
+  names = {v: f"in{i}" for i, v in enumerate(program.inputs)}
+  (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
+  x, y = dot.inputs
+  lf = P._dot_free(x.aval.ndim, lc, lb)
+  rf = P._dot_free(y.aval.ndim, rc, rb)
+  lines = []
+  a = _as_matrices(ctx, names[x], x.aval, list(lb) + lf + list(lc),
+                   [list(lb), lf, list(lc)], lines)
+  b = _as_matrices(ctx, names[y], y.aval, list(rb) + list(rc) + rf,
+                   [list(rb), list(rc), rf], lines)
+  out = dot.outputs[0]
+  dtype = _np(out.aval.dtype)
+  out_index = {v: k for k, v in enumerate(program.outputs)}
+  if out in out_index:
+    lines.append(f"c = out{out_index[out]}")
+  else:
+    dims = ", ".join(ctx.size(n) for n in out.aval.shape) + ("," if out.aval.ndim == 1 else "")
+    lines.append(f"c = np.empty(({dims}), {dtype})")
+  lines.append(f"matmul3({a}, {b}, c.reshape(({a}.shape[0], {a}.shape[1], {b}.shape[2])))")
+  epilogue = [e for e in program.eqns if e is not dot]
+  src = [f"def {name}({', '.join(args)}):"]
+  src += ["  # " + l for l in abstract_ir(program).splitlines()]
+  src += ["  " + l for l in lines]
+  if epilogue:
+    sub = Program(program.inputs + (out,), tuple(epilogue),
+                  tuple(v for v in program.outputs if v is not out))
+    ep_src, ep_sizes = emit_loop_kernel("epilogue", sub, out.aval.shape)
+    ep_lines = [l for l in ep_src.splitlines()[1:]
+                if not l.lstrip().startswith("#") and l.strip() != "return"]
+    # the epilogue reads the product as its last input; its outputs are ours without it
+    base = len(ctx.sizes)
+    ctx.sizes.extend(ep_sizes)
+    rename = {f"in{n_in}": "c"}
+    k = 0
+    for i, v in enumerate(program.outputs):
+      if v is not out:
+        rename[f"out{k}"] = f"out{i}"
+        k += 1
+
+    def fix(line):
+      line = re.sub(r"\bsz\[(\d+)\]", lambda m: f"sz[{base + int(m.group(1))}]", line)
+      return re.sub(r"\b(in\d+|out\d+)\b", lambda m: rename.get(m.group(1), m.group(1)), line)
+    src += [fix(l) for l in ep_lines]
+  src.append("  return")
+  return "\n".join(src) + "\n", ctx.sizes
+
+
+def emit_gather_kernel(name: str, program: Program) -> tuple[str, list]:
+  """gather / scatter_add over one axis, indices clipped into range (as numpy `take`)."""
+  ctx = KernelContext(name, program)
+  (e,) = program.eqns
+  n_in = len(program.inputs)
+  names = {v: f"in{i}" for i, v in enumerate(program.inputs)}
+  axis = e.kw["axis"]
+  x = e.inputs[0]
+  idx = e.inputs[1]
+  pre, post = x.aval.shape[:axis], x.aval.shape[axis + 1:]
+  ni = idx.aval.size
+  dims = [ctx.size(n) for n in pre] + [ctx.size(ni)] + [ctx.size(n) for n in post]
+  na = ctx.size(x.aval.shape[axis])
+  three = lambda n: f"({' * '.join(dims[:len(pre)]) or '1'}, {{}}, {' * '.join(dims[len(pre) + 1:]) or '1'})".format(n)
+  lines = [f"x3 = {names[x]}.reshape({three(na)})", f"ix = {names[idx]}.reshape(-1)",
+           f"o3 = out0.reshape({three(na) if e.prim is P.scatter_add_p else three(dims[len(pre)])})"]
+  body = ["for p in range(x3.shape[0]):", "  for j in range(ix.size):",
+          f"    k = min(max(ix[j], 0), {na} - 1)", "    for s in range(x3.shape[2]):"]
+  if e.prim is P.gather_p:
+    lines += body + ["      o3[p, j, s] = x3[p, k, s]"]
+  else:
+    upd = e.inputs[2]
+    lines += [f"u3 = {names[upd]}.reshape({three(dims[len(pre)])})", "o3[...] = x3"]
+    lines += body + ["      o3[p, k, s] += u3[p, j, s]"]
+  src = [f"def {name}({', '.join([f'in{i}' for i in range(n_in)] + ['out0', 'sz'])}):"]
+  src += ["  # " + l for l in abstract_ir(program).splitlines()]
+  src += ["  " + l for l in lines] + ["  return"]
+  return "\n".join(src) + "\n", ctx.sizes

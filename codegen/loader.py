@@ -1,0 +1,74 @@
+"""Loading generated modules: content-addressed `.py` files under the cache directory.
+
+A module is written once under `m_<sha256 of its source>.py` (atomically: temp file +
+`os.replace`) and imported from there, so numba's `cache=True` keeps its machine code
+beside it. The module is put in `sys.modules` before it is executed: numba's cache needs
+to find it by name in later processes. The directory is per user: `PRIMC_CACHE_DIR`, or
+the platform's user cache directory; it is created 0700, and one that other users can
+write is refused (its files are executed).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import stat
+import sys
+import tempfile
+import threading
+import types
+
+from primc.core import PrimcError
+
+_lock = threading.Lock()
+_loaded: dict[str, types.ModuleType] = {}
+stats = {"modules_written": 0, "modules_loaded": 0, "modules_reused": 0}
+
+
+def cache_dir() -> str:
+  path = os.environ.get("PRIMC_CACHE_DIR")
+  if not path:
+    import platformdirs
+    path = platformdirs.user_cache_dir("primc")
+  path = os.path.abspath(path)
+  os.makedirs(path, mode=0o700, exist_ok=True)
+  st = os.stat(path)
+  if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    raise PrimcError(f"refusing cache directory {path}: it is writable by group or others and "
+                     f"primc executes the files in it (chmod 700 it or set PRIMC_CACHE_DIR)")
+  if hasattr(os, "getuid") and st.st_uid != os.getuid():
+    raise PrimcError(f"refusing cache directory {path}: it belongs to another user")
+  return path
+
+
+def _write_atomic(path: str, text: str) -> None:
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".py")
+  try:
+    with os.fdopen(fd, "w") as f:
+      f.write(text)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+def load(source: str) -> types.ModuleType:
+  """The module for `source`, imported from its content-addressed file."""
+  key = hashlib.sha256(source.encode()).hexdigest()[:32]
+  with _lock:
+    if key in _loaded:
+      stats["modules_reused"] += 1
+      return _loaded[key]
+    name = f"primc_kernels.m_{key}"
+    path = os.path.join(cache_dir(), f"m_{key}.py")
+    if not (os.path.exists(path) and open(path).read() == source):
+      _write_atomic(path, source)
+      stats["modules_written"] += 1
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before exec: numba's cache looks the module up by name
+    spec.loader.exec_module(module)
+    stats["modules_loaded"] += 1
+    _loaded[key] = module
+    return module

@@ -1,0 +1,169 @@
+"""FusedProgram -> one Python module of numba kernels plus a driver, and its run plan.
+
+The module's source depends on the program's structure only; every size (loop bounds,
+slice offsets, buffer shapes) is in the plan's `sizes` array, which the driver slices
+for each kernel. Kernels are named by a hash of their text, so identical regions share
+one kernel. Intermediate values live in flat arena buffers, assigned by liveness: a
+buffer is reused once the value in it is dead.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+
+import numpy as np
+
+from primc.core import Lit, Program, Var
+from passes.fusion import FusedProgram
+from codegen import kernels
+from codegen.mathlib import FUNCTIONS
+
+DECORATOR = '@njit(cache=True, error_model="numpy", fastmath={"contract"})'
+KERNEL_DECORATOR = '@njit(inline="always", error_model="numpy", fastmath={"contract"})'
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+  dtype: str
+  size: int   # elements
+
+
+@dataclasses.dataclass
+class Plan:
+  """What the executor needs besides the compiled module."""
+  source: str
+  sizes: np.ndarray                         # int64: every size the kernels read
+  inputs: tuple[Var, ...]                   # program inputs, in driver argument order
+  outputs: tuple[Var, ...]                  # distinct region-produced program outputs
+  program_outputs: tuple                    # per program output: ("out", k) | ("in", k) | ("lit", value)
+  buffers: tuple[Buffer, ...]               # arena buffers, in driver argument order
+  const_arrays: tuple[np.ndarray, ...]      # literal arrays read by kernels
+  kernel_names: tuple[str, ...]             # one per region (duplicates possible)
+
+
+def _kernel(region: Program, kind: str) -> tuple[str, list]:
+  if kind == "dot":
+    return kernels.emit_dot_kernel("KERNEL", region)
+  if kind == "gather":
+    return kernels.emit_gather_kernel("KERNEL", region)
+  domain = max((kernels_domain(e) for e in region.eqns), key=len, default=())
+  return kernels.emit_loop_kernel("KERNEL", region, domain)
+
+
+def kernels_domain(eqn) -> tuple[int, ...]:
+  from passes.fusion import domain
+  return domain(eqn)
+
+
+def _lift_literal_arrays(region: Program) -> tuple[Program, list[np.ndarray]]:
+  """Non-scalar literals become extra kernel inputs (arrays held by the plan)."""
+  consts: dict = {}
+  eqns = []
+  from primc.core import Eqn
+  for e in region.eqns:
+    ins = []
+    for a in e.inputs:
+      if isinstance(a, Lit) and a.aval.shape != () and not (
+          e.prim.name == "broadcast_in_dim"):
+        if a not in consts:
+          consts[a] = Var(a.aval)
+        ins.append(consts[a])
+      else:
+        ins.append(a)
+    eqns.append(Eqn(e.prim, tuple(ins), e.params, e.outputs, e.source))
+  program = Program(region.inputs + tuple(consts.values()), tuple(eqns), region.outputs)
+  return program, [lit.value for lit in consts]
+
+
+def build(fused: FusedProgram) -> Plan:
+  """Generates the module source and the run plan of a fused program."""
+  sizes: list[int] = []
+  defs: dict[str, str] = {}
+  calls: list[str] = []
+  kernel_names = []
+  const_arrays: list[np.ndarray] = []
+  last_use: dict[Var, int] = {}
+  for i, eqn in enumerate(fused.eqns):
+    for a in eqn.inputs:
+      if isinstance(a, Var):
+        last_use[a] = i
+  out_vars = []
+  for a in fused.outputs:
+    if isinstance(a, Var) and a not in fused.inputs and a not in out_vars:
+      out_vars.append(a)
+  names: dict[Var, str] = {v: f"in{k}" for k, v in enumerate(fused.inputs)}
+  names.update({v: f"out{k}" for k, v in enumerate(out_vars)})
+  buffers: list[Buffer] = []
+  free: list[int] = []
+  buffer_of: dict[Var, int] = {}
+  views: list[str] = []
+  driver_sizes: list[int] = []
+
+  def dsize(n: int) -> str:
+    driver_sizes.append(int(n))
+    return f"DS{len(driver_sizes) - 1}"
+
+  for i, eqn in enumerate(fused.eqns):
+    region, lits = _lift_literal_arrays(eqn.kw["program"])
+    body, ksizes = _kernel(region, eqn.kw["kind"])
+    kname = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
+    defs[kname] = body.replace("def KERNEL(", f"def {kname}(", 1)
+    kernel_names.append(kname)
+    args = []
+    for a in eqn.inputs:
+      args.append(names[a])
+    for arr in lits:
+      names_const = f"c{len(const_arrays)}"
+      const_arrays.append(arr)
+      args.append(names_const)
+    for v in eqn.outputs:
+      if v not in names:  # an intermediate: an arena buffer, reused by liveness
+        need = v.aval.size
+        slot = next((k for k in free if buffers[k].dtype == v.aval.dtype), None)
+        if slot is None:
+          buffers.append(Buffer(v.aval.dtype, need))
+          slot = len(buffers) - 1
+        else:
+          free.remove(slot)
+          buffers[slot] = Buffer(v.aval.dtype, max(buffers[slot].size, need))
+        tname = f"t{len(views)}"
+        n = dsize(v.aval.size)
+        shape = ", ".join(dsize(d) for d in v.aval.shape) + ("," if v.aval.ndim == 1 else "")
+        views.append(f"  {tname} = b{slot}[:{n}].reshape(({shape}))")
+        names[v] = tname
+        calls.append(views[-1])
+        buffer_of[v] = slot
+      args.append(names[v])
+    start = len(sizes)
+    sizes.extend(ksizes)
+    calls.append(f"  {kname}({', '.join(args)}, sz[{start}:{len(sizes)}])")
+    for a in eqn.inputs:  # free buffers whose value is dead after this region
+      if isinstance(a, Var) and last_use.get(a) == i and a in buffer_of:
+        free.append(buffer_of.pop(a))
+  base = len(sizes)
+  sizes.extend(driver_sizes)
+  calls = [re.sub(r"\bDS(\d+)\b", lambda m: f"sz[{base + int(m.group(1))}]", c) for c in calls]
+  driver_args = ([names[v] for v in fused.inputs] + [f"c{k}" for k in range(len(const_arrays))]
+                 + [f"out{k}" for k in range(len(out_vars))]
+                 + [f"b{k}" for k in range(len(buffers))] + ["sz"])
+  program_outputs = []
+  for a in fused.outputs:
+    if isinstance(a, Lit):
+      program_outputs.append(("lit", a.value))
+    elif a in out_vars:
+      program_outputs.append(("out", out_vars.index(a)))
+    else:
+      program_outputs.append(("in", fused.inputs.index(a)))
+  funcs = sorted({f for (name, dtype), f in FUNCTIONS.items()})
+  header = ["# generated by primc: one numba kernel per fused region, and a driver",
+            "import math", "import numpy as np", "from numba import njit",
+            f"from codegen.mathlib import {', '.join(funcs)}",
+            "from codegen.blas import matmul3", "", ""]
+  parts = [f"{KERNEL_DECORATOR}\n{defs[k]}" for k in sorted(defs)]
+  driver = [DECORATOR, f"def driver({', '.join(driver_args)}):"] + (calls or ["  pass"])
+  source = "\n".join(header) + "\n\n".join(parts) + "\n\n" + "\n".join(driver) + "\n"
+  return Plan(source, np.asarray(sizes, np.int64), fused.inputs, tuple(out_vars),
+              tuple(program_outputs), tuple(buffers), tuple(const_arrays), tuple(kernel_names))
+
+
