@@ -7,8 +7,9 @@ without SVML; these functions are polynomial approximations written in plain ari
 float32 sin/cos reduce the argument in float64.
 
 Accuracy against numpy (max ulp over dense samples and edge cases; see
-`tests/test_mathlib.py` and the README table): exp, log, sin, cos ≤ 2 ulp, tanh ≤ 3 ulp.
-sin/cos use Cody-Waite reduction, valid for |x| <= 2**20 (float32) and 2**28 (float64);
+`tests/test_mathlib.py` and the README table): exp, log ≤ 1.5 ulp; sin, cos ≤ 2.5 ulp;
+tanh ≤ 3 ulp.
+sin/cos use Cody-Waite reduction, valid for |x| <= 1e6;
 a kernel that uses them counts larger arguments in its loop and, if there are any, runs a
 second version of the loop with libm's sin/cos (scalar, rare).
 """
@@ -245,7 +246,7 @@ def _cos_poly(r):
 
 @njit(**_OPTS)
 def _sincos_f64(x, shift):
-  """sin(x) for shift=0, cos(x) for shift=1 (|x| < 2**28)."""
+  """sin(x) for shift=0, cos(x) for shift=1 (|x| <= SINCOS_LIMIT)."""
   k = np.floor(x * D(0.6366197723675814) + D(0.5))
   r = x - k * D(1.57079632673412561417e+00)   # fdlibm pio2_1, pio2_2, pio2_3
   r = r - k * D(6.07710050630396597660e-11)
@@ -257,13 +258,14 @@ def _sincos_f64(x, shift):
   return -v if q >= 2 else v
 
 
-SINCOS_LIMIT = {"float32": 1048576.0, "float64": 268435456.0}  # 2**20, 2**28
+# k = round(x * 2/pi) must stay below 2**20 so that k * pio2_1 (33 bits) is exact
+SINCOS_LIMIT = {"float32": 1e6, "float64": 1e6}
 
 
 @njit(**_OPTS)
 def sin_f64(x):
   """Valid for |x| <= SINCOS_LIMIT (codegen versions loops for larger arguments)."""
-  return _sincos_f64(x, np.int64(0)) if x == x else x
+  return x if x == 0 or x != x else _sincos_f64(x, np.int64(0))  # sin(±0) = ±0
 
 
 @njit(**_OPTS)
@@ -273,7 +275,7 @@ def cos_f64(x):
 
 @njit(**_OPTS)
 def sin_f32(x):
-  return F(_sincos_f64(D(x), np.int64(0))) if x == x else x
+  return x if x == 0 or x != x else F(_sincos_f64(D(x), np.int64(0)))
 
 
 @njit(**_OPTS)

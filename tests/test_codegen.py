@@ -1,0 +1,235 @@
+"""Compiled code against the interpreter and numpy: seed programs, every primc.numpy op,
+random programs at derivative orders 0-3; NaN/inf; kernel and compile counts."""
+import os
+import re
+import sys
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import primc
+import primc.numpy as pnp
+from codegen import loader
+from primc.tree import tree_flatten
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import seed_programs as seeds  # noqa: E402
+from test_numpy import OPS  # noqa: E402
+
+R = np.random.default_rng(0)
+f32 = lambda *s: R.random(s, dtype=np.float32)
+
+
+def check_compiled(fn, *args, rtol=2e-6, atol=2e-6):
+  """jit(fn)(*args) equals the interpreter on the same traced program."""
+  compiled = primc.jit(fn)(*args)
+  program = primc.make_program(fn)(*args)
+  want = primc.interpret(program, *tree_flatten(list(args))[0])
+  got = tree_flatten(compiled)[0]
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    assert g.shape == w.shape and g.dtype == w.dtype, (g.dtype, g.shape, w.dtype, w.shape)
+    np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+  return compiled
+
+
+def test_seed_tanh_derivatives_from_compiled_code():
+  d1, d2, d3 = check_compiled(seeds.tanh_derivatives, np.ones((1,), np.float32))
+  np.testing.assert_allclose([d1[0], d2[0], d3[0]], [0.41997433, -0.6397, 0.6216267], rtol=1e-6)
+
+
+def test_seed_programs_compiled_equal_interpreted():
+  x, w, b = f32(2, 2), f32(2, 2), f32(2)
+  check_compiled(seeds.mynet_forward, x, w, b)
+  check_compiled(seeds.mynet_loss, x, w, f32(2, 2))
+  args = (f32(2, 2), f32(2, 2), f32(2, 2), *[np.zeros((2, 2), np.float32)] * 4, np.float32(1))
+  check_compiled(seeds.mynet_train_step, *args)
+  xs, ys = f32(2, 8), f32(2, 8)
+  check_compiled(seeds.multiply, xs, ys)
+  check_compiled(primc.jacrev(seeds.multiply, argnums=(0, 1)), xs[0], ys[0])
+
+
+@pytest.mark.parametrize("group", range(6))
+def test_every_numpy_op_compiled_equals_numpy(group):
+  ops = OPS[group::6]
+
+  def many(*args):
+    outs, it = [], iter(args)
+    for _, op, _, op_args in ops:
+      outs.append(op(*[next(it) for _ in op_args]))
+    return outs
+
+  flat_args = [a for _, _, _, op_args in ops for a in op_args]
+  got = primc.jit(many)(*flat_args)
+  for (name, _, ref, op_args), g in zip(ops, got):
+    want = ref(*op_args)
+    gl = tree_flatten(g)[0]
+    wl = [np.asarray(w) for w in (want if isinstance(want, (list, tuple)) else [want])]
+    for a, b in zip(gl, wl):
+      np.testing.assert_allclose(np.asarray(a), b, rtol=3e-6, atol=3e-6, err_msg=name)
+
+
+UNARY = [pnp.sin, pnp.cos, pnp.tanh, pnp.exp, lambda x: pnp.log(1.5 + x * x), pnp.sigmoid,
+         lambda x: x * x, lambda x: pnp.sqrt(x * x + 0.5), pnp.abs]
+BINARY = [pnp.add, pnp.subtract, pnp.multiply, lambda x, y: x / (2.0 + y * y), pnp.maximum]
+
+
+@st.composite
+def programs(draw):
+  shape_a = draw(st.sampled_from([(3,), (2, 3), (1, 3), (2, 1), ()]))
+  shape_b = draw(st.sampled_from([(3,), (2, 3), (1, 3), ()]))
+  steps = draw(st.lists(st.tuples(st.booleans(), st.integers(0, 50)), min_size=1, max_size=4))
+  reduce_last = draw(st.booleans())
+
+  def f(a, b):
+    v = a
+    for binary, k in steps:
+      v = BINARY[k % len(BINARY)](v, b) if binary else UNARY[k % len(UNARY)](v)
+    return pnp.sum(v * v) if reduce_last else v
+  rng = np.random.default_rng(draw(st.integers(0, 1000)))
+  return f, rng.uniform(-1, 1, shape_a), rng.uniform(-1, 1, shape_b)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.integers(0, 3))
+def test_random_programs_compiled_at_derivative_orders(program, order):
+  f, a, b = program
+  g = f
+  for _ in range(order):
+    g = (lambda h: lambda x, y: pnp.sum(primc.grad(lambda u, w: pnp.sum(h(u, w)))(x, y)))(g)
+  fn = g if order else f
+  check_compiled(fn, a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_nan_and_inf_propagate_as_in_numpy():
+  x = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e30, -1e-40], np.float32)
+  fns = [pnp.exp, pnp.log, pnp.tanh, pnp.sin, pnp.cos, pnp.sqrt, pnp.sign, pnp.abs,
+         lambda x: x / 0.0, lambda x: pnp.maximum(x, 0.0), lambda x: pnp.minimum(x, np.nan),
+         lambda x: x - x, lambda x: x * 0.0, lambda x: pnp.sum(x), lambda x: pnp.max(x)]
+  got = primc.jit(lambda x: [f(x) for f in fns])(x)
+  with np.errstate(all="ignore"):
+    want = [np.exp(x), np.log(x), np.tanh(x), np.sin(x), np.cos(x), np.sqrt(x), np.sign(x),
+            np.abs(x), x / np.float32(0), np.maximum(x, 0), np.minimum(x, np.nan), x - x, x * 0,
+            np.sum(x), np.max(x)]
+  for k, (g, w) in enumerate(zip(got, want)):
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=str(k))
+    np.testing.assert_array_equal(np.isinf(g) * np.sign(g), np.isinf(w) * np.sign(w),
+                                  err_msg=str(k))
+    finite = np.isfinite(w)
+    np.testing.assert_allclose(g[finite], w[finite], rtol=3e-7, atol=1e-37, err_msg=str(k))
+
+
+def test_large_sin_cos_arguments_take_the_precise_path():
+  x = np.array([0.5, 3e5, 1e7, 1e20, -4e30], np.float32)
+  s, c = primc.jit(lambda x: (pnp.sin(x), pnp.cos(x)))(x)
+  np.testing.assert_allclose(s, np.sin(x), atol=1e-6)
+  np.testing.assert_allclose(c, np.cos(x), atol=1e-6)
+  xd = x.astype(np.float64) * 1e3
+  np.testing.assert_allclose(primc.jit(pnp.sin)(xd), np.sin(xd), atol=1e-14)
+
+
+def test_kernel_counts_for_known_programs():
+  plan = lambda f, *a: primc.jit(f).lower(*a)
+  low = plan(seeds.mynet_forward, f32(2, 2), f32(2, 2), f32(2))
+  assert low.source.count("def k_") == 2 and low.source.count("def driver") == 1
+  low = plan(lambda x: pnp.sin(x) * pnp.exp(-x * x) + pnp.tanh(x), f32(10))
+  assert low.source.count("def k_") == 1
+  # same-shape siblings fuse into one region ...
+  low = plan(lambda x, y: (pnp.tanh(x) * 2.0, pnp.tanh(y) * 2.0), f32(6), f32(6))
+  assert low.source.count("def k_") == 1
+  # ... and identical regions over other shapes share one kernel, called twice
+  low = plan(lambda x, y: (pnp.tanh(x) * 2.0, pnp.tanh(y) * 2.0), f32(6), f32(7))
+  kernels = re.findall(r"def (k_\w+)", low.source)
+  assert len(kernels) == 1 and low.source.count(f"  {kernels[0]}(") == 2
+
+
+def test_identical_regions_give_byte_identical_source():
+  f = lambda x: pnp.tanh(x @ x.T) * 2.0
+  a = primc.jit(f).lower(f32(3, 4)).source
+  b = primc.jit(f).lower(f32(3, 4)).source
+  c = primc.jit(f).lower(f32(5, 7)).source  # other sizes: same code
+  assert a == b == c
+  assert "# { lambda a:f32[?,?]" in a  # each kernel starts with its region's IR
+
+
+def test_a_batch_size_change_compiles_nothing_new():
+  f = primc.jit(lambda x, w: pnp.sum(pnp.tanh(x @ w), axis=0))
+  w = f32(3, 5)
+  f(f32(4, 3), w)
+  exe = next(iter(f._compiled.values()))[0]
+  before = dict(loader.stats)
+  y = f(f32(9, 3), w)
+  assert loader.stats["modules_loaded"] == before["modules_loaded"]
+  assert loader.stats["modules_written"] == before["modules_written"]
+  assert len(f._compiled) == 2  # re-traced for the new shape ...
+  exes = [e for e, _ in f._compiled.values()]
+  assert exes[0].driver is exes[1].driver  # ... but runs the same compiled driver
+  assert len(exe.driver.signatures) == 1  # and numba compiled it once
+  assert y.shape == (5,)
+
+
+def test_jit_composes_with_transforms():
+  x = np.array([0.3, -0.7, 1.1])
+  f = lambda x: pnp.sum(pnp.sin(x) * pnp.tanh(x))
+  d1 = lambda x: pnp.sum(primc.grad(f)(x))
+  d2 = lambda x: pnp.sum(primc.grad(d1)(x))
+  d3 = primc.grad(d2)
+  np.testing.assert_allclose(primc.jit(d3)(x), d3(x), rtol=1e-12)
+  np.testing.assert_allclose(primc.jit(primc.hessian(f))(x), primc.hessian(f)(x), rtol=1e-12)
+  np.testing.assert_allclose(primc.jit(primc.vmap(f))(np.stack([x, 2 * x])),
+                             [f(x), f(2 * x)], rtol=1e-12)
+  np.testing.assert_allclose(primc.grad(primc.jit(f))(x), primc.grad(f)(x), rtol=1e-12)
+
+
+def test_out_argument_and_fresh_outputs():
+  f = primc.jit(lambda x: (x * 2.0, pnp.tanh(x)))
+  x = f32(4)
+  a1, b1 = f(x)
+  a2, _ = f(x + 1)
+  assert not np.shares_memory(a1, a2)
+  np.testing.assert_allclose(a1, x * 2)
+  o1, o2 = np.empty(4, np.float32), np.empty(4, np.float32)
+  r1, r2 = f(x, out=(o1, o2))
+  assert r1 is o1 and r2 is o2
+  np.testing.assert_allclose(o2, np.tanh(x), rtol=1e-6)
+  with pytest.raises(primc.PrimcError, match="out="):
+    f(x, out=(np.empty(3, np.float32), o2))
+
+
+def test_concurrent_calls_use_separate_arenas():
+  f = primc.jit(lambda x: pnp.sum(pnp.tanh(x) * pnp.exp(-x), axis=1) + pnp.max(x, axis=1))
+  inputs = [f32(50, 40) for _ in range(8)]
+  want = [f(x) for x in inputs]
+  results = [None] * len(inputs)
+
+  def work(k):
+    for _ in range(20):
+      results[k] = f(inputs[k])
+  threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  for g, w in zip(results, want):
+    np.testing.assert_array_equal(g, w)
+
+
+def test_lower_and_print_after_show_each_stage(capsys, monkeypatch):
+  low = primc.jit(seeds.mynet_forward).lower(f32(2, 2), f32(2, 2), f32(2))
+  assert "tanh" in low.stage("traced") and "region[kind='dot']" in low.stage("fused")
+  assert "@njit" in low.stage("source")
+  monkeypatch.setenv("PRIMC_PRINT_AFTER", "codegen")
+  primc.jit(lambda x: x * 5.0).lower(f32(3))
+  assert "--- after codegen" in capsys.readouterr().err
+
+
+def test_hot_loops_are_vectorized():
+  f = primc.jit(lambda x: pnp.tanh(x) * pnp.exp(-x * x))
+  f(f32(1000))
+  exe = next(iter(f._compiled.values()))[0]
+  asm = exe.driver.inspect_asm(exe.driver.signatures[0])
+  packed = re.findall(r"\bv\w+ps\s+[^\n]*%[yz]mm", asm)
+  assert len(packed) > 10, "expected packed (ymm/zmm) float32 instructions"
