@@ -1,4 +1,16 @@
 """Code generation: fused regions to numba kernels, the disk cache and the executor.
 
-This stage is filled by the codegen work; it depends only on `primc`'s IR.
+  kernels.py   region -> kernel source (one lowering rule per primitive)
+  mathlib.py   vectorizable float32/float64 exp, log, tanh, sin, cos
+  blas.py      shared batched matmul (loops for small products, BLAS for large)
+  module.py    fused program -> one module (kernels + driver) and its run plan
+  loader.py    content-addressed module files under the cache directory
+  executor.py  runs a plan: arena buffers, outputs, one call into the driver
+
+Threads: big loop regions run a `prange` loop under numba's threading layer (OpenMP when
+available). Idle OpenMP threads spin before sleeping, stealing the cores from a BLAS
+call that follows; GOMP_SPINCOUNT is bounded here (unless the user set it) to avoid that.
 """
+import os
+
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")

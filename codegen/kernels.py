@@ -187,8 +187,20 @@ class KernelContext:
     return f"{view}[0]"
 
 
-def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...]) -> tuple[str, list]:
-  """Source of a loop-region kernel `name(in0.., out0.., sz)` and its size parameters."""
+PARALLEL_MIN = 1 << 14  # elements: below this a parallel launch costs more than it saves
+
+
+def parallel_worthy(program: Program, domain: tuple[int, ...]) -> bool:
+  """Threads for big loop regions without reductions (a size class: crossing it changes the
+  generated code, so it re-compiles once)."""
+  return int(np.prod(domain, dtype=np.int64)) >= PARALLEL_MIN and not _reductions_of(program)
+
+
+def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
+                     parallel: bool = False) -> tuple[str, list]:
+  """Source of a loop-region kernel `name(in0.., out0.., sz)` and its size parameters.
+  With `parallel`, the outer loop is a `prange` when the domain is at least PARALLEL_MIN
+  elements at run time (serial below)."""
   ctx = KernelContext(name, program)
   n_in, n_out = len(program.inputs), len(program.outputs)
   args = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)] + ["sz"]
@@ -249,15 +261,24 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...]) -> tu
   lines = [f"def {name}({', '.join(args)}):"]
   lines += ["  # " + l for l in abstract_ir(program).splitlines()]
   lines += ["  " + l for l in init + prologue + setup]
+  count = lambda var: [f"{var} += 1 if abs({c}) > {SINCOS_LIMIT[_dtype_of(program)]} else 0"
+                       for c in checks]
   if checks:
-    limit = SINCOS_LIMIT[_dtype_of(program)]
     lines.append("  nbig = 0")
-    nest = nest + [f"nbig += abs({c}) > {limit}" for c in checks]
-  lines += _nest(loops, nest)
+    lines.append("  nbig_p = 0")
+  if parallel:
+    total = " * ".join(dims)
+    lines.append(f"  if {total} >= {PARALLEL_MIN}:")
+    lines += ["  " + l for l in _nest([loops[0].replace("range(", "prange(", 1)] + loops[1:],
+                                      nest + count("nbig_p"))]
+    lines.append("  else:")
+    lines += ["  " + l for l in _nest(loops, nest + count("nbig"))]
+  else:
+    lines += _nest(loops, nest + count("nbig"))
   if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
     ctx.precise = True
     again = body(index, in_names, out_names)
-    lines.append("  if nbig > 0:")
+    lines.append("  if nbig + nbig_p > 0:")
     lines += ["    " + l for l in init]
     lines += ["  " + l for l in _nest(loops, again)]
   lines += _reduction_finish(reductions, out_index)
