@@ -37,7 +37,7 @@ class Plan:
   inputs: tuple[Var, ...]                   # program inputs, in driver argument order
   outputs: tuple[Var, ...]                  # distinct region-produced program outputs
   program_outputs: tuple                    # per program output: ("out", k) | ("in", k) | ("lit", value)
-  buffers: tuple[Buffer, ...]               # arena buffers, in driver argument order
+  buffers: tuple[Buffer, ...]               # one arena array per dtype, in argument order
   const_arrays: tuple[np.ndarray, ...]      # literal arrays read by kernels
   kernel_names: tuple[str, ...]             # one per region (duplicates possible)
 
@@ -96,10 +96,10 @@ def build(fused: FusedProgram) -> Plan:
       out_vars.append(a)
   names: dict[Var, str] = {v: f"in{k}" for k, v in enumerate(fused.inputs)}
   names.update({v: f"out{k}" for k, v in enumerate(out_vars)})
-  buffers: list[Buffer] = []
+  slots: list[Buffer] = []
   free: list[int] = []
   buffer_of: dict[Var, int] = {}
-  views: list[str] = []
+  views: list[tuple] = []
   driver_sizes: list[int] = []
 
   def dsize(n: int) -> str:
@@ -121,21 +121,21 @@ def build(fused: FusedProgram) -> Plan:
       const_arrays.append(arr)
       args.append(names_const)
     for v in eqn.outputs:
-      if v not in names:  # an intermediate: an arena buffer, reused by liveness
+      if v not in names:  # an intermediate: a slot of its dtype's arena, reused by liveness
         need = v.aval.size
-        slot = next((k for k in free if buffers[k].dtype == v.aval.dtype), None)
+        slot = next((k for k in free if slots[k].dtype == v.aval.dtype), None)
         if slot is None:
-          buffers.append(Buffer(v.aval.dtype, need))
-          slot = len(buffers) - 1
+          slots.append(Buffer(v.aval.dtype, need))
+          slot = len(slots) - 1
         else:
           free.remove(slot)
-          buffers[slot] = Buffer(v.aval.dtype, max(buffers[slot].size, need))
+          slots[slot] = Buffer(v.aval.dtype, max(slots[slot].size, need))
         tname = f"t{len(views)}"
         n = dsize(v.aval.size)
         shape = ", ".join(dsize(d) for d in v.aval.shape) + ("," if v.aval.ndim == 1 else "")
-        views.append(f"  {tname} = b{slot}[:{n}].reshape(({shape}))")
+        views.append((tname, slot, n, shape))
+        calls.append(("VIEW", len(views) - 1))
         names[v] = tname
-        calls.append(views[-1])
         buffer_of[v] = slot
       args.append(names[v])
     start = len(sizes)
@@ -144,9 +144,25 @@ def build(fused: FusedProgram) -> Plan:
     for a in eqn.inputs:  # free buffers whose value is dead after this region
       if isinstance(a, Var) and last_use.get(a) == i and a in buffer_of:
         free.append(buffer_of.pop(a))
+  # lay the slots out in one arena array per dtype
+  dtypes = sorted({b.dtype for b in slots})
+  offsets, totals = [], {d: 0 for d in dtypes}
+  for b in slots:
+    offsets.append(totals[b.dtype])
+    totals[b.dtype] += b.size
+  lines = []
+  for c in calls:
+    if isinstance(c, tuple):
+      tname, slot, n, shape = views[c[1]]
+      arena = f"b{dtypes.index(slots[slot].dtype)}"
+      off = dsize(offsets[slot])
+      lines.append(f"  {tname} = {arena}[{off}:{off} + {n}].reshape(({shape}))")
+    else:
+      lines.append(c)
   base = len(sizes)
   sizes.extend(driver_sizes)
-  calls = [re.sub(r"\bDS(\d+)\b", lambda m: f"sz[{base + int(m.group(1))}]", c) for c in calls]
+  calls = [re.sub(r"\bDS(\d+)\b", lambda m: f"sz[{base + int(m.group(1))}]", c) for c in lines]
+  buffers = [Buffer(d, totals[d]) for d in dtypes]
   driver_args = ([names[v] for v in fused.inputs] + [f"c{k}" for k in range(len(const_arrays))]
                  + [f"out{k}" for k in range(len(out_vars))]
                  + [f"b{k}" for k in range(len(buffers))] + ["sz"])

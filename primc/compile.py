@@ -72,6 +72,7 @@ class Jitted:
     self.fun = fun
     self.static_argnums = tuple(static_argnums)
     self._compiled: dict = {}
+    self._fast: dict = {}  # (shape, dtype) per flat ndarray argument -> compiled entry
     import functools
     functools.update_wrapper(self, fun)
 
@@ -119,6 +120,11 @@ class Jitted:
     return Lowered(traced, optimized, fused, plan.source), plan, out_tree
 
   def __call__(self, *args, out=None):
+    # Fast path: flat C-contiguous ndarray arguments whose signature was compiled before.
+    if out is None and all(type(a) is np.ndarray and a.flags.c_contiguous for a in args):
+      entry = self._fast.get(tuple((a.shape, a.dtype) for a in args))
+      if entry is not None:
+        return _unflatten(entry[1], entry[0](args))
     from primc.trace import Tracer
     from primc.tree import tree_flatten, tree_unflatten
     if any(isinstance(x, Tracer) for x in tree_flatten(list(args))[0]):
@@ -129,6 +135,8 @@ class Jitted:
     if entry is None:
       entry = self._compile(static, leaves, tree)
       self._compiled[key] = entry
+      if not static and all(type(a) is np.ndarray for a in args) and len(leaves) == len(args):
+        self._fast[tuple((a.shape, a.dtype) for a in args)] = entry
     executable, out_tree = entry
     leaves = [np.ascontiguousarray(x) for x in leaves]
     outs = None if out is None else _out_leaves(out, executable)
@@ -140,6 +148,11 @@ class Jitted:
     _, plan, out_tree = self._lower(static, leaves, tree)
     module = loader.load(plan.source)
     return Executable(plan, module.driver), out_tree
+
+
+def _unflatten(out_tree, leaves):
+  from primc.tree import tree_unflatten
+  return tree_unflatten(out_tree, leaves)
 
 
 def _out_leaves(out, executable):
