@@ -7,6 +7,8 @@ unless `out=` provides them.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from primc.core import PrimcError
@@ -14,12 +16,29 @@ from codegen.module import Plan
 
 
 class Executable:
+  @classmethod
+  def load(cls, plan: Plan) -> "Executable":
+    """Loads (or compiles) the plan's module and wraps its driver."""
+    from codegen import loader
+    return cls(plan, loader.load(plan.source).driver)
+
   def __init__(self, plan: Plan, driver):
     self.plan = plan
     self.driver = driver
     self.in_specs = tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in plan.inputs)
     self.out_specs = tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in plan.outputs)
     self._arenas: list[tuple[np.ndarray, ...]] = []
+    self._first = not driver.signatures
+
+  def _first_call(self, inputs, outs, arena):
+    """The first call compiles the driver, or loads it from numba's disk cache."""
+    from codegen import cache
+    t0 = time.perf_counter()
+    self.driver(*inputs, *self.plan.const_arrays, *outs, *arena, self.plan.sizes)
+    cache.record_load(time.perf_counter() - t0)
+    st = self.driver.stats
+    cache.count("numba_compiles" if st.cache_misses else "numba_cache_loads")
+    self._first = False
 
   def _arena(self):
     try:
@@ -38,7 +57,10 @@ class Executable:
                            f"{dtype}{list(shape)} (or is not C-contiguous)")
     arena = self._arena()
     try:
-      self.driver(*inputs, *self.plan.const_arrays, *outs, *arena, self.plan.sizes)
+      if self._first:
+        self._first_call(inputs, outs, arena)
+      else:
+        self.driver(*inputs, *self.plan.const_arrays, *outs, *arena, self.plan.sizes)
     finally:
       self._arenas.append(arena)
     results = []

@@ -25,27 +25,60 @@ _loaded: dict[str, types.ModuleType] = {}
 stats = {"modules_written": 0, "modules_loaded": 0, "modules_reused": 0}
 
 
+_fallback_dir = None
+_warned = set()
+
+
+def writable(path: str) -> bool:
+  return os.access(path, os.W_OK | os.X_OK)
+
+
 def cache_dir() -> str:
+  """The cache directory: PRIMC_CACHE_DIR or the platform's per-user cache directory.
+
+  A read-only one still works: modules are then written to a private temporary directory
+  for this process (a warning, once)."""
   path = os.environ.get("PRIMC_CACHE_DIR")
   if not path:
     import platformdirs
     path = platformdirs.user_cache_dir("primc")
   path = os.path.abspath(path)
-  os.makedirs(path, mode=0o700, exist_ok=True)
+  if not os.path.isdir(path):
+    try:
+      os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError:
+      pass
+  if not os.path.isdir(path):
+    return _fallback(path, "cannot be created")
   st = os.stat(path)
   if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
     raise PrimcError(f"refusing cache directory {path}: it is writable by group or others and "
                      f"primc executes the files in it (chmod 700 it or set PRIMC_CACHE_DIR)")
   if hasattr(os, "getuid") and st.st_uid != os.getuid():
     raise PrimcError(f"refusing cache directory {path}: it belongs to another user")
+  if not writable(path):
+    return _fallback(path, "is read-only")
   return path
 
 
-def _write_atomic(path: str, text: str) -> None:
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".py")
+def _fallback(path: str, why: str) -> str:
+  global _fallback_dir
+  if path not in _warned:
+    _warned.add(path)
+    import warnings
+    warnings.warn(f"primc cache directory {path} {why}: compiling without a persistent "
+                  f"cache in this process", RuntimeWarning, stacklevel=3)
+  if _fallback_dir is None:
+    _fallback_dir = tempfile.mkdtemp(prefix="primc-nocache-")
+  return _fallback_dir
+
+
+def write_atomic(path: str, data, binary: bool = False) -> None:
+  """Writes a file so that readers see the old content or the new, never a part."""
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
   try:
-    with os.fdopen(fd, "w") as f:
-      f.write(text)
+    with os.fdopen(fd, "wb" if binary else "w") as f:
+      f.write(data)
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
@@ -63,7 +96,7 @@ def load(source: str) -> types.ModuleType:
     name = f"primc_kernels.m_{key}"
     path = os.path.join(cache_dir(), f"m_{key}.py")
     if not (os.path.exists(path) and open(path).read() == source):
-      _write_atomic(path, source)
+      write_atomic(path, source)
       stats["modules_written"] += 1
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -17,3 +17,12 @@ from primc.api import (check_grads, grad, hessian, hvp, jacfwd, jacrev, jvp, lin
 from primc.ad import jvp_program, linearize_program, transpose_program, vjp_program
 from primc.batching import batch_program
 from primc.compile import config, jit, raw_transforms
+
+
+def cache_stats() -> dict:
+  """This process's cache counters: plan hits and misses (with reasons), numba compiles and
+  cache loads, module files written/loaded, first-call load times (seconds)."""
+  from codegen import cache, loader
+  out = cache.stats()
+  out.update(loader.stats)
+  return out

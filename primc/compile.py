@@ -91,15 +91,13 @@ class Jitted:
   def lower(self, *args) -> Lowered:
     """Traces, optimizes, fuses and generates code for these arguments (no compile)."""
     static, leaves, tree = self._split(args)
-    return self._lower(static, leaves, tree)[0]
+    traced, _ = self._trace(static, leaves, tree)
+    optimized, fused, plan = _build_plan(traced)
+    return Lowered(traced, optimized, fused, plan.source)
 
-  def _lower(self, static, leaves, tree):
+  def _trace(self, static, leaves, tree):
     from primc.trace import aval_of, trace_flat
     from primc.tree import tree_unflatten
-    from passes import fuse
-    from passes import optimize as run_passes
-    from passes.pipeline import print_after_names
-    from codegen import module
     static_map = dict(static)
 
     def flat_fn(*xs):
@@ -110,14 +108,7 @@ class Jitted:
 
     traced, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves])
     assert not captured
-    optimized = run_passes(traced)
-    fused = fuse(optimized)
-    plan = module.build(fused)
-    show = print_after_names()
-    for stage, value in (("fuse", fused), ("codegen", plan.source)):
-      if stage in show:
-        print(f"--- after {stage}\n{value}", file=sys.stderr)
-    return Lowered(traced, optimized, fused, plan.source), plan, out_tree
+    return traced, out_tree
 
   def __call__(self, *args, out=None):
     # Fast path: flat C-contiguous ndarray arguments whose signature was compiled before.
@@ -143,11 +134,39 @@ class Jitted:
     return tree_unflatten(out_tree, executable(leaves, outs))
 
   def _compile(self, static, leaves, tree):
-    from codegen import loader
     from codegen.executor import Executable
-    _, plan, out_tree = self._lower(static, leaves, tree)
-    module = loader.load(plan.source)
-    return Executable(plan, module.driver), out_tree
+    traced, out_tree = self._trace(static, leaves, tree)
+    plan = compile_plan(traced)
+    return Executable.load(plan), out_tree
+
+
+def _build_plan(traced):
+  from passes import fuse
+  from passes import optimize as run_passes
+  from passes.pipeline import print_after_names
+  from codegen import module
+  optimized = run_passes(traced)
+  fused = fuse(optimized)
+  plan = module.build(fused)
+  show = print_after_names()
+  for stage, value in (("fuse", fused), ("codegen", plan.source)):
+    if stage in show:
+      print(f"--- after {stage}\n{value}", file=sys.stderr)
+  return optimized, fused, plan
+
+
+def compile_plan(traced: Program):
+  """The run plan of a traced program: from the plan cache if this program (and this
+  environment) was compiled before, else built by the passes, fusion and codegen."""
+  from codegen import cache, loader
+  key = cache.program_key(traced)
+  directory = loader.cache_dir()
+  plan = cache.load_plan(directory, key)
+  if plan is None:
+    plan = _build_plan(traced)[2]
+    if loader.writable(directory):
+      cache.store_plan(directory, key, plan)
+  return plan
 
 
 def _unflatten(out_tree, leaves):

@@ -1,0 +1,144 @@
+"""The on-disk cache: compiled modules and compile plans, content-addressed.
+
+  m_<key>.py        a generated module (numba keeps its machine code in __pycache__)
+  p_<key>.plan      a pickled compile plan, keyed by the traced program, so a warm
+                    process skips the passes, fusion and code generation
+
+Every entry is checksummed (the key is a hash of the content it stands for, and plans
+carry a hash of their payload); the environment (primc, numba, llvmlite, numpy, Python
+versions, CPU, threading options) is part of every key, so a version change is a miss,
+not an error. A truncated, garbled or foreign entry is logged and rebuilt.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+import os
+import pickle
+import platform
+import sys
+import time
+
+import numpy as np
+
+from primc.core import Eqn, Lit, Program, Var
+
+log = logging.getLogger("primc.cache")
+_stats = collections.Counter()
+_miss_reasons = collections.Counter()
+_load_times: list[float] = []
+
+
+def environment() -> str:
+  """Everything besides the source that decides the machine code."""
+  import llvmlite
+  import numba
+  import primc
+  cpu = ""
+  try:
+    import llvmlite.binding as ll
+    cpu = f"{ll.get_host_cpu_name()}:{ll.get_host_cpu_features().flatten()}"
+  except Exception:  # pragma: no cover - informative only
+    cpu = platform.machine()
+  threads = os.environ.get("NUMBA_THREADING_LAYER", "default")
+  return (f"primc={primc.__version__} numba={numba.__version__} llvmlite={llvmlite.__version__} "
+          f"numpy={np.__version__} python={sys.version_info[:3]} cpu={cpu} threads={threads} "
+          f"gomp_spin={os.environ.get('GOMP_SPINCOUNT')}")
+
+
+_ENV_HASH = None
+
+
+def env_hash() -> str:
+  global _ENV_HASH
+  if _ENV_HASH is None:
+    _ENV_HASH = hashlib.sha256(environment().encode()).hexdigest()[:16]
+  return _ENV_HASH
+
+
+def program_key(program: Program, options: str = "") -> str:
+  """A hash of a program's structure, parameters and literal values (names do not
+  matter: variables are numbered in order)."""
+  h = hashlib.sha256()
+  h.update(env_hash().encode())
+  h.update(options.encode())
+  ids: dict[Var, int] = {}
+
+  def atom(a):
+    if isinstance(a, Lit):
+      return f"L{a.aval}:{a.value.tobytes().hex()}"
+    return f"v{ids[a]}:{a.aval}"
+
+  for v in program.inputs:
+    ids[v] = len(ids)
+  h.update(" ".join(atom(v) for v in program.inputs).encode())
+  for e in program.eqns:
+    args = " ".join(atom(a) for a in e.inputs)
+    for v in e.outputs:
+      ids[v] = len(ids)
+    h.update(f"|{e.prim.name}[{e.params!r}]({args})->{len(e.outputs)}".encode())
+  h.update(("=>" + " ".join(atom(a) for a in program.outputs)).encode())
+  return h.hexdigest()[:32]
+
+
+def count(event: str, reason: str | None = None) -> None:
+  _stats[event] += 1
+  if reason:
+    _miss_reasons[reason] += 1
+
+
+def record_load(seconds: float) -> None:
+  _load_times.append(seconds)
+
+
+def stats() -> dict:
+  """Cache counters of this process: plan hits/misses (with reasons), module loads,
+  numba compiles, load times."""
+  out = dict(_stats)
+  out["miss_reasons"] = dict(_miss_reasons)
+  out["load_seconds"] = list(_load_times)
+  return out
+
+
+def reset_stats() -> None:
+  _stats.clear()
+  _miss_reasons.clear()
+  _load_times.clear()
+
+
+def _plan_path(directory: str, key: str) -> str:
+  return os.path.join(directory, f"p_{key}.plan")
+
+
+def load_plan(directory: str, key: str):
+  """The cached plan for `key`, or None (a miss, counted with its reason)."""
+  path = _plan_path(directory, key)
+  if not os.path.exists(path):
+    count("plan_misses", "new program")
+    log.info("plan cache miss (new program): %s", key)
+    return None
+  try:
+    with open(path, "rb") as f:
+      blob = f.read()
+    digest, payload = blob[:32], blob[32:]
+    if hashlib.sha256(payload).digest() != digest:
+      raise ValueError("checksum mismatch")
+    plan = pickle.loads(payload)
+  except Exception as e:
+    count("plan_misses", "corrupt entry")
+    log.warning("plan cache entry %s is corrupt (%s): rebuilding", path, e)
+    try:
+      os.unlink(path)
+    except OSError:
+      pass
+    return None
+  count("plan_hits")
+  return plan
+
+
+def store_plan(directory: str, key: str, plan) -> None:
+  from codegen.loader import write_atomic
+  payload = pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
+  write_atomic(_plan_path(directory, key), hashlib.sha256(payload).digest() + payload,
+               binary=True)
