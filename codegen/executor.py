@@ -31,10 +31,24 @@ class Executable:
     self._first = not driver.signatures
 
   def _first_call(self, inputs, outs, arena):
-    """The first call compiles the driver, or loads it from numba's disk cache."""
-    from codegen import cache
+    """The first call compiles the driver or loads it from numba's disk cache, holding the
+    module's file lock (so concurrent processes compile it once). An unreadable numba
+    cache entry is purged and the module compiled again."""
+    from codegen import cache, loader
+    args = (*inputs, *self.plan.const_arrays, *outs, *arena, self.plan.sizes)
     t0 = time.perf_counter()
-    self.driver(*inputs, *self.plan.const_arrays, *outs, *arena, self.plan.sizes)
+    with loader.file_lock(self.plan.source):
+      try:
+        self.driver(*args)
+      except Exception as e:
+        if not _is_cache_error(e):
+          raise
+        cache.count("numba_cache_rebuilds", "corrupt numba cache entry")
+        cache.log.warning("numba cache of a primc module is unreadable (%s: %s): rebuilding",
+                          type(e).__name__, e)
+        loader.purge(self.plan.source)
+        self.driver = loader.load(self.plan.source).driver
+        self.driver(*args)
     cache.record_load(time.perf_counter() - t0)
     st = self.driver.stats
     cache.count("numba_compiles" if st.cache_misses else "numba_cache_loads")
@@ -72,3 +86,12 @@ class Executable:
       else:
         results.append(np.array(k))
     return results
+
+
+def _is_cache_error(e: Exception) -> bool:
+  """Whether `e` came from reading numba's cache files (not from compiling)."""
+  import pickle
+  import traceback
+  if isinstance(e, (pickle.UnpicklingError, EOFError)):
+    return True
+  return any("caching" in f.filename for f in traceback.extract_tb(e.__traceback__))

@@ -86,18 +86,58 @@ def write_atomic(path: str, data, binary: bool = False) -> None:
     raise
 
 
+def module_key(source: str) -> str:
+  return hashlib.sha256(source.encode()).hexdigest()[:32]
+
+
+def file_lock(source: str):
+  """An inter-process lock for one module: held while it is written and compiled."""
+  import filelock
+  return filelock.FileLock(os.path.join(cache_dir(), f"m_{module_key(source)}.lock"))
+
+
+def purge(source: str) -> None:
+  """Forgets a module: its numba cache files, its file, and the imported module."""
+  key = module_key(source)
+  directory = cache_dir()
+  pycache = os.path.join(directory, "__pycache__")
+  if os.path.isdir(pycache):
+    for name in os.listdir(pycache):
+      if name.startswith(f"m_{key}."):
+        os.unlink(os.path.join(pycache, name))
+  with _lock:
+    _loaded.pop(key, None)
+    sys.modules.pop(f"primc_kernels.m_{key}", None)
+
+
 def load(source: str) -> types.ModuleType:
-  """The module for `source`, imported from its content-addressed file."""
-  key = hashlib.sha256(source.encode()).hexdigest()[:32]
+  """The module for `source`, imported from its content-addressed file (rewritten if the
+  file is missing or its content is not `source`)."""
+  key = module_key(source)
   with _lock:
     if key in _loaded:
       stats["modules_reused"] += 1
       return _loaded[key]
     name = f"primc_kernels.m_{key}"
     path = os.path.join(cache_dir(), f"m_{key}.py")
-    if not (os.path.exists(path) and open(path).read() == source):
+    try:
+      with open(path) as f:
+        current = f.read()
+    except (OSError, UnicodeDecodeError):
+      current = None
+    if current != source:
+      if current is not None:
+        from codegen.cache import count, log
+        count("module_rebuilds", "corrupt module file")
+        log.warning("module file %s does not match its key: rewriting it", path)
       write_atomic(path, source)
       stats["modules_written"] += 1
+    # numba's cache index is keyed by the source file's (mtime, size); the content is
+    # fixed by the key, so a canonical mtime keeps the index valid when the cache
+    # directory is copied or moved
+    stamp = 1_000_000_000 + int(key[:6], 16)
+    if int(os.stat(path).st_mtime) != stamp:
+      os.utime(path, (stamp, stamp))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # before exec: numba's cache looks the module up by name
