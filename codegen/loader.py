@@ -121,11 +121,11 @@ def load(source: str) -> types.ModuleType:
     name = f"primc_kernels.m_{key}"
     path = os.path.join(cache_dir(), f"m_{key}.py")
     try:
-      with open(path) as f:
+      with open(path, "rb") as f:
         current = f.read()
-    except (OSError, UnicodeDecodeError):
+    except OSError:
       current = None
-    if current != source:
+    if current != source.encode():
       if current is not None:
         from codegen.cache import count, log
         count("module_rebuilds", "corrupt module file")

@@ -1,0 +1,125 @@
+"""The disk cache, across fresh processes: a warm process compiles nothing and skips the
+passes; damaged entries are rebuilt with a logged reason; concurrent processes compile
+once; unsafe directories are refused; read-only and copied caches work."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import primc
+
+CHILD = os.path.join(os.path.dirname(__file__), "cache_child.py")
+
+
+def run_child(cache_dir, check=True):
+  env = dict(os.environ, PRIMC_CACHE_DIR=str(cache_dir))
+  proc = subprocess.run([sys.executable, CHILD], env=env, capture_output=True, text=True,
+                        timeout=300)
+  if check:
+    assert proc.returncode == 0, proc.stderr
+  out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+  return out, proc.stderr
+
+
+def expected_grad():
+  x = np.linspace(-1, 1, 12).reshape(4, 3)
+  w = np.linspace(0.5, -0.5, 6).reshape(3, 2)
+  t = np.tanh(x @ w)
+  return x.T @ (2 * t * (1 - t * t))
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory):
+  path = tmp_path_factory.mktemp("cache")
+  os.chmod(path, 0o700)
+  cold, _ = run_child(path)
+  return path, cold
+
+
+def test_second_process_compiles_nothing_and_skips_passes(warm_cache):
+  path, cold = warm_cache
+  assert cold["stats"]["numba_compiles"] == 1 and cold["stats"]["plan_misses"] == 1
+  warm, _ = run_child(path)
+  assert warm["stats"].get("numba_compiles", 0) == 0
+  assert warm["stats"]["numba_cache_loads"] == 1 and warm["stats"]["plan_hits"] == 1
+  assert warm["stats"].get("plan_misses", 0) == 0
+  np.testing.assert_allclose(warm["grad"], expected_grad(), rtol=1e-5)
+
+
+def _copy(src, tmp_path, name):
+  dst = tmp_path / name
+  shutil.copytree(src, dst, copy_function=shutil.copy)  # fresh mtimes, as a plain copy
+  os.chmod(dst, 0o700)
+  return dst
+
+
+@pytest.mark.parametrize("target,damage,reason", [
+    ("p_*.plan", "truncate", "corrupt entry"),
+    ("m_*.py", "garble", "corrupt module file"),
+    ("__pycache__/*.nbi", "garble", "corrupt numba cache entry"),
+    ("__pycache__/*.nbc", "truncate", "corrupt numba cache entry"),
+])
+def test_damaged_entries_are_rebuilt_with_a_reason(warm_cache, tmp_path, target, damage, reason):
+  import glob
+  path = _copy(warm_cache[0], tmp_path, "damaged")
+  files = glob.glob(str(path / target))
+  assert files
+  for f in files:
+    data = open(f, "rb").read()
+    open(f, "wb").write(data[: len(data) // 3] if damage == "truncate" else b"garbage\x00\xff")
+  out, err = run_child(path)
+  assert reason in out["stats"]["miss_reasons"], out["stats"]
+  assert "rebuild" in err or "rewriting" in err  # a logged reason
+  np.testing.assert_allclose(out["grad"], expected_grad(), rtol=1e-5)
+  again, _ = run_child(path)  # and the rebuilt entry is good
+  assert again["stats"].get("numba_compiles", 0) == 0 and not again["stats"]["miss_reasons"]
+
+
+def test_copied_cache_still_hits(warm_cache, tmp_path):
+  moved = _copy(warm_cache[0], tmp_path, "elsewhere")
+  out, _ = run_child(moved)
+  assert out["stats"].get("numba_compiles", 0) == 0 and out["stats"]["plan_hits"] == 1
+
+
+def test_two_processes_at_once_compile_once(tmp_path):
+  path = tmp_path / "shared"
+  path.mkdir(mode=0o700)
+  env = dict(os.environ, PRIMC_CACHE_DIR=str(path))
+  procs = [subprocess.Popen([sys.executable, CHILD], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) for _ in range(2)]
+  outs = []
+  for p in procs:
+    stdout, stderr = p.communicate(timeout=300)
+    assert p.returncode == 0, stderr
+    outs.append(json.loads(stdout.strip().splitlines()[-1]))
+  assert sum(o["stats"].get("numba_compiles", 0) for o in outs) == 1
+  for o in outs:
+    np.testing.assert_allclose(o["grad"], expected_grad(), rtol=1e-5)
+
+
+def test_unsafe_cache_dir_is_refused(tmp_path, monkeypatch):
+  path = tmp_path / "open"
+  path.mkdir()
+  os.chmod(path, 0o777)
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(path))
+  with pytest.raises(primc.PrimcError, match="writable by group or others"):
+    primc.jit(lambda x: x * 2.0)(np.ones(3, np.float32))
+
+
+def test_read_only_cache_dir_still_works(tmp_path, monkeypatch):
+  from codegen import loader
+  path = tmp_path / "ro"
+  path.mkdir()
+  os.chmod(path, stat.S_IRUSR | stat.S_IXUSR)
+  # root may write anyway: make the check see what an ordinary user would
+  monkeypatch.setattr(loader, "writable", lambda p: os.path.abspath(p) != str(path))
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(path))
+  with pytest.warns(RuntimeWarning, match="read-only"):
+    out = primc.jit(lambda x: x * 3.0)(np.ones(3, np.float32))
+  np.testing.assert_allclose(out, 3.0)
+  assert os.listdir(path) == []  # nothing written there
