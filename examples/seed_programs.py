@@ -57,3 +57,10 @@ def mlp_loss(params, x):
     h = pnp.tanh(h @ w + b)
   w, b = params[-1]
   return pnp.mean((h @ w + b) ** 2)
+
+
+# Declared for ahead-of-time compilation: `primc warmup examples/seed_programs.py`.
+mynet_step_compiled = primc.jit(mynet_train_step, warmup=[
+    ("f32[2,2]",) * 7 + ("f32[]",)])
+tanh_derivatives_compiled = primc.jit(tanh_derivatives, warmup=[("f32[1]",), ("f32[1000]",)])
+mynet_forward_compiled = primc.jit(mynet_forward, warmup=[("f32[2,2]", "f32[2,2]", "f32[2]")])

@@ -1,83 +1,243 @@
 """The `primc` command line.
 
-  primc show TARGET --arg f32[2,2] [--arg ...] [--stage traced|jvp|linearized|vjp]
+  primc warmup TARGET...                 compile the functions TARGET declares for warm-up
+  primc cache info|list|clear|verify     inspect, empty or check the cache directory
+  primc show TARGET --stage STAGE        print a stage of a function's program
 
-TARGET is `pkg.module:function` or `path/to/file.py:function`. Each `--arg` gives one
-positional argument's dtype and shape (`f32[2,2]`, `f64[]`, `i32[5]`).
+TARGET is `pkg.module`, `pkg.module:function`, `path/to/file.py` or `file.py:function`.
+Functions declare warm-up signatures with `@primc.jit(warmup=[("f32[2,2]", "f32[2]")])`;
+`warmup` compiles every such signature of every jitted function in the target into the
+cache (`--arg` specs give the signature for `show` of a plain function).
 """
 from __future__ import annotations
 
 import argparse
+import glob
+import hashlib
 import importlib
 import importlib.util
 import os
+import pickle
 import re
 import sys
+import time
 
 import numpy as np
 
 _DTYPES = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "bool": "bool"}
+STAGES = ("traced", "jvp", "linearized", "grad", "optimized", "fused", "source")
 
 
 def parse_arg_spec(spec: str) -> np.ndarray:
   m = re.fullmatch(r"(\w+)\[([\d,\s]*)\]", spec.strip())
   if not m or m.group(1) not in _DTYPES:
-    raise argparse.ArgumentTypeError(f"bad --arg {spec!r}: expected like f32[2,2] "
+    raise argparse.ArgumentTypeError(f"bad argument spec {spec!r}: expected like f32[2,2] "
                                      f"(dtypes: {', '.join(_DTYPES)})")
   shape = tuple(int(d) for d in m.group(2).split(",") if d.strip())
   return np.zeros(shape, _DTYPES[m.group(1)])
 
 
-def load_target(target: str):
-  """Imports `pkg.module:name` or `path/file.py:name` and returns the named object."""
-  path, _, name = target.rpartition(":")
-  if not path or not name:
-    raise SystemExit(f"primc: target {target!r} must be module:function or file.py:function")
+def load_module(path: str):
   if path.endswith(".py") or os.sep in path:
-    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
-    if spec is None:
+    name = "primc_target_" + hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or not os.path.exists(path):
       raise SystemExit(f"primc: cannot load {path}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
+    sys.modules[name] = module
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     spec.loader.exec_module(module)
-  else:
-    module = importlib.import_module(path)
-  try:
-    return getattr(module, name)
-  except AttributeError:
-    raise SystemExit(f"primc: {path} has no attribute {name!r}") from None
+    return module
+  return importlib.import_module(path)
 
+
+def load_target(target: str):
+  """(module, [(name, object)]) for `module`, `module:name`, `file.py` or `file.py:name`."""
+  path, _, name = target.partition(":") if not target.endswith(".py") else (target, "", "")
+  module = load_module(path)
+  if name:
+    try:
+      return module, [(name, getattr(module, name))]
+    except AttributeError:
+      raise SystemExit(f"primc: {path} has no attribute {name!r}") from None
+  return module, list(vars(module).items())
+
+
+def _jitted(objects):
+  from primc.compile import Jitted
+  return [(n, o) for n, o in objects if isinstance(o, Jitted) and o.warmup]
+
+
+# ---------------------------------------------------------------------------------------
+# warmup
+
+def _warmup(args) -> int:
+  import primc
+  from primc.compile import example_args
+  jobs = []
+  for target in args.targets:
+    _, objects = load_target(target)
+    for name, fn in _jitted(objects):
+      jobs += [(f"{target.split(':')[0]}:{name}", fn, sig) for sig in fn.warmup]
+  if not jobs:
+    print("primc warmup: no functions declared for warm-up (use @primc.jit(warmup=[...]))",
+          file=sys.stderr)
+    return 1
+  rows = []
+  start = time.perf_counter()
+  for i, (name, fn, sig) in enumerate(jobs, 1):
+    before = primc.cache_stats()
+    t0 = time.perf_counter()
+    try:
+      fn(*example_args(sig))
+      after = primc.cache_stats()
+      compiled = after.get("numba_compiles", 0) > before.get("numba_compiles", 0)
+      status = "compiled" if compiled else "cached"
+    except Exception as e:  # reported in the summary, exit code non-zero
+      status = f"failed: {type(e).__name__}: {e}".splitlines()[0][:120]
+    dt = time.perf_counter() - t0
+    rows.append((name, ", ".join(map(str, sig)), status, dt))
+    bar = "#" * (30 * i // len(jobs))
+    print(f"\r[{bar:<30}] {i}/{len(jobs)} {name}", end="", file=sys.stderr, flush=True)
+  print(file=sys.stderr)
+  width = max(len(r[0]) for r in rows)
+  print(f"{'function':<{width}}  {'signature':<28} {'status':<10} time")
+  for name, sig, status, dt in rows:
+    print(f"{name:<{width}}  {sig:<28} {status:<10} {dt:.2f}s")
+  counts = {k: sum(r[2].startswith(k) for r in rows) for k in ("compiled", "cached", "failed")}
+  print(f"compiled {counts['compiled']}, already cached {counts['cached']}, failed "
+        f"{counts['failed']} in {time.perf_counter() - start:.2f}s")
+  return 1 if counts["failed"] else 0
+
+
+# ---------------------------------------------------------------------------------------
+# cache
+
+def _entries(directory):
+  return {"modules": sorted(glob.glob(os.path.join(directory, "m_*.py"))),
+          "plans": sorted(glob.glob(os.path.join(directory, "p_*.plan"))),
+          "numba": sorted(glob.glob(os.path.join(directory, "__pycache__", "m_*")))}
+
+
+def _size(paths):
+  return sum(os.path.getsize(p) for p in paths)
+
+
+def _verify_entry(kind, path) -> str | None:
+  """Why an entry is bad, or None."""
+  try:
+    data = open(path, "rb").read()
+  except OSError as e:
+    return str(e)
+  if kind == "modules":
+    key = os.path.basename(path)[2:-3]
+    return None if hashlib.sha256(data).hexdigest()[:32] == key else "content does not match key"
+  if kind == "plans":
+    return None if hashlib.sha256(data[32:]).digest() == data[:32] else "checksum mismatch"
+  if path.endswith(".nbi"):
+    try:
+      with open(path, "rb") as f:
+        pickle.load(f)
+        pickle.loads(f.read())
+    except Exception as e:
+      return f"unreadable index ({type(e).__name__})"
+  return None
+
+
+def _cache(args) -> int:
+  from codegen.cache import environment
+  from codegen.loader import cache_dir
+  directory = cache_dir()
+  entries = _entries(directory)
+  if args.action == "info":
+    print(f"cache directory: {directory}")
+    print(f"environment: {environment()}")
+    for kind, paths in entries.items():
+      print(f"{kind:8s} {len(paths):5d} files {_size(paths) / 1e6:8.2f} MB")
+    return 0
+  if args.action == "list":
+    for kind, paths in entries.items():
+      for p in paths:
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(p)))
+        print(f"{kind:8s} {os.path.getsize(p):10d}  {stamp}  {os.path.relpath(p, directory)}")
+    return 0
+  if args.action == "clear":
+    n = 0
+    for paths in entries.values():
+      for p in paths:
+        os.unlink(p)
+        n += 1
+    for lock in glob.glob(os.path.join(directory, "m_*.lock")):
+      os.unlink(lock)
+    print(f"removed {n} cache files from {directory}")
+    return 0
+  bad = []
+  for kind, paths in entries.items():
+    for p in paths:
+      why = _verify_entry(kind, p)
+      if why:
+        bad.append((p, why))
+  for p, why in bad:
+    print(f"bad: {os.path.relpath(p, directory)}: {why}" + (" (removed)" if args.fix else ""))
+    if args.fix:
+      os.unlink(p)
+  total = sum(len(v) for v in entries.values())
+  print(f"verified {total} files: {total - len(bad)} good, {len(bad)} bad")
+  return 1 if bad and not args.fix else 0
+
+
+# ---------------------------------------------------------------------------------------
+# show
 
 def _show(args) -> int:
   import primc
   from primc import ad
-  fn = load_target(args.target)
-  program = primc.make_program(fn)(*args.arg)
-  stages = {
-      "traced": lambda: str(program),
-      "jvp": lambda: str(ad.jvp_program(program)),
-      "linearized": lambda: "\n".join(map(str, ad.linearize_program(program))),
-      "vjp": lambda: str(ad.vjp_program(program)),
-  }
-  print(stages[args.stage]())
+  from primc.compile import Jitted, _build_plan, example_args
+  _, objects = load_target(args.target)
+  if len(objects) != 1:
+    raise SystemExit("primc show: name one function (TARGET:function)")
+  name, fn = objects[0]
+  fun = fn.fun if isinstance(fn, Jitted) else fn
+  call_args = args.arg or (example_args(fn.warmup[0]) if isinstance(fn, Jitted) and fn.warmup
+                           else None)
+  if call_args is None:
+    raise SystemExit("primc show: give the argument shapes with --arg f32[2,2] ...")
+  program = primc.make_program(fun)(*call_args)
+  if args.stage in ("traced", "jvp", "linearized", "grad"):
+    text = {"traced": lambda: program, "jvp": lambda: ad.jvp_program(program),
+            "linearized": lambda: "\n".join(map(str, ad.linearize_program(program))),
+            "grad": lambda: ad.vjp_program(program)}[args.stage]()
+  else:
+    optimized, fused, plan = _build_plan(program)
+    text = {"optimized": optimized, "fused": fused, "source": plan.source}[args.stage]
+  print(text)
   return 0
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog="primc", description=__doc__.split("\n")[1])
+  parser = argparse.ArgumentParser(prog="primc", description="primc command line")
   parser.add_argument("--version", action="store_true", help="print versions and exit")
   sub = parser.add_subparsers(dest="command")
+  warm = sub.add_parser("warmup", help="compile declared functions into the cache")
+  warm.add_argument("targets", nargs="+", help="module, module:function, file.py[:function]")
+  cache = sub.add_parser("cache", help="inspect, clear or verify the cache directory")
+  cache.add_argument("action", choices=["info", "list", "clear", "verify"])
+  cache.add_argument("--fix", action="store_true", help="verify: remove bad entries")
   show = sub.add_parser("show", help="print a stage of a function's program")
   show.add_argument("target", help="module:function or file.py:function")
   show.add_argument("--arg", type=parse_arg_spec, action="append", default=[],
                     help="an argument's dtype and shape, e.g. f32[2,2] (repeat per argument)")
-  show.add_argument("--stage", choices=["traced", "jvp", "linearized", "vjp"], default="traced")
+  show.add_argument("--stage", choices=STAGES, default="traced")
   args = parser.parse_args(argv)
   if args.version:
     import numba
     import primc
     print(f"primc {primc.__version__} (numba {numba.__version__}, numpy {np.__version__})")
     return 0
+  if args.command == "warmup":
+    return _warmup(args)
+  if args.command == "cache":
+    return _cache(args)
   if args.command == "show":
     return _show(args)
   parser.print_help()

@@ -68,9 +68,10 @@ class Jitted:
   traces through the function, so `jit` composes with every transform in both orders.
   """
 
-  def __init__(self, fun, static_argnums=()):
+  def __init__(self, fun, static_argnums=(), warmup=()):
     self.fun = fun
     self.static_argnums = tuple(static_argnums)
+    self.warmup = tuple(warmup)
     self._compiled: dict = {}
     self._fast: dict = {}  # (shape, dtype) per flat ndarray argument -> compiled entry
     import functools
@@ -188,7 +189,13 @@ def _out_leaves(out, executable):
   return ordered
 
 
-def jit(fun=None, *, static_argnums=()):
+def example_args(signature) -> list:
+  """Arrays for a warm-up signature: a sequence of specs like "f32[2,2]" (or arrays)."""
+  from primc.cli import parse_arg_spec
+  return [parse_arg_spec(a) if isinstance(a, str) else np.asarray(a) for a in signature]
+
+
+def jit(fun=None, *, static_argnums=(), warmup=()):
   """Compiles `fun` to native code per input signature.
 
   Each new signature (pytree structure, shapes, dtypes, static arguments) traces `fun`,
@@ -198,10 +205,12 @@ def jit(fun=None, *, static_argnums=()):
   Args:
     fun: the function (arrays, or pytrees of arrays, in and out).
     static_argnums: positions of arguments passed as Python values (hashable).
+    warmup: signatures to compile ahead of time with `primc warmup`, each a sequence of
+      argument specs such as `("f32[2,2]", "f32[2]")` (flat array arguments).
   Returns:
     a `Jitted` callable; `.lower(*args)` shows each stage. Calls accept `out=` (a pytree
     like the outputs) to write results into existing arrays.
   """
   if fun is None:
-    return lambda f: Jitted(f, static_argnums)
-  return Jitted(fun, static_argnums)
+    return lambda f: Jitted(f, static_argnums, warmup)
+  return Jitted(fun, static_argnums, warmup)

@@ -1,0 +1,84 @@
+"""The `primc` command line, end to end in fresh processes."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEEDS = os.path.join(ROOT, "examples", "seed_programs.py")
+
+
+def primc(*args, cache, check=True):
+  env = dict(os.environ, PRIMC_CACHE_DIR=str(cache))
+  proc = subprocess.run([sys.executable, "-m", "primc.cli", *args], env=env, cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+  if check:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+  return proc
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+  path = tmp_path_factory.mktemp("cli-cache")
+  os.chmod(path, 0o700)
+  return path
+
+
+def test_warmup_examples_then_everything_is_cached(cache):
+  first = primc("warmup", SEEDS, cache=cache)
+  assert "failed 0" in first.stdout and "compiled 3, already cached 1" in first.stdout
+  assert "mynet_step_compiled" in first.stdout and "4/4" in first.stderr  # progress bar
+  second = primc("warmup", SEEDS, cache=cache)
+  assert "compiled 0, already cached 4, failed 0" in second.stdout
+
+
+def test_warmup_failure_gives_nonzero_exit(tmp_path, cache):
+  bad = tmp_path / "bad.py"
+  bad.write_text(textwrap.dedent("""
+      import primc
+      import primc.numpy as pnp
+
+      @primc.jit(warmup=[("f32[2,3]", "f32[2,3]")])
+      def broken(a, b):
+        return pnp.matmul(a, b)
+  """))
+  proc = primc("warmup", str(bad), cache=cache, check=False)
+  assert proc.returncode == 1
+  assert "failed: ShapeError" in proc.stdout and "failed 1" in proc.stdout
+  none = primc("warmup", os.path.join(ROOT, "tests", "cache_child.py"), cache=cache, check=False)
+  assert none.returncode == 1 and "no functions declared" in none.stderr
+
+
+def test_cache_info_list_verify_clear(cache, tmp_path):
+  primc("warmup", f"{SEEDS}:mynet_forward_compiled", cache=cache)
+  info = primc("cache", "info", cache=cache).stdout
+  assert str(cache) in info and "numba=" in info and "modules" in info
+  assert "m_" in primc("cache", "list", cache=cache).stdout
+  assert " 0 bad" in primc("cache", "verify", cache=cache).stdout
+  module = sorted(p for p in os.listdir(cache) if p.startswith("m_") and p.endswith(".py"))[0]
+  (cache / module).write_text("garbage")
+  bad = primc("cache", "verify", cache=cache, check=False)
+  assert bad.returncode == 1 and f"bad: {module}: content does not match key" in bad.stdout
+  fixed = primc("cache", "verify", "--fix", cache=cache)
+  assert "(removed)" in fixed.stdout and not (cache / module).exists()
+  clear = primc("cache", "clear", cache=cache)
+  assert "removed" in clear.stdout
+  assert not [p for p in os.listdir(cache) if p.startswith(("m_", "p_"))]
+
+
+@pytest.mark.parametrize("stage,expect", [
+    ("traced", "tanh"), ("jvp", "mul"), ("linearized", "in ("), ("grad", "reduce_sum"),
+    ("optimized", "tanh"), ("fused", "region[kind='dot']"), ("source", "@njit"),
+])
+def test_show_each_stage(stage, expect, cache):
+  out = primc("show", f"{SEEDS}:mynet_forward", "--arg", "f32[2,2]", "--arg", "f32[2,2]",
+              "--arg", "f32[2]", "--stage", stage, cache=cache).stdout
+  assert expect in out and ("{ lambda" in out or stage == "source")
+
+
+def test_show_uses_declared_warmup_signature(cache):
+  out = primc("show", f"{SEEDS}:tanh_derivatives_compiled", "--stage", "optimized",
+              cache=cache).stdout
+  assert "a:f32[1]" in out
