@@ -17,6 +17,8 @@ from primc.api import (check_grads, grad, hessian, hvp, jacfwd, jacrev, jvp, lin
 from primc.ad import jvp_program, linearize_program, transpose_program, vjp_program
 from primc.batching import batch_program
 from primc.compile import config, jit, raw_transforms
+from primc import eager
+from primc.eager import GradManager, Tensor, to_tensor
 
 
 def cache_stats() -> dict:

@@ -130,7 +130,8 @@ class Jitted:
       if not static and all(type(a) is np.ndarray for a in args) and len(leaves) == len(args):
         self._fast[tuple((a.shape, a.dtype) for a in args)] = entry
     executable, out_tree = entry
-    leaves = [np.ascontiguousarray(x) for x in leaves]
+    from primc.trace import contiguous
+    leaves = [contiguous(np.asarray(x)) for x in leaves]
     outs = None if out is None else _out_leaves(out, executable)
     return tree_unflatten(out_tree, executable(leaves, outs))
 

@@ -713,3 +713,50 @@ _TRACER_METHODS = {
 }
 for _name, _fn in _TRACER_METHODS.items():
   setattr(Tracer, _name, _fn)
+
+
+@_op
+def add_n(inputs):
+  """Paddle's add_n: the elementwise sum of a list of arrays."""
+  out = inputs[0]
+  for x in inputs[1:]:
+    out = add(out, x)
+  return out
+
+
+# ---------------------------------------------------------------------------------------
+# Eager tensors: every public op here dispatches to primc.eager when given a Tensor.
+
+def _tensor_aware(fn):
+  from primc import eager
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    if eager.has_tensor(args, kwargs):
+      return eager.apply(fn, args, kwargs)
+    return fn(*args, **kwargs)
+  wrapped.__wrapped_op__ = fn
+  return wrapped
+
+
+def _install_tensor_dispatch():
+  from primc import eager
+  g = globals()
+  skip = {"asarray", "broadcast_shapes", "functools", "builtins", "math", "np", "P",
+          "Sequence", "annotations"}
+  for name, value in list(g.items()):
+    if (callable(value) and not name.startswith("_") and name not in skip
+        and getattr(value, "__module__", None) == __name__ and not isinstance(value, type)):
+      g[name] = _tensor_aware(value)
+  for name, fn in _TRACER_METHODS.items():
+    if isinstance(fn, property):
+      setattr(eager.Tensor, name, property(lambda self, f=fn.fget: g["transpose"](self)))
+    elif name in ("__eq__", "__ne__", "__getitem__") or name.startswith("__"):
+      setattr(eager.Tensor, name, (lambda f: lambda self, *a: _tensor_aware(f)(self, *a))(fn))
+    else:
+      setattr(eager.Tensor, name, (lambda f: lambda self, *a, **k: _tensor_aware(f)(
+          self, *a, **k))(fn))
+  eager.Tensor.__hash__ = object.__hash__
+
+
+_install_tensor_dispatch()

@@ -187,8 +187,8 @@ def _transpose_rule(x, *, permutation):
 
 
 abstract_rules[transpose_p] = _transpose_rule
-impl_rules[transpose_p] = lambda x, *, permutation: np.ascontiguousarray(
-    np.transpose(x, permutation))
+impl_rules[transpose_p] = lambda x, *, permutation: np.array(np.transpose(x, permutation),
+                                                           order="C")
 
 slice_p = Primitive("slice")
 

@@ -248,3 +248,9 @@ def as_array(x):
   if isinstance(x, float):
     return np.asarray(x, np.float32)
   raise locate(PrimcError(), f"expected an array argument, got {type(x).__name__} ({x!r:.60})")
+
+
+def contiguous(x: np.ndarray) -> np.ndarray:
+  """x as a C-contiguous array of the same shape (np.ascontiguousarray makes 0-d arrays
+  1-d)."""
+  return x if x.flags.c_contiguous else np.ascontiguousarray(x)

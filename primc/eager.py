@@ -1,0 +1,412 @@
+"""Eager tensors with a tape, on the compiled core (Paddle dygraph and MegEngine
+GradManager styles).
+
+A `Tensor` holds a numpy value. Every `primc.numpy` op applied to tensors runs eagerly
+and, when an input requires a gradient, records a node: the op as a replayable primc
+function of its input values. A backward replays the recorded subgraph as one function,
+takes its `vjp` with primc's program transforms, and runs the result as compiled code
+(cached by program: a training loop compiles once). Because nodes are primc functions, a
+backward can itself be recorded and differentiated again (`create_graph=True`, nested
+`GradManager`s).
+
+Paddle semantics: user tensors default to `stop_gradient=True`, parameters to False;
+`backward(retain_graph=False)` frees the recorded graph; gradients accumulate in `.grad`.
+MegEngine semantics: a `GradManager` records the ops run inside its `with` block on
+tensors it `attach`ed; its `backward` is recorded only by managers entered outside it
+(so the nesting order matters), and `gm | gm2` makes two peers that cannot see each
+other's backward.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from primc.core import PrimcError
+from primc.trace import Tracer
+from primc.tree import tree_flatten, tree_unflatten
+
+
+class _State(threading.local):
+  def __init__(self):
+    self.levels: list[list["GradManager"]] = []   # active GradManager scopes, outermost first
+    self.recording = True                          # False while an unobserved backward runs
+
+
+_state = _State()
+
+
+class Node:
+  """A recorded op: `fn(*input_values)` recomputes its output(s) with primc ops."""
+  __slots__ = ("fn", "inputs", "n_out", "freed", "multi")
+
+  def __init__(self, fn, inputs, n_out, multi):
+    self.fn, self.inputs, self.n_out, self.multi = fn, inputs, n_out, multi
+    self.freed = False
+
+
+class Tensor:
+  """An eager array that can record the ops applied to it (see the module docstring)."""
+  __array_priority__ = 1000
+
+  def __init__(self, value, stop_gradient: bool = True, node: Node | None = None, index=0):
+    if isinstance(value, Tensor):
+      value = value.value
+    self.value = value if isinstance(value, Tracer) else np.asarray(value)
+    self.stop_gradient = stop_gradient
+    self.grad: Tensor | None = None
+    self.node = node
+    self.index = index
+    self.managers: set = set()
+
+  # -- array protocol ------------------------------------------------------------------
+  shape = property(lambda self: tuple(self.value.shape))
+  dtype = property(lambda self: self.value.dtype)
+  ndim = property(lambda self: len(self.value.shape))
+  size = property(lambda self: int(np.prod(self.value.shape)))
+
+  def numpy(self) -> np.ndarray:
+    return np.asarray(self.value)
+
+  def __array__(self, dtype=None, copy=None):
+    return np.asarray(self.value, dtype)
+
+  def __repr__(self):
+    return f"Tensor({self.numpy()!r}, stop_gradient={self.stop_gradient})"
+
+  def __len__(self):
+    return len(self.value)
+
+  def __float__(self):
+    return float(self.numpy())
+
+  def item(self):
+    return self.numpy().item()
+
+  def detach(self) -> "Tensor":
+    return Tensor(self.value)
+
+  # -- gradients -----------------------------------------------------------------------
+  def requires_grad(self) -> bool:
+    return (not self.stop_gradient) or self.node is not None or any(
+        m.active() for m in self.managers)
+
+  def backward(self, grad_tensor=None, retain_graph: bool = False) -> None:
+    """Accumulates d self / d t into `t.grad` for every tensor t of the recorded graph with
+    `stop_gradient=False` (leaves and intermediates); frees the graph unless
+    `retain_graph`."""
+    if not self.requires_grad():
+      raise PrimcError("backward() of a tensor that does not require a gradient (no input "
+                       "had stop_gradient=False)")
+    nodes = _collect([self], lambda t: False)
+    targets = [t for t in _graph_tensors([self], nodes) if not t.stop_gradient or t is self]
+    grads = _vjp([self], targets, [grad_tensor], nodes, record=False)
+    for t, g in zip(targets, grads):
+      _accumulate(t, g)
+    if not retain_graph:
+      for n in nodes:
+        n.freed = True
+
+  def gradient(self) -> np.ndarray | None:
+    return None if self.grad is None else self.grad.numpy()
+
+  def clear_grad(self) -> None:
+    if self.grad is not None:
+      self.grad = Tensor(np.zeros_like(self.grad.numpy()))
+
+  clear_gradient = clear_grad
+
+
+def to_tensor(data, dtype=None, stop_gradient: bool = True) -> Tensor:
+  """A tensor from data (Python floats become float32, ints int32, as in primc.numpy)."""
+  from primc.trace import as_array
+  value = np.asarray(data, dtype) if dtype is not None else np.asarray(as_array(
+      np.asarray(data) if isinstance(data, (list, tuple)) else data))
+  if value.dtype == np.float64 and dtype is None and not isinstance(data, np.ndarray):
+    value = value.astype(np.float32)
+  return Tensor(value, stop_gradient=stop_gradient)
+
+
+# ---------------------------------------------------------------------------------------
+# Applying ops
+
+def has_tensor(args, kwargs) -> bool:
+  for a in (*args, *kwargs.values()):
+    if isinstance(a, Tensor) or (isinstance(a, (list, tuple)) and any(
+        isinstance(b, Tensor) for b in a)):
+      return True
+  return False
+
+
+def apply(fn: Callable, args, kwargs):
+  """Runs a primc.numpy op on tensors; records a node when an input requires a gradient."""
+  leaves, tree = tree_flatten((list(args), kwargs))
+  positions = [i for i, x in enumerate(leaves) if isinstance(x, Tensor)]
+  tensors = [leaves[i] for i in positions]
+
+  def replay(*values):
+    new = list(leaves)
+    for i, v in zip(positions, values):
+      new[i] = v
+    a, k = tree_unflatten(tree, new)
+    return fn(*a, **k)
+
+  values = [t.value for t in tensors]
+  out = replay(*values)
+  record = (_state.recording and any(t.requires_grad() for t in tensors)
+            and not any(isinstance(v, Tracer) for v in values))
+  out_leaves, out_tree = tree_flatten(out)
+  node = Node(replay, tensors, len(out_leaves), not (len(out_leaves) == 1 and
+                                                    out_tree.kind == "leaf")) if record else None
+  wrapped = [Tensor(v, stop_gradient=not record, node=node, index=k)
+             for k, v in enumerate(out_leaves)]
+  return tree_unflatten(out_tree, wrapped)
+
+
+# ---------------------------------------------------------------------------------------
+# Backward: replay the recorded subgraph, vjp, compiled
+
+def _collect(outputs: Sequence[Tensor], is_leaf) -> list[Node]:
+  """Nodes between `outputs` and the leaves, in topological order."""
+  order, seen = [], set()
+
+  def visit(t):
+    node = t.node
+    if node is None or is_leaf(t) or id(node) in seen:
+      return
+    seen.add(id(node))
+    if node.freed:
+      raise PrimcError("backward through a graph that was already freed: call "
+                       "backward(retain_graph=True) the first time to keep it")
+    for i in node.inputs:
+      visit(i)
+    order.append(node)
+
+  for t in outputs:
+    visit(t)
+  return order
+
+
+def _graph_tensors(outputs, nodes) -> list[Tensor]:
+  """Every tensor of the recorded graph (outputs, intermediates, leaves), deduplicated."""
+  out, seen = [], set()
+  for t in list(outputs) + [i for n in nodes for i in n.inputs]:
+    if id(t) not in seen:
+      seen.add(id(t))
+      out.append(t)
+  return out
+
+
+def _replay_fn(outputs, leaves, perturbed, nodes):
+  """(leaf values..., perturbations...) -> output values, re-running the recorded ops;
+  a zero perturbation added to an intermediate gives its gradient."""
+  leaf_ids = {id(t): k for k, t in enumerate(leaves)}
+  pert_ids = {(id(t.node), t.index): k for k, t in enumerate(perturbed)}
+
+  def replay(*vals):
+    leaf_vals, perts = vals[:len(leaves)], vals[len(leaves):]
+    results: dict[int, Any] = {}
+
+    def value(t):
+      if id(t) in leaf_ids:
+        return leaf_vals[leaf_ids[id(t)]]
+      if t.node is not None and id(t.node) in results:
+        r = results[id(t.node)]
+        v = tree_flatten(r)[0][t.index]
+        k = pert_ids.get((id(t.node), t.index))
+        return v if k is None else v + perts[k]
+      return t.value
+
+    for node in nodes:
+      results[id(node)] = node.fn(*[value(i) for i in node.inputs])
+    return [value(o) for o in outputs]
+  return replay
+
+
+_executables: dict[str, Any] = {}
+
+
+def _run_compiled(fn, args) -> list:
+  """Traces `fn(*args)`, compiles it (plan cache + an in-process executable cache keyed by
+  the program) and runs it."""
+  from primc.compile import compile_plan
+  from primc.trace import make_program
+  from codegen import cache
+  from codegen.executor import Executable
+  from primc.trace import contiguous
+  arrays = [contiguous(np.asarray(a)) for a in args]
+  program = make_program(fn)(*arrays)
+  key = cache.program_key(program)
+  exe = _executables.get(key)
+  if exe is None:
+    exe = _executables[key] = Executable.load(compile_plan(program))
+  return exe(arrays)
+
+
+def _vjp(outputs, targets, cts, nodes, record: bool) -> list[Tensor | None]:
+  """d(outputs) / d(targets) contracted with `cts` (ones where None)."""
+  out_ids = {id(o) for o in outputs}
+  replayed = {id(n) for n in nodes}
+  inner = lambda t: t.node is not None and id(t.node) in replayed  # recomputed by the replay
+  root_targets = [t for t in targets if id(t) in out_ids and inner(t)]
+  root_ids = {id(t) for t in root_targets}
+  leaves = [t for t in targets if not inner(t) and id(t) not in root_ids]
+  perturbed = [t for t in targets if inner(t) and id(t) not in out_ids]
+  replay = _replay_fn(outputs, leaves, perturbed, nodes)
+  ct_vals = [np.ones(o.shape, o.dtype) if c is None else
+             (c.value if isinstance(c, Tensor) else np.asarray(c, o.dtype))
+             for o, c in zip(outputs, cts)]
+  n_in = len(leaves) + len(perturbed)
+  float_ok = all(np.dtype(t.dtype).kind == "f" for t in leaves + perturbed)
+  if not float_ok:
+    raise PrimcError("gradients need float tensors; got an integer tensor with "
+                     "stop_gradient=False")
+
+  def grads_fn(*args):
+    import primc
+    ins, cs = args[:n_in], args[n_in:]
+    if not ins:
+      return []
+    _, pull = primc.vjp(lambda *v: replay(*v), *ins)
+    return list(pull(list(cs)))
+
+  zeros = [np.zeros(t.shape, t.dtype) for t in perturbed]
+  values = [t.value for t in leaves] + zeros + ct_vals
+  if record:  # the backward itself becomes a recorded op (differentiable again)
+    ct_tensors = [c if isinstance(c, Tensor) else Tensor(v) for c, v in zip(cts, ct_vals)]
+    inputs = leaves + [Tensor(z) for z in zeros] + ct_tensors
+    node = Node(lambda *v: grads_fn(*v), inputs, n_in, True)
+    out = _run_compiled(grads_fn, values) if n_in else []
+    result = [Tensor(v, stop_gradient=False, node=node, index=k) for k, v in enumerate(out)]
+  else:
+    previous = _state.recording
+    _state.recording = False
+    try:
+      result = [Tensor(v) for v in (_run_compiled(grads_fn, values) if n_in else [])]
+    finally:
+      _state.recording = previous
+  by_id = {id(t): g for t, g in zip(leaves + perturbed, result)}
+  for t, c in zip(outputs, ct_vals):
+    if id(t) in root_ids:
+      by_id[id(t)] = Tensor(c)
+  return [by_id.get(id(t)) for t in targets]
+
+
+def _accumulate(t: Tensor, g: Tensor | None) -> None:
+  if g is None:
+    return
+  if t.grad is None:
+    t.grad = g
+  else:
+    from primc import numpy as pnp
+    t.grad = pnp.add(t.grad, g) if g.node is not None or t.grad.node is not None else \
+        Tensor(t.grad.numpy() + g.numpy())
+
+
+def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False,
+         retain_graph: bool | None = None, allow_unused: bool = False):
+  """Gradients of `outputs` wrt `inputs`, returned (not accumulated), Paddle's
+  `paddle.grad`. With `create_graph=True` the result is recorded, so it can be
+  differentiated again.
+
+  Returns:
+    a list with one gradient per input (None for an unused input when allow_unused).
+  """
+  single = isinstance(inputs, Tensor)
+  outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+  inputs = [inputs] if single else list(inputs)
+  cts = [None] * len(outputs) if grad_outputs is None else (
+      [grad_outputs] if isinstance(grad_outputs, Tensor) else list(grad_outputs))
+  input_ids = {id(t) for t in inputs}
+  nodes = _collect(outputs, lambda t: id(t) in input_ids)
+  grads = _vjp(outputs, inputs, cts, nodes, record=create_graph)
+  reachable = {id(t) for n in nodes for t in n.inputs} | {id(o) for o in outputs}
+  for t, g in zip(inputs, grads):
+    if id(t) not in reachable and not allow_unused:
+      raise PrimcError("an input is not used by the outputs (pass allow_unused=True)")
+  grads = [g if id(t) in reachable else None for t, g in zip(inputs, grads)]
+  if not (retain_graph if retain_graph is not None else create_graph):
+    for n in nodes:
+      n.freed = True
+  return grads
+
+
+# ---------------------------------------------------------------------------------------
+# MegEngine's GradManager
+
+class GradManager:
+  """Records the ops run inside `with gm:` on the tensors it `attach`es; `backward(y, dy)`
+  accumulates their gradients into `.grad` (and returns them)."""
+
+  def __init__(self):
+    self.attached: list[Tensor] = []
+
+  def attach(self, tensors) -> "GradManager":
+    for t in [tensors] if isinstance(tensors, Tensor) else tensors:
+      if not isinstance(t, Tensor):
+        raise PrimcError("GradManager.attach takes tensors")
+      t.managers.add(self)
+      self.attached.append(t)
+    return self
+
+  def level(self) -> int | None:
+    return next((k for k, lv in enumerate(_state.levels) if self in lv), None)
+
+  def active(self) -> bool:
+    return self.level() is not None
+
+  def __enter__(self):
+    _state.levels.append([self])
+    return self
+
+  def __exit__(self, *exc):
+    _state.levels.pop()
+    return False
+
+  def __or__(self, other: "GradManager") -> "_Union":
+    return _Union([self, other])
+
+  def backward(self, y, dy=None):
+    """Gradients of y (contracted with dy, ones by default) wrt the attached tensors,
+    accumulated into their `.grad`; returns them (one tensor, or a list)."""
+    if y is None:  # nothing recorded to differentiate (e.g. a gradient this manager never saw)
+      return None
+    ys = [y] if isinstance(y, Tensor) else list(y)
+    dys = [dy] if dy is None or isinstance(dy, Tensor) else list(dy)
+    level = self.level()
+    if level is None:
+      raise PrimcError("GradManager.backward outside its `with` block")
+    mine = {id(t) for t in self.attached}
+    nodes = _collect(ys, lambda t: id(t) in mine)
+    reachable = {id(t) for n in nodes for t in n.inputs}
+    targets = [t for t in self.attached if id(t) in reachable]
+    observed = level > 0  # managers entered outside this one record its backward
+    previous = _state.recording
+    _state.recording = observed
+    try:
+      grads = _vjp(ys, targets, dys * len(ys) if len(dys) == 1 else dys, nodes, record=observed)
+    finally:
+      _state.recording = previous
+    for t, g in zip(targets, grads):
+      _accumulate(t, g)
+    result = [t.grad if id(t) in reachable else None for t in self.attached]
+    return result[0] if len(result) == 1 else result
+
+
+class _Union:
+  """`gm | gm2`: managers on one level, invisible to each other's backward."""
+
+  def __init__(self, managers):
+    self.managers = managers
+
+  def __or__(self, other):
+    return _Union(self.managers + [other])
+
+  def __enter__(self):
+    _state.levels.append(list(self.managers))
+    return self
+
+  def __exit__(self, *exc):
+    _state.levels.pop()
+    return False
