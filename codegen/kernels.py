@@ -137,7 +137,7 @@ def _load_concatenate(ctx, e, names):
   parts = []
   for name, a in zip(names, e.inputs):
     idx = list(ctx.index)
-    idx[d] = f"{ctx.index[d]} - {offset}" if offset != "0" else ctx.index[d]
+    idx[d] = f"{ctx.index[d]} - ({offset})" if offset != "0" else ctx.index[d]
     end = ctx.size(a.aval.shape[d]) if offset == "0" else f"{offset} + {ctx.size(a.aval.shape[d])}"
     parts.append((end, ctx.element(name, idx)))
     offset = end

@@ -19,6 +19,7 @@ from primc.batching import batch_program
 from primc.compile import config, jit, raw_transforms
 from primc import eager
 from primc.eager import GradManager, Tensor, to_tensor
+from primc import autograd, functional, nn, optimizer, static
 
 
 def cache_stats() -> dict:

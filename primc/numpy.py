@@ -728,10 +728,12 @@ def add_n(inputs):
 # Eager tensors: every public op here dispatches to primc.eager when given a Tensor.
 
 def _tensor_aware(fn):
-  from primc import eager
+  from primc import eager, static
 
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
+    if static.has_variable(args, kwargs):  # building a static program: record the call
+      return static.record(fn, args, kwargs)
     if eager.has_tensor(args, kwargs):
       return eager.apply(fn, args, kwargs)
     return fn(*args, **kwargs)
@@ -748,15 +750,15 @@ def _install_tensor_dispatch():
     if (callable(value) and not name.startswith("_") and name not in skip
         and getattr(value, "__module__", None) == __name__ and not isinstance(value, type)):
       g[name] = _tensor_aware(value)
-  for name, fn in _TRACER_METHODS.items():
-    if isinstance(fn, property):
-      setattr(eager.Tensor, name, property(lambda self, f=fn.fget: g["transpose"](self)))
-    elif name in ("__eq__", "__ne__", "__getitem__") or name.startswith("__"):
-      setattr(eager.Tensor, name, (lambda f: lambda self, *a: _tensor_aware(f)(self, *a))(fn))
-    else:
-      setattr(eager.Tensor, name, (lambda f: lambda self, *a, **k: _tensor_aware(f)(
-          self, *a, **k))(fn))
-  eager.Tensor.__hash__ = object.__hash__
+  from primc import static
+  for cls in (eager.Tensor, static.Variable):
+    for name, fn in _TRACER_METHODS.items():
+      if isinstance(fn, property):
+        setattr(cls, name, property(lambda self: g["transpose"](self)))
+      else:
+        setattr(cls, name, (lambda f: lambda self, *a, **k: _tensor_aware(f)(
+            self, *a, **k))(fn))
+    cls.__hash__ = object.__hash__
 
 
 _install_tensor_dispatch()

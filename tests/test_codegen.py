@@ -233,3 +233,9 @@ def test_hot_loops_are_vectorized():
   asm = exe.driver.inspect_asm(exe.driver.signatures[0])
   packed = re.findall(r"\bv\w+ps\s+[^\n]*%[yz]mm", asm)
   assert len(packed) > 10, "expected packed (ymm/zmm) float32 instructions"
+
+
+def test_concatenate_of_many_operands():
+  parts = [f32(2, k, 3) for k in (1, 2, 1, 3)]
+  check_compiled(lambda *p: pnp.concatenate(p, axis=1) * 2.0, *parts)
+  check_compiled(lambda *p: pnp.stack(p, axis=0) + 1.0, *[f32(4) for _ in range(5)])

@@ -1,0 +1,135 @@
+"""Layers and parameters (Paddle's `nn.Layer`, MindSpore's `nn.Cell`).
+
+A `Parameter` is an eager `Tensor` with `stop_gradient=False`. In static mode
+(`primc.static`) `create_parameter` returns the parameter's symbolic variable instead,
+and its value lives in the static scope. Initializers follow Paddle's defaults: Xavier
+uniform for weights, zeros for biases.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from primc import numpy as pnp
+from primc.eager import Tensor
+
+
+class Parameter(Tensor):
+  """A trainable tensor (`stop_gradient=False`)."""
+
+  def __init__(self, value, name: str | None = None, requires_grad: bool = True):
+    super().__init__(np.array(value.numpy() if isinstance(value, Tensor) else value),
+                     stop_gradient=not requires_grad)
+    self.name = name
+    self.trainable = requires_grad
+
+
+class Constant:
+  def __init__(self, value=0.0):
+    self.value = value
+
+  def __call__(self, shape, dtype):
+    return np.full(shape, self.value, dtype)
+
+
+class Normal:
+  def __init__(self, mean=0.0, std=1.0, seed=None):
+    self.mean, self.std, self.rng = mean, std, np.random.default_rng(seed)
+
+  def __call__(self, shape, dtype):
+    return (self.mean + self.std * self.rng.standard_normal(shape)).astype(dtype)
+
+
+class XavierUniform:
+  def __init__(self, seed=None):
+    self.rng = np.random.default_rng(seed)
+
+  def __call__(self, shape, dtype):
+    fan_in = shape[0] if shape else 1
+    fan_out = shape[-1] if len(shape) > 1 else fan_in
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return self.rng.uniform(-limit, limit, shape).astype(dtype)
+
+
+class Layer:
+  """Holds parameters and sublayers; `__call__` runs `forward` (or `construct`)."""
+
+  def __init__(self):
+    object.__setattr__(self, "_parameters", {})
+    object.__setattr__(self, "_sublayers", {})
+
+  def create_parameter(self, shape, dtype="float32", is_bias=False, default_initializer=None,
+                       attr=None):
+    init = default_initializer or (Constant(0.0) if is_bias else XavierUniform())
+    value = init(tuple(shape), np.dtype(dtype).name)
+    from primc import static
+    if static.building():
+      return static.parameter(value)
+    return Parameter(value)
+
+  def add_parameter(self, name: str, parameter):
+    self._parameters[name] = parameter
+    object.__setattr__(self, name, parameter)
+    return parameter
+
+  def __setattr__(self, name, value):
+    if isinstance(value, Parameter) or _is_static_param(value):
+      self._parameters[name] = value
+    elif isinstance(value, Layer):
+      self._sublayers[name] = value
+    object.__setattr__(self, name, value)
+
+  def parameters(self) -> list:
+    out = list(self._parameters.values())
+    for layer in self._sublayers.values():
+      out += [p for p in layer.parameters() if all(p is not q for q in out)]
+    return out
+
+  def trainable_params(self) -> list:
+    return [p for p in self.parameters() if getattr(p, "trainable", True)]
+
+  def __call__(self, *args, **kwargs):
+    if type(self).forward is not Layer.forward:
+      return self.forward(*args, **kwargs)
+    return self.construct(*args, **kwargs)
+
+  def forward(self, *args, **kwargs):
+    raise NotImplementedError(f"{type(self).__name__} defines neither forward nor construct")
+
+  construct = forward
+
+
+Cell = Layer  # MindSpore's name
+
+
+def _is_static_param(value) -> bool:
+  from primc import static
+  return isinstance(value, static.Variable) and value.kind == "param"
+
+
+class Linear(Layer):
+  def __init__(self, in_features, out_features):
+    super().__init__()
+    self.weight = self.create_parameter((in_features, out_features))
+    self.bias = self.create_parameter((out_features,), is_bias=True)
+
+  def forward(self, x):
+    return pnp.matmul(x, self.weight) + self.bias
+
+
+class BCEWithLogitsLoss:
+  """Mean binary cross entropy of sigmoid(logits) against labels."""
+
+  def __init__(self, reduction="mean", weight=None, pos_weight=None):
+    self.reduction, self.weight, self.pos_weight = reduction, weight, pos_weight
+
+  def __call__(self, logits, labels):
+    return pnp.binary_cross_entropy_with_logits(logits, labels, self.weight, self.pos_weight,
+                                                self.reduction)
+
+
+class MSELoss:
+  def __init__(self, reduction="mean"):
+    self.reduction = reduction
+
+  def __call__(self, x, y):
+    return pnp.mse_loss(x, y, self.reduction)
