@@ -203,7 +203,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
   elements at run time (serial below)."""
   ctx = KernelContext(name, program)
   n_in, n_out = len(program.inputs), len(program.outputs)
-  args = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)] + ["sz"]
+  args = ["ins", "outs", "sz"]
   rank = len(domain)
   dims = [ctx.size(n) for n in domain]
   reductions = _reductions_of(program)
@@ -260,7 +260,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
   init = _reduction_init(reductions, out_index)
   lines = [f"def {name}({', '.join(args)}):"]
   lines += ["  # " + l for l in abstract_ir(program).splitlines()]
-  lines += ["  " + l for l in init + prologue + setup]
+  lines += ["  " + l for l in _unpack(n_in, n_out) + init + prologue + setup]
   count = lambda var: [f"{var} += 1 if abs({c}) > {SINCOS_LIMIT[_dtype_of(program)]} else 0"
                        for c in checks]
   if checks:
@@ -284,6 +284,13 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
   lines += _reduction_finish(reductions, out_index)
   lines.append("  return")
   return "\n".join(lines) + "\n", ctx.sizes
+
+
+def _unpack(n_in, n_out):
+  """Kernels take their arrays as two tuples: a call from the driver with more than 30
+  arguments would not compile (CPython makes it a CALL_FUNCTION_EX)."""
+  return ([f"in{i} = ins[{i}]" for i in range(n_in)]
+          + [f"out{i} = outs[{i}]" for i in range(n_out)])
 
 
 def _dtype_of(program):
@@ -379,7 +386,7 @@ def emit_dot_kernel(name: str, program: Program) -> tuple[str, list]:
   ctx = KernelContext(name, program)
   dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
   n_in, n_out = len(program.inputs), len(program.outputs)
-  args = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)] + ["sz"]
+  args = ["ins", "outs", "sz"]
   names = {v: f"in{i}" for i, v in enumerate(program.inputs)}
   (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
   x, y = dot.inputs
@@ -402,13 +409,14 @@ def emit_dot_kernel(name: str, program: Program) -> tuple[str, list]:
   epilogue = [e for e in program.eqns if e is not dot]
   src = [f"def {name}({', '.join(args)}):"]
   src += ["  # " + l for l in abstract_ir(program).splitlines()]
-  src += ["  " + l for l in lines]
+  src += ["  " + l for l in _unpack(n_in, n_out) + lines]
   if epilogue:
     sub = Program(program.inputs + (out,), tuple(epilogue),
                   tuple(v for v in program.outputs if v is not out))
     ep_src, ep_sizes = emit_loop_kernel("epilogue", sub, out.aval.shape)
     ep_lines = [l for l in ep_src.splitlines()[1:]
-                if not l.lstrip().startswith("#") and l.strip() != "return"]
+                if not l.lstrip().startswith("#") and l.strip() != "return"
+                and not re.match(r"\s*(in|out)\d+ = (ins|outs)\[\d+\]$", l)]
     # the epilogue reads the product as its last input; its outputs are ours without it
     base = len(ctx.sizes)
     ctx.sizes.extend(ep_sizes)
@@ -451,7 +459,7 @@ def emit_gather_kernel(name: str, program: Program) -> tuple[str, list]:
     upd = e.inputs[2]
     lines += [f"u3 = {names[upd]}.reshape({three(dims[len(pre)])})", "o3[...] = x3"]
     lines += body + ["      o3[p, k, s] += u3[p, j, s]"]
-  src = [f"def {name}({', '.join([f'in{i}' for i in range(n_in)] + ['out0', 'sz'])}):"]
+  src = [f"def {name}(ins, outs, sz):"]
   src += ["  # " + l for l in abstract_ir(program).splitlines()]
-  src += ["  " + l for l in lines] + ["  return"]
+  src += ["  " + l for l in _unpack(n_in, 1) + lines] + ["  return"]
   return "\n".join(src) + "\n", ctx.sizes

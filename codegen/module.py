@@ -140,7 +140,9 @@ def build(fused: FusedProgram) -> Plan:
       args.append(names[v])
     start = len(sizes)
     sizes.extend(ksizes)
-    calls.append(f"  {kname}({', '.join(args)}, sz[{start}:{len(sizes)}])")
+    n_in = len(args) - len(eqn.outputs)
+    pack = lambda xs: "(" + ", ".join(xs) + ("," if len(xs) == 1 else "") + ")"
+    calls.append(f"  {kname}({pack(args[:n_in])}, {pack(args[n_in:])}, sz[{start}:{len(sizes)}])")
     for a in eqn.inputs:  # free buffers whose value is dead after this region
       if isinstance(a, Var) and last_use.get(a) == i and a in buffer_of:
         free.append(buffer_of.pop(a))

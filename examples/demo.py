@@ -62,5 +62,18 @@ def main():
   show("Jacobian of multiply wrt (x, y)", lambda x, y: jac(x[0], y[0]), xs, ys)
 
 
+def seed_styles():
+  """The seeds' four ways to differentiate, each from its own example file."""
+  import eager_tape
+  import functional
+  import grad_manager
+  import static_programs
+  for module in (static_programs, eager_tape, functional, grad_manager):
+    t0 = time.perf_counter()
+    module.main()
+    print(f"({module.__name__} took {time.perf_counter() - t0:.2f} s)\n")
+
+
 if __name__ == "__main__":
   main()
+  seed_styles()

@@ -206,7 +206,7 @@ class Executor:
       return []
     program = program or default_main_program()
     feed = dict(feed or {})
-    fetch = list(fetch_list or [])
+    fetch = tree_flatten(list(fetch_list or []))[0]  # nested lists are flattened
     for f in fetch:
       if not isinstance(f, Variable):
         raise PrimcError(f"fetch_list entries must be static variables, got {type(f).__name__}")
