@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo clean
+.PHONY: test demo bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,13 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/suite.py
+
+bench-peers: $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib
+	$(BIN)/python benchmarks/suite.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,166 @@
+"""`make bench` / `make bench-peers`: every workload, every implementation present, side by
+side in one run. Steady medians (adaptive repeats), first calls in fresh processes (cold
+and warm primc cache), peak memory, and a correctness check. Writes a markdown table and
+`benchmarks/results.json`; ratios are to JAX where JAX ran, else to numpy."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def _flat(x):
+  import numpy as np
+  if isinstance(x, (list, tuple)):
+    return [y for item in x for y in _flat(item)]
+  return [np.asarray(x, np.float64)]
+
+
+def first_call(workload: str, impl: str) -> dict:
+  """Run in a fresh process: import, build and first call, then peak memory."""
+  t_start = time.perf_counter()
+  from benchmarks import workloads
+  w = workloads.WORKLOADS[workload]()
+  t_import = time.perf_counter()
+  fn = w[impl]()
+  out = fn(*w["args"])
+  [x.sum() for x in _flat(out)]
+  t_first = time.perf_counter()
+  for _ in range(3):
+    fn(*w["args"])
+  return {"first_call_s": t_first - t_import, "process_to_result_s": t_first - t_start,
+          "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _child(workload, impl, cache):
+  env = dict(os.environ, PRIMC_CACHE_DIR=cache)
+  proc = subprocess.run([sys.executable, __file__, "--child", workload, impl], env=env,
+                        capture_output=True, text=True, timeout=900)
+  if proc.returncode:
+    return {"error": proc.stderr.strip().splitlines()[-1][:200]}
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def steady(fn, args, budget=1.0):
+  import numpy as np
+  fn(*args)
+  times = []
+  start = time.perf_counter()
+  while len(times) < 5 or (time.perf_counter() - start < budget and len(times) < 2000):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    if hasattr(out, "block_until_ready"):
+      out.block_until_ready()
+    times.append(time.perf_counter() - t0)
+  return float(np.median(times))
+
+
+def fmt(s):
+  if s is None:
+    return "—"
+  return f"{s * 1e6:.1f} µs" if s < 1e-3 else (f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s")
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--child", nargs=2)
+  parser.add_argument("--only", nargs="*")
+  parser.add_argument("--no-first-call", action="store_true")
+  args = parser.parse_args()
+  if args.child:
+    print(json.dumps(first_call(*args.child)))
+    return
+  import numpy as np
+  from benchmarks import workloads
+  results = {}
+  for name, make in workloads.WORKLOADS.items():
+    if args.only and name not in args.only:
+      continue
+    w = make()
+    row = {}
+    outs = {}
+    for impl in ("primc", "jax", "numpy", "numba"):
+      if not w.get(impl):
+        continue
+      try:
+        fn = w[impl]()
+        outs[impl] = _flat(fn(*w["args"]))
+        row[impl] = {"steady_s": steady(fn, w["args"])}
+      except Exception as e:
+        row[impl] = {"error": f"{type(e).__name__}: {e}"[:200]}
+    ref = outs.get("jax") or outs.get("numpy")
+    if ref and "primc" in outs:
+      err = max(float(np.max(np.abs(a - b) / (1 + np.abs(b)))) for a, b in zip(outs["primc"], ref))
+      row["primc"]["max_rel_error_vs_peer"] = err
+    if not args.no_first_call:
+      for impl in ("primc", "jax"):
+        if impl in row and "error" not in row[impl]:
+          cache = tempfile.mkdtemp(prefix="primc-bench-")
+          os.chmod(cache, 0o700)
+          cold = _child(name, impl, cache)
+          row[impl]["cold"] = cold
+          if impl == "primc":
+            row[impl]["warm"] = _child(name, impl, cache)
+          shutil.rmtree(cache, ignore_errors=True)
+    results[name] = row
+    print(f"{name}: " + ", ".join(f"{k} {fmt(v.get('steady_s'))}" for k, v in row.items()),
+          flush=True)
+  if "W7 n=6" in results:
+    results["W7 n=6"]["equations"] = _equation_counts()
+  _report(results)
+
+
+def _equation_counts():
+  import numpy as np
+  import passes
+  import primc
+  import primc.numpy as pnp
+  from benchmarks.workloads import jax, jnp, nth_derivative
+  x = np.ones(8, np.float32)
+  out = {"primc_after_passes": len(passes.optimize(primc.make_program(
+      nth_derivative(primc.grad, pnp, 6))(x)).eqns)}
+  if jax:
+    out["jax_jaxpr"] = len(jax.make_jaxpr(nth_derivative(jax.grad, jnp, 6))(x).jaxpr.eqns)
+  return out
+
+
+def _report(results):
+  lines = ["| workload | primc steady | JAX steady | numpy steady | primc / JAX | primc / numpy "
+           "| primc cold first call | primc warm first call | JAX cold first call | "
+           "primc peak MB | max rel. error |", "|" + "---|" * 11]
+  for name, row in results.items():
+    get = lambda impl, key="steady_s": row.get(impl, {}).get(key)
+    p, j, n = get("primc"), get("jax"), get("numpy")
+    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "—"
+    cold = row.get("primc", {}).get("cold", {}).get("process_to_result_s")
+    warm = row.get("primc", {}).get("warm", {}).get("process_to_result_s")
+    jcold = row.get("jax", {}).get("cold", {}).get("process_to_result_s")
+    mem = row.get("primc", {}).get("cold", {}).get("peak_rss_mb")
+    err = get("primc", "max_rel_error_vs_peer")
+    lines.append(f"| {name} | {fmt(p)} | {fmt(j)} | {fmt(n)} | {ratio(p, j)} | {ratio(p, n)} | "
+                 f"{fmt(cold)} | {fmt(warm)} | {fmt(jcold)} | "
+                 f"{'—' if mem is None else f'{mem:.0f}'} | "
+                 f"{'—' if err is None else f'{err:.1e}'} |")
+  if "W7 n=6" in results:
+    eq = results["W7 n=6"].get("equations", {})
+    lines.append(f"\nW7 n=6 equations: primc after passes {eq.get('primc_after_passes')}, "
+                 f"JAX jaxpr {eq.get('jax_jaxpr', '—')}")
+  table = "\n".join(lines)
+  print(table)
+  with open(os.path.join(ROOT, "benchmarks", "results.json"), "w") as f:
+    json.dump(results, f, indent=1, default=str)
+  with open(os.path.join(ROOT, "benchmarks", "results.md"), "w") as f:
+    f.write(table + "\n")
+
+
+if __name__ == "__main__":
+  main()
