@@ -20,7 +20,12 @@ from codegen import kernels
 from codegen.mathlib import FUNCTIONS
 
 DECORATOR = '@njit(cache=True, error_model="numpy", fastmath={"contract"})'
+# Small kernels are inlined into the driver (one compile, one dispatch). Threaded kernels
+# are separate `parallel=True` functions: numba mis-compiles a prange loop inlined into a
+# parallel caller when its arrays arrive in a tuple (outputs are not written).
 KERNEL_DECORATOR = '@njit(inline="always", error_model="numpy", fastmath={"contract"})'
+PARALLEL_KERNEL_DECORATOR = ('@njit(cache=True, parallel=True, error_model="numpy", '
+                             'fastmath={"contract"})')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +85,6 @@ def _lift_literal_arrays(region: Program) -> tuple[Program, list[np.ndarray]]:
 def build(fused: FusedProgram) -> Plan:
   """Generates the module source and the run plan of a fused program."""
   sizes: list[int] = []
-  any_parallel = False
   defs: dict[str, str] = {}
   calls: list[str] = []
   kernel_names = []
@@ -109,9 +113,9 @@ def build(fused: FusedProgram) -> Plan:
   for i, eqn in enumerate(fused.eqns):
     region, lits = _lift_literal_arrays(eqn.kw["program"])
     body, ksizes, parallel = _kernel(region, eqn.kw["kind"])
-    any_parallel = any_parallel or parallel
     kname = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
-    defs[kname] = body.replace("def KERNEL(", f"def {kname}(", 1)
+    decorator = PARALLEL_KERNEL_DECORATOR if parallel else KERNEL_DECORATOR
+    defs[kname] = f"{decorator}\n" + body.replace("def KERNEL(", f"def {kname}(", 1)
     kernel_names.append(kname)
     args = []
     for a in eqn.inputs:
@@ -183,10 +187,8 @@ def build(fused: FusedProgram) -> Plan:
             "import math", "import numpy as np", "from numba import njit, prange",
             f"from codegen.mathlib import {', '.join(funcs)}",
             "from codegen.blas import matmul3", "", ""]
-  parts = [f"{KERNEL_DECORATOR}\n{defs[k]}" for k in sorted(defs)]
-  decorator = DECORATOR.replace("cache=True", "cache=True, parallel=True") if any_parallel \
-      else DECORATOR
-  driver = [decorator, f"def driver({', '.join(driver_args)}):"] + (calls or ["  pass"])
+  parts = [defs[k] for k in sorted(defs)]
+  driver = [DECORATOR, f"def driver({', '.join(driver_args)}):"] + (calls or ["  pass"])
   source = "\n".join(header) + "\n\n".join(parts) + "\n\n" + "\n".join(driver) + "\n"
   return Plan(source, np.asarray(sizes, np.int64), fused.inputs, tuple(out_vars),
               tuple(program_outputs), tuple(buffers), tuple(const_arrays), tuple(kernel_names))

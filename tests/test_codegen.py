@@ -239,3 +239,17 @@ def test_concatenate_of_many_operands():
   parts = [f32(2, k, 3) for k in (1, 2, 1, 3)]
   check_compiled(lambda *p: pnp.concatenate(p, axis=1) * 2.0, *parts)
   check_compiled(lambda *p: pnp.stack(p, axis=0) + 1.0, *[f32(4) for _ in range(5)])
+
+
+@pytest.mark.parametrize("n", [20_000, 100_000])
+def test_threaded_loops_compute_every_element(n):
+  # regions of at least PARALLEL_MIN elements take the prange path: with and without a
+  # sin/cos range counter (a parallel reduction), one and several outputs
+  x = R.uniform(-3, 3, n).astype(np.float32)
+  y = primc.jit(lambda x: pnp.tanh(x) * 2.0)(x)
+  np.testing.assert_allclose(y, 2 * np.tanh(x), rtol=1e-6, atol=1e-6)
+  a, b = primc.jit(lambda x: (pnp.exp(-x * x), pnp.sin(x) + 1.0))(x)
+  np.testing.assert_allclose(a, np.exp(-x * x), rtol=2e-6, atol=1e-7)
+  np.testing.assert_allclose(b, np.sin(x) + 1, rtol=2e-6, atol=1e-6)
+  m = primc.jit(lambda x: pnp.tanh(x) + 1.0)(x.reshape(-1, 100))
+  np.testing.assert_allclose(m, np.tanh(x.reshape(-1, 100)) + 1, rtol=1e-6, atol=1e-6)
