@@ -25,7 +25,7 @@ import numpy as np
 
 from primc.core import PrimcError
 from primc.trace import Tracer
-from primc.tree import tree_flatten, tree_unflatten
+from primc.tree import partial_over_leaves, tree_flatten, tree_unflatten
 
 
 class _State(threading.local):
@@ -141,17 +141,7 @@ def has_tensor(args, kwargs) -> bool:
 
 def apply(fn: Callable, args, kwargs):
   """Runs a primc.numpy op on tensors; records a node when an input requires a gradient."""
-  leaves, tree = tree_flatten((list(args), kwargs))
-  positions = [i for i, x in enumerate(leaves) if isinstance(x, Tensor)]
-  tensors = [leaves[i] for i in positions]
-
-  def replay(*values):
-    new = list(leaves)
-    for i, v in zip(positions, values):
-      new[i] = v
-    a, k = tree_unflatten(tree, new)
-    return fn(*a, **k)
-
+  replay, tensors = partial_over_leaves(fn, args, kwargs, lambda x: isinstance(x, Tensor))
   values = [t.value for t in tensors]
   out = replay(*values)
   record = (_state.recording and any(t.requires_grad() for t in tensors)

@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 
 from primc.core import PrimcError
-from primc.tree import tree_flatten, tree_unflatten
+from primc.tree import partial_over_leaves, tree_flatten, tree_unflatten
 
 _building = [False]
 _counter = itertools.count()
@@ -73,17 +73,8 @@ def has_variable(args, kwargs) -> bool:
 
 def record(fn, args, kwargs, kind="op"):
   """Records `fn(*args, **kwargs)` on static variables; returns the result variables."""
-  leaves, tree = tree_flatten((list(args), kwargs))
-  positions = [i for i, x in enumerate(leaves) if isinstance(x, Variable)]
-
-  def replay(*values):
-    new = list(leaves)
-    for i, v in zip(positions, values):
-      new[i] = v
-    a, k = tree_unflatten(tree, new)
-    return fn(*a, **k)
-
-  node = Node(replay, [leaves[i] for i in positions])
+  replay, variables = partial_over_leaves(fn, args, kwargs, lambda x: isinstance(x, Variable))
+  node = Node(replay, variables)
   shape_probe = _probe(node)
   out_leaves, out_tree = shape_probe
   return tree_unflatten(out_tree, [Variable(kind, s, d, node, k) for k, (s, d) in

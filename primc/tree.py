@@ -66,3 +66,20 @@ def _unflatten(td: TreeDef, it):
 def tree_map(fn, tree):
   leaves, td = tree_flatten(tree)
   return tree_unflatten(td, [fn(x) for x in leaves])
+
+
+def partial_over_leaves(fn, args, kwargs, select):
+  """Splits a call `fn(*args, **kwargs)` into the leaves `select` picks and a function of
+  them: returns `(replay, picked)` with `replay(*values)` calling `fn` with the picked
+  leaves replaced by `values` (the tapes record ops this way)."""
+  leaves, tree = tree_flatten((list(args), kwargs))
+  positions = [i for i, x in enumerate(leaves) if select(x)]
+
+  def replay(*values):
+    new = list(leaves)
+    for i, v in zip(positions, values, strict=True):
+      new[i] = v
+    a, k = tree_unflatten(tree, new)
+    return fn(*a, **k)
+
+  return replay, [leaves[i] for i in positions]
