@@ -21,11 +21,11 @@ def rng():
 
 # --- W1: tanh 1st-3rd derivatives by nested grad ------------------------------------------
 
-def _w1_primc():
-  d1 = primc.grad(lambda x: pnp.sum(pnp.tanh(x)))
-  d2 = primc.grad(lambda x: pnp.sum(d1(x)))
-  d3 = primc.grad(lambda x: pnp.sum(d2(x)))
-  return primc.jit(lambda x: (d1(x), d2(x), d3(x)))
+def _w1(grad, np_, jit):
+  d1 = grad(lambda x: np_.sum(np_.tanh(x)))
+  d2 = grad(lambda x: np_.sum(d1(x)))
+  d3 = grad(lambda x: np_.sum(d2(x)))
+  return jit(lambda x: (d1(x), d2(x), d3(x)))
 
 
 def _w1_numpy(x):
@@ -34,17 +34,11 @@ def _w1_numpy(x):
   return d1, -2 * t * d1, d1 * (6 * t * t - 2)
 
 
-def _w1_jax():
-  d1 = jax.grad(lambda x: jnp.sum(jnp.tanh(x)))
-  d2 = jax.grad(lambda x: jnp.sum(d1(x)))
-  d3 = jax.grad(lambda x: jnp.sum(d2(x)))
-  return jax.jit(lambda x: (d1(x), d2(x), d3(x)))
-
-
 def w1(n):
   x = rng().uniform(-2, 2, n).astype(np.float32)
-  return dict(args=(x,), primc=_w1_primc, numpy=lambda: _w1_numpy,
-              jax=_w1_jax if jax else None)
+  return dict(args=(x,), primc=lambda: _w1(primc.grad, pnp, primc.jit),
+              numpy=lambda: _w1_numpy,
+              jax=(lambda: _w1(jax.grad, jnp, jax.jit)) if jax else None)
 
 
 # --- W2: the seed MyNet training step -----------------------------------------------------

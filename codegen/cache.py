@@ -12,6 +12,7 @@ not an error. A truncated, garbled or foreign entry is logged and rebuilt.
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import logging
 import os
@@ -30,8 +31,9 @@ _miss_reasons = collections.Counter()
 _load_times: list[float] = []
 
 
+@functools.lru_cache(maxsize=None)
 def environment() -> str:
-  """Everything besides the source that decides the machine code."""
+  """Everything besides the source that decides the machine code (fixed per process)."""
   import llvmlite
   import numba
   import primc
@@ -47,14 +49,8 @@ def environment() -> str:
           f"gomp_spin={os.environ.get('GOMP_SPINCOUNT')}")
 
 
-_ENV_HASH = None
-
-
 def env_hash() -> str:
-  global _ENV_HASH
-  if _ENV_HASH is None:
-    _ENV_HASH = hashlib.sha256(environment().encode()).hexdigest()[:16]
-  return _ENV_HASH
+  return hashlib.sha256(environment().encode()).hexdigest()[:16]
 
 
 def program_key(program: Program, options: str = "") -> str:

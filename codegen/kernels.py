@@ -309,10 +309,6 @@ def _nest(loops, body):
   return out
 
 
-def _acc_name(e):
-  return f"acc{id(e) % 100000}"
-
-
 def _reduction_init(reductions, out_index):
   """Accumulators: a float64 one for float32 sums; a scalar for full reductions."""
   lines = []

@@ -14,8 +14,9 @@ import re
 
 import numpy as np
 
-from primc.core import Lit, Program, Var
+from primc.core import Eqn, Lit, Program, Var
 from passes.fusion import FusedProgram
+from passes.fusion import domain as fusion_domain
 from codegen import kernels
 from codegen.mathlib import FUNCTIONS
 
@@ -52,21 +53,15 @@ def _kernel(region: Program, kind: str) -> tuple[str, list, bool]:
     return (*kernels.emit_dot_kernel("KERNEL", region), False)
   if kind == "gather":
     return (*kernels.emit_gather_kernel("KERNEL", region), False)
-  domain = max((kernels_domain(e) for e in region.eqns), key=len, default=())
+  domain = max((fusion_domain(e) for e in region.eqns), key=len, default=())
   parallel = kernels.parallel_worthy(region, domain)
   return (*kernels.emit_loop_kernel("KERNEL", region, domain, parallel), parallel)
-
-
-def kernels_domain(eqn) -> tuple[int, ...]:
-  from passes.fusion import domain
-  return domain(eqn)
 
 
 def _lift_literal_arrays(region: Program) -> tuple[Program, list[np.ndarray]]:
   """Non-scalar literals become extra kernel inputs (arrays held by the plan)."""
   consts: dict = {}
   eqns = []
-  from primc.core import Eqn
   for e in region.eqns:
     ins = []
     for a in e.inputs:

@@ -23,11 +23,15 @@ class Pass:
   name: str
   run: Callable[..., Program]
   description: str
+  takes_fast: bool = False  # accepts the `fast` flag (rewrites exact only for finite values)
+
+  def __call__(self, program: Program, fast: bool = False) -> Program:
+    return self.run(program, fast=fast) if self.takes_fast else self.run(program)
 
 
 PIPELINE = [
-    Pass("simplify", simplify, "constant folding and algebraic identities (IEEE-safe)"),
-    Pass("combine", combine, "sums and products of terms in canonical form, no distribution"),
+    Pass("simplify", simplify, "constant folding and algebraic identities (IEEE-safe)", True),
+    Pass("combine", combine, "sums and products of terms in canonical form", True),
     Pass("cse", cse, "merge equal equations, commutative operands canonicalized"),
     Pass("dce", dce, "drop equations and region outputs nothing uses"),
 ]
@@ -45,8 +49,8 @@ def print_after_names(print_after=None) -> set[str]:
   return {n for n in names if n}
 
 
-def run_pass(p: Pass, program: Program, *, check: bool, show: set[str], **options) -> Program:
-  out = p.run(program, **options) if options else p.run(program)
+def run_pass(p: Pass, program: Program, *, check: bool, show: set[str], fast: bool) -> Program:
+  out = p(program, fast)
   if check:
     typecheck(out)
   if p.name in show:
@@ -73,8 +77,7 @@ def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
   for _ in range(MAX_ROUNDS):
     before = str(program)
     for p in PIPELINE:
-      options = {"fast": fast} if p.name in ("simplify", "combine") else {}
-      program = run_pass(p, program, check=check, show=show, **options)
+      program = run_pass(p, program, check=check, show=show, fast=fast)
     if str(program) == before:
       break
   return program
@@ -87,7 +90,7 @@ def equation_counts(program: Program, *, fast: bool = False) -> dict[str, int]:
   counts = {"traced": len(program.eqns)}
   p = program
   for stage in PIPELINE:
-    p = stage.run(p, fast=fast) if stage.name in ("simplify", "combine") else stage.run(p)
+    p = stage(p, fast)
     counts[stage.name] = len(p.eqns)
   optimized = optimize(program, fast=fast)
   counts["optimized"] = len(optimized.eqns)

@@ -128,13 +128,13 @@ ge_p = def_binary("ge", np.greater_equal, compare_rule)
 select_p = Primitive("select")
 
 
-@lambda f: abstract_rules.__setitem__(select_p, f)
 def _select_rule(pred, on_true, on_false):
   _check(pred.dtype == "bool", f"predicate must be bool, got {pred.dtype}")
   _check(pred.shape == on_true.shape, f"predicate shape {pred.shape} differs from {on_true.shape}")
   return binary_same(on_true, on_false)
 
 
+abstract_rules[select_p] = _select_rule
 impl_rules[select_p] = lambda p, t, f: np.where(p, t, f)
 
 

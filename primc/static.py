@@ -75,8 +75,7 @@ def record(fn, args, kwargs, kind="op"):
   """Records `fn(*args, **kwargs)` on static variables; returns the result variables."""
   replay, variables = partial_over_leaves(fn, args, kwargs, lambda x: isinstance(x, Variable))
   node = Node(replay, variables)
-  shape_probe = _probe(node)
-  out_leaves, out_tree = shape_probe
+  out_leaves, out_tree = _probe(node)
   return tree_unflatten(out_tree, [Variable(kind, s, d, node, k) for k, (s, d) in
                                    enumerate(out_leaves)])
 
@@ -221,11 +220,8 @@ class Executor:
         raise PrimcError(f"feed {v.name!r} has shape {x.shape}, but data() declared "
                          f"{tuple('None' if d is None else d for d in v.shape)}")
       feed_vals.append(x)
-    unknown = set(feed) - {v.name for v in datas}
-    if unknown and not any(v.name in unknown for v in datas):
-      pass  # extra feeds are allowed (as in Paddle) when the fetches do not need them
     step = self._step(program, fetch, datas, params, updates)
-    states = [s for _, _, ps, st in updates for s in self._states(program, st, ps)]
+    states = [s for opt, _, ps, st in updates for s in self._states(program, opt, st, ps)]
     fetched, new_params, new_states = step(feed_vals, [program.scope[p.id] for p in params],
                                            states)
     if updates:
@@ -237,11 +233,11 @@ class Executor:
           st[p.id] = tuple(np.asarray(next(it)) for _ in st[p.id])
     return [np.asarray(f) for f in fetched]
 
-  def _states(self, program, state, params):
+  def _states(self, program, opt, state, params):
+    """The optimizer's state arrays for `params` (initialized on first use)."""
     out = []
     for p in params:
       if p.id not in state:
-        opt = next(o for o, _, ps, st in program.optimizers if st is state)
         state[p.id] = tuple(opt._initial_state(program.scope[p.id]))
       out += list(state[p.id])
     return out
@@ -269,8 +265,7 @@ class Executor:
         grads = primc.grad(lambda vals: _scalar(loss_of(vals)))([env[i] for i in ids])
         for p, g in zip(ps, grads):
           k = next(k for k, q in enumerate(params) if q is p)
-          state = tuple(next(it) for _ in st.get(p.id, opt._initial_state(
-              program.scope[p.id])))
+          state = tuple(next(it) for _ in st[p.id])  # initialized by _states
           new, state = opt._update(new_params[k], g, state)
           new_params[k] = new
           new_states += list(state)

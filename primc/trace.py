@@ -204,10 +204,6 @@ def eval_program(program: Program, *args) -> list:
   return [read(a) for a in program.outputs]
 
 
-def is_tracing() -> bool:
-  return bool(_state.builders)
-
-
 def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
   """`make_program(fn)(*example_args)` traces `fn` into a printable `Program`.
 

@@ -63,10 +63,6 @@ def _unflatten(td: TreeDef, it):
   return dict(zip(td.meta, children, strict=True))
 
 
-def tree_map(fn, tree):
-  leaves, td = tree_flatten(tree)
-  return tree_unflatten(td, [fn(x) for x in leaves])
-
 
 def partial_over_leaves(fn, args, kwargs, select):
   """Splits a call `fn(*args, **kwargs)` into the leaves `select` picks and a function of
