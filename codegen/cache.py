@@ -5,9 +5,9 @@
                     process skips the passes, fusion and code generation
 
 Every entry is checksummed (the key is a hash of the content it stands for, and plans
-carry a hash of their payload); the environment (primc, numba, llvmlite, numpy, Python
-versions, CPU, threading options) is part of every key, so a version change is a miss,
-not an error. A truncated, garbled or foreign entry is logged and rebuilt.
+carry a hash of their payload); the environment (primc's version and a hash of its own
+source, numba, llvmlite, numpy, Python versions, CPU, threading options) is part of every
+key, so a version change, or an edited primc, is a miss, not an error. A truncated, garbled or foreign entry is logged and rebuilt.
 """
 from __future__ import annotations
 
@@ -44,9 +44,25 @@ def environment() -> str:
   except Exception:  # pragma: no cover - informative only
     cpu = platform.machine()
   threads = os.environ.get("NUMBA_THREADING_LAYER", "default")
-  return (f"primc={primc.__version__} numba={numba.__version__} llvmlite={llvmlite.__version__} "
+  return (f"primc={primc.__version__}+{compiler_hash()} numba={numba.__version__} llvmlite={llvmlite.__version__} "
           f"numpy={np.__version__} python={sys.version_info[:3]} cpu={cpu} threads={threads} "
           f"gomp_spin={os.environ.get('GOMP_SPINCOUNT')}")
+
+
+def compiler_hash() -> str:
+  """A hash of the source of primc's packages (primc, passes, codegen): what the compiler
+  does is part of what a cached plan or module means."""
+  import codegen
+  import passes
+  import primc
+  h = hashlib.sha256()
+  for package in (primc, passes, codegen):
+    root = os.path.dirname(os.path.abspath(package.__file__))
+    for name in sorted(os.listdir(root)):
+      if name.endswith(".py"):
+        with open(os.path.join(root, name), "rb") as f:
+          h.update(name.encode() + b"\0" + f.read())
+  return h.hexdigest()[:12]
 
 
 def env_hash() -> str:

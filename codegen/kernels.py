@@ -197,10 +197,12 @@ def parallel_worthy(program: Program, domain: tuple[int, ...]) -> bool:
 
 
 def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
-                     parallel: bool = False) -> tuple[str, list]:
+                     parallel: bool = False, rows: tuple[str, str] | None = None
+                     ) -> tuple[str, list]:
   """Source of a loop-region kernel `name(in0.., out0.., sz)` and its size parameters.
   With `parallel`, the outer loop is a `prange` when the domain is at least PARALLEL_MIN
-  elements at run time (serial below)."""
+  elements at run time (serial below). With `rows` (two expressions), only that range of
+  the outermost dimension is computed (a block of a dot region's epilogue)."""
   ctx = KernelContext(name, program)
   n_in, n_out = len(program.inputs), len(program.outputs)
   args = ["ins", "outs", "sz"]
@@ -209,7 +211,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
   reductions = _reductions_of(program)
   # flat: one loop over the elements, when every array is read and written at the index
   flat = rank > 1 and not reductions and all(
-      e.prim not in INDEX_LOADS and e.prim not in (P.concatenate_p, P.iota_p)
+      (e.prim not in INDEX_LOADS or _is_splat(e)) and e.prim not in (P.concatenate_p, P.iota_p)
       for e in program.eqns) and all(v.aval.shape == domain for v in program.inputs)
   out_index = {v: k for k, v in enumerate(program.outputs)}
 
@@ -226,7 +228,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
       if e.prim in (P.reduce_sum_p, P.reduce_max_p):
         lines.extend(_accumulate(ctx, e, read(e.inputs[0]), index))
         continue
-      if e.prim is P.broadcast_in_dim_p and isinstance(e.inputs[0], Lit):
+      if _is_splat(e):
         expr = const(e.inputs[0].value, out.aval.dtype)
       elif e.prim in INDEX_LOADS:  # fusion guarantees the operand is a region input
         expr = INDEX_LOADS[e.prim](ctx, e, names[e.inputs[0]])
@@ -241,19 +243,24 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
         lines.append(f"{ctx.element(out_names[out_index[out]], index)} = {var}")
     return lines
 
+  assert rows is None or (rank and not reductions and not parallel)
   if flat:
     index = ["i"]
     in_names = [f"f{i}" for i in range(n_in)]
     out_names = [f"g{i}" for i in range(n_out)]
     setup = ([f"f{i} = in{i}.reshape(-1)" for i in range(n_in)]
              + [f"g{i} = out{i}.reshape(-1)" for i in range(n_out)])
-    loops = [f"for i in range({' * '.join(dims)}):"]
+    inner = " * ".join(dims[1:]) or "1"
+    loops = [f"for i in range({' * '.join(dims)}):" if rows is None else
+             f"for i in range({rows[0]} * {inner}, {rows[1]} * {inner}):"]
   else:
     index = [f"i{k}" for k in range(rank)]
     in_names = [f"in{i}" for i in range(n_in)]
     out_names = [f"out{i}" for i in range(n_out)]
     setup = []
     loops = [f"for {index[k]} in range({dims[k]}):" for k in range(rank)]
+    if rows is not None:
+      loops[0] = f"for {index[0]} in range({rows[0]}, {rows[1]}):"
   nest = body(index, in_names, out_names)
   checks = list(ctx.range_checks)
   prologue = list(ctx.prologue)
@@ -284,6 +291,11 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
   lines += _reduction_finish(reductions, out_index)
   lines.append("  return")
   return "\n".join(lines) + "\n", ctx.sizes
+
+
+def _is_splat(e) -> bool:
+  """A broadcast of a scalar literal: a constant, not a load."""
+  return e.prim is P.broadcast_in_dim_p and isinstance(e.inputs[0], Lit)
 
 
 def _unpack(n_in, n_out):
@@ -375,60 +387,128 @@ def _as_matrices(ctx, name, aval, perm, groups, lines):
   return view
 
 
-def emit_dot_kernel(name: str, program: Program) -> tuple[str, list]:
-  """A dot region: dot_general as a batch of matrix products (`codegen.blas.matmul3`:
-  loops for small products, BLAS for large), then the epilogue as a loop over the
-  product's domain."""
+DOT_PARALLEL_MIN = 1 << 20  # multiply-adds: smaller products (with small epilogues) run on
+                            # one thread
+
+
+def _matrix_view(ctx, name, aval, groups, swapped, lines):
+  """`name` as a C-contiguous 3-D array for (batch, rows, cols) `groups` of its dims:
+  `(view, False)`, or `(view, True)` when its memory holds the `swapped` (batch, cols,
+  rows) order (each matrix is then used as `view[q].T`, no copy), else a copy."""
+  for order, transposed in ((groups, False), (swapped, True)):
+    perm = [d for g in order or () for d in g]
+    if order and perm == sorted(perm):
+      dims = [" * ".join(ctx.size(aval.shape[d]) for d in g) or "1" for g in order]
+      view = ctx.fresh("m")
+      lines.append(f"{view} = {name}.reshape(({', '.join(dims)}))")
+      return view, transposed
+  return _as_matrices(ctx, name, aval, [d for g in groups for d in g], groups, lines), False
+
+
+def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
+  """A dot region: dot_general as a batch of matrix products, then the epilogue over the
+  product's domain. Returns the source, its size parameters and whether it is threaded.
+
+  Operands are used in place when their memory is a (batch, rows, cols) matrix or its
+  transpose. Threaded kernels (products of at least DOT_PARALLEL_MIN multiply-adds) split
+  the work into blocks of at most `blas.BLOCK_DOT` multiply-adds: row blocks, each
+  followed by its rows of the epilogue while they are in cache; contraction parts summed
+  in a fixed order where the left operand is transposed; or the batch."""
   ctx = KernelContext(name, program)
   dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
   n_in, n_out = len(program.inputs), len(program.outputs)
-  args = ["ins", "outs", "sz"]
   names = {v: f"in{i}" for i, v in enumerate(program.inputs)}
   (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
   x, y = dot.inputs
   lf = P._dot_free(x.aval.ndim, lc, lb)
   rf = P._dot_free(y.aval.ndim, rc, rb)
-  lines = []
-  a = _as_matrices(ctx, names[x], x.aval, list(lb) + lf + list(lc),
-                   [list(lb), lf, list(lc)], lines)
-  b = _as_matrices(ctx, names[y], y.aval, list(rb) + list(rc) + rf,
-                   [list(rb), list(rc), rf], lines)
   out = dot.outputs[0]
   dtype = _np(out.aval.dtype)
+  mm = "matmul" if out.aval.is_float else "matmul_loops"
+  macs = int(np.prod(out.aval.shape, dtype=np.int64)) * int(
+      np.prod([x.aval.shape[d] for d in lc], dtype=np.int64))
+  epilogue = [e for e in program.eqns if e is not dot]
+  parallel = out.aval.is_float and (macs >= DOT_PARALLEL_MIN or (
+      epilogue and out.aval.size >= 4 * PARALLEL_MIN))
+  lines = []
+  a, ta = _matrix_view(ctx, names[x], x.aval, [list(lb), lf, list(lc)],
+                       [list(lb), list(lc), lf], lines)
+  # the right operand is read as (batch, contraction, cols): BLAS runs a transposed
+  # right operand half as fast (measured), and copying it costs one pass over it
+  b, _ = _matrix_view(ctx, names[y], y.aval, [list(rb), list(rc), rf], None, lines)
   out_index = {v: k for k, v in enumerate(program.outputs)}
   if out in out_index:
     lines.append(f"c = out{out_index[out]}")
   else:
     dims = ", ".join(ctx.size(n) for n in out.aval.shape) + ("," if out.aval.ndim == 1 else "")
     lines.append(f"c = np.empty(({dims}), {dtype})")
-  lines.append(f"matmul3({a}, {b}, c.reshape(({a}.shape[0], {a}.shape[1], {b}.shape[2])))")
-  epilogue = [e for e in program.eqns if e is not dot]
-  src = [f"def {name}({', '.join(args)}):"]
+  ka = f"{a}.shape[{1 if ta else 2}]"
+  lines += [f"nb = {a}.shape[0]", f"mr = {a}.shape[{2 if ta else 1}]", f"kc = {ka}",
+            f"nc = {b}.shape[2]", "c3 = c.reshape((nb, mr, nc))"]
+  sub = Program(program.inputs + (out,), tuple(epilogue),
+                tuple(v for v in program.outputs if v is not out))
+  # row blocks carry their epilogue rows when the product's leading dim is the matrix row
+  fuse_rows = (epilogue and not lb and len(lf) == 1 and not ta and not _reductions_of(sub))
+  body = []
+  loop = "prange" if parallel else "range"
+  if not ta:
+    # row blocks of at least 4 rows, one BLAS call each; else one BLAS call per matrix
+    # (which may thread on its own) and row blocks for the epilogue only
+    body += ["small = nc * kc * 4 <= BLOCK_DOT",
+             "rows = max(1, BLOCK_DOT // max(1, nc * kc)) if small else max(1, (mr + 7) // 8)",
+             "if not small:", "  for q in range(nb):",
+             f"    {mm}({a}[q], {b}[q], c3[q])",
+             "nblk = (mr + rows - 1) // rows", f"for task in {loop}(nb * nblk):",
+             "  q = task // nblk", "  r0 = (task % nblk) * rows", "  r1 = min(mr, r0 + rows)",
+             "  if small:", f"    {mm}({a}[q, r0:r1], {b}[q], c3[q, r0:r1])"]
+    if fuse_rows:
+      body += ["  " + l for l in _epilogue_lines(ctx, sub, out, program, n_in, ("r0", "r1"))]
+  else:
+    # the left operand is transposed: parts of the contraction, each a sum of BLAS calls,
+    # added in a fixed order; one BLAS call per matrix when the product is large
+    body += ["step = BLOCK_DOT // max(1, mr * nc)", "split = step >= 16",
+             f"nparts = max(1, min({8 if parallel else 1}, (kc + step - 1) // max(1, step)))",
+             "per = (kc + nparts - 1) // nparts",
+             f"acc = np.zeros((nparts if split else 0, mr, nc), {dtype})",
+             f"tmp = np.empty((nparts if split else 0, mr, nc), {dtype})",
+             "for q in range(nb):", "  if not split:",
+             f"    {mm}({a}[q].T, {b}[q], c3[q])", "    continue",
+             "  acc[:] = 0", f"  for part in {loop}(nparts):",
+             "    for k0 in range(part * per, min(kc, (part + 1) * per), step):",
+             "      k1 = min(kc, k0 + step, (part + 1) * per)",
+             f"      {mm}_acc({a}[q, k0:k1].T, {b}[q, k0:k1], acc[part], tmp[part])",
+             "  for i in range(mr):", "    for j in range(nc):", "      s = acc[0, i, j]",
+             "      for part in range(1, nparts):", "        s += acc[part, i, j]",
+             "      c3[q, i, j] = s"]
+  if epilogue and not fuse_rows:
+    body += _epilogue_lines(ctx, sub, out, program, n_in, None)
+  src = [f"def {name}(ins, outs, sz):"]
   src += ["  # " + l for l in abstract_ir(program).splitlines()]
-  src += ["  " + l for l in _unpack(n_in, n_out) + lines]
-  if epilogue:
-    sub = Program(program.inputs + (out,), tuple(epilogue),
-                  tuple(v for v in program.outputs if v is not out))
-    ep_src, ep_sizes = emit_loop_kernel("epilogue", sub, out.aval.shape)
-    ep_lines = [l for l in ep_src.splitlines()[1:]
-                if not l.lstrip().startswith("#") and l.strip() != "return"
-                and not re.match(r"\s*(in|out)\d+ = (ins|outs)\[\d+\]$", l)]
-    # the epilogue reads the product as its last input; its outputs are ours without it
-    base = len(ctx.sizes)
-    ctx.sizes.extend(ep_sizes)
-    rename = {f"in{n_in}": "c"}
-    k = 0
-    for i, v in enumerate(program.outputs):
-      if v is not out:
-        rename[f"out{k}"] = f"out{i}"
-        k += 1
-
-    def fix(line):
-      line = re.sub(r"\bsz\[(\d+)\]", lambda m: f"sz[{base + int(m.group(1))}]", line)
-      return re.sub(r"\b(in\d+|out\d+)\b", lambda m: rename.get(m.group(1), m.group(1)), line)
-    src += [fix(l) for l in ep_lines]
+  src += ["  " + l for l in _unpack(n_in, n_out) + lines + body]
   src.append("  return")
-  return "\n".join(src) + "\n", ctx.sizes
+  return "\n".join(src) + "\n", ctx.sizes, parallel
+
+
+def _epilogue_lines(ctx, sub, out, program, n_in, rows):
+  """The epilogue of a dot region as lines of its kernel (reading the product as `c`), for
+  all rows or for `rows`."""
+  ep_src, ep_sizes = emit_loop_kernel("epilogue", sub, out.aval.shape, rows=rows)
+  ep_lines = [l[2:] for l in ep_src.splitlines()[1:]
+              if not l.lstrip().startswith("#") and l.strip() != "return"
+              and not re.match(r"\s*(in|out)\d+ = (ins|outs)\[\d+\]$", l)]
+  base = len(ctx.sizes)
+  ctx.sizes.extend(ep_sizes)
+  rename = {f"in{n_in}": "c"}
+  k = 0
+  for i, v in enumerate(program.outputs):
+    if v is not out:
+      rename[f"out{k}"] = f"out{i}"
+      k += 1
+
+  def fix(line):
+    line = re.sub(r"\bsz\[(\d+)\]", lambda m: f"sz[{base + int(m.group(1))}]", line)
+    return re.sub(r"\b(in\d+|out\d+)\b", lambda m: rename.get(m.group(1), m.group(1)), line)
+  return [fix(l) for l in ep_lines]
 
 
 def emit_gather_kernel(name: str, program: Program) -> tuple[str, list]:

@@ -50,7 +50,7 @@ class Plan:
 
 def _kernel(region: Program, kind: str) -> tuple[str, list, bool]:
   if kind == "dot":
-    return (*kernels.emit_dot_kernel("KERNEL", region), False)
+    return kernels.emit_dot_kernel("KERNEL", region)
   if kind == "gather":
     return (*kernels.emit_gather_kernel("KERNEL", region), False)
   domain = max((fusion_domain(e) for e in region.eqns), key=len, default=())
@@ -181,7 +181,7 @@ def build(fused: FusedProgram) -> Plan:
             f"# for {environment()}",
             "import math", "import numpy as np", "from numba import njit, prange",
             f"from codegen.mathlib import {', '.join(funcs)}",
-            "from codegen.blas import matmul3", "", ""]
+            "from codegen.blas import BLOCK_DOT, matmul, matmul_acc, matmul_loops, matmul_loops_acc", "", ""]
   parts = [defs[k] for k in sorted(defs)]
   driver = [DECORATOR, f"def driver({', '.join(driver_args)}):"] + (calls or ["  pass"])
   source = "\n".join(header) + "\n\n".join(parts) + "\n\n" + "\n".join(driver) + "\n"

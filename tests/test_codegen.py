@@ -253,3 +253,50 @@ def test_threaded_loops_compute_every_element(n):
   np.testing.assert_allclose(b, np.sin(x) + 1, rtol=2e-6, atol=1e-6)
   m = primc.jit(lambda x: pnp.tanh(x) + 1.0)(x.reshape(-1, 100))
   np.testing.assert_allclose(m, np.tanh(x.reshape(-1, 100)) + 1, rtol=1e-6, atol=1e-6)
+
+
+DOT_CASES = {  # name: (lhs shape, rhs shape, dimension numbers): each takes another path
+    "row_blocks": ((700, 64), (64, 48), (((1,), (0,)), ((), ()))),
+    "row_blocks_rhs_transposed": ((700, 64), (48, 64), (((1,), (1,)), ((), ()))),
+    "wide_rows": ((40, 300), (300, 200), (((1,), (0,)), ((), ()))),
+    "contraction_parts": ((3000, 24), (3000, 40), (((0,), (0,)), ((), ()))),
+    "batched": ((6, 200, 32), (6, 32, 48), (((2,), (1,)), ((0,), (0,)))),
+    "batched_lhs_transposed": ((6, 96, 200), (6, 96, 48), (((1,), (1,)), ((0,), (0,)))),
+}
+
+
+@pytest.mark.parametrize("name", DOT_CASES)
+@pytest.mark.parametrize("epilogue", ["none", "elementwise", "reduction"])
+def test_threaded_products_compute_every_element(name, epilogue):
+  # products of at least DOT_PARALLEL_MIN multiply-adds run in blocks (row blocks with
+  # their epilogue rows, contraction parts summed in order, batch items): against numpy
+  from primc import prims as P
+  from codegen import kernels
+  ls, rs, dims = DOT_CASES[name]
+  a = R.uniform(-1, 1, ls).astype(np.float32)
+  b = R.uniform(-1, 1, rs).astype(np.float32)
+  (lc, rc), (lb, rb) = dims
+  letters = "abcdefgh"
+  left = letters[:len(ls)]
+  right = [None] * len(rs)
+  for i, j in zip(lc + lb, rc + rb):
+    right[j] = left[i]
+  right = "".join(r or letters[len(ls) + k] for k, r in enumerate(right))
+  out = "".join([left[i] for i in lb] + [c for i, c in enumerate(left) if i not in lc + lb]
+                + [c for j, c in enumerate(right) if j not in rc + rb])
+  want = np.einsum(f"{left},{right}->{out}", a.astype(np.float64), b.astype(np.float64))
+  assert want.size * np.prod([ls[i] for i in lc]) >= kernels.DOT_PARALLEL_MIN
+  tail = {"none": lambda p: p, "elementwise": lambda p: (pnp.tanh(p) * 2.0, p + 1.0),
+          "reduction": lambda p: (p * p, pnp.sum(p, axis=0))}[epilogue]
+  got = primc.jit(lambda x, y: tail(P.dot_general(x, y, dims)))(a, b)
+  expect = {"none": lambda p: p, "elementwise": lambda p: (np.tanh(p) * 2, p + 1),
+            "reduction": lambda p: (p * p, p.sum(axis=0))}[epilogue](want)
+  for g, w in zip(tree_flatten(got)[0], tree_flatten(expect)[0]):
+    np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4 * np.abs(w).max())
+
+
+def test_integer_products_use_loops():
+  a = R.integers(-5, 5, (300, 70)).astype(np.int32)
+  b = R.integers(-5, 5, (70, 60)).astype(np.int32)
+  got = primc.jit(lambda x, y: x @ y + 1)(a, b)
+  np.testing.assert_array_equal(got, a @ b + 1)
