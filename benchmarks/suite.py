@@ -42,12 +42,23 @@ def first_call(workload: str, impl: str) -> dict:
 
 
 def _child(workload, impl, cache):
-  env = dict(os.environ, PRIMC_CACHE_DIR=cache)
+  env = dict(os.environ, PRIMC_CACHE_DIR=cache,
+             PRIMC_BENCH_PEERS="1" if impl == "jax" else "0")
   proc = subprocess.run([sys.executable, __file__, "--child", workload, impl], env=env,
                         capture_output=True, text=True, timeout=900)
   if proc.returncode:
     return {"error": proc.stderr.strip().splitlines()[-1][:200]}
   return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _ready(out):
+  """Waits for every array of `out` (JAX dispatches asynchronously: a pytree of results is
+  only done when each of its arrays is)."""
+  for leaf in out if isinstance(out, (list, tuple)) else [out]:
+    if isinstance(leaf, (list, tuple)):
+      _ready(leaf)
+    elif hasattr(leaf, "block_until_ready"):
+      leaf.block_until_ready()
 
 
 def steady(fn, args, budget=1.0):
@@ -57,9 +68,7 @@ def steady(fn, args, budget=1.0):
   start = time.perf_counter()
   while len(times) < 5 or (time.perf_counter() - start < budget and len(times) < 2000):
     t0 = time.perf_counter()
-    out = fn(*args)
-    if hasattr(out, "block_until_ready"):
-      out.block_until_ready()
+    _ready(fn(*args))
     times.append(time.perf_counter() - t0)
   return float(np.median(times))
 
@@ -141,9 +150,9 @@ def _report(results):
     get = lambda impl, key="steady_s": row.get(impl, {}).get(key)
     p, j, n = get("primc"), get("jax"), get("numpy")
     ratio = lambda a, b: f"{a / b:.2f}" if a and b else "—"
-    cold = row.get("primc", {}).get("cold", {}).get("process_to_result_s")
-    warm = row.get("primc", {}).get("warm", {}).get("process_to_result_s")
-    jcold = row.get("jax", {}).get("cold", {}).get("process_to_result_s")
+    cold = row.get("primc", {}).get("cold", {}).get("first_call_s")
+    warm = row.get("primc", {}).get("warm", {}).get("first_call_s")
+    jcold = row.get("jax", {}).get("cold", {}).get("first_call_s")
     mem = row.get("primc", {}).get("cold", {}).get("peak_rss_mb")
     err = get("primc", "max_rel_error_vs_peer")
     lines.append(f"| {name} | {fmt(p)} | {fmt(j)} | {fmt(n)} | {ratio(p, j)} | {ratio(p, n)} | "
@@ -154,6 +163,17 @@ def _report(results):
     eq = results["W7 n=6"].get("equations", {})
     lines.append(f"\nW7 n=6 equations: primc after passes {eq.get('primc_after_passes')}, "
                  f"JAX jaxpr {eq.get('jax_jaxpr', '—')}")
+  imports = {}
+  for row in results.values():
+    for impl, case in (("primc", "warm"), ("jax", "cold")):
+      r = row.get(impl, {}).get(case, {})
+      if "first_call_s" in r:
+        imports.setdefault(impl, []).append(r["process_to_result_s"] - r["first_call_s"])
+  if imports:
+    lines.append("\nFirst calls are from the end of the imports to the first result, in a fresh "
+                 "process; the imports themselves (median, primc's loads numba and readies "
+                 "its CPU target): " + ", ".join(
+                     f"{impl} {fmt(sorted(v)[len(v) // 2])}" for impl, v in imports.items()))
   table = "\n".join(lines)
   print(table)
   with open(os.path.join(ROOT, "benchmarks", "results.json"), "w") as f:

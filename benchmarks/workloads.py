@@ -2,17 +2,21 @@
 inputs (float32, fixed seed). A peer is None where it has no implementation."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import primc
 import primc.numpy as pnp
 
-try:
-  import jax
-  import jax.numpy as jnp
-  jax.config.update("jax_platforms", "cpu")
-except Exception:  # JAX is optional: `make bench-peers` installs it
-  jax = jnp = None
+jax = jnp = None
+if os.environ.get("PRIMC_BENCH_PEERS", "1") != "0":  # 0: a primc-only child process
+  try:
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_platforms", "cpu")
+  except Exception:  # JAX is optional: `make bench-peers` installs it
+    jax = jnp = None
 
 
 def rng():

@@ -31,8 +31,15 @@ def matmul(a, b, c):
   """c = a @ b for 2-D float views (C or F layout; c C-contiguous): loops for small
   products, BLAS otherwise."""
   m, k = a.shape
-  if m * b.shape[1] * k <= SMALL_DOT:
-    matmul_loops(a, b, c)
+  n = b.shape[1]
+  if m * n * k <= SMALL_DOT:
+    for i in range(m):
+      for j in range(n):
+        c[i, j] = 0
+      for p in range(k):
+        aip = a[i, p]
+        for j in range(n):
+          c[i, j] += aip * b[p, j]
   else:
     np.dot(a, b, c)
 

@@ -466,14 +466,13 @@ def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
   else:
     # the left operand is transposed: parts of the contraction, each a sum of BLAS calls,
     # added in a fixed order; one BLAS call per matrix when the product is large
-    body += ["step = BLOCK_DOT // max(1, mr * nc)", "split = step >= 16",
+    body += ["step = BLOCK_DOT // max(1, mr * nc)", "split = step >= 16 and kc > step",
              f"nparts = max(1, min({8 if parallel else 1}, (kc + step - 1) // max(1, step)))",
              "per = (kc + nparts - 1) // nparts",
-             f"acc = np.zeros((nparts if split else 0, mr, nc), {dtype})",
-             f"tmp = np.empty((nparts if split else 0, mr, nc), {dtype})",
              "for q in range(nb):", "  if not split:",
              f"    {mm}({a}[q].T, {b}[q], c3[q])", "    continue",
-             "  acc[:] = 0", f"  for part in {loop}(nparts):",
+             f"  acc = np.zeros((nparts, mr, nc), {dtype})",
+             f"  tmp = np.empty((nparts, mr, nc), {dtype})", f"  for part in {loop}(nparts):",
              "    for k0 in range(part * per, min(kc, (part + 1) * per), step):",
              "      k1 = min(kc, k0 + step, (part + 1) * per)",
              f"      {mm}_acc({a}[q, k0:k1].T, {b}[q, k0:k1], acc[part], tmp[part])",

@@ -4,7 +4,8 @@ The module's source depends on the program's structure only; every size (loop bo
 slice offsets, buffer shapes) is in the plan's `sizes` array, which the driver slices
 for each kernel. Kernels are named by a hash of their text, so identical regions share
 one kernel. Intermediate values live in flat arena buffers, assigned by liveness: a
-buffer is reused once the value in it is dead.
+buffer is reused once the value in it (and every view of it) is dead. A region that only
+reshapes a value is a view of its buffer, not a kernel.
 """
 from __future__ import annotations
 
@@ -58,6 +59,14 @@ def _kernel(region: Program, kind: str) -> tuple[str, list, bool]:
   return (*kernels.emit_loop_kernel("KERNEL", region, domain, parallel), parallel)
 
 
+def _is_view(eqn: Eqn, out_vars) -> bool:
+  """A region that reshapes one array value into a value that is not a program output."""
+  region = eqn.kw["program"]
+  return (len(region.eqns) == 1 and region.eqns[0].prim.name == "reshape"
+          and region.eqns[0].inputs[0] is region.inputs[0] and isinstance(eqn.inputs[0], Var)
+          and len(eqn.outputs) == 1 and eqn.outputs[0] not in out_vars)
+
+
 def _lift_literal_arrays(region: Program) -> tuple[Program, list[np.ndarray]]:
   """Non-scalar literals become extra kernel inputs (arrays held by the plan)."""
   consts: dict = {}
@@ -84,15 +93,18 @@ def build(fused: FusedProgram) -> Plan:
   calls: list[str] = []
   kernel_names = []
   const_arrays: list[np.ndarray] = []
-  last_use: dict[Var, int] = {}
-  for i, eqn in enumerate(fused.eqns):
-    for a in eqn.inputs:
-      if isinstance(a, Var):
-        last_use[a] = i
   out_vars = []
   for a in fused.outputs:
     if isinstance(a, Var) and a not in fused.inputs and a not in out_vars:
       out_vars.append(a)
+  # a region that only reshapes a value is a view of that value's buffer, not a kernel
+  alias = {e.outputs[0]: e.inputs[0] for e in fused.eqns if _is_view(e, out_vars)}
+  root = lambda v: root(alias[v]) if v in alias else v
+  last_use: dict[Var, int] = {}
+  for i, eqn in enumerate(fused.eqns):
+    for a in eqn.inputs:
+      if isinstance(a, Var):
+        last_use[root(a)] = i
   names: dict[Var, str] = {v: f"in{k}" for k, v in enumerate(fused.inputs)}
   names.update({v: f"out{k}" for k, v in enumerate(out_vars)})
   slots: list[Buffer] = []
@@ -105,7 +117,18 @@ def build(fused: FusedProgram) -> Plan:
     driver_sizes.append(int(n))
     return f"DS{len(driver_sizes) - 1}"
 
+  def free_dead(eqn, i):  # buffers whose value (and every view of it) is dead after eqn i
+    for a in eqn.inputs:
+      if isinstance(a, Var) and last_use.get(root(a)) == i and root(a) in buffer_of:
+        free.append(buffer_of.pop(root(a)))
+
   for i, eqn in enumerate(fused.eqns):
+    if eqn.outputs[0] in alias:
+      v = eqn.outputs[0]
+      shape = ", ".join(dsize(d) for d in v.aval.shape) + ("," if v.aval.ndim == 1 else "")
+      names[v] = f"{names[alias[v]]}.reshape(({shape}))"
+      free_dead(eqn, i)
+      continue
     region, lits = _lift_literal_arrays(eqn.kw["program"])
     body, ksizes, parallel = _kernel(region, eqn.kw["kind"])
     kname = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -142,9 +165,7 @@ def build(fused: FusedProgram) -> Plan:
     n_in = len(args) - len(eqn.outputs)
     pack = lambda xs: "(" + ", ".join(xs) + ("," if len(xs) == 1 else "") + ")"
     calls.append(f"  {kname}({pack(args[:n_in])}, {pack(args[n_in:])}, sz[{start}:{len(sizes)}])")
-    for a in eqn.inputs:  # free buffers whose value is dead after this region
-      if isinstance(a, Var) and last_use.get(a) == i and a in buffer_of:
-        free.append(buffer_of.pop(a))
+    free_dead(eqn, i)
   # lay the slots out in one arena array per dtype
   dtypes = sorted({b.dtype for b in slots})
   offsets, totals = [], {d: 0 for d in dtypes}

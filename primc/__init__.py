@@ -21,6 +21,11 @@ from primc import eager
 from primc.eager import GradManager, Tensor, to_tensor
 from primc import autograd, functional, nn, optimizer, static
 
+import os as _os
+if _os.environ.get("PRIMC_LAZY_BACKEND") != "1":
+  from primc.compile import load_backend as _load_backend
+  _load_backend()
+
 
 def cache_stats() -> dict:
   """This process's cache counters: plan hits and misses (with reasons), numba compiles and

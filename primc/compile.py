@@ -45,6 +45,16 @@ def optimize(program: Program) -> Program:
   return run_passes(program)
 
 
+def load_backend() -> None:
+  """Imports the code generator and executor and readies numba's CPU target, so that the
+  first compiled call of a process only loads its cached machine code. `import primc`
+  calls it, unless PRIMC_LAZY_BACKEND=1 (then the first compiled call pays it)."""
+  import codegen.executor  # noqa: F401  (imports numba and the math library)
+  from numba.core.registry import cpu_target
+  cpu_target.typing_context.refresh()
+  cpu_target.target_context.refresh()
+
+
 # ---------------------------------------------------------------------------------------
 # Compile and run
 
@@ -112,11 +122,15 @@ class Jitted:
     return traced, out_tree
 
   def __call__(self, *args, out=None):
-    # Fast path: flat C-contiguous ndarray arguments whose signature was compiled before.
-    if out is None and all(type(a) is np.ndarray and a.flags.c_contiguous for a in args):
-      entry = self._fast.get(tuple((a.shape, a.dtype) for a in args))
-      if entry is not None:
-        return _unflatten(entry[1], entry[0](args))
+    # Fast path: flat ndarray arguments whose signature (with C-contiguous strides) was
+    # compiled before; anything else takes the general path below.
+    if out is None:
+      try:
+        entry = self._fast.get(tuple([(a.shape, a.strides, a.dtype) for a in args]))
+      except AttributeError:
+        entry = None
+      if entry is not None and all([type(a) is np.ndarray for a in args]):
+        return entry(args)
     from primc.trace import Tracer
     from primc.tree import tree_flatten, tree_unflatten
     if any(isinstance(x, Tracer) for x in tree_flatten(list(args))[0]):
@@ -128,7 +142,11 @@ class Jitted:
       entry = self._compile(static, leaves, tree)
       self._compiled[key] = entry
       if not static and all(type(a) is np.ndarray for a in args) and len(leaves) == len(args):
-        self._fast[tuple((a.shape, a.dtype) for a in args)] = entry
+        from primc.tree import unflattener
+        run, build = entry[0].run, unflattener(entry[1])
+        strides = tuple(np.empty(a.shape, a.dtype).strides for a in args)  # C-contiguous
+        self._fast[tuple((a.shape, s, a.dtype) for a, s in zip(args, strides))] = \
+            lambda xs: build(run(xs))
     executable, out_tree = entry
     from primc.trace import contiguous
     leaves = [contiguous(np.asarray(x)) for x in leaves]

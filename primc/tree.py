@@ -50,6 +50,19 @@ def tree_unflatten(treedef: TreeDef, leaves) -> Any:
   return out
 
 
+def unflattener(treedef: TreeDef):
+  """`tree_unflatten(treedef, .)` as a function, specialized for the common flat shapes
+  (one leaf, a flat tuple or list of leaves): the compiled-call fast path uses it."""
+  if treedef.kind == "leaf":
+    return lambda leaves: leaves[0]
+  if all(c.kind == "leaf" for c in treedef.children):
+    if treedef.kind == "tuple":
+      return tuple
+    if treedef.kind == "list":
+      return list
+  return lambda leaves: tree_unflatten(treedef, leaves)
+
+
 def _unflatten(td: TreeDef, it):
   if td.kind == "leaf":
     return next(it)

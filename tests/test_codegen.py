@@ -300,3 +300,20 @@ def test_integer_products_use_loops():
   b = R.integers(-5, 5, (70, 60)).astype(np.int32)
   got = primc.jit(lambda x, y: x @ y + 1)(a, b)
   np.testing.assert_array_equal(got, a @ b + 1)
+
+
+def test_large_outputs_are_reused_only_when_nothing_refers_to_them():
+  x = R.uniform(-1, 1, 100_000).astype(np.float32)  # 400 KB: a pooled output
+  f = primc.jit(lambda x: x * 2.0)
+  kept = f(x)
+  view = f(x + 1.0)[::2]
+  buffer = memoryview(f(x + 2.0))
+  for k in range(3, 9):  # more calls than the pool keeps arrays
+    np.testing.assert_array_equal(f(x + float(k)), (x + np.float32(k)) * 2)
+  np.testing.assert_array_equal(kept, x * 2)
+  np.testing.assert_array_equal(view, ((x + 1) * 2)[::2])
+  np.testing.assert_array_equal(np.asarray(buffer), (x + 2) * 2)
+  y = f(x)
+  address = y.ctypes.data
+  del y
+  assert f(x).ctypes.data == address  # dropped, so the next call writes into it again
