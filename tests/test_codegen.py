@@ -317,3 +317,25 @@ def test_large_outputs_are_reused_only_when_nothing_refers_to_them():
   address = y.ctypes.data
   del y
   assert f(x).ctypes.data == address  # dropped, so the next call writes into it again
+
+
+def test_reshape_regions_are_views_whose_buffer_stays_live():
+  # reshape-only regions become views of their operand's arena buffer, which must not be
+  # reused while a view of it is still to be read (here: `t` is dead after its product,
+  # its view is read by the last region)
+  from codegen import module
+  w1, w2, w3 = f32(12, 5), f32(6, 7), f32(7, 3)
+
+  def f(x):
+    t = pnp.tanh(x)
+    y = t.reshape(16, 12) @ w1
+    z = pnp.exp(t @ w2) @ w3
+    return y.reshape(-1)[:48].reshape(16, 3) + pnp.sum(z) + t.reshape(16, 12)[:, :3]
+
+  x = f32(32, 6)
+  low = primc.jit(f).lower(x)
+  views = [e for e in low.fused.eqns if module._is_view(e, ())]
+  assert len(views) == 2
+  calls = [line for line in low.source.splitlines() if line.strip().startswith("k_")]
+  assert len(calls) == len(low.fused.eqns) - len(views)
+  check_compiled(f, x, rtol=1e-5, atol=1e-5)
