@@ -31,32 +31,28 @@ def matmul(a, b, c):
   """c = a @ b for 2-D float views (C or F layout; c C-contiguous): loops for small
   products, BLAS otherwise."""
   m, k = a.shape
-  n = b.shape[1]
-  if m * n * k <= SMALL_DOT:
-    for i in range(m):
-      for j in range(n):
-        c[i, j] = 0
-      for p in range(k):
-        aip = a[i, p]
-        for j in range(n):
-          c[i, j] += aip * b[p, j]
+  if m * b.shape[1] * k <= SMALL_DOT:
+    matmul_loops(a, b, c)
   else:
     np.dot(a, b, c)
+
+
+@njit(cache=True, error_model="numpy")
+def add_into(c, tmp):
+  for i in range(c.shape[0]):
+    for j in range(c.shape[1]):
+      c[i, j] += tmp[i, j]
 
 
 @njit(cache=True, error_model="numpy")
 def matmul_acc(a, b, c, tmp):
   """c += a @ b for 2-D float views, through `tmp` (same shape as c)."""
   matmul(a, b, tmp)
-  for i in range(c.shape[0]):
-    for j in range(c.shape[1]):
-      c[i, j] += tmp[i, j]
+  add_into(c, tmp)
 
 
 @njit(cache=True, error_model="numpy")
 def matmul_loops_acc(a, b, c, tmp):
   """c += a @ b by loops, through `tmp` (same shape as c)."""
   matmul_loops(a, b, tmp)
-  for i in range(c.shape[0]):
-    for j in range(c.shape[1]):
-      c[i, j] += tmp[i, j]
+  add_into(c, tmp)
