@@ -18,11 +18,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+def _leaves(x):
+  """The arrays of a result (nested lists and tuples of arrays)."""
+  if isinstance(x, (list, tuple)):
+    return [y for item in x for y in _leaves(item)]
+  return [x]
+
+
 def _flat(x):
   import numpy as np
-  if isinstance(x, (list, tuple)):
-    return [y for item in x for y in _flat(item)]
-  return [np.asarray(x, np.float64)]
+  return [np.asarray(leaf, np.float64) for leaf in _leaves(x)]
 
 
 def first_call(workload: str, impl: str) -> dict:
@@ -54,10 +59,8 @@ def _child(workload, impl, cache):
 def _ready(out):
   """Waits for every array of `out` (JAX dispatches asynchronously: a pytree of results is
   only done when each of its arrays is)."""
-  for leaf in out if isinstance(out, (list, tuple)) else [out]:
-    if isinstance(leaf, (list, tuple)):
-      _ready(leaf)
-    elif hasattr(leaf, "block_until_ready"):
+  for leaf in _leaves(out):
+    if hasattr(leaf, "block_until_ready"):
       leaf.block_until_ready()
 
 

@@ -38,21 +38,9 @@ def matmul(a, b, c):
 
 
 @njit(cache=True, error_model="numpy")
-def add_into(c, tmp):
-  for i in range(c.shape[0]):
-    for j in range(c.shape[1]):
-      c[i, j] += tmp[i, j]
-
-
-@njit(cache=True, error_model="numpy")
 def matmul_acc(a, b, c, tmp):
   """c += a @ b for 2-D float views, through `tmp` (same shape as c)."""
   matmul(a, b, tmp)
-  add_into(c, tmp)
-
-
-@njit(cache=True, error_model="numpy")
-def matmul_loops_acc(a, b, c, tmp):
-  """c += a @ b by loops, through `tmp` (same shape as c)."""
-  matmul_loops(a, b, tmp)
-  add_into(c, tmp)
+  for i in range(c.shape[0]):
+    for j in range(c.shape[1]):
+      c[i, j] += tmp[i, j]

@@ -7,7 +7,8 @@
 Every entry is checksummed (the key is a hash of the content it stands for, and plans
 carry a hash of their payload); the environment (primc's version and a hash of its own
 source, numba, llvmlite, numpy, Python versions, CPU, threading options) is part of every
-key, so a version change, or an edited primc, is a miss, not an error. A truncated, garbled or foreign entry is logged and rebuilt.
+key, so a version change, or an edited primc, is a miss, not an error. A truncated,
+garbled or foreign entry is logged and rebuilt.
 """
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ def environment() -> str:
   except Exception:  # pragma: no cover - informative only
     cpu = platform.machine()
   threads = os.environ.get("NUMBA_THREADING_LAYER", "default")
-  return (f"primc={primc.__version__}+{compiler_hash()} numba={numba.__version__} llvmlite={llvmlite.__version__} "
-          f"numpy={np.__version__} python={sys.version_info[:3]} cpu={cpu} threads={threads} "
+  return (f"primc={primc.__version__}+{compiler_hash()} numba={numba.__version__} "
+          f"llvmlite={llvmlite.__version__} numpy={np.__version__} "
+          f"python={sys.version_info[:3]} cpu={cpu} threads={threads} "
           f"gomp_spin={os.environ.get('GOMP_SPINCOUNT')}")
 
 

@@ -34,7 +34,6 @@ class Executable:
   def __init__(self, plan: Plan, driver):
     self.plan = plan
     self.driver = driver
-    self.in_specs = tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in plan.inputs)
     self.out_specs = tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in plan.outputs)
     self._arenas: list[tuple[np.ndarray, ...]] = []
     # a pool per large output (None: a plain np.empty)
@@ -52,7 +51,7 @@ class Executable:
     module's file lock (so concurrent processes compile it once). An unreadable numba
     cache entry is purged and the module compiled again."""
     from codegen import cache, loader
-    args = (*inputs, *self.plan.const_arrays, *outs, *arena, self.plan.sizes)
+    args = (*inputs, *self._consts, *outs, *arena, self._sizes)
     t0 = time.perf_counter()
     with loader.file_lock(self.plan.source):
       try:
@@ -72,10 +71,7 @@ class Executable:
     self._first = False
 
   def _arena(self):
-    try:
-      return self._arenas.pop()
-    except IndexError:
-      return tuple(np.empty(b.size, b.dtype) for b in self.plan.buffers)
+    return tuple(np.empty(b.size, b.dtype) for b in self.plan.buffers)
 
   def _outputs(self) -> list[np.ndarray]:
     if not self._any_pooled:
@@ -95,37 +91,28 @@ class Executable:
         outs.append(free)
     return outs
 
-  def run(self, inputs) -> list[np.ndarray]:
-    """One call with fresh (or pooled) outputs: the lean path of every steady call."""
-    if self._first:
-      return self(inputs)
-    outs = self._outputs()
+  def __call__(self, inputs, out=None) -> list[np.ndarray]:
+    """Runs the program on C-contiguous `inputs`, into `out` (checked) or into fresh (or
+    pooled) outputs; returns the program's outputs in order."""
+    outs = self._outputs() if out is None else self._checked(out)
     arenas = self._arenas
     arena = arenas.pop() if arenas else self._arena()
-    try:
-      self.driver(*inputs, *self._consts, *outs, *arena, self._sizes)
-    finally:
-      arenas.append(arena)
-    return outs if self._outs_in_order else self._results(inputs, outs)
-
-  def __call__(self, inputs, out=None) -> list[np.ndarray]:
-    if out is None:
-      outs = self._outputs()
-    else:
-      outs = list(out)
-      for o, (shape, dtype) in zip(outs, self.out_specs, strict=True):
-        if o.shape != shape or o.dtype != dtype or not o.flags.c_contiguous:
-          raise PrimcError(f"out= array {o.dtype}{list(o.shape)} does not match the output "
-                           f"{dtype}{list(shape)} (or is not C-contiguous)")
-    arena = self._arena()
     try:
       if self._first:
         self._first_call(inputs, outs, arena)
       else:
-        self.driver(*inputs, *self.plan.const_arrays, *outs, *arena, self.plan.sizes)
+        self.driver(*inputs, *self._consts, *outs, *arena, self._sizes)
     finally:
-      self._arenas.append(arena)
-    return self._results(inputs, outs)
+      arenas.append(arena)
+    return outs if self._outs_in_order else self._results(inputs, outs)
+
+  def _checked(self, out) -> list[np.ndarray]:
+    outs = list(out)
+    for o, (shape, dtype) in zip(outs, self.out_specs, strict=True):
+      if o.shape != shape or o.dtype != dtype or not o.flags.c_contiguous:
+        raise PrimcError(f"out= array {o.dtype}{list(o.shape)} does not match the output "
+                         f"{dtype}{list(shape)} (or is not C-contiguous)")
+    return outs
 
   def _results(self, inputs, outs):
     results = []

@@ -363,10 +363,12 @@ def _reduction_finish(reductions, out_index):
   return lines
 
 
-def _as_matrices(ctx, name, aval, perm, groups, lines):
-  """`name` as a C-contiguous (B, M, K)-like array: dims taken in `perm` order and merged
-  into one dimension per group. A reshape when `perm` keeps the order, else a copy loop
-  (generated: numba's np.transpose with axes is slow to compile)."""
+def _as_matrices(ctx, name, aval, groups, lines):
+  """`name` as a C-contiguous (B, M, K)-like array: its dims taken in the order of
+  `groups` and merged into one dimension per group. A reshape when that order is the
+  memory order, else a copy loop (generated: numba's np.transpose with axes is slow to
+  compile)."""
+  perm = [d for g in groups for d in g]
   dims = [" * ".join(ctx.size(aval.shape[d]) for d in g) or "1" for g in groups]
   view = ctx.fresh("m")
   if list(perm) == sorted(perm):
@@ -391,18 +393,13 @@ DOT_PARALLEL_MIN = 1 << 20  # multiply-adds: smaller products (with small epilog
                             # one thread
 
 
-def _matrix_view(ctx, name, aval, groups, swapped, lines):
-  """`name` as a C-contiguous 3-D array for (batch, rows, cols) `groups` of its dims:
-  `(view, False)`, or `(view, True)` when its memory holds the `swapped` (batch, cols,
-  rows) order (each matrix is then used as `view[q].T`, no copy), else a copy."""
-  for order, transposed in ((groups, False), (swapped, True)):
-    perm = [d for g in order or () for d in g]
-    if order and perm == sorted(perm):
-      dims = [" * ".join(ctx.size(aval.shape[d]) for d in g) or "1" for g in order]
-      view = ctx.fresh("m")
-      lines.append(f"{view} = {name}.reshape(({', '.join(dims)}))")
-      return view, transposed
-  return _as_matrices(ctx, name, aval, [d for g in groups for d in g], groups, lines), False
+def _lhs_view(ctx, name, aval, groups, swapped, lines):
+  """The left operand as `_as_matrices`, or `(view, True)` without a copy when its memory
+  holds the `swapped` (batch, cols, rows) order (each matrix is then used as `view[q].T`)."""
+  natural, other = [d for g in groups for d in g], [d for g in swapped for d in g]
+  if natural != sorted(natural) and other == sorted(other):
+    return _as_matrices(ctx, name, aval, swapped, lines), True
+  return _as_matrices(ctx, name, aval, groups, lines), False
 
 
 def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
@@ -424,26 +421,27 @@ def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
   rf = P._dot_free(y.aval.ndim, rc, rb)
   out = dot.outputs[0]
   dtype = _np(out.aval.dtype)
-  mm = "matmul" if out.aval.is_float else "matmul_loops"
-  macs = int(np.prod(out.aval.shape, dtype=np.int64)) * int(
-      np.prod([x.aval.shape[d] for d in lc], dtype=np.int64))
+  blas = out.aval.is_float  # integer products are loops (numba's np.dot is float only)
+  mm = "matmul" if blas else "matmul_loops"
+  macs = out.aval.size * int(np.prod([x.aval.shape[d] for d in lc], dtype=np.int64))
   epilogue = [e for e in program.eqns if e is not dot]
-  parallel = out.aval.is_float and (macs >= DOT_PARALLEL_MIN or (
+  parallel = blas and (macs >= DOT_PARALLEL_MIN or (
       epilogue and out.aval.size >= 4 * PARALLEL_MIN))
   lines = []
-  a, ta = _matrix_view(ctx, names[x], x.aval, [list(lb), lf, list(lc)],
-                       [list(lb), list(lc), lf], lines)
+  groups = [list(lb), lf, list(lc)]
+  a, ta = (_lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], lines) if blas
+           else (_as_matrices(ctx, names[x], x.aval, groups, lines), False))
   # the right operand is read as (batch, contraction, cols): BLAS runs a transposed
   # right operand half as fast (measured), and copying it costs one pass over it
-  b, _ = _matrix_view(ctx, names[y], y.aval, [list(rb), list(rc), rf], None, lines)
+  b = _as_matrices(ctx, names[y], y.aval, [list(rb), list(rc), rf], lines)
   out_index = {v: k for k, v in enumerate(program.outputs)}
   if out in out_index:
     lines.append(f"c = out{out_index[out]}")
   else:
     dims = ", ".join(ctx.size(n) for n in out.aval.shape) + ("," if out.aval.ndim == 1 else "")
     lines.append(f"c = np.empty(({dims}), {dtype})")
-  ka = f"{a}.shape[{1 if ta else 2}]"
-  lines += [f"nb = {a}.shape[0]", f"mr = {a}.shape[{2 if ta else 1}]", f"kc = {ka}",
+  lines += [f"nb = {a}.shape[0]", f"mr = {a}.shape[{2 if ta else 1}]",
+            f"kc = {a}.shape[{1 if ta else 2}]",
             f"nc = {b}.shape[2]", "c3 = c.reshape((nb, mr, nc))"]
   sub = Program(program.inputs + (out,), tuple(epilogue),
                 tuple(v for v in program.outputs if v is not out))
@@ -464,7 +462,8 @@ def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
     if fuse_rows:
       body += ["  " + l for l in _epilogue_lines(ctx, sub, out, program, n_in, ("r0", "r1"))]
   else:
-    # the left operand is transposed: parts of the contraction, each a sum of BLAS calls,
+    # the left operand is transposed (float products only): parts of the contraction,
+    # each a sum of BLAS calls,
     # added in a fixed order; one BLAS call per matrix when the product is large
     body += ["step = BLOCK_DOT // max(1, mr * nc)", "split = step >= 16 and kc > step",
              f"nparts = max(1, min({8 if parallel else 1}, (kc + step - 1) // max(1, step)))",
@@ -475,7 +474,7 @@ def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
              f"  tmp = np.empty((nparts, mr, nc), {dtype})", f"  for part in {loop}(nparts):",
              "    for k0 in range(part * per, min(kc, (part + 1) * per), step):",
              "      k1 = min(kc, k0 + step, (part + 1) * per)",
-             f"      {mm}_acc({a}[q, k0:k1].T, {b}[q, k0:k1], acc[part], tmp[part])",
+             f"      matmul_acc({a}[q, k0:k1].T, {b}[q, k0:k1], acc[part], tmp[part])",
              "  for i in range(mr):", "    for j in range(nc):", "      s = acc[0, i, j]",
              "      for part in range(1, nparts):", "        s += acc[part, i, j]",
              "      c3[q, i, j] = s"]

@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from primc import prims as P
 from primc.core import Eqn, Lit, Program, Var
 from passes.fusion import FusedProgram
 from passes.fusion import domain as fusion_domain
@@ -46,7 +47,6 @@ class Plan:
   program_outputs: tuple                    # per program output: ("out", k) | ("in", k) | ("lit", value)
   buffers: tuple[Buffer, ...]               # one arena array per dtype, in argument order
   const_arrays: tuple[np.ndarray, ...]      # literal arrays read by kernels
-  kernel_names: tuple[str, ...]             # one per region (duplicates possible)
 
 
 def _kernel(region: Program, kind: str) -> tuple[str, list, bool]:
@@ -62,7 +62,7 @@ def _kernel(region: Program, kind: str) -> tuple[str, list, bool]:
 def _is_view(eqn: Eqn, out_vars) -> bool:
   """A region that reshapes one array value into a value that is not a program output."""
   region = eqn.kw["program"]
-  return (len(region.eqns) == 1 and region.eqns[0].prim.name == "reshape"
+  return (len(region.eqns) == 1 and region.eqns[0].prim is P.reshape_p
           and region.eqns[0].inputs[0] is region.inputs[0] and isinstance(eqn.inputs[0], Var)
           and len(eqn.outputs) == 1 and eqn.outputs[0] not in out_vars)
 
@@ -91,7 +91,6 @@ def build(fused: FusedProgram) -> Plan:
   sizes: list[int] = []
   defs: dict[str, str] = {}
   calls: list[str] = []
-  kernel_names = []
   const_arrays: list[np.ndarray] = []
   out_vars = []
   for a in fused.outputs:
@@ -134,7 +133,6 @@ def build(fused: FusedProgram) -> Plan:
     kname = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
     decorator = PARALLEL_KERNEL_DECORATOR if parallel else KERNEL_DECORATOR
     defs[kname] = f"{decorator}\n" + body.replace("def KERNEL(", f"def {kname}(", 1)
-    kernel_names.append(kname)
     args = []
     for a in eqn.inputs:
       args.append(names[a])
@@ -202,11 +200,11 @@ def build(fused: FusedProgram) -> Plan:
             f"# for {environment()}",
             "import math", "import numpy as np", "from numba import njit, prange",
             f"from codegen.mathlib import {', '.join(funcs)}",
-            "from codegen.blas import BLOCK_DOT, matmul, matmul_acc, matmul_loops, matmul_loops_acc", "", ""]
+            "from codegen.blas import BLOCK_DOT, matmul, matmul_acc, matmul_loops", "", ""]
   parts = [defs[k] for k in sorted(defs)]
   driver = [DECORATOR, f"def driver({', '.join(driver_args)}):"] + (calls or ["  pass"])
   source = "\n".join(header) + "\n\n".join(parts) + "\n\n" + "\n".join(driver) + "\n"
   return Plan(source, np.asarray(sizes, np.int64), fused.inputs, tuple(out_vars),
-              tuple(program_outputs), tuple(buffers), tuple(const_arrays), tuple(kernel_names))
+              tuple(program_outputs), tuple(buffers), tuple(const_arrays))
 
 

@@ -143,9 +143,9 @@ class Jitted:
       self._compiled[key] = entry
       if not static and all(type(a) is np.ndarray for a in args) and len(leaves) == len(args):
         from primc.tree import unflattener
-        run, build = entry[0].run, unflattener(entry[1])
-        strides = tuple(np.empty(a.shape, a.dtype).strides for a in args)  # C-contiguous
-        self._fast[tuple((a.shape, s, a.dtype) for a, s in zip(args, strides))] = \
+        run, build = entry[0], unflattener(entry[1])
+        c_strides = lambda a: np.empty(a.shape, a.dtype).strides  # as numpy lays them out
+        self._fast[tuple((a.shape, c_strides(a), a.dtype) for a in args)] = \
             lambda xs: build(run(xs))
     executable, out_tree = entry
     from primc.trace import contiguous
@@ -187,11 +187,6 @@ def compile_plan(traced: Program):
     if loader.writable(directory):
       cache.store_plan(directory, key, plan)
   return plan
-
-
-def _unflatten(out_tree, leaves):
-  from primc.tree import tree_unflatten
-  return tree_unflatten(out_tree, leaves)
 
 
 def _out_leaves(out, executable):

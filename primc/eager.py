@@ -131,14 +131,6 @@ def to_tensor(data, dtype=None, stop_gradient: bool = True) -> Tensor:
 # ---------------------------------------------------------------------------------------
 # Applying ops
 
-def has_tensor(args, kwargs) -> bool:
-  for a in (*args, *kwargs.values()):
-    if isinstance(a, Tensor) or (isinstance(a, (list, tuple)) and any(
-        isinstance(b, Tensor) for b in a)):
-      return True
-  return False
-
-
 def apply(fn: Callable, args, kwargs):
   """Runs a primc.numpy op on tensors; records a node when an input requires a gradient."""
   replay, tensors = partial_over_leaves(fn, args, kwargs, lambda x: isinstance(x, Tensor))

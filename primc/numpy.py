@@ -727,14 +727,23 @@ def add_n(inputs):
 # ---------------------------------------------------------------------------------------
 # Eager tensors: every public op here dispatches to primc.eager when given a Tensor.
 
+def _mentions(args, kwargs, cls) -> bool:
+  """Whether an argument, or an element of a list or tuple argument, is a `cls`."""
+  for a in (*args, *kwargs.values()):
+    if isinstance(a, cls) or (isinstance(a, (list, tuple)) and any(
+        isinstance(b, cls) for b in a)):
+      return True
+  return False
+
+
 def _tensor_aware(fn):
   from primc import eager, static
 
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
-    if static.has_variable(args, kwargs):  # building a static program: record the call
+    if _mentions(args, kwargs, static.Variable):  # building a static program: record it
       return static.record(fn, args, kwargs)
-    if eager.has_tensor(args, kwargs):
+    if _mentions(args, kwargs, eager.Tensor):
       return eager.apply(fn, args, kwargs)
     return fn(*args, **kwargs)
   wrapped.__wrapped_op__ = fn

@@ -63,14 +63,6 @@ class Node:
     self.fn, self.inputs = fn, inputs
 
 
-def has_variable(args, kwargs) -> bool:
-  for a in (*args, *kwargs.values()):
-    if isinstance(a, Variable) or (isinstance(a, (list, tuple)) and any(
-        isinstance(b, Variable) for b in a)):
-      return True
-  return False
-
-
 def record(fn, args, kwargs, kind="op"):
   """Records `fn(*args, **kwargs)` on static variables; returns the result variables."""
   replay, variables = partial_over_leaves(fn, args, kwargs, lambda x: isinstance(x, Variable))
@@ -200,7 +192,7 @@ class Executor:
     for f in fetch:
       if not isinstance(f, Variable):
         raise PrimcError(f"fetch_list entries must be static variables, got {type(f).__name__}")
-    updates = [(opt, loss, params, state) for opt, loss, params, state in program.optimizers]
+    updates = list(program.optimizers)
     targets = fetch + [loss for _, loss, _, _ in updates]
     leaves = leaves_of(targets)
     datas = [v for v in leaves if v.kind == "data"]
