@@ -12,18 +12,45 @@ SMALL_DOT = 4096  # below this many multiply-adds per matrix, loops beat a BLAS 
 BLOCK_DOT = 1 << 17
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def matmul_loops(a, b, c):
-  """c = a @ b for 2-D views, by loops (small products, integer dtypes)."""
+  """c = a @ b for 2-D views, by loops (small products, integer dtypes).
+
+  The loop order follows the shapes, so the innermost loop is long and reads memory in
+  order: rows of c when b is wide (n >= 8); dot products along the rows of a when b is
+  narrow (its columns copied to rows first, unless it is a single column); columns of c
+  when b is narrow and a is read by columns (a transposed view). Sums are reassociated
+  (as in BLAS), which lets the dot products vectorize.
+  """
   m, k = a.shape
   n = b.shape[1]
-  for i in range(m):
-    for j in range(n):
-      c[i, j] = 0
-    for p in range(k):
-      aip = a[i, p]
+  if n >= 8:
+    for i in range(m):
       for j in range(n):
-        c[i, j] += aip * b[p, j]
+        c[i, j] = 0
+      for p in range(k):
+        aip = a[i, p]
+        for j in range(n):
+          c[i, j] += aip * b[p, j]
+  elif a.strides[1] == a.itemsize or m < 8:
+    bt = b.T if n == 1 or k < 16 else np.ascontiguousarray(b.T)
+    for i in range(m):
+      for j in range(n):
+        c[i, j] = 0
+        s = c[i, j]
+        for p in range(k):
+          s += a[i, p] * bt[j, p]
+        c[i, j] = s
+  else:
+    col = np.empty(m, c.dtype)
+    for j in range(n):
+      col[:] = 0
+      for p in range(k):
+        bpj = b[p, j]
+        for i in range(m):
+          col[i] += a[i, p] * bpj
+      for i in range(m):
+        c[i, j] = col[i]
 
 
 @njit(cache=True, error_model="numpy")

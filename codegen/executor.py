@@ -39,10 +39,10 @@ class Executable:
     # a pool per large output (None: a plain np.empty)
     self._pools = [[] if dtype.itemsize * int(np.prod(shape)) >= POOLED_MIN_BYTES else None
                    for shape, dtype in self.out_specs]
-    self._any_pooled = any(pool is not None for pool in self._pools)
     self._pool_lock = threading.Lock()
     self._first = not driver.signatures
     self._consts, self._sizes = tuple(plan.const_arrays), plan.sizes
+    self._n_in = len(plan.inputs)
     self._outs_in_order = list(plan.program_outputs) == [("out", k)
                                                          for k in range(len(plan.outputs))]
 
@@ -68,28 +68,30 @@ class Executable:
     cache.record_load(time.perf_counter() - t0)
     st = self.driver.stats
     cache.count("numba_compiles" if st.cache_misses else "numba_cache_loads")
+    # the module's source fixes its input dtypes and ranks, and every caller passes
+    # C-contiguous writeable arrays: any other argument types are a caller's miss
+    # (`run_hot`), never a reason to compile again
+    self.driver.disable_compile()
     self._first = False
 
   def _arena(self):
     return tuple(np.empty(b.size, b.dtype) for b in self.plan.buffers)
 
   def _outputs(self) -> list[np.ndarray]:
-    if not self._any_pooled:
-      return [np.empty(shape, dtype) for shape, dtype in self.out_specs]
-    outs = []
+    return [np.empty(shape, dtype) if pool is None else self._pooled(k)
+            for k, ((shape, dtype), pool) in enumerate(zip(self.out_specs, self._pools))]
+
+  def _pooled(self, k: int) -> np.ndarray:
+    """Output k from its pool: an array nothing refers to any more, else a new one."""
+    pool = self._pools[k]
     with self._pool_lock:
-      for (shape, dtype), pool in zip(self.out_specs, self._pools):
-        if pool is None:
-          outs.append(np.empty(shape, dtype))
-          continue
-        # free when referred to by the pool, this loop and getrefcount's argument only
-        free = next((a for a in pool if sys.getrefcount(a) == 3), None)
-        if free is None:
-          free = np.empty(shape, dtype)
-          if len(pool) < POOL_DEPTH:
-            pool.append(free)
-        outs.append(free)
-    return outs
+      # free when referred to by the pool, this loop and getrefcount's argument only
+      free = next((a for a in pool if sys.getrefcount(a) == 3), None)
+      if free is None:
+        free = np.empty(*self.out_specs[k])
+        if len(pool) < POOL_DEPTH:
+          pool.append(free)
+    return free
 
   def __call__(self, inputs, out=None) -> list[np.ndarray]:
     """Runs the program on C-contiguous `inputs`, into `out` (checked) or into fresh (or
@@ -105,6 +107,42 @@ class Executable:
     finally:
       arenas.append(arena)
     return outs if self._outs_in_order else self._results(inputs, outs)
+
+  def runner(self, build=list):
+    """The steady call, for a caller that passes its arguments as they are: a function of
+    the argument tuple that returns `build(outputs)`, or None when the arguments are not
+    C-contiguous writeable arrays of the compiled dtypes, ranks and shapes (the driver
+    checks them; the caller then takes the general path). None before the first call
+    (which compiles the driver).
+
+    Generated per plan: one line per output and the driver call with its arguments
+    spelled out (a loop over the outputs costs more than the arithmetic of a small
+    program)."""
+    if self._first:
+      return None
+    n_out = len(self.out_specs)
+    env = {"empty": np.empty, "driver": self.driver, "arenas": self._arenas,
+           "new_arena": self._arena, "pooled": self._pooled, "results": self._results,
+           "sizes": self._sizes, "build": build}
+    lines = ["def run_hot(args):", f"  if len(args) != {self._n_in}:", "    return None"]
+    for k, ((shape, dtype), pool) in enumerate(zip(self.out_specs, self._pools)):
+      env[f"s{k}"], env[f"d{k}"] = shape, dtype
+      lines.append(f"  o{k} = empty(s{k}, d{k})" if pool is None else f"  o{k} = pooled({k})")
+    env.update({f"c{k}": c for k, c in enumerate(self._consts)})
+    call = ["*args"] + [f"c{k}" for k in range(len(self._consts))] + [
+        f"o{k}" for k in range(n_out)] + (["*arena"] if self.plan.buffers else []) + ["sizes"]
+    outs = "[" + ", ".join(f"o{k}" for k in range(n_out)) + "]"
+    run = [f"miss = driver({', '.join(call)})"]
+    if self.plan.buffers:
+      lines += ["  arena = arenas.pop() if arenas else new_arena()", "  try:",
+                "    try:", "      " + run[0], "    except TypeError:", "      return None",
+                "  finally:", "    arenas.append(arena)"]
+    else:
+      lines += ["  try:", "    " + run[0], "  except TypeError:", "    return None"]
+    lines += ["  if miss:", "    return None",
+              f"  return build({outs if self._outs_in_order else f'results(args, {outs})'})"]
+    exec(compile("\n".join(lines), f"<primc run_hot {self.driver.__name__}>", "exec"), env)
+    return env["run_hot"]
 
   def _checked(self, out) -> list[np.ndarray]:
     outs = list(out)

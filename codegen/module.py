@@ -170,7 +170,10 @@ def build(fused: FusedProgram) -> Plan:
   for b in slots:
     offsets.append(totals[b.dtype])
     totals[b.dtype] += b.size
-  lines = []
+  # the driver refuses inputs of other shapes (1), so a caller can skip checking them
+  checks = [f"in{k}.shape[{d}] != {dsize(n)}" for k, v in enumerate(fused.inputs)
+            for d, n in enumerate(v.aval.shape)]
+  lines = [f"  if {' or '.join(checks)}:", "    return 1"] if checks else []
   for c in calls:
     if isinstance(c, tuple):
       tname, slot, n, shape = views[c[1]]
@@ -202,7 +205,11 @@ def build(fused: FusedProgram) -> Plan:
             f"from codegen.mathlib import {', '.join(funcs)}",
             "from codegen.blas import BLOCK_DOT, matmul, matmul_acc, matmul_loops", "", ""]
   parts = [defs[k] for k in sorted(defs)]
-  driver = [DECORATOR, f"def driver({', '.join(driver_args)}):"] + (calls or ["  pass"])
+  # input dtypes and ranks are part of the source: a module's driver is compiled for one
+  # signature only (the executor then turns its compilation off)
+  signature = " ".join(f"{v.aval.dtype}[{','.join('?' * v.aval.ndim)}]" for v in fused.inputs)
+  driver = [DECORATOR, f"def driver({', '.join(driver_args)}):", f"  # inputs: {signature}"]
+  driver += calls + ["  return 0"]
   source = "\n".join(header) + "\n\n".join(parts) + "\n\n" + "\n".join(driver) + "\n"
   return Plan(source, np.asarray(sizes, np.int64), fused.inputs, tuple(out_vars),
               tuple(program_outputs), tuple(buffers), tuple(const_arrays))

@@ -142,7 +142,11 @@ def fold_splats(r, eqn):
 
 
 def fold_literals(r, eqn):
-  if not eqn.inputs or not all(isinstance(r.read(a), Lit) for a in eqn.inputs):
+  """An equation of literals is a literal (up to FOLD_LIMIT elements); so is a single
+  element made from nothing (iota, full), which lets the rules see through unit shapes."""
+  if not eqn.inputs and eqn.outputs[0].aval.size != 1:
+    return None
+  if not all(isinstance(r.read(a), Lit) for a in eqn.inputs):
     return None
   if eqn.outputs[0].aval.size > FOLD_LIMIT or eqn.prim.multiple_results:
     return None

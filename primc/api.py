@@ -298,7 +298,10 @@ def jacrev(fun: Callable, argnums=0) -> Callable:
 
     def pullrow(ct):
       return pullback(P.reshape(ct, yshape))[0]
-    rows = vmap(pullrow)(pnp.eye(m, dtype=aval_of(y).dtype))
+    if m == 1:  # a single cotangent: pulled back as it is, with no batch dimension
+      rows = pullrow(pnp.ones((1,), dtype=aval_of(y).dtype))
+    else:
+      rows = vmap(pullrow)(pnp.eye(m, dtype=aval_of(y).dtype))
     return pnp.reshape(rows, yshape + aval_of(x).shape)
   one.fun = fun
   return _per_argnum(one, argnums)

@@ -83,7 +83,9 @@ class Jitted:
     self.static_argnums = tuple(static_argnums)
     self.warmup = tuple(warmup)
     self._compiled: dict = {}
-    self._fast: dict = {}  # (shape, dtype) per flat ndarray argument -> compiled entry
+    self._fast: dict = {}  # (shape, strides, dtype) per flat ndarray argument ->
+                           # (executable, output builder)
+    self._hot = None       # the runner of the last fast call (see Executable.runner)
     import functools
     functools.update_wrapper(self, fun)
 
@@ -122,15 +124,27 @@ class Jitted:
     return traced, out_tree
 
   def __call__(self, *args, out=None):
-    # Fast path: flat ndarray arguments whose signature (with C-contiguous strides) was
-    # compiled before; anything else takes the general path below.
+    # Hot path: the arguments of the last fast call again (the driver itself checks
+    # their shapes, and numba their dtypes, ranks and layout). Then the fast path: flat
+    # ndarray arguments whose signature (with C-contiguous strides) was compiled before.
+    # Anything else takes the general path below.
     if out is None:
+      hot = self._hot
+      if hot is not None:
+        result = hot(args)
+        if result is not None:
+          return result
       try:
         entry = self._fast.get(tuple([(a.shape, a.strides, a.dtype) for a in args]))
       except AttributeError:
         entry = None
       if entry is not None and all([type(a) is np.ndarray for a in args]):
-        return entry(args)
+        if entry[2] is None:
+          entry[2] = entry[0].runner(entry[1])
+        result = None if entry[2] is None else entry[2](args)
+        if result is not None:
+          self._hot = entry[2]
+          return result
     from primc.trace import Tracer
     from primc.tree import tree_flatten, tree_unflatten
     if any(isinstance(x, Tracer) for x in tree_flatten(list(args))[0]):
@@ -143,10 +157,9 @@ class Jitted:
       self._compiled[key] = entry
       if not static and all(type(a) is np.ndarray for a in args) and len(leaves) == len(args):
         from primc.tree import unflattener
-        run, build = entry[0], unflattener(entry[1])
         c_strides = lambda a: np.empty(a.shape, a.dtype).strides  # as numpy lays them out
         self._fast[tuple((a.shape, c_strides(a), a.dtype) for a in args)] = \
-            lambda xs: build(run(xs))
+            [entry[0], unflattener(entry[1]), None]  # the runner, once compiled
     executable, out_tree = entry
     from primc.trace import contiguous
     leaves = [contiguous(np.asarray(x)) for x in leaves]

@@ -247,6 +247,7 @@ def as_array(x):
 
 
 def contiguous(x: np.ndarray) -> np.ndarray:
-  """x as a C-contiguous array of the same shape (np.ascontiguousarray makes 0-d arrays
-  1-d)."""
-  return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+  """x as a C-contiguous, aligned, writeable array of the same shape (the one array type a
+  compiled driver takes; a read-only array is copied)."""
+  flags = x.flags
+  return x if flags.c_contiguous and flags.writeable and flags.aligned else np.array(x, order="C")

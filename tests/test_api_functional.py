@@ -69,6 +69,19 @@ def test_jacobian_of_matrix_input_and_multiple_argnums(rng):
   np.testing.assert_allclose(jfy, jy)
 
 
+def test_jacrev_of_single_element_outputs(rng):
+  # one cotangent, pulled back without a batch dimension: shapes as for any output
+  w, x = rng.standard_normal((3, 4)), rng.standard_normal(4)
+  for f, out_shape in ((lambda x: pnp.sum(pnp.tanh(w @ x)), ()),
+                       (lambda x: pnp.reshape(pnp.sum(pnp.tanh(w @ x)), (1, 1)), (1, 1))):
+    j = primc.jacrev(f)(x)
+    assert j.shape == out_shape + (4,)
+    np.testing.assert_allclose(j.reshape(4), primc.jacfwd(f)(x).reshape(4), rtol=1e-12)
+    eps = 1e-6
+    fd = [(np.sum(f(x + eps * e)) - np.sum(f(x - eps * e))) / (2 * eps) for e in np.eye(4)]
+    np.testing.assert_allclose(j.reshape(4), fd, rtol=1e-6, atol=1e-8)
+
+
 def test_hessian_equals_jacfwd_of_jacrev_and_is_symmetric(rng):
   w = rng.standard_normal((4, 4))
   f = lambda x: pnp.sum(pnp.tanh(w @ pnp.tanh(w @ x))) + pnp.sum(x ** 3)

@@ -255,6 +255,20 @@ def test_threaded_loops_compute_every_element(n):
   np.testing.assert_allclose(m, np.tanh(x.reshape(-1, 100)) + 1, rtol=1e-6, atol=1e-6)
 
 
+def _dot_reference(a, b, dims):
+  """dot_general by numpy's einsum, in float64."""
+  (lc, rc), (lb, rb) = dims
+  letters = "abcdefgh"
+  left = letters[:a.ndim]
+  right = [None] * b.ndim
+  for i, j in zip(lc + lb, rc + rb):
+    right[j] = left[i]
+  right = "".join(r or letters[a.ndim + k] for k, r in enumerate(right))
+  out = "".join([left[i] for i in lb] + [c for i, c in enumerate(left) if i not in lc + lb]
+                + [c for j, c in enumerate(right) if j not in rc + rb])
+  return np.einsum(f"{left},{right}->{out}", a.astype(np.float64), b.astype(np.float64))
+
+
 DOT_CASES = {  # name: (lhs shape, rhs shape, dimension numbers): each takes another path
     "row_blocks": ((700, 64), (64, 48), (((1,), (0,)), ((), ()))),
     "row_blocks_rhs_transposed": ((700, 64), (48, 64), (((1,), (1,)), ((), ()))),
@@ -276,15 +290,7 @@ def test_threaded_products_compute_every_element(name, epilogue):
   a = R.uniform(-1, 1, ls).astype(np.float32)
   b = R.uniform(-1, 1, rs).astype(np.float32)
   (lc, rc), (lb, rb) = dims
-  letters = "abcdefgh"
-  left = letters[:len(ls)]
-  right = [None] * len(rs)
-  for i, j in zip(lc + lb, rc + rb):
-    right[j] = left[i]
-  right = "".join(r or letters[len(ls) + k] for k, r in enumerate(right))
-  out = "".join([left[i] for i in lb] + [c for i, c in enumerate(left) if i not in lc + lb]
-                + [c for j, c in enumerate(right) if j not in rc + rb])
-  want = np.einsum(f"{left},{right}->{out}", a.astype(np.float64), b.astype(np.float64))
+  want = _dot_reference(a, b, dims)
   assert want.size * np.prod([ls[i] for i in lc]) >= kernels.DOT_PARALLEL_MIN
   tail = {"none": lambda p: p, "elementwise": lambda p: (pnp.tanh(p) * 2.0, p + 1.0),
           "reduction": lambda p: (p * p, pnp.sum(p, axis=0))}[epilogue]
@@ -339,3 +345,74 @@ def test_reshape_regions_are_views_whose_buffer_stays_live():
   calls = [line for line in low.source.splitlines() if line.strip().startswith("k_")]
   assert len(calls) == len(low.fused.eqns) - len(views)
   check_compiled(f, x, rtol=1e-5, atol=1e-5)
+
+
+SMALL_DOT_CASES = {  # products small enough to be summed in the loop over their output
+    "matrix": ((2, 3), (3, 2), (((1,), (0,)), ((), ()))),
+    "vectors": ((5,), (5,), (((0,), (0,)), ((), ()))),
+    "matrix_vector": ((4, 6), (6,), (((1,), (0,)), ((), ()))),
+    "both_transposed": ((3, 2), (4, 3), (((0,), (1,)), ((), ()))),
+    "batched": ((2, 3, 4), (2, 4, 3), (((2,), (1,)), ((0,), (0,)))),
+    "batch_inside": ((3, 2, 4), (4, 2), (((2,), (0,)), ((1,), (1,)))),
+    "two_contractions": ((2, 3, 4), (4, 3, 5), (((1, 2), (1, 0)), ((), ()))),
+}
+
+
+@pytest.mark.parametrize("name", SMALL_DOT_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_small_products_are_summed_in_their_epilogue_loop(name, dtype):
+  from primc import prims as P
+  ls, rs, dims = SMALL_DOT_CASES[name]
+  a = R.integers(-4, 5, ls).astype(dtype)
+  b = R.integers(-4, 5, rs).astype(dtype)
+  want = _dot_reference(a, b, dims).astype(dtype)
+  f = lambda x, y: (P.dot_general(x, y, dims), P.dot_general(x, y, dims) * 3 + 1,
+                    pnp.sum(P.dot_general(x, y, dims) * 2))
+  source = primc.jit(f).lower(a, b).source
+  assert "matmul(" not in source and "matmul_loops(" not in source
+  got = primc.jit(f)(a, b)
+  for g, w in zip(got, (want, want * 3 + 1, np.sum(want * 2))):
+    assert g.dtype == dtype
+    np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 1), (64, 64, 4), (2, 2, 2), (1, 64, 64),
+                                   (9, 20, 3), (16, 16, 16), (3, 0, 2)])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_product_loops_choose_an_order_and_stay_exact(shape, transposed, dtype):
+  # each loop order of blas.matmul_loops (wide right operand; narrow one against rows of
+  # the left operand; narrow one against a transposed left operand) against numpy
+  from codegen.blas import matmul_loops
+  m, k, n = shape
+  a = R.integers(-8, 9, (k, m) if transposed else (m, k)).astype(dtype)
+  a = a.T if transposed else a
+  b = R.integers(-8, 9, (k, n)).astype(dtype)
+  c = np.full((m, n), 7, dtype)  # every element must be written
+  matmul_loops(a, b, c)
+  np.testing.assert_array_equal(c, a @ b)
+
+
+def test_steady_calls_take_other_arguments_through_the_general_path():
+  # after a first call, calls skip the signature lookup: the compiled driver rejects other
+  # shapes, and numba other dtypes, ranks and layouts; each must still be right
+  f = primc.jit(lambda x, y: x * y + 1.0)
+  a = R.uniform(-1, 1, (3, 4)).astype(np.float32)
+  for _ in range(3):
+    np.testing.assert_allclose(f(a, a), a * a + 1, rtol=1e-6)
+  frozen = a.copy()
+  frozen.flags.writeable = False
+  others = [(a[:, :3], a[:, 1:]), (a.astype(np.float64), a.astype(np.float64)),
+            (a.reshape(12), a.reshape(12)), (np.asfortranarray(a), a), (a[:, ::2], a[:, :2]),
+            (frozen, a), (a, np.float32(2.0)), (a, 2.0), (a[:2], a[:2])]
+  for x, y in others:
+    got = f(x, y)
+    want = np.asarray(x) * np.asarray(y) + 1
+    assert got.shape == want.shape and got.dtype == np.result_type(x, y, np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(f(a, a), a * a + 1, rtol=1e-6)  # and back again
+  with pytest.raises(TypeError):
+    f(a)
+  executables = [entry[0] for entry in f._compiled.values()]
+  assert all(len(e.driver.signatures) == 1 for e in executables)
+  assert primc.grad(lambda x: pnp.sum(f(x, x)))(a).shape == a.shape  # a tracer argument

@@ -73,6 +73,13 @@ def test_constant_folding_of_literals_and_splats():
   assert folded.eqns == () and np.array_equal(folded.outputs[0].value, [1.0, 2.0, 3.0])
 
 
+def test_single_elements_made_from_nothing_fold_to_literals():
+  # eye(1) is the literal 1, so multiplying by it disappears (larger iotas stay equations)
+  text = after(lambda x: x * pnp.eye(1, dtype="float32").reshape(1), F3)
+  assert body(text) == ["in ( a ) }"]
+  assert "iota" in after(lambda x: x * pnp.eye(3, dtype="float32")[0], F3)
+
+
 def test_dot_general_absorbs_transposes():
   a, b = np.zeros((3, 4), np.float32), np.zeros((3, 5), np.float32)
   text = after(lambda a, b: a.T @ b, a, b)
