@@ -41,7 +41,7 @@ class Executable:
                    for shape, dtype in self.out_specs]
     self._pool_lock = threading.Lock()
     self._first = not driver.signatures
-    self._consts, self._sizes = tuple(plan.const_arrays), plan.sizes
+    self._consts, self._sizes = tuple(_read_only(c) for c in plan.const_arrays), plan.sizes
     self._n_in = len(plan.inputs)
     self._outs_in_order = list(plan.program_outputs) == [("out", k)
                                                          for k in range(len(plan.outputs))]
@@ -103,7 +103,11 @@ class Executable:
       if self._first:
         self._first_call(inputs, outs, arena)
       else:
-        self.driver(*inputs, *self._consts, *outs, *arena, self._sizes)
+        try:
+          self.driver(*inputs, *self._consts, *outs, *arena, self._sizes)
+        except TypeError:  # argument types this module was not compiled for: compile them
+          self.driver.disable_compile(False)
+          self._first_call(inputs, outs, arena)
     finally:
       arenas.append(arena)
     return outs if self._outs_in_order else self._results(inputs, outs)
@@ -147,9 +151,10 @@ class Executable:
   def _checked(self, out) -> list[np.ndarray]:
     outs = list(out)
     for o, (shape, dtype) in zip(outs, self.out_specs, strict=True):
-      if o.shape != shape or o.dtype != dtype or not o.flags.c_contiguous:
+      if (o.shape != shape or o.dtype != dtype or not o.flags.c_contiguous
+          or not o.flags.writeable):
         raise PrimcError(f"out= array {o.dtype}{list(o.shape)} does not match the output "
-                         f"{dtype}{list(shape)} (or is not C-contiguous)")
+                         f"{dtype}{list(shape)} (or is not C-contiguous and writeable)")
     return outs
 
   def _results(self, inputs, outs):
@@ -162,6 +167,14 @@ class Executable:
       else:
         results.append(np.array(k))
     return results
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+  """A constant as the driver always sees it: C-contiguous and read-only (a plan loaded
+  from the cache unpickles writeable arrays; one type keeps one compiled signature)."""
+  a = np.array(a, order="C")
+  a.setflags(write=False)
+  return a
 
 
 def _is_cache_error(e: Exception) -> bool:

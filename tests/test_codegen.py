@@ -416,3 +416,24 @@ def test_steady_calls_take_other_arguments_through_the_general_path():
   executables = [entry[0] for entry in f._compiled.values()]
   assert all(len(e.driver.signatures) == 1 for e in executables)
   assert primc.grad(lambda x: pnp.sum(f(x, x)))(a).shape == a.shape  # a tracer argument
+
+
+def test_constants_reach_the_driver_as_one_type():
+  # a plan loaded from the cache unpickles writeable constants; the driver, compiled once
+  # with compilation then turned off, must take them as it took the read-only originals
+  import dataclasses
+  from codegen.executor import Executable
+  f = primc.jit(lambda x: x * np.arange(1.0, 4.0, dtype=np.float32))
+  x = R.uniform(-1, 1, (2, 3)).astype(np.float32)
+  np.testing.assert_array_equal(f(x), x * np.arange(1.0, 4.0, dtype=np.float32))
+  (executable, _), = f._compiled.values()
+  assert executable.plan.const_arrays
+  unpickled = dataclasses.replace(executable.plan, const_arrays=tuple(
+      np.array(c) for c in executable.plan.const_arrays))
+  again = Executable.load(unpickled)
+  np.testing.assert_array_equal(again([x])[0], x * np.arange(1.0, 4.0, dtype=np.float32))
+  assert len(again.driver.signatures) == 1
+  frozen = np.empty((2, 3), np.float32)
+  frozen.flags.writeable = False
+  with pytest.raises(primc.PrimcError, match="writeable"):
+    f(x, out=frozen)
