@@ -70,7 +70,7 @@ class Executable:
     cache.count("numba_compiles" if st.cache_misses else "numba_cache_loads")
     # the module's source fixes its input dtypes and ranks, and every caller passes
     # C-contiguous writeable arrays: any other argument types are a caller's miss
-    # (`run_hot`), never a reason to compile again
+    # (`runner`), never a reason to compile again
     self.driver.disable_compile()
     self._first = False
 
@@ -136,13 +136,13 @@ class Executable:
     call = ["*args"] + [f"c{k}" for k in range(len(self._consts))] + [
         f"o{k}" for k in range(n_out)] + (["*arena"] if self.plan.buffers else []) + ["sizes"]
     outs = "[" + ", ".join(f"o{k}" for k in range(n_out)) + "]"
-    run = [f"miss = driver({', '.join(call)})"]
+    run = f"miss = driver({', '.join(call)})"
     if self.plan.buffers:
       lines += ["  arena = arenas.pop() if arenas else new_arena()", "  try:",
-                "    try:", "      " + run[0], "    except TypeError:", "      return None",
+                "    try:", "      " + run, "    except TypeError:", "      return None",
                 "  finally:", "    arenas.append(arena)"]
     else:
-      lines += ["  try:", "    " + run[0], "  except TypeError:", "    return None"]
+      lines += ["  try:", "    " + run, "  except TypeError:", "    return None"]
     lines += ["  if miss:", "    return None",
               f"  return build({outs if self._outs_in_order else f'results(args, {outs})'})"]
     exec(compile("\n".join(lines), f"<primc run_hot {self.driver.__name__}>", "exec"), env)

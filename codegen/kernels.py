@@ -449,25 +449,27 @@ def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
   transpose. Threaded kernels (products of at least DOT_PARALLEL_MIN multiply-adds) split
   the work into blocks of at most `blas.BLOCK_DOT` multiply-adds: row blocks, each
   followed by its rows of the epilogue while they are in cache; contraction parts summed
-  in a fixed order where the left operand is transposed; or the batch."""
+  in a fixed order where the left operand is transposed; or the batch.
+
+  Small products (INLINE_DOT_MACS, INLINE_DOT_K) are a loop kernel over the product's
+  output instead, each element summed in place (`_dot_sum_lines`)."""
   dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
-  k = int(np.prod([dot.inputs[0].aval.shape[d] for d in dot.kw["dimension_numbers"][0][0]],
-                  dtype=np.int64))
-  if (k <= INLINE_DOT_K and dot.outputs[0].aval.size * k <= INLINE_DOT_MACS
+  (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
+  x, y = dot.inputs
+  out = dot.outputs[0]
+  k = int(np.prod([x.aval.shape[d] for d in lc], dtype=np.int64))
+  macs = out.aval.size * k
+  if (k <= INLINE_DOT_K and macs <= INLINE_DOT_MACS
       and all(isinstance(a, Var) and a in program.inputs for a in dot.inputs)):
-    return (*emit_loop_kernel(name, program, dot.outputs[0].aval.shape), False)
+    return (*emit_loop_kernel(name, program, out.aval.shape), False)
   ctx = KernelContext(name, program)
   n_in, n_out = len(program.inputs), len(program.outputs)
   names = {v: f"in{i}" for i, v in enumerate(program.inputs)}
-  (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
-  x, y = dot.inputs
   lf = P._dot_free(x.aval.ndim, lc, lb)
   rf = P._dot_free(y.aval.ndim, rc, rb)
-  out = dot.outputs[0]
   dtype = _np(out.aval.dtype)
   blas = out.aval.is_float  # integer products are loops (numba's np.dot is float only)
   mm = "matmul" if blas else "matmul_loops"
-  macs = out.aval.size * int(np.prod([x.aval.shape[d] for d in lc], dtype=np.int64))
   epilogue = [e for e in program.eqns if e is not dot]
   parallel = blas and (macs >= DOT_PARALLEL_MIN or (
       epilogue and out.aval.size >= 4 * PARALLEL_MIN))

@@ -565,17 +565,15 @@ def matmul(a, b):
   if not sa or not sb:
     raise ShapeError(f"matmul does not accept 0-d operands: {sa} @ {sb}")
   va, vb = len(sa) == 1, len(sb) == 1
+  kb = sb[0] if vb else sb[-2]
+  if sa[-1] != kb:
+    raise ShapeError(f"contracting dimension mismatch: {sa} @ {sb} ({sa[-1]} != {kb})")
   if (va or vb) and len(sa) <= 2 and len(sb) <= 2:
     # vector forms contract directly: no unit dimension enters the program
-    if sa[-1] != sb[0]:
-      raise ShapeError(f"contracting dimension mismatch: {sa} @ {sb} ({sa[-1]} != {sb[0]})")
     return P.dot_general(a, b, (((len(sa) - 1,), (0,)), ((), ())))
   a2 = reshape(a, (1,) + sa) if va else a
   b2 = reshape(b, sb + (1,)) if vb else b
   sa2, sb2 = aval_of(a2).shape, aval_of(b2).shape
-  if sa2[-1] != sb2[-2]:
-    raise ShapeError(f"contracting dimension mismatch: {sa} @ {sb} "
-                     f"({sa2[-1]} != {sb2[-2]})")
   batch = broadcast_shapes(sa2[:-2], sb2[:-2])
   nb = len(batch)
   if nb:
