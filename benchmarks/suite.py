@@ -31,7 +31,8 @@ def _flat(x):
 
 
 def first_call(workload: str, impl: str) -> dict:
-  """Run in a fresh process: import, build and first call, then peak memory."""
+  """Run in a fresh process: import, build and first call, then peak memory. Tiered
+  (PRIMC_TIERED=1), also the time until the background compile has finished."""
   t_start = time.perf_counter()
   from benchmarks import workloads
   w = workloads.WORKLOADS[workload]()
@@ -40,14 +41,17 @@ def first_call(workload: str, impl: str) -> dict:
   out = fn(*w["args"])
   [x.sum() for x in _flat(out)]
   t_first = time.perf_counter()
+  result = {"first_call_s": t_first - t_import, "process_to_result_s": t_first - t_start}
+  if os.environ.get("PRIMC_TIERED") == "1":
+    fn.wait_compiled()
+    result["native_after_s"] = time.perf_counter() - t_import
   for _ in range(3):
     fn(*w["args"])
-  return {"first_call_s": t_first - t_import, "process_to_result_s": t_first - t_start,
-          "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+  return {**result, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def _child(workload, impl, cache):
-  env = dict(os.environ, PRIMC_CACHE_DIR=cache,
+def _child(workload, impl, cache, tiered=False):
+  env = dict(os.environ, PRIMC_CACHE_DIR=cache, PRIMC_TIERED="1" if tiered else "0",
              PRIMC_BENCH_PEERS="1" if impl == "jax" else "0")
   proc = subprocess.run([sys.executable, __file__, "--child", workload, impl], env=env,
                         capture_output=True, text=True, timeout=900)
@@ -127,6 +131,9 @@ def main():
           row[impl]["cold"] = cold
           if impl == "primc":
             row[impl]["warm"] = _child(name, impl, cache)
+            shutil.rmtree(cache, ignore_errors=True)
+            os.makedirs(cache, mode=0o700)
+            row[impl]["tiered"] = _child(name, impl, cache, tiered=True)
           shutil.rmtree(cache, ignore_errors=True)
     results[name] = row
     print(f"{name}: " + ", ".join(f"{k} {fmt(v.get('steady_s'))}" for k, v in row.items()),
@@ -152,19 +159,23 @@ def _equation_counts():
 
 def _report(results):
   lines = ["| workload | primc steady | JAX steady | numpy steady | primc / JAX | primc / numpy "
-           "| primc cold first call | primc warm first call | JAX cold first call | "
-           "primc peak MB | max rel. error |", "|" + "---|" * 11]
+           "| primc cold first call | primc cold first call, tiered (native after) "
+           "| primc warm first call | JAX cold first call | primc peak MB | max rel. error |",
+           "|" + "---|" * 12]
   for name, row in results.items():
     get = lambda impl, key="steady_s": row.get(impl, {}).get(key)
     p, j, n = get("primc"), get("jax"), get("numpy")
     ratio = lambda a, b: f"{a / b:.2f}" if a and b else "—"
     cold = row.get("primc", {}).get("cold", {}).get("first_call_s")
     warm = row.get("primc", {}).get("warm", {}).get("first_call_s")
+    tiered = row.get("primc", {}).get("tiered", {})
+    tier = (f"{fmt(tiered.get('first_call_s'))} ({fmt(tiered.get('native_after_s'))})"
+            if tiered else "—")
     jcold = row.get("jax", {}).get("cold", {}).get("first_call_s")
     mem = row.get("primc", {}).get("cold", {}).get("peak_rss_mb")
     err = get("primc", "max_rel_error_vs_peer")
     lines.append(f"| {name} | {fmt(p)} | {fmt(j)} | {fmt(n)} | {ratio(p, j)} | {ratio(p, n)} | "
-                 f"{fmt(cold)} | {fmt(warm)} | {fmt(jcold)} | "
+                 f"{fmt(cold)} | {tier} | {fmt(warm)} | {fmt(jcold)} | "
                  f"{'—' if mem is None else f'{mem:.0f}'} | "
                  f"{'—' if err is None else f'{err:.1e}'} |")
   if "W7 n=6" in results:

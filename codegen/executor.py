@@ -73,6 +73,13 @@ class Executable:
     # (`runner`), never a reason to compile again
     self.driver.disable_compile()
     self._first = False
+    loader.mark_compiled(self.plan.source)
+
+  def compile(self) -> None:
+    """Compiles the driver (or loads it from numba's cache) without real inputs: one run
+    on zeros of the input shapes."""
+    if self._first:
+      self([np.zeros(v.aval.shape, v.aval.dtype) for v in self.plan.inputs])
 
   def _arena(self):
     return tuple(np.empty(b.size, b.dtype) for b in self.plan.buffers)
@@ -96,7 +103,7 @@ class Executable:
   def __call__(self, inputs, out=None) -> list[np.ndarray]:
     """Runs the program on C-contiguous `inputs`, into `out` (checked) or into fresh (or
     pooled) outputs; returns the program's outputs in order."""
-    outs = self._outputs() if out is None else self._checked(out)
+    outs = self._outputs() if out is None else check_out(out, self.out_specs)
     arenas = self._arenas
     arena = arenas.pop() if arenas else self._arena()
     try:
@@ -148,15 +155,6 @@ class Executable:
     exec(compile("\n".join(lines), f"<primc run_hot {self.driver.__name__}>", "exec"), env)
     return env["run_hot"]
 
-  def _checked(self, out) -> list[np.ndarray]:
-    outs = list(out)
-    for o, (shape, dtype) in zip(outs, self.out_specs, strict=True):
-      if (o.shape != shape or o.dtype != dtype or not o.flags.c_contiguous
-          or not o.flags.writeable):
-        raise PrimcError(f"out= array {o.dtype}{list(o.shape)} does not match the output "
-                         f"{dtype}{list(shape)} (or is not C-contiguous and writeable)")
-    return outs
-
   def _results(self, inputs, outs):
     results = []
     for kind, k in self.plan.program_outputs:
@@ -167,6 +165,17 @@ class Executable:
       else:
         results.append(np.array(k))
     return results
+
+
+def check_out(out, specs) -> list[np.ndarray]:
+  """The `out=` arrays, checked against the outputs' (shape, dtype) `specs`."""
+  outs = list(out)
+  for o, (shape, dtype) in zip(outs, specs, strict=True):
+    if (o.shape != shape or o.dtype != dtype or not o.flags.c_contiguous
+        or not o.flags.writeable):
+      raise PrimcError(f"out= array {o.dtype}{list(o.shape)} does not match the output "
+                       f"{dtype}{list(shape)} (or is not C-contiguous and writeable)")
+  return outs
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -96,6 +96,26 @@ def file_lock(source: str):
   return filelock.FileLock(os.path.join(cache_dir(), f"m_{module_key(source)}.lock"))
 
 
+def _marker(source: str) -> str:
+  return os.path.join(cache_dir(), "__pycache__", f"m_{module_key(source)}.compiled")
+
+
+def compiled(source: str) -> bool:
+  """Whether this module's driver was compiled into the cache (numba's machine code sits
+  beside it, so a first call only loads it)."""
+  return os.path.exists(_marker(source))
+
+
+def mark_compiled(source: str) -> None:
+  """Records that this module's driver is in numba's cache (see `compiled`)."""
+  path = _marker(source)
+  if not os.path.exists(path):
+    try:
+      write_atomic(path, "")
+    except OSError:  # an informative marker only: a miss compiles in process
+      pass
+
+
 def purge(source: str) -> None:
   """Forgets a module: its numba cache files, its file, and the imported module."""
   key = module_key(source)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 
 import numpy as np
@@ -20,6 +21,9 @@ from primc.core import Program
 @dataclasses.dataclass
 class Config:
   optimize_transforms: bool = True
+  # run new programs on the interpreter while a background process compiles them
+  # (codegen/tiered.py); `jit(tiered=...)` overrides it per function
+  tiered: bool = os.environ.get("PRIMC_TIERED") == "1"
 
 
 config = Config()
@@ -78,10 +82,11 @@ class Jitted:
   traces through the function, so `jit` composes with every transform in both orders.
   """
 
-  def __init__(self, fun, static_argnums=(), warmup=()):
+  def __init__(self, fun, static_argnums=(), warmup=(), tiered=None):
     self.fun = fun
     self.static_argnums = tuple(static_argnums)
     self.warmup = tuple(warmup)
+    self.tiered = tiered
     self._compiled: dict = {}
     self._fast: dict = {}  # (shape, strides, dtype) per flat ndarray argument ->
                            # (executable, output builder)
@@ -167,10 +172,14 @@ class Jitted:
     return tree_unflatten(out_tree, executable(leaves, outs))
 
   def _compile(self, static, leaves, tree):
-    from codegen.executor import Executable
     traced, out_tree = self._trace(static, leaves, tree)
-    plan = compile_plan(traced)
-    return Executable.load(plan), out_tree
+    return load_executable(traced, self.tiered), out_tree
+
+  def wait_compiled(self, timeout: float | None = None) -> bool:
+    """Waits (at most `timeout` seconds each) for the background compiles of this
+    function's signatures (see `jit(tiered=True)`); True when every one runs native code."""
+    return all(exe.wait(timeout) for exe, _ in self._compiled.values()
+               if hasattr(exe, "wait"))
 
 
 def _build_plan(traced):
@@ -188,11 +197,26 @@ def _build_plan(traced):
   return optimized, fused, plan
 
 
-def compile_plan(traced: Program):
+def load_executable(traced: Program, tiered: bool | None = None):
+  """The executable of a traced program: its compiled module, or (tiered, while the module
+  was never compiled into the cache) the interpreter until a background process has
+  compiled it. `tiered` None means `config.tiered`."""
+  from codegen import cache, loader
+  from codegen.executor import Executable
+  key = cache.program_key(traced)
+  plan = compile_plan(traced, key)
+  if (config.tiered if tiered is None else tiered) and not loader.compiled(plan.source):
+    from codegen import tiered as tiers
+    from passes import optimize as run_passes
+    return tiers.Tiered(plan, run_passes(traced), tiers.start(key, plan))
+  return Executable.load(plan)
+
+
+def compile_plan(traced: Program, key: str | None = None):
   """The run plan of a traced program: from the plan cache if this program (and this
   environment) was compiled before, else built by the passes, fusion and codegen."""
   from codegen import cache, loader
-  key = cache.program_key(traced)
+  key = key or cache.program_key(traced)
   directory = loader.cache_dir()
   plan = cache.load_plan(directory, key)
   if plan is None:
@@ -222,7 +246,7 @@ def example_args(signature) -> list:
   return [parse_arg_spec(a) if isinstance(a, str) else np.asarray(a) for a in signature]
 
 
-def jit(fun=None, *, static_argnums=(), warmup=()):
+def jit(fun=None, *, static_argnums=(), warmup=(), tiered=None):
   """Compiles `fun` to native code per input signature.
 
   Each new signature (pytree structure, shapes, dtypes, static arguments) traces `fun`,
@@ -234,10 +258,14 @@ def jit(fun=None, *, static_argnums=(), warmup=()):
     static_argnums: positions of arguments passed as Python values (hashable).
     warmup: signatures to compile ahead of time with `primc warmup`, each a sequence of
       argument specs such as `("f32[2,2]", "f32[2]")` (flat array arguments).
+    tiered: a signature whose native code is not in the cache yet runs on the
+      interpreter while a background process compiles it, instead of waiting for the
+      compile (`codegen/tiered.py`); `wait_compiled()` waits for it. None: the
+      PRIMC_TIERED environment variable (`primc.config.tiered`), off by default.
   Returns:
     a `Jitted` callable; `.lower(*args)` shows each stage. Calls accept `out=` (a pytree
     like the outputs) to write results into existing arrays.
   """
   if fun is None:
-    return lambda f: Jitted(f, static_argnums, warmup)
-  return Jitted(fun, static_argnums, warmup)
+    return lambda f: Jitted(f, static_argnums, warmup, tiered)
+  return Jitted(fun, static_argnums, warmup, tiered)

@@ -212,17 +212,16 @@ _executables: dict[str, Any] = {}
 def _run_compiled(fn, args) -> list:
   """Traces `fn(*args)`, compiles it (plan cache + an in-process executable cache keyed by
   the program) and runs it."""
-  from primc.compile import compile_plan
+  from primc.compile import load_executable
   from primc.trace import make_program
   from codegen import cache
-  from codegen.executor import Executable
   from primc.trace import contiguous
   arrays = [contiguous(np.asarray(a)) for a in args]
   program = make_program(fn)(*arrays)
   key = cache.program_key(program)
   exe = _executables.get(key)
   if exe is None:
-    exe = _executables[key] = Executable.load(compile_plan(program))
+    exe = _executables[key] = load_executable(program)
   return exe(arrays)
 
 

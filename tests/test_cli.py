@@ -10,8 +10,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEEDS = os.path.join(ROOT, "examples", "seed_programs.py")
 
 
-def primc(*args, cache, check=True):
-  env = dict(os.environ, PRIMC_CACHE_DIR=str(cache))
+def primc(*args, cache, check=True, **env_vars):
+  env = dict(os.environ, PRIMC_CACHE_DIR=str(cache), **env_vars)
   proc = subprocess.run([sys.executable, "-m", "primc.cli", *args], env=env, cwd=ROOT,
                         capture_output=True, text=True, timeout=300)
   if check:
@@ -27,7 +27,7 @@ def cache(tmp_path_factory):
 
 
 def test_warmup_examples_then_everything_is_cached(cache):
-  first = primc("warmup", SEEDS, cache=cache)
+  first = primc("warmup", SEEDS, cache=cache, PRIMC_TIERED="1")  # compiles in process anyway
   assert "failed 0" in first.stdout and "compiled 3, already cached 1" in first.stdout
   assert "mynet_step_compiled" in first.stdout and "4/4" in first.stderr  # progress bar
   second = primc("warmup", SEEDS, cache=cache)

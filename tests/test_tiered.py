@@ -1,0 +1,142 @@
+"""Tiered execution: a new program runs on the interpreter while a background process
+compiles it, then on native code; the worker fills the cache; a failed worker falls back
+to compiling in process."""
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import primc
+import primc.numpy as pnp
+from codegen import loader, tiered
+from codegen.executor import Executable
+
+
+def step(w, x):
+  t = pnp.tanh(x @ w)
+  return primc.grad(lambda w: pnp.sum(pnp.tanh(x @ w) ** 2))(w), t.T, x, pnp.ones((3,))
+
+
+def expected(w, x):
+  t = np.tanh(x.astype(np.float64) @ w)
+  return x.T @ (2 * t * (1 - t * t)), t.T, x, np.ones(3)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+  path = tmp_path / "cache"
+  path.mkdir(mode=0o700)
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(path))
+  return path
+
+
+@pytest.fixture
+def args(rng):
+  return (rng.standard_normal((3, 2)).astype(np.float32),
+          rng.standard_normal((4, 3)).astype(np.float32))
+
+
+def executables(fn):
+  return [exe for exe, _ in fn._compiled.values()]
+
+
+def stop_worker(exe):
+  exe.job.kill()
+  exe.job.wait()
+
+
+def check(results, w, x):
+  for r, e in zip(results, expected(w, x), strict=True):
+    assert r.dtype == np.float32 and r.shape == e.shape
+    np.testing.assert_allclose(r, e, rtol=1e-5, atol=1e-6)
+
+
+def test_first_calls_interpret_then_native_code_runs(fresh_cache, args):
+  primc.cache_stats()  # counters are per process: compare before and after
+  before = dict(primc.cache_stats())
+  fn = primc.jit(step, tiered=True)
+  first = fn(*args)
+  check(first, *args)
+  [exe] = executables(fn)
+  assert isinstance(exe, tiered.Tiered)
+  after = primc.cache_stats()
+  for counter in ("numba_compiles", "numba_cache_loads"):  # nothing native ran here yet
+    assert after.get(counter, 0) == before.get(counter, 0)
+  assert fn.wait_compiled(timeout=300)
+  assert exe.job.returncode == 0 and isinstance(exe.native, Executable)
+  native = fn(*args)
+  check(native, *args)
+  final = primc.cache_stats()
+  assert final.get("numba_compiles", 0) == before.get("numba_compiles", 0)  # the worker's
+  assert final["numba_cache_loads"] == before.get("numba_cache_loads", 0) + 1
+  assert loader.compiled(exe.plan.source)
+  # a new function with the same program finds native code in the cache: no tier
+  again = primc.jit(step, tiered=True)
+  check(again(*args), *args)
+  assert isinstance(executables(again)[0], Executable)
+
+
+def test_interpreted_outputs_are_the_callers_own(fresh_cache, args):
+  fn = primc.jit(step, tiered=True)
+  w, x = args
+  first = fn(w, x)
+  assert isinstance(executables(fn)[0], tiered.Tiered) and executables(fn)[0].native is None
+  g, tt, x_out, ones = first
+  for r in first:
+    assert r.flags.c_contiguous and r.flags.writeable and r.base is None
+  assert x_out is not x and not np.shares_memory(x_out, x)
+  ones[:] = 7  # the program's constant is not shared with the caller
+  np.testing.assert_array_equal(fn(w, x)[3], np.ones(3))
+  stop_worker(executables(fn)[0])  # only the first tier is tested here
+
+
+def test_out_arrays_are_written_by_the_interpreted_tier(fresh_cache, args):
+  fn = primc.jit(lambda w, x: (pnp.tanh(x @ w), pnp.sum(x * x)), tiered=True)
+  w, x = args
+  out = (np.empty((4, 2), np.float32), np.empty((), np.float32))
+  results = fn(w, x, out=out)
+  assert executables(fn)[0].native is None
+  assert results[0] is out[0] and results[1] is out[1]
+  np.testing.assert_allclose(out[0], np.tanh(x @ w), rtol=1e-6)
+  np.testing.assert_allclose(out[1], np.sum(x * x), rtol=1e-6)
+  with pytest.raises(primc.PrimcError, match="out= array"):
+    fn(w, x, out=(np.empty((2, 4), np.float32), out[1]))
+  stop_worker(executables(fn)[0])
+
+
+def test_a_failed_worker_falls_back_to_compiling_in_process(fresh_cache, args, monkeypatch,
+                                                           caplog):
+  failing = lambda key, plan: subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+  monkeypatch.setattr(tiered, "start", failing)
+  fn = primc.jit(step, tiered=True)
+  check(fn(*args), *args)
+  exe = executables(fn)[0]
+  exe.job.wait()
+  with caplog.at_level(logging.WARNING, logger="primc.tiered"):
+    check(fn(*args), *args)
+  assert "failed (exit 3)" in caplog.text
+  assert isinstance(exe.native, Executable) and not exe.native._first
+
+
+def test_tiering_follows_the_environment_variable(fresh_cache, args):
+  code = ("import primc; import sys; "
+          "sys.exit(0 if primc.config.tiered else 1)")
+  for value, rc in (("1", 0), ("0", 1), ("", 1)):
+    env = dict(os.environ, PRIMC_TIERED=value, PRIMC_LAZY_BACKEND="1")
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == rc
+
+
+def test_the_eager_tape_follows_the_configuration(fresh_cache, monkeypatch):
+  from primc import eager
+  monkeypatch.setattr(primc.config, "tiered", True)
+  monkeypatch.setattr(eager, "_executables", {})
+  x = primc.to_tensor(np.array([0.5, -1.5, 2.0], np.float32), stop_gradient=False)
+  pnp.sum(pnp.sin(x) * x).backward()
+  xv = np.array([0.5, -1.5, 2.0])
+  np.testing.assert_allclose(x.grad.numpy(), np.cos(xv) * xv + np.sin(xv), rtol=1e-6)
+  [exe] = eager._executables.values()
+  assert isinstance(exe, tiered.Tiered) and exe.native is None
+  stop_worker(exe)
