@@ -140,7 +140,7 @@ def main():
           flush=True)
   if "W7 n=6" in results:
     results["W7 n=6"]["equations"] = _equation_counts()
-  _report(results)
+  _report(results, partial=bool(args.only))
 
 
 def _equation_counts():
@@ -157,7 +157,7 @@ def _equation_counts():
   return out
 
 
-def _report(results):
+def _report(results, partial=False):
   lines = ["| workload | primc steady | JAX steady | numpy steady | primc / JAX | primc / numpy "
            "| primc cold first call | primc cold first call, tiered (native after) "
            "| primc warm first call | JAX cold first call | primc peak MB | max rel. error |",
@@ -195,6 +195,8 @@ def _report(results):
                      f"{impl} {fmt(sorted(v)[len(v) // 2])}" for impl, v in imports.items()))
   table = "\n".join(lines)
   print(table)
+  if partial:  # a run of some workloads does not replace the full run's files
+    return
   with open(os.path.join(ROOT, "benchmarks", "results.json"), "w") as f:
     json.dump(results, f, indent=1, default=str)
   with open(os.path.join(ROOT, "benchmarks", "results.md"), "w") as f:

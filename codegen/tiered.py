@@ -6,7 +6,8 @@ threaded kernel costs a few seconds), while the optimized program on numpy's ufu
 its first result in milliseconds. With tiering on (`primc.jit(f, tiered=True)` or
 PRIMC_TIERED=1), a signature whose module has never been compiled into the cache:
 
-  1. runs on the interpreter (the optimized program, before fusion) from its first call;
+  1. runs on the interpreter (the optimized program, before fusion; `interpret_reusing`)
+     from its first call;
   2. starts one worker process (`python -m codegen.tiered PLAN_KEY`)
      that loads the plan from the cache, compiles the module, and marks it compiled;
   3. switches to the native executable at the first call after the worker has exited
@@ -31,8 +32,7 @@ import numpy as np
 from codegen import loader
 from codegen.executor import Executable, check_out
 from codegen.module import Plan
-from primc.core import Lit, Program
-from primc.interpreter import interpret
+from primc.core import Lit, Program, Var, impl_rules
 
 log = logging.getLogger("primc.tiered")
 _jobs: dict[tuple[str, str], subprocess.Popen] = {}  # (cache dir, module key) -> worker
@@ -48,13 +48,21 @@ def start(plan_key: str, plan: Plan) -> subprocess.Popen:
     job = _jobs.get(job_key)
     if job is None or job.poll() is not None:
       root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-      env = dict(os.environ, PRIMC_CACHE_DIR=directory,
-                 PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-      job = _jobs[job_key] = subprocess.Popen(
-          [sys.executable, "-m", "codegen.tiered", plan_key], env=env,
-          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+      path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+      env = dict(os.environ, PRIMC_CACHE_DIR=directory, PYTHONPATH=path)
+      with open(worker_log(plan), "wb") as err:
+        job = _jobs[job_key] = subprocess.Popen(
+            [sys.executable, "-m", "codegen.tiered", plan_key], env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
       log.info("compiling module %s in the background (pid %d)", job_key[1], job.pid)
   return job
+
+
+def worker_log(plan: Plan) -> str:
+  """Where the worker of `plan`'s module writes its errors (beside numba's cache files)."""
+  directory = os.path.join(loader.cache_dir(), "__pycache__")
+  os.makedirs(directory, mode=0o700, exist_ok=True)
+  return os.path.join(directory, f"m_{loader.module_key(plan.source)}.worker.log")
 
 
 _controller = None
@@ -63,7 +71,7 @@ _controller = None
 def _blas_limit():
   """One BLAS thread inside an interpreted call: the worker is compiling on the other
   core, and OpenBLAS's threads waiting for a busy core made W3's interpreted calls 2.2x
-  slower (460 ms vs 205 ms each) and the compile 1.5x slower (117 s vs 79 s)."""
+  slower (460 ms vs 205 ms each) and the compile 1.4x slower (117 s vs 84 s)."""
   global _controller
   if _controller is None:
     from threadpoolctl import ThreadpoolController
@@ -82,13 +90,15 @@ class Tiered:
     self._lock = threading.Lock()
     self._out_specs = tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in plan.outputs)
     self._owned = {id(a.value) for a in program.outputs if isinstance(a, Lit)}
+    self._spares: list[dict] = []  # dead intermediates kept across calls, one per caller
 
   def _switch(self) -> None:
     with self._lock:
       if self.native is None:
         if self.job.returncode != 0:
-          log.warning("background compile of a primc module failed (exit %s): compiling "
-                      "it in this process", self.job.returncode)
+          log.warning("background compile of a primc module failed (exit %s, see %s): "
+                      "compiling it in this process", self.job.returncode,
+                      worker_log(self.plan))
         self.native = Executable.load(self.plan)
 
   def wait(self, timeout: float | None = None) -> bool:
@@ -105,8 +115,12 @@ class Tiered:
       self._switch()
     if self.native is not None:
       return self.native(inputs, out)
-    with _blas_limit():
-      results = interpret(self.program, *inputs)
+    spare = self._spares.pop() if self._spares else {}
+    try:
+      with _blas_limit():
+        results = interpret_reusing(self.program, inputs, spare)
+    finally:
+      self._spares.append(spare)
     results = [self._owned_array(r, inputs) for r in results]
     if out is None:
       return results
@@ -130,6 +144,45 @@ class Tiered:
   def runner(self, build=list):
     """The native executable's steady call, or None while interpreting."""
     return None if self.native is None else self.native.runner(build)
+
+
+# float elementwise primitives whose impl rule is this ufunc (for float operands)
+UFUNCS = {"neg": np.negative, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos,
+          "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs, "add": np.add,
+          "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
+          "max": np.maximum, "min": np.minimum}
+
+
+def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
+  """The reference interpreter's loop, but a float elementwise equation writes into the
+  array of an intermediate that is dead by then (from `spare`, keyed by shape and dtype),
+  and dead intermediates go back to `spare`. A fresh temporary per equation
+  page-faults its memory on every call: W5's 16 equations over 10^7 floats took 1.26 s
+  on a first call, 82 ms per equation of which ~70 were page faults."""
+  last_use = {a: i for i, e in enumerate(program.eqns) for a in e.inputs if isinstance(a, Var)}
+  last_use.update({a: len(program.eqns) for a in program.outputs if isinstance(a, Var)})
+  env = dict(zip(program.inputs, args, strict=True))
+  read = lambda a: a.value if isinstance(a, Lit) else env[a]
+  with np.errstate(all="ignore"):
+    for i, eqn in enumerate(program.eqns):
+      xs = [read(a) for a in eqn.inputs]
+      v = eqn.outputs[0]
+      key = (v.aval.shape, v.aval.dtype)
+      ufunc, pool = UFUNCS.get(eqn.prim.name), spare.get(key)
+      if ufunc and pool and v.aval.dtype in ("float32", "float64") and all(
+          x.dtype == v.aval.dtype and x.shape == v.aval.shape for x in xs):
+        env[v] = ufunc(*xs, out=pool.pop())
+      else:
+        out = impl_rules[eqn.prim](*xs, **eqn.kw)
+        outs = out if eqn.prim.multiple_results else [out]
+        env.update(zip(eqn.outputs, map(np.asarray, outs), strict=True))
+      del xs
+      for a in set(eqn.inputs):
+        if isinstance(a, Var) and last_use[a] == i and a not in program.inputs:
+          dead = env.pop(a)
+          if dead.base is None and sys.getrefcount(dead) == 2:  # nothing else refers to it
+            spare.setdefault((dead.shape, dead.dtype.name), []).append(dead)
+  return [np.asarray(read(a)) for a in program.outputs]
 
 
 def main(argv: list[str]) -> int:

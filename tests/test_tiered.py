@@ -109,15 +109,17 @@ def test_out_arrays_are_written_by_the_interpreted_tier(fresh_cache, args):
 
 def test_a_failed_worker_falls_back_to_compiling_in_process(fresh_cache, args, monkeypatch,
                                                            caplog):
-  failing = lambda key, plan: subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
-  monkeypatch.setattr(tiered, "start", failing)
+  start = tiered.start
+  monkeypatch.setattr(tiered, "start", lambda key, plan: start("0" * 32, plan))  # no such plan
   fn = primc.jit(step, tiered=True)
   check(fn(*args), *args)
   exe = executables(fn)[0]
   exe.job.wait()
   with caplog.at_level(logging.WARNING, logger="primc.tiered"):
     check(fn(*args), *args)
-  assert "failed (exit 3)" in caplog.text
+  assert "failed (exit 2" in caplog.text
+  with open(tiered.worker_log(exe.plan)) as f:
+    assert "no cached plan" in f.read()
   assert isinstance(exe.native, Executable) and not exe.native._first
 
 
@@ -140,3 +142,22 @@ def test_the_eager_tape_follows_the_configuration(fresh_cache, monkeypatch):
   [exe] = eager._executables.values()
   assert isinstance(exe, tiered.Tiered) and exe.native is None
   stop_worker(exe)
+
+
+def test_reusing_dead_intermediates_matches_the_interpreter(rng):
+  def f(x, y):
+    t = pnp.sin(x) * pnp.exp(-x * x) + pnp.tanh(x)
+    u = primc.stop_gradient(t) * y          # an identity impl: two names, one array
+    v = pnp.reshape(u, (4, 6)).T * 2.0      # views of an intermediate
+    g = primc.grad(lambda x: pnp.sum(pnp.sin(x) * pnp.exp(-x * x) + pnp.tanh(x)))(x)
+    return g, v, u * u, t
+  x, y = (rng.standard_normal((6, 4)).astype(np.float32) for _ in range(2))
+  program = primc.make_program(f)(x, y)
+  spare = {}
+  expect = primc.interpret(program, x, y)
+  for _ in range(3):  # later calls write into the arrays the first one left behind
+    got = tiered.interpret_reusing(program, [x, y], spare)
+    for a, b in zip(got, expect, strict=True):
+      np.testing.assert_array_equal(a, b)
+      assert not any(a is s for pool in spare.values() for s in pool)
+  assert spare and all(pool for pool in spare.values())
