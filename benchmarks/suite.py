@@ -130,7 +130,9 @@ def main():
           cold = _child(name, impl, cache)
           row[impl]["cold"] = cold
           if impl == "primc":
-            row[impl]["warm"] = _child(name, impl, cache)
+            # a warm first call takes ~0.1 s: the median of three processes
+            warm = [_child(name, impl, cache) for _ in range(3)]
+            row[impl]["warm"] = sorted(warm, key=lambda r: r.get("first_call_s", 1e9))[1]
             shutil.rmtree(cache, ignore_errors=True)
             os.makedirs(cache, mode=0o700)
             row[impl]["tiered"] = _child(name, impl, cache, tiered=True)

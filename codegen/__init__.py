@@ -6,6 +6,7 @@
   module.py    fused program -> one module (kernels + driver) and its run plan
   loader.py    content-addressed module files under the cache directory
   executor.py  runs a plan: arena buffers, outputs, one call into the driver
+  tiered.py    first calls on the interpreter while a background process compiles
 
 Threads: big loop regions run a `prange` loop under numba's threading layer (OpenMP when
 available). Idle OpenMP threads spin before sleeping, stealing the cores from a BLAS
