@@ -34,7 +34,7 @@ class Executable:
   def __init__(self, plan: Plan, driver):
     self.plan = plan
     self.driver = driver
-    self.out_specs = tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in plan.outputs)
+    self.out_specs = plan.out_specs
     self._arenas: list[tuple[np.ndarray, ...]] = []
     # a pool per large output (None: a plain np.empty)
     self._pools = [[] if dtype.itemsize * int(np.prod(shape)) >= POOLED_MIN_BYTES else None

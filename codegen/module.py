@@ -48,6 +48,11 @@ class Plan:
   buffers: tuple[Buffer, ...]               # one arena array per dtype, in argument order
   const_arrays: tuple[np.ndarray, ...]      # literal arrays read by kernels
 
+  @property
+  def out_specs(self) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
+    """(shape, dtype) of each of `outputs`."""
+    return tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in self.outputs)
+
 
 def _kernel(region: Program, kind: str) -> tuple[str, list, bool]:
   if kind == "dot":

@@ -25,14 +25,13 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 
 from codegen import loader
 from codegen.executor import Executable, check_out
 from codegen.module import Plan
-from primc.core import Lit, Program, Var, impl_rules
+from primc.core import Lit, Program, Var, impl_rules, ufunc_rules
 
 log = logging.getLogger("primc.tiered")
 _jobs: dict[tuple[str, str], subprocess.Popen] = {}  # (cache dir, module key) -> worker
@@ -88,7 +87,6 @@ class Tiered:
     self.job = job
     self.native: Executable | None = None
     self._lock = threading.Lock()
-    self._out_specs = tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in plan.outputs)
     self._owned = {id(a.value) for a in program.outputs if isinstance(a, Lit)}
     self._spares: list[dict] = []  # dead intermediates kept across calls, one per caller
 
@@ -124,7 +122,7 @@ class Tiered:
     results = [self._owned_array(r, inputs) for r in results]
     if out is None:
       return results
-    outs = check_out(out, self._out_specs)
+    outs = check_out(out, self.plan.out_specs)
     final = []
     for (kind, k), r in zip(self.plan.program_outputs, results, strict=True):
       if kind == "out":
@@ -146,13 +144,6 @@ class Tiered:
     return None if self.native is None else self.native.runner(build)
 
 
-# float elementwise primitives whose impl rule is this ufunc (for float operands)
-UFUNCS = {"neg": np.negative, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos,
-          "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs, "add": np.add,
-          "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
-          "max": np.maximum, "min": np.minimum}
-
-
 def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
   """The reference interpreter's loop, but a float elementwise equation writes into the
   array of an intermediate that is dead by then (from `spare`, keyed by shape and dtype),
@@ -168,7 +159,7 @@ def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
       xs = [read(a) for a in eqn.inputs]
       v = eqn.outputs[0]
       key = (v.aval.shape, v.aval.dtype)
-      ufunc, pool = UFUNCS.get(eqn.prim.name), spare.get(key)
+      ufunc, pool = ufunc_rules.get(eqn.prim), spare.get(key)
       if ufunc and pool and v.aval.dtype in ("float32", "float64") and all(
           x.dtype == v.aval.dtype and x.shape == v.aval.shape for x in xs):
         env[v] = ufunc(*xs, out=pool.pop())
@@ -193,9 +184,7 @@ def main(argv: list[str]) -> int:
   if plan is None:
     print(f"primc background compile: no cached plan {argv[0]}", file=sys.stderr)
     return 2
-  t0 = time.perf_counter()
   Executable.load(plan).compile()
-  log.info("compiled module in %.1f s", time.perf_counter() - t0)
   return 0
 
 

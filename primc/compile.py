@@ -198,32 +198,26 @@ def _build_plan(traced):
 
 
 def load_executable(traced: Program, tiered: bool | None = None):
-  """The executable of a traced program: its compiled module, or (tiered, while the module
-  was never compiled into the cache) the interpreter until a background process has
-  compiled it. `tiered` None means `config.tiered`."""
+  """The executable of a traced program, its run plan from the plan cache if this program
+  (and this environment) was compiled before, else built by the passes, fusion and
+  codegen: its compiled module, or (tiered, while the module was never compiled into the
+  cache) the interpreter until a background process has compiled it. `tiered` None
+  means `config.tiered`."""
   from codegen import cache, loader
   from codegen.executor import Executable
   key = cache.program_key(traced)
-  plan = compile_plan(traced, key)
+  directory = loader.cache_dir()
+  plan, optimized = cache.load_plan(directory, key), None
+  if plan is None:
+    optimized, _, plan = _build_plan(traced)
+    if loader.writable(directory):
+      cache.store_plan(directory, key, plan)
   if (config.tiered if tiered is None else tiered) and not loader.compiled(plan.source):
     from codegen import tiered as tiers
     from passes import optimize as run_passes
-    return tiers.Tiered(plan, run_passes(traced), tiers.start(key, plan))
+    program = run_passes(traced) if optimized is None else optimized
+    return tiers.Tiered(plan, program, tiers.start(key, plan))
   return Executable.load(plan)
-
-
-def compile_plan(traced: Program, key: str | None = None):
-  """The run plan of a traced program: from the plan cache if this program (and this
-  environment) was compiled before, else built by the passes, fusion and codegen."""
-  from codegen import cache, loader
-  key = key or cache.program_key(traced)
-  directory = loader.cache_dir()
-  plan = cache.load_plan(directory, key)
-  if plan is None:
-    plan = _build_plan(traced)[2]
-    if loader.writable(directory):
-      cache.store_plan(directory, key, plan)
-  return plan
 
 
 def _out_leaves(out, executable):

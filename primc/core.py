@@ -101,9 +101,12 @@ class Primitive:
     return bind(self, args, params)
 
 
-# Rule tables owned by primc: the shape/dtype rule and the numpy implementation.
+# Rule tables owned by primc: the shape/dtype rule and the numpy implementation; for an
+# elementwise primitive that one numpy ufunc computes on float operands, that ufunc (an
+# executor may pass it `out=`, an array of the output's shape and dtype).
 abstract_rules: dict[Primitive, Callable[..., ShapedArray]] = {}
 impl_rules: dict[Primitive, Callable[..., np.ndarray]] = {}
+ufunc_rules: dict[Primitive, np.ufunc] = {}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

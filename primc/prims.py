@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from primc.core import (FLOAT_DTYPES, INT_DTYPES, Primitive, ShapedArray, ShapeError,
-                        abstract_rules, impl_rules)
+                        abstract_rules, impl_rules, ufunc_rules)
 
 
 def _fail(msg):
@@ -65,31 +65,28 @@ def _keep_dtype(fn):
   return lambda *xs: np.asarray(fn(*xs), dtype=xs[0].dtype)
 
 
-def def_unary(name, np_fn, rule=unary_float):
+def def_unary(name, np_fn, rule=unary_float, ieee=False):
   p = Primitive(name)
   abstract_rules[p] = rule
-  impl_rules[p] = _keep_dtype(np_fn)
+  impl_rules[p] = _keep_dtype(_errstate(np_fn) if ieee else np_fn)
+  if isinstance(np_fn, np.ufunc):
+    ufunc_rules[p] = np_fn
   return p
 
 
-def def_binary(name, np_fn, rule=binary_numeric):
+def def_binary(name, np_fn, rule=binary_numeric, ieee=False):
   p = Primitive(name)
   abstract_rules[p] = rule
-  impl_rules[p] = np_fn if rule is compare_rule else _keep_dtype(np_fn)
+  impl = _errstate(np_fn) if ieee else np_fn
+  impl_rules[p] = impl if rule is compare_rule else _keep_dtype(impl)
+  if isinstance(np_fn, np.ufunc) and rule is not compare_rule:
+    ufunc_rules[p] = np_fn
   return p
-
-
-def _sign(x):
-  return np.sign(x)
 
 
 def _int_div(x, y):
   with np.errstate(divide="ignore"):
     return np.floor_divide(x, y) if x.dtype.kind in "iu" else np.divide(x, y)
-
-
-def _pow(x, y):
-  return np.power(x, y)
 
 
 def _errstate(fn):
@@ -100,21 +97,22 @@ def _errstate(fn):
 
 
 neg_p = def_unary("neg", np.negative, unary_numeric)
-exp_p = def_unary("exp", _errstate(np.exp))
-log_p = def_unary("log", _errstate(np.log))
-sin_p = def_unary("sin", _errstate(np.sin))
-cos_p = def_unary("cos", _errstate(np.cos))
+exp_p = def_unary("exp", np.exp, ieee=True)
+log_p = def_unary("log", np.log, ieee=True)
+sin_p = def_unary("sin", np.sin, ieee=True)
+cos_p = def_unary("cos", np.cos, ieee=True)
 tanh_p = def_unary("tanh", np.tanh)
-sqrt_p = def_unary("sqrt", _errstate(np.sqrt))
+sqrt_p = def_unary("sqrt", np.sqrt, ieee=True)
 abs_p = def_unary("abs", np.abs, unary_numeric)
-sign_p = def_unary("sign", _sign, unary_numeric)
+sign_p = def_unary("sign", np.sign, unary_numeric)
 stop_gradient_p = def_unary("stop_gradient", lambda x: x, lambda x: x)
 
-add_p = def_binary("add", _errstate(np.add))
-sub_p = def_binary("sub", _errstate(np.subtract))
-mul_p = def_binary("mul", _errstate(np.multiply))
-div_p = def_binary("div", _errstate(_int_div))
-pow_p = def_binary("pow", _errstate(_pow), binary_float)
+add_p = def_binary("add", np.add, ieee=True)
+sub_p = def_binary("sub", np.subtract, ieee=True)
+mul_p = def_binary("mul", np.multiply, ieee=True)
+div_p = def_binary("div", _int_div, ieee=True)
+ufunc_rules[div_p] = np.divide  # on floats (integers floor-divide)
+pow_p = def_binary("pow", np.power, binary_float, ieee=True)
 max_p = def_binary("max", np.maximum)
 min_p = def_binary("min", np.minimum)
 eq_p = def_binary("eq", np.equal, compare_rule)
