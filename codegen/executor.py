@@ -1,8 +1,10 @@
 """The executor: runs a compiled program's driver on numpy arrays.
 
-Thin on purpose: one call into the numba driver per program call. Intermediate buffers
-come from a per-executable arena pool (a list used as a stack, so concurrent callers each
-get their own set), allocated once and reused across calls. Outputs are arrays the caller
+Thin on purpose: one call into the compiled driver per program call, through a native
+entry (codegen.native) that checks the inputs and fills the driver's pointer table.
+Intermediate buffers come from a per-executable arena pool (a list used as a stack, so
+concurrent callers each get their own set), allocated once and reused across calls; a
+small program's steady runner keeps its arena on the native entry's stack instead. Outputs are arrays the caller
 owns (or `out=`); large ones come from a small per-output pool of arrays that are reused
 once nothing refers to them any more (no array, view or buffer of the caller's), so a
 steady loop writes to memory that is already mapped instead of page-faulting fresh pages
@@ -27,35 +29,41 @@ POOL_DEPTH = 2              # arrays kept per output
 class Executable:
   @classmethod
   def load(cls, plan: Plan) -> "Executable":
-    """Loads (or compiles) the plan's module and wraps its driver."""
+    """Loads the plan's module (its driver is compiled, or loaded from numba's disk
+    cache, by the first call)."""
     from codegen import loader
-    return cls(plan, loader.load(plan.source).driver)
+    return cls(plan, loader.load(plan.source))
 
-  def __init__(self, plan: Plan, driver):
+  def __init__(self, plan: Plan, module):
+    from codegen import loader
     self.plan = plan
-    self.driver = driver
+    self.module = module
+    self.driver = None  # the compiled cfunc
     self.out_specs = plan.out_specs
     self._arenas: list[tuple[np.ndarray, ...]] = []
     # a pool per large output (None: a plain np.empty)
     self._pools = [[] if dtype.itemsize * int(np.prod(shape)) >= POOLED_MIN_BYTES else None
                    for shape, dtype in self.out_specs]
     self._pool_lock = threading.Lock()
-    self._first = not driver.signatures
-    self._consts, self._sizes = tuple(_read_only(c) for c in plan.const_arrays), plan.sizes
+    self._consts = tuple(_read_only(c) for c in plan.const_arrays)
+    self._sizes = np.array(plan.sizes, np.int64, order="C")
     self._n_in = len(plan.inputs)
     self._outs_in_order = list(plan.program_outputs) == [("out", k)
                                                          for k in range(len(plan.outputs))]
+    self._general = None  # (*inputs, *outputs, *arena) -> True | None (see codegen.native)
+    self._first = True
+    if loader.compiled_driver(module) is not None:  # another executable compiled it
+      self._ready(loader.compiled_driver(module))
 
-  def _first_call(self, inputs, outs, arena):
+  def _first_call(self) -> None:
     """The first call compiles the driver or loads it from numba's disk cache, holding the
     module's file lock (so concurrent processes compile it once). An unreadable numba
     cache entry is purged and the module compiled again."""
     from codegen import cache, loader
-    args = (*inputs, *self._consts, *outs, *arena, self._sizes)
     t0 = time.perf_counter()
     with loader.file_lock(self.plan.source):
       try:
-        self.driver(*args)
+        driver = loader.compile_driver(self.module)
       except Exception as e:
         if not _is_cache_error(e):
           raise
@@ -63,23 +71,42 @@ class Executable:
         cache.log.warning("numba cache of a primc module is unreadable (%s: %s): rebuilding",
                           type(e).__name__, e)
         loader.purge(self.plan.source)
-        self.driver = loader.load(self.plan.source).driver
-        self.driver(*args)
+        self.module = loader.load(self.plan.source)
+        driver = loader.compile_driver(self.module)
     cache.record_load(time.perf_counter() - t0)
-    st = self.driver.stats
-    cache.count("numba_compiles" if st.cache_misses else "numba_cache_loads")
-    # the module's source fixes its input dtypes and ranks, and every caller passes
-    # C-contiguous writeable arrays: any other argument types are a caller's miss
-    # (`runner`), never a reason to compile again
-    self.driver.disable_compile()
-    self._first = False
+    cache.count("numba_cache_loads" if driver.cache_hits else "numba_compiles")
     loader.mark_compiled(self.plan.source)
+    self._ready(driver)
+
+  def _ready(self, driver) -> None:
+    self.driver = driver
+    self._general = self._entry(alloc=False, result="ok")
+    self._first = False
+
+  def _entry(self, alloc: bool, result: str):
+    """A native entry of this plan (see codegen.native): outputs allocated by it (`alloc`,
+    with the arena on its stack) or passed in after the inputs (then the arena too)."""
+    from codegen import native
+    plan = self.plan
+    descrs = [dtype for _, dtype in self.out_specs]
+    spec = native.EntrySpec(
+        inputs=tuple((np.dtype(v.aval.dtype).num, v.aval.shape) for v in plan.inputs),
+        consts=tuple(c.ctypes.data for c in self._consts),
+        outputs=tuple((alloc, shape, id(dtype)) for shape, dtype in self.out_specs),
+        buffers=tuple(b.size * np.dtype(b.dtype).itemsize for b in plan.buffers),
+        stack_arena=alloc,
+        views=tuple((k, off * np.dtype(plan.buffers[k].dtype).itemsize)
+                    for k, off in plan.views),
+        sizes=self._sizes.ctypes.data, driver=self.driver.address, result=result)
+    keep = (self._sizes, self._consts, descrs, self.driver)
+    if native.available():
+      return native.entry(spec, keep)
+    return native.ctypes_entry(spec, keep, self.driver)
 
   def compile(self) -> None:
-    """Compiles the driver (or loads it from numba's cache) without real inputs: one run
-    on zeros of the input shapes."""
+    """Compiles the driver (or loads it from numba's cache)."""
     if self._first:
-      self([np.zeros(v.aval.shape, v.aval.dtype) for v in self.plan.inputs])
+      self._first_call()
 
   def _arena(self):
     return tuple(np.empty(b.size, b.dtype) for b in self.plan.buffers)
@@ -101,58 +128,76 @@ class Executable:
     return free
 
   def __call__(self, inputs, out=None) -> list[np.ndarray]:
-    """Runs the program on C-contiguous `inputs`, into `out` (checked) or into fresh (or
-    pooled) outputs; returns the program's outputs in order."""
+    """Runs the program on `inputs` (converted to C-contiguous arrays of the plan's dtypes
+    where they are not), into `out` (checked) or into fresh (or pooled) outputs; returns
+    the program's outputs in order."""
+    if self._first:
+      self._first_call()
     outs = self._outputs() if out is None else check_out(out, self.out_specs)
     arenas = self._arenas
     arena = arenas.pop() if arenas else self._arena()
     try:
-      if self._first:
-        self._first_call(inputs, outs, arena)
-      else:
-        try:
-          self.driver(*inputs, *self._consts, *outs, *arena, self._sizes)
-        except TypeError:  # argument types this module was not compiled for: compile them
-          self.driver.disable_compile(False)
-          self._first_call(inputs, outs, arena)
+      if self._general(*inputs, *outs, *arena) is None:
+        inputs = self._converted(inputs)
+        if self._general(*inputs, *outs, *arena) is None:
+          raise PrimcError("the compiled program refused its converted inputs")
     finally:
       arenas.append(arena)
     return outs if self._outs_in_order else self._results(inputs, outs)
 
-  def runner(self, build=list):
-    """The steady call, for a caller that passes its arguments as they are: a function of
-    the argument tuple that returns `build(outputs)`, or None when the arguments are not
-    C-contiguous writeable arrays of the compiled dtypes, ranks and shapes (the driver
-    checks them; the caller then takes the general path). None before the first call
-    (which compiles the driver).
+  def _converted(self, inputs) -> list[np.ndarray]:
+    """The inputs as the driver takes them: exactly ndarrays, C-contiguous and aligned, of
+    the plan's dtypes; a shape other than the plan's is the caller's error."""
+    if len(inputs) != self._n_in:
+      raise PrimcError(f"compiled program takes {self._n_in} inputs, got {len(inputs)}")
+    converted = []
+    for x, v in zip(inputs, self.plan.inputs):
+      a = np.asarray(x)
+      if a.shape != v.aval.shape:
+        raise PrimcError(f"compiled program input {len(converted)} has shape "
+                         f"{list(a.shape)}, expected {v.aval}")
+      a = np.require(a, np.dtype(v.aval.dtype).newbyteorder("="), ["C", "A"])
+      converted.append(a if type(a) is np.ndarray else a.view(np.ndarray))
+    return converted
 
-    Generated per plan: one line per output and the driver call with its arguments
-    spelled out (a loop over the outputs costs more than the arithmetic of a small
-    program)."""
+  def runner(self, tree=None):
+    """The steady call, for a caller that passes its arguments as they are: a function of
+    the arguments (`run(*args)`) that returns the outputs built into `tree` (a TreeDef;
+    None: a list), or None when they are not C-contiguous aligned arrays of the compiled
+    dtypes and shapes (the caller then takes the general path). None before the first
+    call (which compiles the driver).
+
+    Where every output is small, the arena fits on the stack and the outputs form a leaf
+    or a flat tuple or list, the runner is a native entry (codegen.native) that allocates
+    the outputs itself. Otherwise it is generated per plan around the general entry: one
+    line per output and the call with its arguments spelled out (a loop over the outputs
+    costs more than the arithmetic of a small program)."""
     if self._first:
       return None
+    from codegen import native
+    from primc.tree import unflattener
     n_out = len(self.out_specs)
-    env = {"empty": np.empty, "driver": self.driver, "arenas": self._arenas,
+    form = _flat_form(tree, n_out)
+    stack = sum(b.size * np.dtype(b.dtype).itemsize for b in self.plan.buffers)
+    if (form and native.available() and self._outs_in_order and stack <= native.STACK_ARENA_MAX
+        and all(pool is None for pool in self._pools)):
+      return self._entry(alloc=True, result=form)
+    build = list if tree is None else unflattener(tree)
+    env = {"empty": np.empty, "general": self._general, "arenas": self._arenas,
            "new_arena": self._arena, "pooled": self._pooled, "results": self._results,
-           "sizes": self._sizes, "build": build}
-    lines = ["def run_hot(args):", f"  if len(args) != {self._n_in}:", "    return None"]
+           "build": build}
+    lines = ["def run_hot(*args):", f"  if len(args) != {self._n_in}:", "    return None"]
     for k, ((shape, dtype), pool) in enumerate(zip(self.out_specs, self._pools)):
       env[f"s{k}"], env[f"d{k}"] = shape, dtype
       lines.append(f"  o{k} = empty(s{k}, d{k})" if pool is None else f"  o{k} = pooled({k})")
-    env.update({f"c{k}": c for k, c in enumerate(self._consts)})
-    call = ["*args"] + [f"c{k}" for k in range(len(self._consts))] + [
-        f"o{k}" for k in range(n_out)] + (["*arena"] if self.plan.buffers else []) + ["sizes"]
     outs = "[" + ", ".join(f"o{k}" for k in range(n_out)) + "]"
-    run = f"miss = driver({', '.join(call)})"
-    if self.plan.buffers:
-      lines += ["  arena = arenas.pop() if arenas else new_arena()", "  try:",
-                "    try:", "      " + run, "    except TypeError:", "      return None",
-                "  finally:", "    arenas.append(arena)"]
-    else:
-      lines += ["  try:", "    " + run, "  except TypeError:", "    return None"]
-    lines += ["  if miss:", "    return None",
+    call = ", ".join(["*args"] + [f"o{k}" for k in range(n_out)]
+                     + (["*arena"] if self.plan.buffers else []))
+    lines += ["  arena = arenas.pop() if arenas else new_arena()", "  try:",
+              f"    if general({call}) is None:", "      return None",
+              "  finally:", "    arenas.append(arena)",
               f"  return build({outs if self._outs_in_order else f'results(args, {outs})'})"]
-    exec(compile("\n".join(lines), f"<primc run_hot {self.driver.__name__}>", "exec"), env)
+    exec(compile("\n".join(lines), f"<primc run_hot {self.plan.source[-40:]!r}>", "exec"), env)
     return env["run_hot"]
 
   def _results(self, inputs, outs):
@@ -165,6 +210,21 @@ class Executable:
       else:
         results.append(np.array(k))
     return results
+
+
+def _flat_form(tree, n_out: int) -> str | None:
+  """"leaf", "tuple" or "list" when `tree` (None: a list) is that flat form of `n_out`
+  leaves, else None."""
+  if n_out == 0:
+    return None
+  if tree is None:
+    return "list"
+  if tree.kind == "leaf":
+    return "leaf" if n_out == 1 else None
+  if tree.kind in ("tuple", "list") and len(tree.children) == n_out and all(
+      c.kind == "leaf" for c in tree.children):
+    return tree.kind
+  return None
 
 
 def check_out(out, specs) -> list[np.ndarray]:

@@ -165,3 +165,23 @@ def load(source: str) -> types.ModuleType:
     stats["modules_loaded"] += 1
     _loaded[key] = module
     return module
+
+
+def compile_driver(module: types.ModuleType):
+  """The module's driver as a numba cfunc (`codegen.module.DRIVER_SIGNATURE`), compiled
+  or loaded from numba's cache once per module: the caller holds the module's file lock."""
+  with _lock:
+    driver = getattr(module, "_primc_cfunc", None)
+  if driver is None:
+    import numba
+    from codegen.module import DRIVER_OPTIONS, DRIVER_SIGNATURE
+    driver = numba.cfunc(DRIVER_SIGNATURE, cache=True, **DRIVER_OPTIONS)(module.driver)
+    with _lock:
+      module._primc_cfunc = getattr(module, "_primc_cfunc", None) or driver
+      driver = module._primc_cfunc
+  return driver
+
+
+def compiled_driver(module: types.ModuleType):
+  """The module's driver if this process has compiled or loaded it, else None."""
+  return getattr(module, "_primc_cfunc", None)

@@ -6,6 +6,11 @@ for each kernel. Kernels are named by a hash of their text, so identical regions
 one kernel. Intermediate values live in flat arena buffers, assigned by liveness: a
 buffer is reused once the value in it (and every view of it) is dead. A region that only
 reshapes a value is a view of its buffer, not a kernel.
+
+The driver is compiled as a numba `cfunc` of one argument, a table of data pointers:
+`[sizes, inputs..., constants..., outputs..., arena views...]` (`Plan.table`); it
+returns 1. Its arrays are `carray`s over those pointers, so the driver builds no array
+objects and counts no references; `codegen.native` fills the table.
 """
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ from passes.fusion import domain as fusion_domain
 from codegen import kernels
 from codegen.mathlib import FUNCTIONS
 
-DECORATOR = '@njit(cache=True, error_model="numpy", fastmath={"contract"})'
+DRIVER_SIGNATURE = "int64(CPointer(voidptr))"
+DRIVER_OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
 # Small kernels are inlined into the driver (one compile, one dispatch). Threaded kernels
 # are separate `parallel=True` functions: numba mis-compiles a prange loop inlined into a
 # parallel caller when its arrays arrive in a tuple (outputs are not written).
@@ -45,8 +51,9 @@ class Plan:
   inputs: tuple[Var, ...]                   # program inputs, in driver argument order
   outputs: tuple[Var, ...]                  # distinct region-produced program outputs
   program_outputs: tuple                    # per program output: ("out", k) | ("in", k) | ("lit", value)
-  buffers: tuple[Buffer, ...]               # one arena array per dtype, in argument order
+  buffers: tuple[Buffer, ...]               # one arena array per dtype
   const_arrays: tuple[np.ndarray, ...]      # literal arrays read by kernels
+  views: tuple[tuple[int, int], ...]        # per arena view: (buffer, element offset)
 
   @property
   def out_specs(self) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
@@ -156,9 +163,8 @@ def build(fused: FusedProgram) -> Plan:
           free.remove(slot)
           slots[slot] = Buffer(v.aval.dtype, max(slots[slot].size, need))
         tname = f"t{len(views)}"
-        n = dsize(v.aval.size)
         shape = ", ".join(dsize(d) for d in v.aval.shape) + ("," if v.aval.ndim == 1 else "")
-        views.append((tname, slot, n, shape))
+        views.append((tname, slot, shape))
         calls.append(("VIEW", len(views) - 1))
         names[v] = tname
         buffer_of[v] = slot
@@ -175,25 +181,35 @@ def build(fused: FusedProgram) -> Plan:
   for b in slots:
     offsets.append(totals[b.dtype])
     totals[b.dtype] += b.size
-  # the driver refuses inputs of other shapes (1), so a caller can skip checking them
-  checks = [f"in{k}.shape[{d}] != {dsize(n)}" for k, v in enumerate(fused.inputs)
-            for d, n in enumerate(v.aval.shape)]
-  lines = [f"  if {' or '.join(checks)}:", "    return 1"] if checks else []
+  # the driver's arrays over its pointer table: sizes, inputs, constants, outputs, views
+  def dtype_name(dtype) -> str:
+    return "np.bool_" if np.dtype(dtype) == np.bool_ else f"np.{np.dtype(dtype).name}"
+
+  def shape_of(shape) -> str:
+    return "(" + ", ".join(dsize(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+  table = [f"in{k}" for k in range(len(fused.inputs))] + [
+      f"c{k}" for k in range(len(const_arrays))] + [f"out{k}" for k in range(len(out_vars))]
+  avals = ([v.aval for v in fused.inputs]
+           + [(np.shape(c), np.asarray(c).dtype) for c in const_arrays]
+           + [v.aval for v in out_vars])
+  lines = []
+  for k, (name, aval) in enumerate(zip(table, avals)):
+    shape, dtype = (aval.shape, aval.dtype) if hasattr(aval, "shape") else aval
+    lines.append(f"  {name} = carray(p[{k + 1}], {shape_of(shape)}, {dtype_name(dtype)})")
+  plan_views = []
   for c in calls:
     if isinstance(c, tuple):
-      tname, slot, n, shape = views[c[1]]
-      arena = f"b{dtypes.index(slots[slot].dtype)}"
-      off = dsize(offsets[slot])
-      lines.append(f"  {tname} = {arena}[{off}:{off} + {n}].reshape(({shape}))")
+      tname, slot, shape = views[c[1]]
+      plan_views.append((dtypes.index(slots[slot].dtype), offsets[slot]))
+      lines.append(f"  {tname} = carray(p[{len(table) + len(plan_views)}], ({shape}), "
+                   f"{dtype_name(slots[slot].dtype)})")
     else:
       lines.append(c)
   base = len(sizes)
   sizes.extend(driver_sizes)
   calls = [re.sub(r"\bDS(\d+)\b", lambda m: f"sz[{base + int(m.group(1))}]", c) for c in lines]
   buffers = [Buffer(d, totals[d]) for d in dtypes]
-  driver_args = ([names[v] for v in fused.inputs] + [f"c{k}" for k in range(len(const_arrays))]
-                 + [f"out{k}" for k in range(len(out_vars))]
-                 + [f"b{k}" for k in range(len(buffers))] + ["sz"])
   program_outputs = []
   for a in fused.outputs:
     if isinstance(a, Lit):
@@ -206,17 +222,18 @@ def build(fused: FusedProgram) -> Plan:
   from codegen.cache import environment
   header = ["# generated by primc: one numba kernel per fused region, and a driver",
             f"# for {environment()}",
-            "import math", "import numpy as np", "from numba import njit, prange",
+            "import math", "import numpy as np", "from numba import carray, njit, prange",
             f"from codegen.mathlib import {', '.join(funcs)}",
             "from codegen.blas import BLOCK_DOT, matmul, matmul_acc, matmul_loops", "", ""]
   parts = [defs[k] for k in sorted(defs)]
-  # input dtypes and ranks are part of the source: a module's driver is compiled for one
-  # signature only (the executor then turns its compilation off)
+  # input dtypes and ranks are part of the source (the driver's carrays spell them out)
   signature = " ".join(f"{v.aval.dtype}[{','.join('?' * v.aval.ndim)}]" for v in fused.inputs)
-  driver = [DECORATOR, f"def driver({', '.join(driver_args)}):", f"  # inputs: {signature}"]
-  driver += calls + ["  return 0"]
+  driver = [f"# compiled as cfunc({DRIVER_SIGNATURE!r}) by codegen.loader",
+            "def driver(p):", f"  # inputs: {signature}",
+            f"  sz = carray(p[0], ({len(sizes)},), np.int64)"]
+  driver += calls + ["  return 1"]
   source = "\n".join(header) + "\n\n".join(parts) + "\n\n" + "\n".join(driver) + "\n"
   return Plan(source, np.asarray(sizes, np.int64), fused.inputs, tuple(out_vars),
-              tuple(program_outputs), tuple(buffers), tuple(const_arrays))
+              tuple(program_outputs), tuple(buffers), tuple(const_arrays), tuple(plan_views))
 
 

@@ -139,9 +139,9 @@ class Tiered:
       return np.array(r, order="C")
     return r
 
-  def runner(self, build=list):
+  def runner(self, tree=None):
     """The native executable's steady call, or None while interpreting."""
-    return None if self.native is None else self.native.runner(build)
+    return None if self.native is None else self.native.runner(tree)
 
 
 def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:

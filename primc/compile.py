@@ -136,7 +136,7 @@ class Jitted:
     if out is None:
       hot = self._hot
       if hot is not None:
-        result = hot(args)
+        result = hot(*args)
         if result is not None:
           return result
       try:
@@ -146,7 +146,7 @@ class Jitted:
       if entry is not None and all([type(a) is np.ndarray for a in args]):
         if entry[2] is None:
           entry[2] = entry[0].runner(entry[1])
-        result = None if entry[2] is None else entry[2](args)
+        result = None if entry[2] is None else entry[2](*args)
         if result is not None:
           self._hot = entry[2]
           return result
@@ -161,10 +161,9 @@ class Jitted:
       entry = self._compile(static, leaves, tree)
       self._compiled[key] = entry
       if not static and all(type(a) is np.ndarray for a in args) and len(leaves) == len(args):
-        from primc.tree import unflattener
         c_strides = lambda a: np.empty(a.shape, a.dtype).strides  # as numpy lays them out
         self._fast[tuple((a.shape, c_strides(a), a.dtype) for a in args)] = \
-            [entry[0], unflattener(entry[1]), None]  # the runner, once compiled
+            [entry[0], entry[1], None]  # the runner, once compiled
     executable, out_tree = entry
     from primc.trace import contiguous
     leaves = [contiguous(np.asarray(x)) for x in leaves]

@@ -1,0 +1,155 @@
+"""The native entry (codegen.native): the steady call of a compiled program. It must take
+exactly the arguments the driver can read (anything else goes to the general path, which
+converts it), count references right, and report a failed driver instead of returning
+garbage; the ctypes fallback must give the same results."""
+import sys
+
+import numpy as np
+import pytest
+from numba import carray, cfunc
+
+import primc
+import primc.numpy as pnp
+from codegen import native
+from primc.tree import LEAF
+
+R = np.random.default_rng(7)
+f32 = lambda *s: R.uniform(-1, 1, s).astype(np.float32)
+
+
+def program(x, y):
+  return pnp.tanh(x) * y, pnp.sum(x * y, axis=1)
+
+
+def reference(x, y):
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  return np.tanh(x) * y, np.sum(x * y, axis=1)
+
+
+def check(got, x, y):
+  dtype = np.result_type(np.asarray(x).dtype.newbyteorder("="), y)
+  for g, w in zip(got, reference(x, y), strict=True):
+    assert type(g) is np.ndarray and g.dtype == dtype and g.flags.c_contiguous
+    np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-6)
+
+
+def test_small_programs_run_on_the_native_entry():
+  assert native.available()  # CPython on a 64-bit machine with numpy's usual layout
+  f = primc.jit(program)
+  x, y = f32(3, 4), f32(3, 4)
+  check(f(x, y), x, y)
+  check(f(x, y), x, y)
+  assert type(f._hot).__name__ == "builtin_function_or_method"
+  out = f(x, y)
+  assert type(out) is tuple and all(o.flags.owndata and o.base is None for o in out)
+
+
+def test_arguments_the_entry_does_not_take_still_give_right_results():
+  f = primc.jit(program)
+  x, y = f32(3, 4), f32(3, 4)
+  f(x, y), f(x, y)
+
+  class Sub(np.ndarray):
+    pass
+
+  raw = np.zeros(3 * 4 * 4 + 1, np.uint8)[1:].view(np.float32).reshape(3, 4)  # unaligned
+  raw[...] = x
+  assert not raw.flags.aligned
+  others = [(x.astype(">f4"), y), (x.view(Sub), y), (raw, y),
+            (np.asfortranarray(x), y), (x[:, ::-1], y), (x.astype(np.float64), y)]
+  for a, b in others:
+    check(f(a, b), a, b)
+    check(f(x, y), x, y)  # and the entry again
+  assert f._hot(x.astype(">f4"), y) is None and f._hot(raw, y) is None
+  assert f._hot(x) is None and f._hot(x, y, y) is None and f._hot(x, 1.0) is None
+  assert f._hot(x[:2], y[:2]) is None and f._hot(x.reshape(12), y.reshape(12)) is None
+
+
+def test_steady_calls_keep_reference_counts():
+  f = primc.jit(program)
+  x, y = f32(5, 2), f32(5, 2)
+  f(x, y)
+  out = f(x, y)
+  float32 = np.dtype(np.float32)
+  counts = sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(float32)
+  for _ in range(2000):
+    out = f(x, y)
+  assert (sys.getrefcount(x), sys.getrefcount(y)) == counts[:2]
+  # each live output holds one reference to its dtype; nothing else may stay behind
+  assert sys.getrefcount(float32) == counts[2]
+  assert [sys.getrefcount(out[k]) for k in range(2)] == [2, 2]  # the tuple and the argument
+  del out
+  assert sys.getrefcount(float32) == counts[2] - 2
+
+
+def _failing_driver():
+  from numba import types
+
+  @cfunc(types.int64(types.CPointer(types.voidptr)))
+  def driver(p):
+    sz = carray(p[0], (1,), np.int64)
+    if sz[0] < 0:
+      raise ValueError("negative size")
+    out = carray(p[2], (2,), np.float32)
+    x = carray(p[1], (2,), np.float32)
+    out[0], out[1] = x[1], x[0]
+    return 1
+
+  return driver
+
+
+@pytest.mark.parametrize("result", ["leaf", "tuple", "list"])
+def test_a_failed_driver_raises_and_releases_its_outputs(result, monkeypatch):
+  unraisable = []
+  monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+  driver = _failing_driver()
+  for size, fails in ((2, False), (-1, True)):
+    sizes = np.array([size], np.int64)
+    float32 = np.dtype(np.float32)
+    spec = native.EntrySpec(
+        inputs=((float32.num, (2,)),), consts=(), outputs=((True, (2,), id(float32)),),
+        buffers=(), stack_arena=True, views=(), sizes=sizes.ctypes.data,
+        driver=driver.address, result=result)
+    run = native.entry(spec, (sizes, float32, driver))
+    x = np.array([1.0, 2.0], np.float32)
+    before = sys.getrefcount(float32)
+    if fails:
+      with pytest.raises(RuntimeError, match="failed"):
+        run(x)
+      assert "negative size" in str(unraisable[-1].exc_value)  # numba reported the cause
+      assert sys.getrefcount(float32) == before
+    else:
+      got = run(x)
+      got = got if result == "leaf" else got[0]
+      assert type(run(x)) is {"leaf": np.ndarray, "tuple": tuple, "list": list}[result]
+      np.testing.assert_array_equal(got, [2.0, 1.0])
+
+
+def test_the_ctypes_fallback_gives_the_same_results(monkeypatch):
+  monkeypatch.setattr(native, "available", lambda: False)
+  f = primc.jit(lambda x, y: (pnp.exp(x) - y, pnp.max(x * y)))  # not the same program
+  x, y = f32(4, 3), f32(4, 3)
+  for _ in range(3):
+    a, m = f(x, y)
+    np.testing.assert_allclose(a, np.exp(x) - y, rtol=2e-6)
+    np.testing.assert_allclose(m, np.max(x * y), rtol=2e-6)
+  assert type(f._hot).__name__ == "function"  # the generated Python runner
+  assert f._hot(x.astype(">f4"), y) is None and f._hot(x[:2], y[:2]) is None
+
+
+def test_large_outputs_and_arenas_take_the_pooled_runner():
+  f = primc.jit(lambda x: pnp.tanh(pnp.tanh(x) * 2.0 + pnp.sum(x)))
+  x = f32(200, 200)  # 160 kB: a pooled output and an arena above the stack limit
+  for _ in range(3):
+    np.testing.assert_allclose(f(x), np.tanh(np.tanh(x) * 2 + x.sum()), rtol=1e-5, atol=2e-6)
+  assert type(f._hot).__name__ == "function"
+
+
+def test_flat_forms():
+  from codegen.executor import _flat_form
+  from primc.tree import TreeDef
+  tup = TreeDef("tuple", None, (LEAF, LEAF))
+  assert _flat_form(LEAF, 1) == "leaf" and _flat_form(tup, 2) == "tuple"
+  assert _flat_form(None, 3) == "list" and _flat_form(LEAF, 0) is None
+  assert _flat_form(TreeDef("tuple", None, (LEAF, tup)), 3) is None
+  assert _flat_form(TreeDef("dict", ("a",), (LEAF,)), 1) is None
