@@ -53,10 +53,11 @@ def first_call(workload: str, impl: str) -> dict:
 def _child(workload, impl, cache, tiered=False):
   env = dict(os.environ, PRIMC_CACHE_DIR=cache, PRIMC_TIERED="1" if tiered else "0",
              PRIMC_BENCH_PEERS="1" if impl == "jax" else "0")
-  proc = subprocess.run([sys.executable, __file__, "--child", workload, impl], env=env,
-                        capture_output=True, text=True, timeout=900)
+  proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, "--child", workload,
+                         impl], env=env, capture_output=True, text=True, timeout=900)
   if proc.returncode:
-    return {"error": proc.stderr.strip().splitlines()[-1][:200]}
+    sys.stderr.write(f"{workload} {impl} child failed (exit {proc.returncode}):\n{proc.stderr}")
+    return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-200:]}"}
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -4,7 +4,9 @@
   mathlib.py   vectorizable float32/float64 exp, log, tanh, sin, cos
   blas.py      shared batched matmul (loops for small products, BLAS for large)
   module.py    fused program -> one module (kernels + driver) and its run plan
-  loader.py    content-addressed module files under the cache directory
+  loader.py    content-addressed module files under the cache directory; the driver cfunc
+  native.py    the native entry: a CPython function (LLVM IR) that checks the inputs,
+               allocates the outputs and fills the driver's pointer table
   executor.py  runs a plan: arena buffers, outputs, one call into the driver
   tiered.py    first calls on the interpreter while a background process compiles
 

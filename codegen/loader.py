@@ -175,6 +175,11 @@ def compile_driver(module: types.ModuleType):
   if driver is None:
     import numba
     from codegen.module import DRIVER_OPTIONS, DRIVER_SIGNATURE
+    if any(getattr(f, "targetoptions", {}).get("parallel") for f in vars(module).values()):
+      # numba starts its thread pool when it compiles a parallel loop, or when it loads
+      # one from the cache for a jitted function; a cfunc loaded from the cache does not
+      # record that its (inlined) threaded kernels need the pool, which then segfaults
+      numba.get_num_threads()  # starts the pool
     driver = numba.cfunc(DRIVER_SIGNATURE, cache=True, **DRIVER_OPTIONS)(module.driver)
     with _lock:
       module._primc_cfunc = getattr(module, "_primc_cfunc", None) or driver

@@ -111,7 +111,8 @@ _engine = None
 
 
 def _jit(ir_text: str, name: str) -> int:
-  """Compiles one IR module into this process's engine; the function's address."""
+  """Compiles one IR module into this process's engine (one MCJIT engine, shared; its
+  code stays for the process's life, a few kB per entry); the function's address."""
   import llvmlite.binding as llvm
   global _engine
   with _engine_lock:

@@ -129,8 +129,8 @@ class Jitted:
     return traced, out_tree
 
   def __call__(self, *args, out=None):
-    # Hot path: the arguments of the last fast call again (the driver itself checks
-    # their shapes, and numba their dtypes, ranks and layout). Then the fast path: flat
+    # Hot path: the arguments of the last fast call again (its native entry checks their
+    # types, dtypes, shapes and layout, and returns None for others). Then the fast path: flat
     # ndarray arguments whose signature (with C-contiguous strides) was compiled before.
     # Anything else takes the general path below.
     if out is None:
@@ -164,9 +164,7 @@ class Jitted:
         c_strides = lambda a: np.empty(a.shape, a.dtype).strides  # as numpy lays them out
         self._fast[tuple((a.shape, c_strides(a), a.dtype) for a in args)] = \
             [entry[0], entry[1], None]  # the runner, once compiled
-    executable, out_tree = entry
-    from primc.trace import contiguous
-    leaves = [contiguous(np.asarray(x)) for x in leaves]
+    executable, out_tree = entry  # it converts arguments its native entry does not take
     outs = None if out is None else _out_leaves(out, executable)
     return tree_unflatten(out_tree, executable(leaves, outs))
 

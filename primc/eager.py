@@ -215,8 +215,7 @@ def _run_compiled(fn, args) -> list:
   from primc.compile import load_executable
   from primc.trace import make_program
   from codegen import cache
-  from primc.trace import contiguous
-  arrays = [contiguous(np.asarray(a)) for a in args]
+  arrays = [np.asarray(a) for a in args]
   program = make_program(fn)(*arrays)
   key = cache.program_key(program)
   exe = _executables.get(key)

@@ -244,10 +244,3 @@ def as_array(x):
   if isinstance(x, float):
     return np.asarray(x, np.float32)
   raise locate(PrimcError(), f"expected an array argument, got {type(x).__name__} ({x!r:.60})")
-
-
-def contiguous(x: np.ndarray) -> np.ndarray:
-  """x as a C-contiguous, aligned, writeable array of the same shape (the one array type a
-  compiled driver takes; a read-only array is copied)."""
-  flags = x.flags
-  return x if flags.c_contiguous and flags.writeable and flags.aligned else np.array(x, order="C")

@@ -16,10 +16,10 @@ import primc
 CHILD = os.path.join(os.path.dirname(__file__), "cache_child.py")
 
 
-def run_child(cache_dir, check=True):
+def run_child(cache_dir, check=True, *args):
   env = dict(os.environ, PRIMC_CACHE_DIR=str(cache_dir))
-  proc = subprocess.run([sys.executable, CHILD], env=env, capture_output=True, text=True,
-                        timeout=300)
+  proc = subprocess.run([sys.executable, CHILD, *args], env=env, capture_output=True,
+                        text=True, timeout=300)
   if check:
     assert proc.returncode == 0, proc.stderr
   out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
@@ -49,6 +49,19 @@ def test_second_process_compiles_nothing_and_skips_passes(warm_cache):
   assert warm["stats"]["numba_cache_loads"] == 1 and warm["stats"]["plan_hits"] == 1
   assert warm["stats"].get("plan_misses", 0) == 0
   np.testing.assert_allclose(warm["grad"], expected_grad(), rtol=1e-5)
+
+
+def test_threaded_kernels_run_when_loaded_from_the_cache(tmp_path):
+  # a threaded kernel needs numba's thread pool, which loading a driver from the cache
+  # does not start by itself (the process crashed)
+  path = tmp_path / "threaded"
+  path.mkdir(mode=0o700)
+  x = np.linspace(-3, 3, 1 << 16).reshape(256, 256)
+  want = (1 - np.tanh(x) ** 2)[::64, ::64]
+  for compiles in (1, 0):
+    out, _ = run_child(path, True, "threaded")
+    assert out["stats"].get("numba_compiles", 0) == compiles
+    np.testing.assert_allclose(out["grad"], want, rtol=1e-5, atol=1e-6)
 
 
 def _copy(src, tmp_path, name):
