@@ -20,6 +20,7 @@ from primc.compile import config, jit, raw_transforms
 from primc import eager
 from primc.eager import GradManager, Tensor, to_tensor
 from primc import autograd, functional, nn, optimizer, static
+from primc.nn import seed
 
 import os as _os
 if _os.environ.get("PRIMC_LAZY_BACKEND") != "1":

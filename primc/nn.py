@@ -3,7 +3,8 @@
 A `Parameter` is an eager `Tensor` with `stop_gradient=False`. In static mode
 (`primc.static`) `create_parameter` returns the parameter's symbolic variable instead,
 and its value lives in the static scope. Initializers follow Paddle's defaults: Xavier
-uniform for weights, zeros for biases.
+uniform for weights, zeros for biases; one given no seed draws from the generator that
+`seed(n)` resets (as `paddle.seed`), so a seeded program starts from the same parameters.
 """
 from __future__ import annotations
 
@@ -23,6 +24,19 @@ class Parameter(Tensor):
     self.trainable = requires_grad
 
 
+_rng = np.random.default_rng()
+
+
+def seed(value: int) -> None:
+  """Resets the generator of the initializers that were given no seed of their own."""
+  global _rng
+  _rng = np.random.default_rng(value)
+
+
+def _generator(seed):
+  return None if seed is None else np.random.default_rng(seed)
+
+
 class Constant:
   def __init__(self, value=0.0):
     self.value = value
@@ -33,21 +47,22 @@ class Constant:
 
 class Normal:
   def __init__(self, mean=0.0, std=1.0, seed=None):
-    self.mean, self.std, self.rng = mean, std, np.random.default_rng(seed)
+    self.mean, self.std, self.rng = mean, std, _generator(seed)
 
   def __call__(self, shape, dtype):
-    return (self.mean + self.std * self.rng.standard_normal(shape)).astype(dtype)
+    rng = self.rng or _rng
+    return (self.mean + self.std * rng.standard_normal(shape)).astype(dtype)
 
 
 class XavierUniform:
   def __init__(self, seed=None):
-    self.rng = np.random.default_rng(seed)
+    self.rng = _generator(seed)
 
   def __call__(self, shape, dtype):
     fan_in = shape[0] if shape else 1
     fan_out = shape[-1] if len(shape) > 1 else fan_in
     limit = np.sqrt(6.0 / (fan_in + fan_out))
-    return self.rng.uniform(-limit, limit, shape).astype(dtype)
+    return (self.rng or _rng).uniform(-limit, limit, shape).astype(dtype)
 
 
 class Layer:

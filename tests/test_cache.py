@@ -136,3 +136,15 @@ def test_read_only_cache_dir_still_works(tmp_path, monkeypatch):
     out = primc.jit(lambda x: x * 3.0)(np.ones(3, np.float32))
   np.testing.assert_allclose(out, 3.0)
   assert os.listdir(path) == []  # nothing written there
+
+
+@pytest.mark.parametrize("setting,frozen", [(None, True), ("0", False)])
+def test_import_freezes_the_imported_objects_for_the_collector(setting, frozen):
+  env = {k: v for k, v in os.environ.items() if k != "PRIMC_GC_FREEZE"}
+  if setting is not None:
+    env["PRIMC_GC_FREEZE"] = setting
+  code = "import gc, primc; print(gc.get_freeze_count())"
+  proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert (int(proc.stdout) > 10_000) == frozen
