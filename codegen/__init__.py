@@ -8,6 +8,7 @@
   native.py    the native entry: a CPython function (LLVM IR) that checks the inputs,
                allocates the outputs and fills the driver's pointer table
   executor.py  runs a plan: arena buffers, outputs, one call into the driver
+  kernel_workers.py  a new module's threaded kernels compiled by one process per core
   tiered.py    first calls on the interpreter while a background process compiles
 
 Threads: big loop regions run a `prange` loop under numba's threading layer (OpenMP when

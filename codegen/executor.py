@@ -62,6 +62,9 @@ class Executable:
     from codegen import cache, loader
     t0 = time.perf_counter()
     with loader.file_lock(self.plan.source):
+      from codegen import kernel_workers
+      if kernel_workers.compile_threaded(self.module, self.plan, self.plan.source):
+        cache.count("parallel_kernel_compiles")
       try:
         driver = loader.compile_driver(self.module)
       except Exception as e:

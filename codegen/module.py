@@ -54,6 +54,9 @@ class Plan:
   buffers: tuple[Buffer, ...]               # one arena array per dtype
   const_arrays: tuple[np.ndarray, ...]      # literal arrays read by kernels
   views: tuple[tuple[int, int], ...]        # per arena view: (buffer, element offset)
+  # per threaded kernel and argument types: (name, ((dtype, ndim) of each input),
+  # ((dtype, ndim) of each output)), for compiling them in parallel (codegen.kernel_workers)
+  threaded: tuple = ()
 
   @property
   def out_specs(self) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
@@ -123,6 +126,7 @@ def build(fused: FusedProgram) -> Plan:
   buffer_of: dict[Var, int] = {}
   views: list[tuple] = []
   driver_sizes: list[int] = []
+  threaded: list = []
 
   def dsize(n: int) -> str:
     driver_sizes.append(int(n))
@@ -145,6 +149,10 @@ def build(fused: FusedProgram) -> Plan:
     kname = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
     decorator = PARALLEL_KERNEL_DECORATOR if parallel else KERNEL_DECORATOR
     defs[kname] = f"{decorator}\n" + body.replace("def KERNEL(", f"def {kname}(", 1)
+    if parallel:
+      kinds = lambda vs: tuple((str(v.aval.dtype), v.aval.ndim) for v in vs)
+      threaded.append((kname, kinds(eqn.inputs) + tuple((np.asarray(c).dtype.name, np.ndim(c))
+                                                        for c in lits), kinds(eqn.outputs)))
     args = []
     for a in eqn.inputs:
       args.append(names[a])
@@ -234,6 +242,7 @@ def build(fused: FusedProgram) -> Plan:
   driver += calls + ["  return 1"]
   source = "\n".join(header) + "\n\n".join(parts) + "\n\n" + "\n".join(driver) + "\n"
   return Plan(source, np.asarray(sizes, np.int64), fused.inputs, tuple(out_vars),
-              tuple(program_outputs), tuple(buffers), tuple(const_arrays), tuple(plan_views))
+              tuple(program_outputs), tuple(buffers), tuple(const_arrays), tuple(plan_views),
+              tuple(dict.fromkeys(threaded)))
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import primc
+import primc.numpy as pnp
 
 CHILD = os.path.join(os.path.dirname(__file__), "cache_child.py")
 
@@ -148,3 +149,26 @@ def test_import_freezes_the_imported_objects_for_the_collector(setting, frozen):
                         timeout=300)
   assert proc.returncode == 0, proc.stderr
   assert (int(proc.stdout) > 10_000) == frozen
+
+
+def test_threaded_kernels_compile_in_parallel_processes():
+  # a module's threaded kernels are shared among one process per core before its driver
+  # compiles (which then loads them); the results must not change
+  from codegen import cache, kernel_workers
+  f = primc.jit(lambda x, w: pnp.exp(pnp.tanh(x) @ w) - 0.25)
+  x = np.linspace(-1, 1, 256 * 128, dtype=np.float32).reshape(256, 128)
+  w = np.linspace(0.02, -0.01, 128 * 128, dtype=np.float32).reshape(128, 128)
+  before = cache.stats()
+  got = f(x, w)
+  after = cache.stats()
+  used = after.get("parallel_kernel_compiles", 0) - before.get("parallel_kernel_compiles", 0)
+  assert used == (1 if kernel_workers.cores() >= 2 else 0)
+  assert after["numba_compiles"] == before.get("numba_compiles", 0) + 1
+  (exe, _), = f._compiled.values()
+  kernels = [getattr(exe.module, name) for name, _, _ in exe.plan.threaded]
+  assert len(kernels) == 2 and all(len(k.signatures) == 1 for k in kernels)
+  # this process compiled its share and loaded the worker's from numba's cache
+  loaded = sum(sum(k.stats.cache_hits.values()) for k in kernels)
+  assert loaded == (1 if used else 0)
+  want = np.exp(np.tanh(x.astype(np.float64)) @ w) - 0.25
+  np.testing.assert_allclose(got, want, rtol=2e-5)
