@@ -153,3 +153,16 @@ def test_flat_forms():
   assert _flat_form(None, 3) == "list" and _flat_form(LEAF, 0) is None
   assert _flat_form(TreeDef("tuple", None, (LEAF, tup)), 3) is None
   assert _flat_form(TreeDef("dict", ("a",), (LEAF,)), 1) is None
+
+
+def test_integer_arrays_of_an_equal_but_distinct_c_type():
+  # numpy's int64 is C long here; an array of C long long has an equal dtype but another
+  # type number, which the entry checks
+  f = primc.jit(lambda i, x: pnp.take(x, i) * 2.0)
+  x = f32(6)
+  for idx in (np.array([0, 5, 2], np.int64), np.array([0, 5, 2], dtype="q"),
+              np.array([3, 1], np.int32)):
+    np.testing.assert_allclose(f(idx, x), x[idx] * 2, rtol=1e-6)
+  longlong = np.array([0, 5, 2], dtype="q")
+  exe = next(e for e, _ in f._compiled.values() if e.plan.inputs[0].aval.dtype == "int64")
+  np.testing.assert_allclose(exe([longlong, x])[0], x[longlong] * 2, rtol=1e-6)
