@@ -53,6 +53,12 @@ class EntrySpec:
   driver: int                                         # the cfunc's address
   result: str                                         # "leaf" | "tuple" | "list" | "ok"
 
+  def __post_init__(self):
+    # an entry returns the outputs it allocated, or True over outputs it was given
+    assert self.result in ("leaf", "tuple", "list", "ok")
+    assert self.result == "ok" or all(alloc for alloc, _, _ in self.outputs)
+    assert self.result != "leaf" or len(self.outputs) == 1
+
   @property
   def n_args(self) -> int:
     given_outs = sum(not alloc for alloc, _, _ in self.outputs)
@@ -151,7 +157,7 @@ def entry(spec: EntrySpec, keep_alive) -> object:
 def entry_ir(spec: EntrySpec, name: str) -> str:
   """The LLVM IR of the entry `name` (straight-line: every shape and address is fixed)."""
   from llvmlite import ir
-  i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+  i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
   ptr = i8.as_pointer()
   capi = _capi()
   mod = ir.Module(name=name)
