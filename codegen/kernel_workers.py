@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -54,24 +55,26 @@ def compile_threaded(module, plan, source: str) -> int:
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
   env = dict(os.environ, PRIMC_CACHE_DIR=loader.cache_dir(), PYTHONPATH=path)
+  from codegen.cache import log
   jobs = []
   for share in shares[1:]:
+    err = tempfile.TemporaryFile()  # not a pipe: a chatty worker must not block on it
     try:
-      jobs.append(subprocess.Popen(
+      jobs.append((subprocess.Popen(
           [sys.executable, "-m", "codegen.kernel_workers", loader.module_key(source),
            json.dumps(share)], env=env, stdin=subprocess.DEVNULL,
-          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+          stdout=subprocess.DEVNULL, stderr=err), err))
     except OSError as e:  # no processes here: this one compiles everything
-      from codegen.cache import log
       log.warning("could not start a kernel compile worker (%s): compiling in process", e)
+      err.close()
       break
   compile_share(module, shares[0])
-  for job in jobs:
-    _, err = job.communicate()
-    if job.returncode:
-      from codegen.cache import log
-      log.warning("a kernel compile worker failed (exit %d); its kernels compile in this "
-                  "process: %s", job.returncode, err.decode(errors="replace")[-2000:])
+  for job, err in jobs:
+    with err:
+      if job.wait():
+        err.seek(0)
+        log.warning("a kernel compile worker failed (exit %d); its kernels compile in this "
+                    "process: %s", job.returncode, err.read().decode(errors="replace")[-2000:])
   return len(jobs)
 
 

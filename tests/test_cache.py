@@ -172,3 +172,19 @@ def test_threaded_kernels_compile_in_parallel_processes():
   assert loaded == (1 if used else 0)
   want = np.exp(np.tanh(x.astype(np.float64)) @ w) - 0.25
   np.testing.assert_allclose(got, want, rtol=2e-5)
+
+
+def test_a_failed_kernel_worker_is_logged_not_fatal(caplog):
+  import types
+  from codegen import kernel_workers
+  f = primc.jit(lambda x, w: pnp.exp(pnp.tanh(x) @ w) - 0.25)
+  x, w = np.ones((256, 128), np.float32), np.ones((128, 128), np.float32) / 128
+  f(x, w)
+  (exe, _), = f._compiled.values()
+  workers = 1 if kernel_workers.cores() >= 2 else 0  # one core: everything in process
+  # a source no module file has: the worker cannot load it and fails
+  plan = types.SimpleNamespace(threaded=exe.plan.threaded)
+  with caplog.at_level("WARNING"):
+    assert kernel_workers.compile_threaded(exe.module, plan, "# no such module\n") == workers
+  assert ("kernel compile worker failed" in caplog.text and "No such file" in caplog.text
+          ) == bool(workers)
