@@ -200,7 +200,9 @@ class Executable:
               f"    if general({call}) is None:", "      return None",
               "  finally:", "    arenas.append(arena)",
               f"  return build({outs if self._outs_in_order else f'results(args, {outs})'})"]
-    exec(compile("\n".join(lines), f"<primc run_hot {self.plan.source[-40:]!r}>", "exec"), env)
+    from codegen.loader import module_key
+    label = f"<primc run_hot m_{module_key(self.plan.source)}>"
+    exec(compile("\n".join(lines), label, "exec"), env)
     return env["run_hot"]
 
   def _results(self, inputs, outs):

@@ -214,8 +214,8 @@ class Executor:
       feed_vals.append(x)
     step = self._step(program, fetch, datas, params, updates)
     states = [s for opt, _, ps, st in updates for s in self._states(program, opt, st, ps)]
-    fetched, new_params, new_states = step(feed_vals, [program.scope[p.id] for p in params],
-                                           states)
+    fetched, new_params, new_states = step(*feed_vals, *[program.scope[p.id] for p in params],
+                                           *states)
     if updates:
       for p, value in zip(params, new_params):
         program.scope[p.id] = np.asarray(value)
@@ -263,7 +263,10 @@ class Executor:
           new_states += list(state)
       return fetched, new_params, new_states
 
-    program._jitted[key] = primc.jit(step)
+    # flat array arguments: a steady call takes jit's native fast path
+    n_data, n_params = len(datas), len(params)
+    program._jitted[key] = primc.jit(lambda *xs: step(
+        list(xs[:n_data]), list(xs[n_data:n_data + n_params]), list(xs[n_data + n_params:])))
     return program._jitted[key]
 
 

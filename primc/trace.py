@@ -226,12 +226,15 @@ def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
   return build
 
 
+_SUPPORTED = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)  # `.name` is slow
+
+
 def as_array(x):
   """Arguments are arrays; Python scalars become 0-d arrays (float32 / int32 / bool)."""
   if isinstance(x, Tracer):
     return x
   if isinstance(x, np.ndarray):
-    if x.dtype.name not in SUPPORTED_DTYPES:
+    if x.dtype not in _SUPPORTED and x.dtype.name not in SUPPORTED_DTYPES:
       raise locate(PrimcError(), f"unsupported dtype {x.dtype.name} for an array of shape "
                    f"{x.shape} (primc supports {', '.join(SUPPORTED_DTYPES)})")
     return x

@@ -41,6 +41,9 @@ def test_static_mynet_training_loss_decreases(static_mode):
   losses = static_programs.recommended_usage([x] * 15)  # a fixed input: loss must fall
   assert losses[-1] < 0.7 * losses[0], losses
   assert all(np.isfinite(losses))
+  # one compiled step for the whole loop, called through jit's steady path
+  (step,) = static.default_main_program()._jitted.values()
+  assert len(step._compiled) == 1 and step._hot is not None
 
 
 def test_static_forward_grad(static_mode):
