@@ -27,6 +27,23 @@ class ShapeError(PrimcError):
   """Raised by abstract rules; the tracer adds the op and source location."""
 
 
+_dtype_names: dict = {}
+
+
+def dtype_name(dtype) -> str:
+  """`np.dtype(dtype).name`, memoized (numpy computes `.name` anew, ~3 µs, and tracing
+  asks for it once per abstract value)."""
+  try:
+    return _dtype_names[dtype]
+  except (KeyError, TypeError):
+    name = np.dtype(dtype).name
+    try:
+      _dtype_names[dtype] = name
+    except TypeError:  # an unhashable dtype-like
+      pass
+    return name
+
+
 @dataclasses.dataclass(frozen=True)
 class ShapedArray:
   """The abstract value of an array: a static shape and a dtype name."""
@@ -35,7 +52,7 @@ class ShapedArray:
 
   def __post_init__(self):
     object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-    object.__setattr__(self, "dtype", np.dtype(self.dtype).name)
+    object.__setattr__(self, "dtype", dtype_name(self.dtype))
 
   @property
   def ndim(self) -> int:

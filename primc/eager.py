@@ -18,6 +18,8 @@ other's backward.
 """
 from __future__ import annotations
 
+import collections
+import functools
 import threading
 from typing import Any, Callable, Sequence
 
@@ -207,21 +209,100 @@ def _replay_fn(outputs, leaves, perturbed, nodes):
 
 
 _executables: dict[str, Any] = {}
+# backward executables by tape key (see _tape_key): a repeated backward skips tracing
+_by_tape: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
+TAPE_KEYS_MAX = 256
+CONST_KEY_MAX_BYTES = 1 << 14  # constant tensors up to this size are keyed by value
 
 
-def _run_compiled(fn, args) -> list:
+def _run_compiled(fn, args, tape_key=None) -> list:
   """Traces `fn(*args)`, compiles it (plan cache + an in-process executable cache keyed by
-  the program) and runs it."""
+  the program) and runs it. With a `tape_key` that ran before, runs its executable
+  without tracing."""
   from primc.compile import load_executable
   from primc.trace import make_program
   from codegen import cache
   arrays = [np.asarray(a) for a in args]
-  program = make_program(fn)(*arrays)
-  key = cache.program_key(program)
-  exe = _executables.get(key)
+  exe = None if tape_key is None else _by_tape.get(tape_key)
   if exe is None:
-    exe = _executables[key] = load_executable(program)
+    program = make_program(fn)(*arrays)
+    key = cache.program_key(program)
+    exe = _executables.get(key)
+    if exe is None:
+      exe = _executables[key] = load_executable(program)
+    if tape_key is not None:
+      _by_tape[tape_key] = exe
+      if len(_by_tape) > TAPE_KEYS_MAX:
+        _by_tape.popitem(last=False)
   return exe(arrays)
+
+
+class _Unkeyable(Exception):
+  pass
+
+
+@functools.cache
+def _stable_ops() -> frozenset:
+  """The op functions a node may replay that live as long as the process and read no
+  state: primc.numpy's ops and the tensor methods (apply is only called with these)."""
+  from primc import numpy as pnp
+  ops = [getattr(f, "__wrapped_op__", None) for f in vars(pnp).values()]
+  ops += [m.fget if isinstance(m, property) else m for m in pnp._TRACER_METHODS.values()]
+  return frozenset(id(f) for f in ops if f is not None)
+
+
+def _value_key(x):
+  """A hashable stand-in for a value baked into a traced program (by value)."""
+  if x is None or x is Ellipsis or isinstance(x, (bool, int, float, complex, str)):
+    return (type(x), x)  # a NaN never equals itself: such a key only misses
+  if isinstance(x, np.generic):
+    return (type(x), x.item())
+  if isinstance(x, slice):
+    return (slice, _value_key(x.start), _value_key(x.stop), _value_key(x.step))
+  if isinstance(x, np.dtype):
+    return (np.dtype, x.str)
+  if isinstance(x, type):
+    return (type, x)
+  if isinstance(x, np.ndarray) and not isinstance(x, Tracer) and x.nbytes <= CONST_KEY_MAX_BYTES:
+    return (np.ndarray, x.shape, x.dtype.str, x.tobytes())
+  raise _Unkeyable
+
+
+def _tape_key(outputs, leaves, perturbed, nodes, ct_vals):
+  """Everything the backward program traced from a tape depends on: each node's op and its
+  static arguments (by value), how its inputs are reached (a leaf, a node output, a
+  perturbed output, or a constant tensor, by value), the shapes and dtypes of leaves and
+  cotangents, and the transform settings. None when some part has no safe key (a large
+  constant, an unknown argument type): the backward is then traced as before."""
+  from primc.compile import config
+  stable = _stable_ops()
+  leaf_of = {id(t): k for k, t in enumerate(leaves)}
+  node_of = {id(n): k for k, n in enumerate(nodes)}
+  pert_of = {(id(t.node), t.index): k for k, t in enumerate(perturbed)}
+
+  def ref(t):  # mirrors _replay_fn's `value`
+    if id(t) in leaf_of:
+      return ("leaf", leaf_of[id(t)])
+    if t.node is not None and id(t.node) in node_of:
+      return ("node", node_of[id(t.node)], t.index, pert_of.get((id(t.node), t.index)))
+    if isinstance(t.value, Tracer):
+      raise _Unkeyable
+    return ("const", _value_key(t.value))
+
+  try:
+    parts = []
+    for node in nodes:
+      fn, tree, positions, static = node.fn.parts
+      if id(fn) not in stable:
+        raise _Unkeyable
+      parts.append((fn, tree, positions, tuple(map(_value_key, static)),
+                    tuple(map(ref, node.inputs))))
+    aval = lambda t: (tuple(t.shape), np.dtype(t.dtype).str)
+    return (tuple(parts), tuple(map(ref, outputs)), tuple(map(aval, leaves)),
+            tuple(map(aval, perturbed)), tuple(map(aval, ct_vals)),
+            config.optimize_transforms)
+  except (_Unkeyable, AttributeError):  # AttributeError: a node not made by `apply`
+    return None
 
 
 def _vjp(outputs, targets, cts, nodes, record: bool) -> list[Tensor | None]:
@@ -263,7 +344,8 @@ def _vjp(outputs, targets, cts, nodes, record: bool) -> list[Tensor | None]:
     previous = _state.recording
     _state.recording = False
     try:
-      result = [Tensor(v) for v in (_run_compiled(grads_fn, values) if n_in else [])]
+      key = _tape_key(outputs, leaves, perturbed, nodes, ct_vals) if n_in else None
+      result = [Tensor(v) for v in (_run_compiled(grads_fn, values, key) if n_in else [])]
     finally:
       _state.recording = previous
   by_id = {id(t): g for t, g in zip(leaves + perturbed, result)}

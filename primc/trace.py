@@ -130,8 +130,10 @@ def locate(error: PrimcError, message: str) -> PrimcError:
 def aval_of(x) -> ShapedArray:
   if isinstance(x, Tracer):
     return x.aval
-  if isinstance(x, np.ndarray) or np.isscalar(x):
-    return ShapedArray(np.shape(x), np.asarray(x).dtype.name)
+  if isinstance(x, np.ndarray):
+    return ShapedArray(x.shape, x.dtype)
+  if np.isscalar(x):
+    return ShapedArray(np.shape(x), np.asarray(x).dtype)
   raise locate(PrimcError(), f"expected an array, got {type(x).__name__} ({x!r:.60})")
 
 

@@ -91,4 +91,8 @@ def partial_over_leaves(fn, args, kwargs, select):
     a, k = tree_unflatten(tree, new)
     return fn(*a, **k)
 
+  # what the replay does besides its picked values (the eager tape keys its programs by it)
+  picked = set(positions)
+  replay.parts = (fn, tree, tuple(positions),
+                  tuple(x for i, x in enumerate(leaves) if i not in picked))
   return replay, [leaves[i] for i in positions]

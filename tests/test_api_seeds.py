@@ -248,3 +248,49 @@ def test_seed_fixes_default_initializers():
   assert np.abs(w1).max() <= np.sqrt(6 / 7)  # Xavier uniform's limit for 3 x 4
   seeded = nn.XavierUniform(seed=1)
   assert np.array_equal(seeded((2, 2), "float32"), nn.XavierUniform(seed=1)((2, 2), "float32"))
+
+
+def test_eager_backward_reuses_its_program_without_tracing(monkeypatch):
+  # a repeated tape structure runs its compiled backward without tracing again; anything
+  # baked into the program (constants, static arguments, shapes) is part of the key, so a
+  # change gives a new program, never a stale one
+  import primc.trace
+  traced = []
+  real = primc.trace.make_program
+  monkeypatch.setattr(primc.trace, "make_program", lambda fn: traced.append(1) or real(fn))
+  rng = np.random.default_rng(5)
+  xv = rng.standard_normal((4, 3)).astype(np.float32)
+
+  def step(w0, target, power, big=None):
+    w = to_tensor(w0, stop_gradient=False)
+    x = to_tensor(xv)
+    err = x * w - to_tensor(target)
+    if big is not None:  # a large constant on the tape (multiplied by a parameter)
+      err = err + pnp.sum(pnp.reshape(w, (12,))[0] * to_tensor(big)) * 0.0
+    loss = pnp.sum(err ** power)
+    loss.backward()
+    return w.grad.numpy()
+
+  def want(w0, target, power):
+    err = xv.astype(np.float64) * w0 - target
+    return power * err ** (power - 1) * xv
+
+  w0 = rng.standard_normal((4, 3)).astype(np.float32)
+  t0 = rng.standard_normal((4, 3)).astype(np.float32)
+  np.testing.assert_allclose(step(w0, t0, 2), want(w0, t0, 2), rtol=1e-5, atol=1e-5)
+  n = len(traced)
+  for k in range(3):  # new parameter values only: no tracing
+    w1 = w0 + k
+    np.testing.assert_allclose(step(w1, t0, 2), want(w1, t0, 2), rtol=1e-5, atol=1e-4)
+  assert len(traced) == n
+  # another constant, another power, another shape: each traced once and right
+  t1 = t0 + 1.5
+  np.testing.assert_allclose(step(w0, t1, 2), want(w0, t1, 2), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(step(w0, t0, 3), want(w0, t0, 3), rtol=1e-5, atol=1e-4)
+  assert len(traced) == n + 2
+  np.testing.assert_allclose(step(w0, t1, 2), want(w0, t1, 2), rtol=1e-5, atol=1e-5)
+  assert len(traced) == n + 2  # seen before
+  big = np.ones(10_000, np.float32)  # too large to key by value: traced every time
+  np.testing.assert_allclose(step(w0, t0, 2, big), want(w0, t0, 2), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(step(w0, t0, 2, big), want(w0, t0, 2), rtol=1e-5, atol=1e-5)
+  assert len(traced) == n + 4
