@@ -4,11 +4,11 @@ Thin on purpose: one call into the compiled driver per program call, through a n
 entry (codegen.native) that checks the inputs and fills the driver's pointer table.
 Intermediate buffers come from a per-executable arena pool (a list used as a stack, so
 concurrent callers each get their own set), allocated once and reused across calls; a
-small program's steady runner keeps its arena on the native entry's stack instead. Outputs are arrays the caller
-owns (or `out=`); large ones come from a small per-output pool of arrays that are reused
-once nothing refers to them any more (no array, view or buffer of the caller's), so a
-steady loop writes to memory that is already mapped instead of page-faulting fresh pages
-on every call.
+small program's steady runner keeps its arena on the native entry's stack instead.
+Outputs are arrays the caller owns (or `out=`); large ones come from a small per-output
+pool of arrays that are reused once nothing refers to them any more (no array, view or
+buffer of the caller's), so a steady loop writes to memory that is already mapped
+instead of page-faulting fresh pages on every call.
 """
 from __future__ import annotations
 
