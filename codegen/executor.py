@@ -52,8 +52,9 @@ class Executable:
                                                          for k in range(len(plan.outputs))]
     self._general = None  # (*inputs, *outputs, *arena) -> True | None (see codegen.native)
     self._first = True
-    if loader.compiled_driver(module) is not None:  # another executable compiled it
-      self._ready(loader.compiled_driver(module))
+    driver = loader.compiled_driver(module)
+    if driver is not None:  # another executable compiled it
+      self._ready(driver)
 
   def _first_call(self) -> None:
     """The first call compiles the driver or loads it from numba's disk cache, holding the
@@ -93,10 +94,10 @@ class Executable:
     plan = self.plan
     descrs = [dtype for _, dtype in self.out_specs]
     spec = native.EntrySpec(
-        inputs=tuple((np.dtype(v.aval.dtype).num, v.aval.shape) for v in plan.inputs),
+        inputs=tuple((np.dtype(v.aval.dtype), v.aval.shape) for v in plan.inputs),
         consts=tuple(c.ctypes.data for c in self._consts),
         outputs=tuple((alloc, shape, id(dtype)) for shape, dtype in self.out_specs),
-        buffers=tuple(b.size * np.dtype(b.dtype).itemsize for b in plan.buffers),
+        buffers=plan.buffer_bytes,
         stack_arena=alloc,
         views=tuple((k, off * np.dtype(plan.buffers[k].dtype).itemsize)
                     for k, off in plan.views),
@@ -181,8 +182,8 @@ class Executable:
     from primc.tree import unflattener
     n_out = len(self.out_specs)
     form = _flat_form(tree, n_out)
-    stack = sum(b.size * np.dtype(b.dtype).itemsize for b in self.plan.buffers)
-    if (form and native.available() and self._outs_in_order and stack <= native.STACK_ARENA_MAX
+    if (form and native.available() and self._outs_in_order
+        and sum(self.plan.buffer_bytes) <= native.STACK_ARENA_MAX
         and all(pool is None for pool in self._pools)):
       return self._entry(alloc=True, result=form)
     build = list if tree is None else unflattener(tree)
@@ -220,16 +221,14 @@ class Executable:
 def _flat_form(tree, n_out: int) -> str | None:
   """"leaf", "tuple" or "list" when `tree` (None: a list) is that flat form of `n_out`
   leaves, else None."""
+  from primc.tree import flat_form
   if n_out == 0:
     return None
   if tree is None:
     return "list"
-  if tree.kind == "leaf":
-    return "leaf" if n_out == 1 else None
-  if tree.kind in ("tuple", "list") and len(tree.children) == n_out and all(
-      c.kind == "leaf" for c in tree.children):
-    return tree.kind
-  return None
+  form = flat_form(tree)
+  leaves = 1 if form == "leaf" else len(tree.children)
+  return form if leaves == n_out else None
 
 
 def check_out(out, specs) -> list[np.ndarray]:
@@ -244,8 +243,8 @@ def check_out(out, specs) -> list[np.ndarray]:
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
-  """A constant as the driver always sees it: C-contiguous and read-only (a plan loaded
-  from the cache unpickles writeable arrays; one type keeps one compiled signature)."""
+  """A constant as the driver reads it: C-contiguous (its address goes into the pointer
+  table), and read-only, since every call shares it."""
   a = np.array(a, order="C")
   a.setflags(write=False)
   return a

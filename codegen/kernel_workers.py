@@ -52,9 +52,7 @@ def compile_threaded(module, plan, source: str) -> int:
   if n < 2 or loader.compiled(source):
     return 0
   shares = [kernels[k::n] for k in range(n)]
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-  env = dict(os.environ, PRIMC_CACHE_DIR=loader.cache_dir(), PYTHONPATH=path)
+  env = loader.worker_env()
   from codegen.cache import log
   jobs = []
   for share in shares[1:]:

@@ -116,6 +116,14 @@ def mark_compiled(source: str) -> None:
       pass
 
 
+def worker_env() -> dict[str, str]:
+  """The environment of a `python -m codegen...` worker process: this cache directory and
+  an import path that finds primc's packages."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+  return dict(os.environ, PRIMC_CACHE_DIR=cache_dir(), PYTHONPATH=path)
+
+
 def purge(source: str) -> None:
   """Forgets a module: its numba cache files, its file, and the imported module."""
   key = module_key(source)
@@ -170,8 +178,7 @@ def load(source: str) -> types.ModuleType:
 def compile_driver(module: types.ModuleType):
   """The module's driver as a numba cfunc (`codegen.module.DRIVER_SIGNATURE`), compiled
   or loaded from numba's cache once per module: the caller holds the module's file lock."""
-  with _lock:
-    driver = getattr(module, "_primc_cfunc", None)
+  driver = compiled_driver(module)
   if driver is None:
     import numba
     from codegen.module import DRIVER_OPTIONS, DRIVER_SIGNATURE

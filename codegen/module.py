@@ -8,8 +8,8 @@ buffer is reused once the value in it (and every view of it) is dead. A region t
 reshapes a value is a view of its buffer, not a kernel.
 
 The driver is compiled as a numba `cfunc` of one argument, a table of data pointers:
-`[sizes, inputs..., constants..., outputs..., arena views...]` (`Plan.table`); it
-returns 1. Its arrays are `carray`s over those pointers, so the driver builds no array
+`[sizes, inputs..., constants..., outputs..., arena views...]` (the views' places in
+the arena are `Plan.views`); it returns 1. Its arrays are `carray`s over those pointers, so the driver builds no array
 objects and counts no references; `codegen.native` fills the table.
 """
 from __future__ import annotations
@@ -62,6 +62,11 @@ class Plan:
   def out_specs(self) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
     """(shape, dtype) of each of `outputs`."""
     return tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in self.outputs)
+
+  @property
+  def buffer_bytes(self) -> tuple[int, ...]:
+    """The size of each arena buffer in bytes."""
+    return tuple(b.size * np.dtype(b.dtype).itemsize for b in self.buffers)
 
 
 def _kernel(region: Program, kind: str) -> tuple[str, list, bool]:
@@ -132,6 +137,9 @@ def build(fused: FusedProgram) -> Plan:
     driver_sizes.append(int(n))
     return f"DS{len(driver_sizes) - 1}"
 
+  def shape_of(shape) -> str:  # a driver tuple of run-time sizes
+    return "(" + ", ".join(dsize(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
   def free_dead(eqn, i):  # buffers whose value (and every view of it) is dead after eqn i
     for a in eqn.inputs:
       if isinstance(a, Var) and last_use.get(root(a)) == i and root(a) in buffer_of:
@@ -140,8 +148,7 @@ def build(fused: FusedProgram) -> Plan:
   for i, eqn in enumerate(fused.eqns):
     if eqn.outputs[0] in alias:
       v = eqn.outputs[0]
-      shape = ", ".join(dsize(d) for d in v.aval.shape) + ("," if v.aval.ndim == 1 else "")
-      names[v] = f"{names[alias[v]]}.reshape(({shape}))"
+      names[v] = f"{names[alias[v]]}.reshape({shape_of(v.aval.shape)})"
       free_dead(eqn, i)
       continue
     region, lits = _lift_literal_arrays(eqn.kw["program"])
@@ -171,8 +178,7 @@ def build(fused: FusedProgram) -> Plan:
           free.remove(slot)
           slots[slot] = Buffer(v.aval.dtype, max(slots[slot].size, need))
         tname = f"t{len(views)}"
-        shape = ", ".join(dsize(d) for d in v.aval.shape) + ("," if v.aval.ndim == 1 else "")
-        views.append((tname, slot, shape))
+        views.append((tname, slot, shape_of(v.aval.shape)))
         calls.append(("VIEW", len(views) - 1))
         names[v] = tname
         buffer_of[v] = slot
@@ -190,28 +196,21 @@ def build(fused: FusedProgram) -> Plan:
     offsets.append(totals[b.dtype])
     totals[b.dtype] += b.size
   # the driver's arrays over its pointer table: sizes, inputs, constants, outputs, views
-  def dtype_name(dtype) -> str:
+  def np_type(dtype) -> str:
     return "np.bool_" if np.dtype(dtype) == np.bool_ else f"np.{np.dtype(dtype).name}"
 
-  def shape_of(shape) -> str:
-    return "(" + ", ".join(dsize(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-  table = [f"in{k}" for k in range(len(fused.inputs))] + [
-      f"c{k}" for k in range(len(const_arrays))] + [f"out{k}" for k in range(len(out_vars))]
-  avals = ([v.aval for v in fused.inputs]
-           + [(np.shape(c), np.asarray(c).dtype) for c in const_arrays]
-           + [v.aval for v in out_vars])
-  lines = []
-  for k, (name, aval) in enumerate(zip(table, avals)):
-    shape, dtype = (aval.shape, aval.dtype) if hasattr(aval, "shape") else aval
-    lines.append(f"  {name} = carray(p[{k + 1}], {shape_of(shape)}, {dtype_name(dtype)})")
+  table = ([(f"in{k}", v.aval.shape, v.aval.dtype) for k, v in enumerate(fused.inputs)]
+           + [(f"c{k}", np.shape(c), np.asarray(c).dtype) for k, c in enumerate(const_arrays)]
+           + [(f"out{k}", v.aval.shape, v.aval.dtype) for k, v in enumerate(out_vars)])
+  lines = [f"  {name} = carray(p[{k + 1}], {shape_of(shape)}, {np_type(dtype)})"
+           for k, (name, shape, dtype) in enumerate(table)]
   plan_views = []
   for c in calls:
     if isinstance(c, tuple):
       tname, slot, shape = views[c[1]]
       plan_views.append((dtypes.index(slots[slot].dtype), offsets[slot]))
-      lines.append(f"  {tname} = carray(p[{len(table) + len(plan_views)}], ({shape}), "
-                   f"{dtype_name(slots[slot].dtype)})")
+      lines.append(f"  {tname} = carray(p[{len(table) + len(plan_views)}], {shape}, "
+                   f"{np_type(slots[slot].dtype)})")
     else:
       lines.append(c)
   base = len(sizes)

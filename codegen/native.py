@@ -43,7 +43,7 @@ ALIGN = 64
 @dataclasses.dataclass(frozen=True)
 class EntrySpec:
   """What one entry does, all of it fixed when the plan is compiled."""
-  inputs: tuple[tuple[int, tuple[int, ...]], ...]     # (numpy type number, shape)
+  inputs: tuple[tuple[np.dtype, tuple[int, ...]], ...]  # (dtype, shape)
   consts: tuple[int, ...]                             # data addresses of the constants
   outputs: tuple[tuple[bool, tuple[int, ...], int], ...]  # (allocated here, shape, descr address)
   buffers: tuple[int, ...]                            # arena buffer sizes in bytes
@@ -186,7 +186,7 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
 
   require(b.icmp_signed("==", nargs, ir.Constant(i64, spec.n_args)))
   data = []
-  for k, (type_num, shape) in enumerate(spec.inputs):
+  for k, (dtype, shape) in enumerate(spec.inputs):
     obj = arg(k)
     require(b.icmp_unsigned("==", b.ptrtoint(field(obj, 8, ptr), i64),
                             ir.Constant(i64, capi["array_type"])))
@@ -195,7 +195,7 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
     conds = [b.icmp_unsigned("==", b.and_(flags, ir.Constant(i32, C_CONTIGUOUS_ALIGNED)),
                              ir.Constant(i32, C_CONTIGUOUS_ALIGNED)),
              b.icmp_signed("==", field(obj, NDIM, i32), ir.Constant(i32, len(shape))),
-             b.icmp_signed("==", field(descr, DESCR_TYPE_NUM, i32), ir.Constant(i32, type_num)),
+             b.icmp_signed("==", field(descr, DESCR_TYPE_NUM, i32), ir.Constant(i32, dtype.num)),
              b.icmp_unsigned("!=", field(descr, DESCR_BYTEORDER, i8), ir.Constant(i8, ord(">")))]
     require(functools.reduce(b.and_, conds))
     if shape:
@@ -285,12 +285,10 @@ def ctypes_entry(spec: EntrySpec, keep_alive, driver):
   assert spec.result == "ok" and not spec.stack_arena
   n_in, n_out = len(spec.inputs), len(spec.outputs)
   table_type = ctypes.c_void_p * (1 + n_in + len(spec.consts) + n_out + len(spec.views))
-  wanted = [(_dtype_of(type_num), shape) for type_num, shape in spec.inputs]
-
   def run(*args):
     if len(args) != spec.n_args:
       return None
-    for x, (dtype, shape) in zip(args, wanted):
+    for x, (dtype, shape) in zip(args, spec.inputs):
       if (type(x) is not np.ndarray or x.dtype != dtype or x.shape != shape
           or not (x.flags.c_contiguous and x.flags.aligned)):
         return None
@@ -304,7 +302,3 @@ def ctypes_entry(spec: EntrySpec, keep_alive, driver):
 
   run.keep_alive = keep_alive  # the arrays the spec's addresses point into
   return run
-
-
-def _dtype_of(type_num: int) -> np.dtype:
-  return next(np.dtype(t) for t in np.sctypeDict.values() if np.dtype(t).num == type_num)

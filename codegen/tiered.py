@@ -46,12 +46,9 @@ def start(plan_key: str, plan: Plan) -> subprocess.Popen:
   with _jobs_lock:
     job = _jobs.get(job_key)
     if job is None or job.poll() is not None:
-      root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-      path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-      env = dict(os.environ, PRIMC_CACHE_DIR=directory, PYTHONPATH=path)
       with open(worker_log(plan), "wb") as err:
         job = _jobs[job_key] = subprocess.Popen(
-            [sys.executable, "-m", "codegen.tiered", plan_key], env=env,
+            [sys.executable, "-m", "codegen.tiered", plan_key], env=loader.worker_env(),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
       log.info("compiling module %s in the background (pid %d)", job_key[1], job.pid)
   return job

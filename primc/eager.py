@@ -263,7 +263,7 @@ def _value_key(x):
     return (np.dtype, x.str)
   if isinstance(x, type):
     return (type, x)
-  if isinstance(x, np.ndarray) and not isinstance(x, Tracer) and x.nbytes <= CONST_KEY_MAX_BYTES:
+  if isinstance(x, np.ndarray) and x.nbytes <= CONST_KEY_MAX_BYTES:
     return (np.ndarray, x.shape, x.dtype.str, x.tobytes())
   raise _Unkeyable
 

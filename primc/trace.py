@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from primc.core import (Eqn, Lit, Primitive, PrimcError, Program, ShapedArray, ShapeError,
-                        SUPPORTED_DTYPES, Var, abstract_rules, impl_rules, make_params)
+                        SUPPORTED_DTYPES, Var, abstract_rules, dtype_name, impl_rules,
+                        make_params)
 from primc.tree import tree_flatten, tree_unflatten
 
 _PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d
@@ -228,15 +229,12 @@ def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
   return build
 
 
-_SUPPORTED = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)  # `.name` is slow
-
-
 def as_array(x):
   """Arguments are arrays; Python scalars become 0-d arrays (float32 / int32 / bool)."""
   if isinstance(x, Tracer):
     return x
   if isinstance(x, np.ndarray):
-    if x.dtype not in _SUPPORTED and x.dtype.name not in SUPPORTED_DTYPES:
+    if dtype_name(x.dtype) not in SUPPORTED_DTYPES:
       raise locate(PrimcError(), f"unsupported dtype {x.dtype.name} for an array of shape "
                    f"{x.shape} (primc supports {', '.join(SUPPORTED_DTYPES)})")
     return x

@@ -50,16 +50,24 @@ def tree_unflatten(treedef: TreeDef, leaves) -> Any:
   return out
 
 
-def unflattener(treedef: TreeDef):
-  """`tree_unflatten(treedef, .)` as a function, specialized for the common flat shapes
-  (one leaf, a flat tuple or list of leaves): the compiled-call fast path uses it."""
+def flat_form(treedef: TreeDef) -> str | None:
+  """"leaf", "tuple" or "list" when the tree is one leaf or a flat tuple or list of
+  leaves, else None."""
   if treedef.kind == "leaf":
+    return "leaf"
+  if treedef.kind in ("tuple", "list") and all(c.kind == "leaf" for c in treedef.children):
+    return treedef.kind
+  return None
+
+
+def unflattener(treedef: TreeDef):
+  """`tree_unflatten(treedef, .)` as a function, specialized for the flat forms (see
+  `flat_form`): the compiled-call fast path uses it."""
+  form = flat_form(treedef)
+  if form == "leaf":
     return lambda leaves: leaves[0]
-  if all(c.kind == "leaf" for c in treedef.children):
-    if treedef.kind == "tuple":
-      return tuple
-    if treedef.kind == "list":
-      return list
+  if form is not None:
+    return tuple if form == "tuple" else list
   return lambda leaves: tree_unflatten(treedef, leaves)
 
 

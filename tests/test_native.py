@@ -107,7 +107,7 @@ def test_a_failed_driver_raises_and_releases_its_outputs(result, monkeypatch):
     sizes = np.array([size], np.int64)
     float32 = np.dtype(np.float32)
     spec = native.EntrySpec(
-        inputs=((float32.num, (2,)),), consts=(), outputs=((True, (2,), id(float32)),),
+        inputs=((float32, (2,)),), consts=(), outputs=((True, (2,), id(float32)),),
         buffers=(), stack_arena=True, views=(), sizes=sizes.ctypes.data,
         driver=driver.address, result=result)
     run = native.entry(spec, (sizes, float32, driver))
