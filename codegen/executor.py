@@ -93,6 +93,7 @@ class Executable:
     from codegen import native
     plan = self.plan
     descrs = [dtype for _, dtype in self.out_specs]
+    handler = self._raise_index_error  # one bound method: the entry holds its address
     spec = native.EntrySpec(
         inputs=tuple((np.dtype(v.aval.dtype), v.aval.shape) for v in plan.inputs),
         consts=tuple(c.ctypes.data for c in self._consts),
@@ -101,11 +102,15 @@ class Executable:
         stack_arena=alloc,
         views=tuple((k, off * np.dtype(plan.buffers[k].dtype).itemsize)
                     for k, off in plan.views),
-        sizes=self._sizes.ctypes.data, driver=self.driver.address, result=result)
-    keep = (self._sizes, self._consts, descrs, self.driver)
+        sizes=self._sizes.ctypes.data, driver=self.driver.address, result=result,
+        on_error=id(handler))
+    keep = (self._sizes, self._consts, descrs, self.driver, handler)
     if native.available():
       return native.entry(spec, keep)
-    return native.ctypes_entry(spec, keep, self.driver)
+    return native.ctypes_entry(spec, keep, self.driver, handler)
+
+  def _raise_index_error(self, site: int, index: int, size: int):
+    raise self.plan.index_error(site, index, size)
 
   def compile(self) -> None:
     """Compiles the driver (or loads it from numba's cache)."""
@@ -137,7 +142,16 @@ class Executable:
     the program's outputs in order."""
     if self._first:
       self._first_call()
-    outs = self._outputs() if out is None else check_out(out, self.out_specs)
+    if out is not None:
+      outs = check_out(out, self.out_specs)
+      if overlapping(outs, inputs) or not all(o.flags.c_contiguous for o in outs):
+        # as numpy: the results as if computed first, then written (any strides)
+        for o, r in zip(outs, self._run(inputs, self._outputs()), strict=True):
+          np.copyto(o, r)
+        return outs if self._outs_in_order else self._results(inputs, outs)
+    return self._run(inputs, self._outputs() if out is None else outs)
+
+  def _run(self, inputs, outs) -> list[np.ndarray]:
     arenas = self._arenas
     arena = arenas.pop() if arenas else self._arena()
     try:
@@ -234,12 +248,25 @@ def _flat_form(tree, n_out: int) -> str | None:
 def check_out(out, specs) -> list[np.ndarray]:
   """The `out=` arrays, checked against the outputs' (shape, dtype) `specs`."""
   outs = list(out)
+  if len(outs) != len(specs):
+    raise PrimcError(f"out= needs {len(specs)} arrays, got {len(outs)}")
   for o, (shape, dtype) in zip(outs, specs, strict=True):
-    if (o.shape != shape or o.dtype != dtype or not o.flags.c_contiguous
-        or not o.flags.writeable):
+    if type(o) is not np.ndarray:
+      raise PrimcError(f"out= takes numpy arrays (np.ndarray), got {type(o).__name__} for "
+                       f"the output {dtype}{list(shape)}")
+    if o.shape != shape or o.dtype != dtype or not o.flags.writeable:
       raise PrimcError(f"out= array {o.dtype}{list(o.shape)} does not match the output "
-                       f"{dtype}{list(shape)} (or is not C-contiguous and writeable)")
+                       f"{dtype}{list(shape)} (or is not writeable)")
+  if any(np.may_share_memory(o, p) for k, o in enumerate(outs) for p in outs[k + 1:]):
+    raise PrimcError("out= arrays overlap each other: each output needs its own memory")
   return outs
+
+
+def overlapping(outs, inputs) -> bool:
+  """Whether an `out=` array may share memory with an input (a bounds check: it may say
+  yes for arrays that interleave without touching; then the call only copies more)."""
+  return any(np.may_share_memory(o, x) for o in outs for x in inputs
+             if isinstance(x, np.ndarray))
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

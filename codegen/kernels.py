@@ -30,7 +30,7 @@ def _np(dtype: str) -> str:
 
 
 def const(value, dtype: str) -> str:
-  v = np.asarray(value, dtype)[()]
+  v = np.asarray(value, dtype).reshape(-1)[0]
   if dtype == "bool":
     return "True" if v else "False"
   if dtype.startswith("float"):
@@ -146,8 +146,15 @@ def _load_concatenate(ctx, e, names):
   return expr
 
 
+def _load_rev(ctx, e, name):
+  shape, dims = e.inputs[0].aval.shape, e.kw["dimensions"]
+  return ctx.element(name, [f"{ctx.size(shape[k])} - 1 - {i}" if k in dims else i
+                            for k, i in enumerate(ctx.index)])
+
+
 INDEX_LOADS = {P.broadcast_in_dim_p: _load_broadcast, P.transpose_p: _load_transpose,
-               P.reshape_p: _load_reshape, P.slice_p: _load_slice, P.pad_p: _load_pad}
+               P.reshape_p: _load_reshape, P.slice_p: _load_slice, P.pad_p: _load_pad,
+               P.rev_p: _load_rev}
 
 
 def abstract_ir(program: Program) -> str:
@@ -211,7 +218,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
   reductions = _reductions_of(program)
   # flat: one loop over the elements, when every array is read and written at the index
   flat = rank > 1 and not reductions and all(
-      (e.prim not in INDEX_LOADS or _is_splat(e))
+      (e.prim not in INDEX_LOADS or is_splat(e))
       and e.prim not in (P.concatenate_p, P.iota_p, P.dot_general_p)
       for e in program.eqns) and all(v.aval.shape == domain for v in program.inputs)
   out_index = {v: k for k, v in enumerate(program.outputs)}
@@ -236,7 +243,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
         if out in out_index:
           lines.append(f"{ctx.element(out_names[out_index[out]], index)} = {var}")
         continue
-      if _is_splat(e):
+      if is_splat(e):
         expr = const(e.inputs[0].value, out.aval.dtype)
       elif e.prim in INDEX_LOADS:  # fusion guarantees the operand is a region input
         expr = INDEX_LOADS[e.prim](ctx, e, names[e.inputs[0]])
@@ -271,7 +278,10 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
       loops[0] = f"for {index[0]} in range({rows[0]}, {rows[1]}):"
   nest = body(index, in_names, out_names)
   checks = list(ctx.range_checks)
-  prologue = list(ctx.prologue)
+  if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
+    ctx.precise = True
+    again = body(index, in_names, out_names)
+  prologue = list(ctx.prologue)  # views both bodies read
   init = _reduction_init(reductions, out_index)
   lines = [f"def {name}({', '.join(args)}):"]
   lines += ["  # " + l for l in abstract_ir(program).splitlines()]
@@ -290,9 +300,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
     lines += ["  " + l for l in _nest(loops, nest + count("nbig"))]
   else:
     lines += _nest(loops, nest + count("nbig"))
-  if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
-    ctx.precise = True
-    again = body(index, in_names, out_names)
+  if checks:
     lines.append("  if nbig + nbig_p > 0:")
     lines += ["    " + l for l in init]
     lines += ["  " + l for l in _nest(loops, again)]
@@ -301,9 +309,11 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
   return "\n".join(lines) + "\n", ctx.sizes
 
 
-def _is_splat(e) -> bool:
-  """A broadcast of a scalar literal: a constant, not a load."""
-  return e.prim is P.broadcast_in_dim_p and isinstance(e.inputs[0], Lit)
+def is_splat(e) -> bool:
+  """A broadcast of a one-element literal: a constant, not a load. (A larger literal is
+  an array the kernel reads: `codegen.module` makes it a kernel input.)"""
+  return e.prim is P.broadcast_in_dim_p and isinstance(e.inputs[0], Lit) and \
+      e.inputs[0].aval.size == 1
 
 
 def _unpack(n_in, n_out):
@@ -556,30 +566,34 @@ def _epilogue_lines(ctx, sub, out, program, n_in, rows):
 
 
 def emit_gather_kernel(name: str, program: Program) -> tuple[str, list]:
-  """gather / scatter_add over one axis, indices clipped into range (as numpy `take`)."""
+  """gather / scatter_add along one axis (with batch dims): `name(ins, outs, sz, err)`.
+
+  Every index is checked first (numpy's rule: negatives count from the end, anything
+  outside [-n, n) is out of bounds); the kernel returns 0, or 1 with the first bad index
+  and the axis size in `err[1]`, `err[2]` before it reads or writes anything."""
   ctx = KernelContext(name, program)
   (e,) = program.eqns
-  n_in = len(program.inputs)
   names = {v: f"in{i}" for i, v in enumerate(program.inputs)}
-  axis = e.kw["axis"]
-  x = e.inputs[0]
-  idx = e.inputs[1]
-  pre, post = x.aval.shape[:axis], x.aval.shape[axis + 1:]
-  ni = idx.aval.size
-  dims = [ctx.size(n) for n in pre] + [ctx.size(ni)] + [ctx.size(n) for n in post]
-  na = ctx.size(x.aval.shape[axis])
-  three = lambda n: f"({' * '.join(dims[:len(pre)]) or '1'}, {{}}, {' * '.join(dims[len(pre) + 1:]) or '1'})".format(n)
-  lines = [f"x3 = {names[x]}.reshape({three(na)})", f"ix = {names[idx]}.reshape(-1)",
-           f"o3 = out0.reshape({three(na) if e.prim is P.scatter_add_p else three(dims[len(pre)])})"]
-  body = ["for p in range(x3.shape[0]):", "  for j in range(ix.size):",
-          f"    k = min(max(ix[j], 0), {na} - 1)", "    for s in range(x3.shape[2]):"]
+  x, idx = e.inputs[:2]
+  axis, nbd = e.kw["axis"], e.kw["batch_dims"]
+  shape = x.aval.shape
+  size = lambda dims: " * ".join(ctx.size(n) for n in dims) or "1"
+  lines = [f"nb = {size(shape[:nbd])}", f"pre = {size(shape[nbd:axis])}",
+           f"na = {ctx.size(shape[axis])}", f"post = {size(shape[axis + 1:])}",
+           f"ni = {size(idx.aval.shape[nbd:])}",
+           f"x4 = {names[x]}.reshape((nb, pre, na, post))", f"ix = {names[idx]}.reshape((nb, ni))",
+           "for q in range(nb):", "  for j in range(ni):", "    k = ix[q, j]",
+           "    if k < -na or k >= na:", "      err[1] = k", "      err[2] = na", "      return 1"]
+  loops = ["for q in range(nb):", "  for p in range(pre):", "    for j in range(ni):",
+           "      k = ix[q, j]", "      if k < 0:", "        k += na", "      for s in range(post):"]
   if e.prim is P.gather_p:
-    lines += body + ["      o3[p, j, s] = x3[p, k, s]"]
+    lines += ["o4 = out0.reshape((nb, pre, ni, post))"] + loops
+    lines += ["        o4[q, p, j, s] = x4[q, p, k, s]"]
   else:
-    upd = e.inputs[2]
-    lines += [f"u3 = {names[upd]}.reshape({three(dims[len(pre)])})", "o3[...] = x3"]
-    lines += body + ["      o3[p, k, s] += u3[p, j, s]"]
-  src = [f"def {name}(ins, outs, sz):"]
+    lines += [f"u4 = {names[e.inputs[2]]}.reshape((nb, pre, ni, post))",
+              "o4 = out0.reshape((nb, pre, na, post))", "o4[...] = x4"] + loops
+    lines += ["        o4[q, p, k, s] += u4[q, p, j, s]"]
+  src = [f"def {name}(ins, outs, sz, err):"]
   src += ["  # " + l for l in abstract_ir(program).splitlines()]
-  src += ["  " + l for l in _unpack(n_in, 1) + lines] + ["  return"]
+  src += ["  " + l for l in _unpack(len(program.inputs), 1) + lines] + ["  return 0"]
   return "\n".join(src) + "\n", ctx.sizes

@@ -8,8 +8,10 @@ buffer is reused once the value in it (and every view of it) is dead. A region t
 reshapes a value is a view of its buffer, not a kernel.
 
 The driver is compiled as a numba `cfunc` of one argument, a table of data pointers:
-`[sizes, inputs..., constants..., outputs..., arena views...]` (the views' places in
-the arena are `Plan.views`); it returns 1. Its arrays are `carray`s over those pointers, so the driver builds no array
+`[sizes, err, inputs..., constants..., outputs..., arena views...]` (the views' places in
+the arena are `Plan.views`); it returns 1, or 2 when a kernel found an index out of bounds
+(then `err`, four int64, holds the site, the index and the axis size; `Plan.index_error`
+makes the exception). Its arrays are `carray`s over those pointers, so the driver builds no array
 objects and counts no references; `codegen.native` fills the table.
 """
 from __future__ import annotations
@@ -21,8 +23,8 @@ import re
 import numpy as np
 
 from primc import prims as P
-from primc.core import Eqn, Lit, Program, Var
-from passes.fusion import FusedProgram
+from primc.core import Eqn, Lit, PrimcIndexError, Program, Var, index_error
+from passes.fusion import OPAQUE, FusedProgram
 from passes.fusion import domain as fusion_domain
 from codegen import kernels
 from codegen.mathlib import FUNCTIONS
@@ -57,6 +59,14 @@ class Plan:
   # per threaded kernel and argument types: (name, ((dtype, ndim) of each input),
   # ((dtype, ndim) of each output)), for compiling them in parallel (codegen.kernel_workers)
   threaded: tuple = ()
+  # per kernel that checks indices: (primitive, axis, operand) for the error it reports
+  sites: tuple = ()
+
+  def index_error(self, site: int, index: int, size: int) -> PrimcIndexError:
+    """The error of a failed index check (the driver returned 2 with `err` set)."""
+    prim, axis, operand = self.sites[site]
+    error = index_error(index, axis, size)
+    return PrimcIndexError(f"{error} ({prim} of {operand} in a compiled program)")
 
   @property
   def out_specs(self) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
@@ -67,6 +77,10 @@ class Plan:
   def buffer_bytes(self) -> tuple[int, ...]:
     """The size of each arena buffer in bytes."""
     return tuple(b.size * np.dtype(b.dtype).itemsize for b in self.buffers)
+
+
+def _site(eqn: Eqn) -> tuple:
+  return (eqn.prim.name, eqn.kw["axis"], str(eqn.inputs[0].aval))
 
 
 def _kernel(region: Program, kind: str) -> tuple[str, list, bool]:
@@ -88,14 +102,15 @@ def _is_view(eqn: Eqn, out_vars) -> bool:
 
 
 def _lift_literal_arrays(region: Program) -> tuple[Program, list[np.ndarray]]:
-  """Non-scalar literals become extra kernel inputs (arrays held by the plan)."""
+  """Literals a kernel reads from memory become extra kernel inputs (arrays held by the
+  plan): non-scalar ones, and every operand of a product, gather or scatter."""
   consts: dict = {}
   eqns = []
   for e in region.eqns:
     ins = []
     for a in e.inputs:
-      if isinstance(a, Lit) and a.aval.shape != () and not (
-          e.prim.name == "broadcast_in_dim"):
+      if isinstance(a, Lit) and not kernels.is_splat(e) and (
+          a.aval.shape != () or e.prim in OPAQUE):
         if a not in consts:
           consts[a] = Var(a.aval)
         ins.append(consts[a])
@@ -132,6 +147,7 @@ def build(fused: FusedProgram) -> Plan:
   views: list[tuple] = []
   driver_sizes: list[int] = []
   threaded: list = []
+  sites: list[tuple] = []
 
   def dsize(n: int) -> str:
     driver_sizes.append(int(n))
@@ -187,7 +203,12 @@ def build(fused: FusedProgram) -> Plan:
     sizes.extend(ksizes)
     n_in = len(args) - len(eqn.outputs)
     pack = lambda xs: "(" + ", ".join(xs) + ("," if len(xs) == 1 else "") + ")"
-    calls.append(f"  {kname}({pack(args[:n_in])}, {pack(args[n_in:])}, sz[{start}:{len(sizes)}])")
+    call = f"{kname}({pack(args[:n_in])}, {pack(args[n_in:])}, sz[{start}:{len(sizes)}]"
+    if eqn.kw["kind"] == "gather":  # checks its indices: a failure names its site
+      sites.append(_site(region.eqns[0]))
+      calls += [f"  if {call}, err) != 0:", f"    err[0] = {len(sites) - 1}", "    return 2"]
+    else:
+      calls.append(f"  {call})")
     free_dead(eqn, i)
   # lay the slots out in one arena array per dtype
   dtypes = sorted({b.dtype for b in slots})
@@ -202,14 +223,15 @@ def build(fused: FusedProgram) -> Plan:
   table = ([(f"in{k}", v.aval.shape, v.aval.dtype) for k, v in enumerate(fused.inputs)]
            + [(f"c{k}", np.shape(c), np.asarray(c).dtype) for k, c in enumerate(const_arrays)]
            + [(f"out{k}", v.aval.shape, v.aval.dtype) for k, v in enumerate(out_vars)])
-  lines = [f"  {name} = carray(p[{k + 1}], {shape_of(shape)}, {np_type(dtype)})"
-           for k, (name, shape, dtype) in enumerate(table)]
+  lines = ["  err = carray(p[1], (4,), np.int64)"]
+  lines += [f"  {name} = carray(p[{k + 2}], {shape_of(shape)}, {np_type(dtype)})"
+            for k, (name, shape, dtype) in enumerate(table)]
   plan_views = []
   for c in calls:
     if isinstance(c, tuple):
       tname, slot, shape = views[c[1]]
       plan_views.append((dtypes.index(slots[slot].dtype), offsets[slot]))
-      lines.append(f"  {tname} = carray(p[{len(table) + len(plan_views)}], {shape}, "
+      lines.append(f"  {tname} = carray(p[{len(table) + len(plan_views) + 1}], {shape}, "
                    f"{np_type(slots[slot].dtype)})")
     else:
       lines.append(c)
@@ -242,6 +264,6 @@ def build(fused: FusedProgram) -> Plan:
   source = "\n".join(header) + "\n\n".join(parts) + "\n\n" + "\n".join(driver) + "\n"
   return Plan(source, np.asarray(sizes, np.int64), fused.inputs, tuple(out_vars),
               tuple(program_outputs), tuple(buffers), tuple(const_arrays), tuple(plan_views),
-              tuple(dict.fromkeys(threaded)))
+              tuple(dict.fromkeys(threaded)), tuple(sites))
 
 

@@ -1,7 +1,7 @@
 """Native entry points: one CPython function per compiled plan, generated as LLVM IR.
 
 A module's driver is a numba `cfunc` of one argument, a table of data pointers
-(`[sizes, inputs..., constants..., outputs..., arena views...]`, see `codegen.module`).
+(`[sizes, err, inputs..., constants..., outputs..., arena views...]`, see `codegen.module`).
 The entry is the CPython function (`METH_FASTCALL`) in front of it: it checks each input
 (exactly an ndarray, C-contiguous and aligned, of the plan's dtype and shape), allocates
 the outputs with numpy's `PyArray_Empty`, points the table at the arrays and at a stack
@@ -10,8 +10,10 @@ and one allocation per output: no Python frame, no numba dispatch (type fingerpr
 a meminfo per array argument) and no arena views built at run time.
 
 An argument the entry does not take returns `None` (a miss: the caller takes its general
-path, which converts the arguments). A driver that raised (numba prints the error; a cfunc
-cannot pass it on) returns NULL with a RuntimeError.
+path, which converts the arguments). A driver that found an index out of bounds (status 2,
+its `err` record on the entry's stack) makes the entry call the plan's error handler,
+which raises the IndexError; a driver that raised (numba prints the error; a cfunc cannot
+pass it on) returns NULL with a RuntimeError.
 
 The entry reads `PyArrayObject` and `PyArray_Descr` fields at fixed offsets and calls
 numpy's C API through its table (indices fixed by numpy's ABI). `available()` checks the
@@ -52,6 +54,7 @@ class EntrySpec:
   sizes: int                                          # data address of the sizes array
   driver: int                                         # the cfunc's address
   result: str                                         # "leaf" | "tuple" | "list" | "ok"
+  on_error: int = 0  # address of a callable(site, index, size) that raises the index error
 
   def __post_init__(self):
     # an entry returns the outputs it allocated, or True over outputs it was given
@@ -82,6 +85,7 @@ def _capi() -> dict[str, int]:
           "tuple_set": fn("PyTuple_SetItem"), "list_new": fn("PyList_New"),
           "list_set": fn("PyList_SetItem"), "set_string": fn("PyErr_SetString"),
           "runtime_error": ctypes.c_void_p.in_dll(api, "PyExc_RuntimeError").value,
+          "call_function": fn("PyObject_CallFunction"),
           "none": id(None), "true": id(True)}
 
 
@@ -248,7 +252,9 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
     bases = [b.gep(arena, [ir.Constant(i64, s)]) for s in starts[:-1]]
   else:
     bases = [field(arg(next(given)), DATA, ptr) for _ in spec.buffers]
-  entries = ([const_ptr(spec.sizes)] + data + [const_ptr(c) for c in spec.consts]
+  err = b.alloca(i64, ir.Constant(i64, 4))  # the driver's error record (see codegen.module)
+  entries = ([const_ptr(spec.sizes), b.bitcast(err, ptr)] + data
+             + [const_ptr(c) for c in spec.consts]
              + [field(o, DATA, ptr) for o in outs]
              + [b.gep(bases[buf], [ir.Constant(i64, off)]) for buf, off in spec.views])
   table = b.alloca(ptr, ir.Constant(i64, len(entries)))
@@ -259,6 +265,18 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
   failed, done = fn.append_basic_block("failed"), fn.append_basic_block("done")
   b.cbranch(b.icmp_signed("==", status, ir.Constant(i64, 1)), done, failed)
   b.position_at_end(failed)
+  bad_index, crashed = fn.append_basic_block("bad_index"), fn.append_basic_block("crashed")
+  b.cbranch(b.icmp_signed("==", status, ir.Constant(i64, 2)), bad_index, crashed)
+  b.position_at_end(bad_index)  # the handler raises the IndexError (it returns NULL)
+  fmt = bytearray(b"LLL\0")
+  g = ir.GlobalVariable(mod, ir.ArrayType(i8, len(fmt)), "fmt_lll")
+  g.global_constant, g.initializer = True, ir.Constant(ir.ArrayType(i8, len(fmt)), fmt)
+  record = [b.load(b.gep(err, [ir.Constant(i64, k)])) for k in range(3)]
+  call_ty = ir.FunctionType(ptr, [ptr, ptr], var_arg=True)
+  raised = b.call(b.inttoptr(ir.Constant(i64, capi["call_function"]), call_ty.as_pointer()),
+                  [const_ptr(spec.on_error), b.bitcast(g, ptr)] + record)
+  fail()
+  b.position_at_end(crashed)
   fail("a compiled primc program failed (numba printed its error above)")
   b.position_at_end(done)
   if spec.result == "ok":
@@ -279,12 +297,12 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
   return str(mod)
 
 
-def ctypes_entry(spec: EntrySpec, keep_alive, driver):
+def ctypes_entry(spec: EntrySpec, keep_alive, driver, on_error):
   """The general entry (`result="ok"`, outputs and arena passed in) through ctypes, for a
   process where `available()` is False: the same checks and table, built in Python."""
   assert spec.result == "ok" and not spec.stack_arena
   n_in, n_out = len(spec.inputs), len(spec.outputs)
-  table_type = ctypes.c_void_p * (1 + n_in + len(spec.consts) + n_out + len(spec.views))
+  table_type = ctypes.c_void_p * (2 + n_in + len(spec.consts) + n_out + len(spec.views))
   def run(*args):
     if len(args) != spec.n_args:
       return None
@@ -294,9 +312,13 @@ def ctypes_entry(spec: EntrySpec, keep_alive, driver):
         return None
     data = [a.ctypes.data for a in args]
     bases = data[n_in + n_out:]
-    table = table_type(spec.sizes, *data[:n_in], *spec.consts, *data[n_in:n_in + n_out],
-                       *(bases[k] + off for k, off in spec.views))
-    if driver.ctypes(table) != 1:
+    err = np.zeros(4, np.int64)
+    table = table_type(spec.sizes, err.ctypes.data, *data[:n_in], *spec.consts,
+                       *data[n_in:n_in + n_out], *(bases[k] + off for k, off in spec.views))
+    status = driver.ctypes(table)
+    if status == 2:
+      on_error(*err[:3].tolist())
+    if status != 1:
       raise RuntimeError("a compiled primc program failed (numba printed its error above)")
     return True
 

@@ -51,7 +51,7 @@ dce_rules[region_p] = _prune_region
 
 GENERATORS = {P.full_p, P.iota_p}
 INDEX_MAPS = {P.broadcast_in_dim_p, P.reshape_p, P.transpose_p, P.slice_p, P.pad_p,
-              P.concatenate_p}
+              P.concatenate_p, P.rev_p}
 REDUCTIONS = {P.reduce_sum_p, P.reduce_max_p}
 OPAQUE = {P.dot_general_p: "dot", P.gather_p: "gather", P.scatter_add_p: "gather"}
 MAX_REGION_EQNS = 400  # profitability: very large kernels compile slowly

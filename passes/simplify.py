@@ -60,6 +60,15 @@ def compose_transpose(r, x, *, permutation):
   return r.emit(P.transpose_p, [inner.inputs[0]], permutation=perm)
 
 
+def compose_rev(r, x, *, dimensions):
+  """rev of a rev reverses the dims reversed an odd number of times."""
+  inner = r.producer(x, "rev")
+  if inner is None:
+    return None
+  dims = tuple(sorted(set(dimensions) ^ set(inner.kw["dimensions"])))
+  return inner.inputs[0] if not dims else r.emit(P.rev_p, [inner.inputs[0]], dimensions=dims)
+
+
 def sum_of_broadcast(r, x, *, axes):
   # sum over axes that a broadcast created = the operand times their count (NaN/inf-safe)
   inner = r.producer(x, "broadcast_in_dim")
@@ -94,6 +103,17 @@ def dot_of_transpose(r, x, y, *, dimension_numbers):
     args = [t.inputs[0], y] if side == 0 else [x, t.inputs[0]]
     return r.emit(P.dot_general_p, args, dimension_numbers=dn)
   return None
+
+
+def dot_of_scalar(r, x, y, *, dimension_numbers):
+  """A product with a 0-d operand (nothing to contract) is an elementwise product."""
+  ax, ay = r.read(x).aval, r.read(y).aval
+  if ax.ndim and ay.ndim:
+    return None
+  scalar, other = (x, y) if not ax.ndim else (y, x)
+  shape = r.read(other).aval.shape
+  wide = r.emit(P.broadcast_in_dim_p, [scalar], shape=shape, broadcast_dimensions=())
+  return r.emit(P.mul_p, [x, wide] if scalar is y else [wide, y])
 
 
 def transpose_of_dot(r, x, *, permutation):
@@ -191,6 +211,10 @@ RULES = [
     (P.transpose_p, compose_transpose),
     (P.transpose_p, transpose_of_dot),
     (P.dot_general_p, dot_of_transpose),
+    (P.dot_general_p, dot_of_scalar),
+    (P.rev_p, lambda r, x, *, dimensions:
+     x if all(r.read(x).aval.shape[d] <= 1 for d in dimensions) else None),
+    (P.rev_p, compose_rev),
     (P.slice_p, lambda r, x, *, start_indices, limit_indices, strides:
      x if r.read(x).aval.shape == tuple(limit_indices) and not any(start_indices)
      and set(strides) <= {1} else None),

@@ -241,11 +241,12 @@ def _concatenate_transpose(ct, *xs, dimension):
 
 
 deflinear(P.concatenate_p, _concatenate_transpose)
-deflinear(P.gather_p, lambda ct, x, idx, *, axis: [
-    P.scatter_add(P.zeros(x.aval), idx, ct, axis), None], linear_args=(0,))
-deflinear(P.scatter_add_p, lambda ct, x, idx, upd, *, axis: [
+deflinear(P.gather_p, lambda ct, x, idx, *, axis, batch_dims: [
+    P.scatter_add(P.zeros(x.aval), idx, ct, axis, batch_dims), None], linear_args=(0,))
+deflinear(P.scatter_add_p, lambda ct, x, idx, upd, *, axis, batch_dims: [
     ct if is_undefined(x) else None, None,
-    P.gather(ct, idx, axis) if is_undefined(upd) else None], linear_args=(0, 2))
+    P.gather(ct, idx, axis, batch_dims) if is_undefined(upd) else None], linear_args=(0, 2))
+deflinear(P.rev_p, lambda ct, x, *, dimensions: [P.rev(ct, dimensions)])
 
 # ---------------------------------------------------------------------------------------
 # Reductions and contractions
@@ -315,7 +316,7 @@ defbilinear(P.dot_general_p,
 # Primitives that are linear in some argument: each must have a transpose rule.
 LINEAR_PRIMITIVES = (P.neg_p, P.add_p, P.sub_p, P.mul_p, P.div_p, P.convert_p, P.select_p,
                      P.broadcast_in_dim_p, P.reshape_p, P.transpose_p, P.slice_p, P.pad_p,
-                     P.concatenate_p, P.gather_p, P.scatter_add_p, P.reduce_sum_p,
+                     P.concatenate_p, P.gather_p, P.scatter_add_p, P.rev_p, P.reduce_sum_p,
                      P.dot_general_p)
 
 

@@ -346,12 +346,19 @@ def check_grads(f: Callable, args: Sequence, order: int = 1, modes=("fwd", "rev"
 
   `fwd` compares `jvp` with finite differences along a random direction; `rev` checks the
   transpose identity <ct, J v> = <J^T ct, v>. For `order > 1`, the same checks are applied
-  to the derivative functions themselves. Use float64 arguments.
+  to the derivative functions themselves. Arguments may be pytrees (tuples, lists, dicts of
+  arrays). Use float64 arguments.
 
   Raises:
     AssertionError: naming the mode and order that disagree.
   """
   rng = np.random.default_rng(seed)
+  leaves, in_tree = tree_flatten(list(args))
+  if len(leaves) != len(args) or in_tree.kind != "list" or any(
+      c.kind != "leaf" for c in in_tree.children):  # pytree arguments: check the flat function
+    def flat_f(*xs):
+      return f(*tree_unflatten(in_tree, list(xs)))
+    return check_grads(flat_f, leaves, order, modes, eps, atol, rtol, seed)
   args = tuple(np.asarray(a) for a in args)
   tangents = [rng.standard_normal(a.shape).astype(a.dtype) if a.dtype.kind == "f" else None
               for a in args]

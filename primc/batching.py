@@ -57,6 +57,8 @@ batch_rules[P.transpose_p] = lambda args, dims, *, permutation: (
 batch_rules[P.slice_p] = lambda args, dims, *, start_indices, limit_indices, strides: (
     P.slice_(args[0], (0,) + start_indices, (aval_of(args[0]).shape[0],) + limit_indices,
              (1,) + strides), 0)
+batch_rules[P.rev_p] = lambda args, dims, *, dimensions: (
+    P.rev(args[0], tuple(d + 1 for d in dimensions)), 0)
 batch_rules[P.pad_p] = lambda args, dims, *, padding_config: (
     P.pad(args[0], ((0, 0, 0),) + padding_config), 0)
 batch_rules[P.reduce_sum_p] = lambda args, dims, *, axes: (
@@ -78,47 +80,23 @@ def _concatenate_rule(args, dims, *, dimension):
 batch_rules[P.concatenate_p] = _concatenate_rule
 
 
-def _flat_index(x, idx, axis):
-  """Folds the batch axis of x (B, ..., A at axis+1, ...) and of idx (B, *I) into one gather
-  axis: returns x as (B*A, *rest) and idx offset by b*A."""
-  xa = aval_of(x)
-  b, a = xa.shape[0], xa.shape[axis + 1]
-  xt = moveaxis(x, axis + 1, 1)
-  flat = P.reshape(xt, (b * a,) + aval_of(xt).shape[2:])
-  ia = aval_of(idx)
-  offsets = P.mul(P.iota(ia.shape, 0, ia.dtype), P.scalar_like(a, idx))
-  return flat, P.add(idx, offsets)
-
-
-def _gather_rule(args, dims, *, axis):
+def _gather_rule(args, dims, *, axis, batch_dims):
   (x, idx), (dx, di) = args, dims
-  if di is None:
+  if di is None and batch_dims == 0:  # the same indices for every item
     return P.gather(x, idx, axis + 1), 0
-  n_idx = aval_of(idx).ndim - 1
-  if dx is None:
+  if dx is None and batch_dims == 0:  # every item's indices into the same x
     return moveaxis(P.gather(x, idx, axis), axis, 0), 0
-  flat, flat_idx = _flat_index(x, idx, axis)
-  g = P.gather(flat, flat_idx, 0)  # (B, *I, *x[:axis], *x[axis+1:])
-  perm = ([0] + [1 + n_idx + j for j in range(axis)] + [1 + i for i in range(n_idx)]
-          + list(range(1 + n_idx + axis, aval_of(g).ndim)))
-  return P.transpose(g, perm), 0
+  n = _size(args, dims)  # the batch becomes one more batch dim of the gather
+  return P.gather(materialize(x, dx, n), materialize(idx, di, n), axis + 1, batch_dims + 1), 0
 
 
-def _scatter_add_rule(args, dims, *, axis):
+def _scatter_add_rule(args, dims, *, axis, batch_dims):
   (x, idx, upd), (dx, di, du) = args, dims
   n = _size(args, dims)
   x, upd = materialize(x, dx, n), materialize(upd, du, n)
-  if di is None:
+  if di is None and batch_dims == 0:
     return P.scatter_add(x, idx, upd, axis + 1), 0
-  n_idx = aval_of(idx).ndim - 1
-  flat, flat_idx = _flat_index(x, idx, axis)
-  # upd is (B, *x[:axis], *I, *x[axis+1:]); the flat scatter wants (B, *I, *x[:axis], ...)
-  perm = ([0] + [1 + axis + i for i in range(n_idx)] + [1 + j for j in range(axis)]
-          + list(range(1 + axis + n_idx, aval_of(upd).ndim)))
-  out = P.scatter_add(flat, flat_idx, P.transpose(upd, perm), 0)
-  xa = aval_of(x)
-  moved = P.reshape(out, (xa.shape[0], xa.shape[axis + 1]) + aval_of(out).shape[1:])
-  return moveaxis(moved, 1, axis + 1), 0
+  return P.scatter_add(x, materialize(idx, di, n), upd, axis + 1, batch_dims + 1), 0
 
 
 batch_rules[P.gather_p] = _gather_rule

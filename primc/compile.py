@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from primc.core import Program
+from primc.core import PrimcIndexError, Program
 
 
 @dataclasses.dataclass
@@ -142,28 +142,36 @@ class Jitted:
     # Hot path: the arguments of the last fast call again (its native entry checks their
     # types, dtypes, shapes and layout, and returns None for others). Then the fast path: flat
     # ndarray arguments whose signature (with C-contiguous strides) was compiled before.
-    # Anything else takes the general path below.
-    if out is None:
-      hot = self._hot
-      if hot is not None:
-        result = hot(*args)
-        if result is not None:
-          return result
-      try:
-        entry = self._fast.get(tuple([(a.shape, a.strides, a.dtype) for a in args]))
-      except AttributeError:
-        entry = None
-      if entry is not None and all([type(a) is np.ndarray for a in args]):
-        if entry[2] is None:
-          entry[2] = entry[0].runner(entry[1])
-        result = None if entry[2] is None else entry[2](*args)
-        if result is not None:
-          self._hot = entry[2]
-          return result
-    from primc.trace import Tracer
+    # Anything else takes the general path (`_call`).
+    try:
+      if out is None:
+        hot = self._hot
+        if hot is not None:
+          result = hot(*args)
+          if result is not None:
+            return result
+        try:
+          entry = self._fast.get(tuple([(a.shape, a.strides, a.dtype) for a in args]))
+        except AttributeError:
+          entry = None
+        if entry is not None and all([type(a) is np.ndarray for a in args]):
+          if entry[2] is None:
+            entry[2] = entry[0].runner(entry[1])
+          result = None if entry[2] is None else entry[2](*args)
+          if result is not None:
+            self._hot = entry[2]
+            return result
+      return self._call(args, out)
+    except PrimcIndexError as e:  # found by the compiled code: name the function too
+      if getattr(e, "located", False):
+        raise
+      raise _located_in(e, self.fun) from None
+
+  def _call(self, args, out):
+    from primc.trace import Tracer, tracing
     from primc.tree import tree_flatten, tree_unflatten
-    if any(isinstance(x, Tracer) for x in tree_flatten(list(args))[0]):
-      return self.fun(*args)
+    if tracing() or any(isinstance(x, Tracer) for x in tree_flatten(list(args))[0]):
+      return self.fun(*args)  # inside a trace, jit traces through (like any function)
     static, leaves, tree = self._split(args)
     key = self._key(static, leaves, tree)
     entry = self._compiled.get(key)
@@ -225,6 +233,15 @@ def load_executable(traced: Program, tiered: bool | None = None):
     program = run_passes(traced) if optimized is None else optimized
     return tiers.Tiered(plan, program, tiers.start(key, plan))
   return Executable.load(plan)
+
+
+def _located_in(error, fun):
+  """A copy of a run-time error naming the jitted function and where it is defined."""
+  code = getattr(fun, "__code__", None)
+  where = f" at {code.co_filename}:{code.co_firstlineno}" if code else ""
+  out = type(error)(f"{error}, in {getattr(fun, '__qualname__', fun)!s}{where}")
+  out.located = True
+  return out
 
 
 def _out_leaves(out, executable):

@@ -27,6 +27,18 @@ class ShapeError(PrimcError):
   """Raised by abstract rules; the tracer adds the op and source location."""
 
 
+class PrimcIndexError(PrimcError, IndexError):
+  """An index out of bounds (numpy's rule: negatives count from the end, anything outside
+  `[-n, n)` is an error), raised while tracing for indices known then, and by the call for
+  indices known only at run time. Also an `IndexError`, so Python's iteration protocol and
+  users' `except IndexError` see it."""
+
+
+def index_error(index: int, axis: int, size: int) -> PrimcIndexError:
+  """numpy's wording, so messages read the same in every path."""
+  return PrimcIndexError(f"index {index} is out of bounds for axis {axis} with size {size}")
+
+
 _dtype_names: dict = {}
 
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from primc.core import PrimcError
-from primc.trace import Tracer
+from primc.trace import Tracer, plain_array
 from primc.tree import partial_over_leaves, tree_flatten, tree_unflatten
 
 
@@ -55,6 +55,8 @@ class Tensor:
   def __init__(self, value, stop_gradient: bool = True, node: Node | None = None, index=0):
     if isinstance(value, Tensor):
       value = value.value
+    if isinstance(value, np.ndarray) and type(value) is not np.ndarray:
+      value = plain_array(value)  # refuses a masked array
     self.value = value if isinstance(value, Tracer) else np.asarray(value)
     self.stop_gradient = stop_gradient
     self.grad: Tensor | None = None
@@ -123,6 +125,8 @@ class Tensor:
 def to_tensor(data, dtype=None, stop_gradient: bool = True) -> Tensor:
   """A tensor from data (Python floats become float32, ints int32, as in primc.numpy)."""
   from primc.trace import as_array
+  if isinstance(data, np.ndarray) and type(data) is not np.ndarray:
+    data = plain_array(data)
   value = np.asarray(data, dtype) if dtype is not None else np.asarray(as_array(
       np.asarray(data) if isinstance(data, (list, tuple)) else data))
   if value.dtype == np.float64 and dtype is None and not isinstance(data, np.ndarray):
@@ -132,6 +136,19 @@ def to_tensor(data, dtype=None, stop_gradient: bool = True) -> Tensor:
 
 # ---------------------------------------------------------------------------------------
 # Applying ops
+
+def on_values(func, args, kwargs):
+  """A numpy function primc.numpy lacks, applied to tensors' values: allowed only where no
+  gradient is lost (no tensor among the arguments requires one); returns numpy arrays."""
+  leaves = tree_flatten((list(args), kwargs))[0]
+  if any(isinstance(t, Tensor) and t.requires_grad() for t in leaves):
+    name = getattr(func, "__name__", repr(func))
+    raise PrimcError(f"numpy.{name} of a tensor that requires a gradient would lose it: "
+                     f"use primc.numpy's ops, or .detach() / .numpy() first")
+  unwrap = lambda x: x.numpy() if isinstance(x, Tensor) else x
+  args, kwargs = tree_unflatten(tree_flatten((list(args), kwargs))[1], list(map(unwrap, leaves)))
+  return func(*args, **kwargs)
+
 
 def apply(fn: Callable, args, kwargs):
   """Runs a primc.numpy op on tensors; records a node when an input requires a gradient."""

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from primc import prims as P
-from primc.core import FLOAT_DTYPES, PrimcError, ShapeError
+from primc.core import FLOAT_DTYPES, PrimcError, PrimcIndexError, ShapeError, index_error
 from primc.trace import Tracer, as_array, aval_of, locate, user_op, user_source
 
 float32, float64, int32, int64, bool_ = (np.float32, np.float64, np.int32, np.int64, np.bool_)
@@ -416,17 +416,32 @@ def _slice_axis(x, axis, lo, hi):
   return P.slice_(x, start, limit)
 
 
+def _index_array(k, axis: int, size: int):
+  """An integer index array along an axis of `size`: a traced one as it is (the compiled
+  code checks it), a constant one checked now and with negatives counted from the end."""
+  if isinstance(k, Tracer):
+    if aval_of(k).dtype not in ("int32", "int64"):
+      raise PrimcIndexError(f"arrays used as indices must be of integer type, got "
+                            f"{aval_of(k).dtype}")
+    return k
+  a = np.asarray(k)
+  if a.dtype.kind == "f" and a.size == 0:  # numpy reads an empty list as an integer index
+    a = a.astype(np.int64)
+  if a.dtype.kind not in "iu":
+    raise PrimcIndexError(f"arrays used as indices must be of integer type, got {a.dtype}")
+  return P.wrap_indices(a, size, axis).astype(np.int64 if a.dtype.itemsize > 4 else np.int32)
+
+
 @_op
 def take(x, indices, axis=None):
-  """numpy.take along one axis (indices are clipped into range, as `mode='clip'`)."""
+  """numpy.take (`mode="raise"`): negative indices count from the end; an index out of
+  bounds raises IndexError (now for constant indices, at run time for traced ones)."""
   x = as_array(x)
-  indices = as_array(indices)
-  if aval_of(indices).dtype not in ("int32", "int64"):
-    raise ShapeError(f"indices must be integers, got {aval_of(indices).dtype}")
   if axis is None:
     x = reshape(x, (-1,))
     axis = 0
-  return P.gather(x, indices, axis % aval_of(x).ndim)
+  axis = _axes(axis, aval_of(x).ndim)[0]
+  return P.gather(x, _index_array(indices, axis, aval_of(x).shape[axis]), axis)
 
 
 def index_select(x, index, axis=0):
@@ -439,53 +454,140 @@ def gather(x, index, axis=0):
   return take(x, index, axis)
 
 
+def _expand_index(idx, ndim: int) -> list:
+  """The index as a list of entries, one per dim of the array plus None for new axes:
+  Ellipsis expanded, 0-d integer arrays as integers, boolean masks (known while tracing)
+  as the integer arrays of their nonzero entries."""
+  out = []
+  for k in (list(idx) if isinstance(idx, tuple) else [idx]):
+    if isinstance(k, Tracer):
+      if aval_of(k).dtype == "bool":
+        raise PrimcIndexError("a boolean mask computed while tracing cannot index (the "
+                              "result's shape would depend on its values): use where()")
+      out.append(k)
+    elif isinstance(k, (list, np.ndarray, bool, np.bool_)):
+      a = np.asarray(k)
+      if a.dtype == np.bool_:
+        if a.ndim == 0:
+          raise PrimcIndexError(f"indexing with a boolean scalar ({k!r}) is not supported")
+        out.extend(np.nonzero(a))
+      else:
+        out.append(a if a.ndim else operator_index(a))
+    else:
+      out.append(k)
+  if builtins.sum(k is Ellipsis for k in out if not _is_array(k)) > 1:
+    raise PrimcIndexError("an index can only have a single ellipsis ('...')")
+  used = builtins.sum(1 for k in out if _is_array(k) or (k is not None and k is not Ellipsis))
+  if used > ndim:
+    raise PrimcIndexError(f"too many indices for array: array is {ndim}-dimensional, but "
+                          f"{used} were indexed")
+  fill = [builtins.slice(None)] * (ndim - used)
+  at = next((i for i, k in enumerate(out) if not _is_array(k) and k is Ellipsis), len(out))
+  return out[:at] + fill + out[at + 1:]
+
+
+def _is_array(k) -> bool:
+  return isinstance(k, (np.ndarray, Tracer))
+
+
+def operator_index(k) -> int:
+  """An integer index (ints, numpy integers, 0-d integer arrays), as numpy accepts it."""
+  a = np.asarray(k) if not isinstance(k, Tracer) else None
+  if a is not None and a.ndim == 0 and a.dtype.kind in "iu":
+    return int(a)
+  raise PrimcIndexError(f"only integers, slices (`:`), ellipsis (`...`), None and integer "
+                        f"or boolean arrays are valid indices, got {type(k).__name__} "
+                        f"({k!r:.40})")
+
+
+def _slice_bounds(k: builtins.slice, n: int) -> tuple[bool, int, int, int]:
+  """(reversed, start, limit, stride) with a positive stride: numpy's slice `k` of a dim
+  of size n, read from the dim as it is or from the reversed dim."""
+  lo, hi, st = k.indices(n)
+  m = len(range(lo, hi, st))
+  if m == 0:
+    return False, 0, 0, 1
+  if st < 0:
+    return True, n - 1 - lo, n - 1 - lo + (m - 1) * -st + 1, -st
+  return False, lo, lo + (m - 1) * st + 1, st
+
+
+def _basic(x, dims):
+  """x with each dim indexed by its entry: a slice (any step) keeps the dim, an integer
+  leaves a unit dim (dropped by the caller), an array keeps the whole dim (for later)."""
+  shape = aval_of(x).shape
+  flips, start, limit, strides = [], [], [], []
+  for dim, (k, n) in enumerate(zip(dims, shape)):
+    if isinstance(k, builtins.slice):
+      flip, lo, hi, st = _slice_bounds(k, n)
+      flips += [dim] if flip else []
+    elif _is_array(k):
+      lo, hi, st = 0, n, 1
+    else:
+      k = operator_index(k)
+      if not -n <= k < n:
+        raise index_error(k, dim, n)
+      lo, hi, st = k % n, k % n + 1, 1
+    start.append(lo), limit.append(hi), strides.append(st)
+  if flips:
+    x = P.rev(x, flips)
+  whole = tuple(start) == (0,) * len(shape) and tuple(limit) == shape and set(strides) <= {1}
+  return x if whole else P.slice_(x, start, limit, strides)
+
+
 @_op
 def getitem(x, idx):
-  """Basic indexing: ints, slices (positive steps), None, Ellipsis; one integer array."""
+  """numpy indexing, for values and gradients: integers (negative from the end; out of
+  bounds an IndexError), slices with any step, None, Ellipsis, integer arrays (constant or
+  traced; several broadcast together, their dims placed as numpy places them) and boolean
+  masks known while tracing."""
   x = as_array(x)
+  entries = _expand_index(idx, aval_of(x).ndim)
+  if builtins.any(_is_array(k) for k in entries):
+    return _advanced_index(x, entries)
+  x = _basic(x, [k for k in entries if k is not None])
+  sizes, out_shape = iter(aval_of(x).shape), []
+  for k in entries:
+    n = 1 if k is None else next(sizes)
+    if k is None or isinstance(k, builtins.slice):  # an integer's unit dim goes
+      out_shape.append(n)
+  return reshape(x, out_shape)
+
+
+def _advanced_index(x, entries):
+  """Integer-array indexing (numpy's advanced indexing): the index arrays, and integers
+  beside them, broadcast to one shape B; B's dims stand where the indexed dims stood
+  when those stand together in the index (no slice or None between them), else first."""
+  dims = [k for k in entries if k is not None]  # one per dim of x
+  adv = [d for d, k in enumerate(dims) if not isinstance(k, builtins.slice)]
+  x = _basic(x, [k if isinstance(k, builtins.slice) else builtins.slice(None) for k in dims])
   shape = aval_of(x).shape
-  idx = idx if isinstance(idx, tuple) else (idx,)
-  arrays = [i for i, k in enumerate(idx) if isinstance(k, (np.ndarray, Tracer, list))]
-  if arrays:
-    if len(arrays) > 1 or len(idx) > 1 and not all(
-        isinstance(k, slice) and k == slice(None) for i, k in enumerate(idx) if i != arrays[0]):
-      raise PrimcError(f"indexing with {idx!r:.80}: only one integer array index along one axis "
-                       f"is supported")
-    return take(x, np.asarray(idx[arrays[0]]) if isinstance(idx[arrays[0]], list)
-                else idx[arrays[0]], axis=arrays[0])
-  n_real = len([k for k in idx if k is not None and k is not Ellipsis])
-  if n_real > len(shape):
-    raise ShapeError(f"too many indices ({n_real}) for an array of rank {len(shape)}")
-  fill = (slice(None),) * (len(shape) - n_real)
-  if Ellipsis in idx:
-    at = idx.index(Ellipsis)
-    idx = idx[:at] + fill + idx[at + 1:]
-  else:
-    idx = idx + fill
-  start, limit, strides, out_shape = [], [], [], []
-  dim = 0
-  for k in idx:
-    if k is None:
-      out_shape.append(1)
-      continue
-    n = shape[dim]
-    if isinstance(k, slice):
-      lo, hi, st = k.indices(n)
-      if st < 0:
-        raise PrimcError(f"negative slice steps are not supported")
-      hi = builtins.max(lo, hi)
-      start.append(lo), limit.append(hi), strides.append(st)
-      out_shape.append(-(-(hi - lo) // st))
-    else:
-      k = int(k)
-      if not -n <= k < n:
-        raise ShapeError(f"index {k} is out of bounds for axis {dim} with size {n}")
-      k %= n
-      start.append(k), limit.append(k + 1), strides.append(1)
-    dim += 1
-  whole = tuple(start) == (0,) * len(shape) and tuple(limit) == shape and set(strides) <= {1}
-  out = x if whole else P.slice_(x, start, limit, strides)
-  return reshape(out, out_shape)
+  index = [as_array(_index_array(dims[d], d, shape[d])) for d in adv]
+  b = broadcast_shapes(*(aval_of(i).shape for i in index))
+  index = [broadcast_to(i, b) for i in index]
+  kinds = "".join("N" if k is None else "S" if isinstance(k, builtins.slice) else "A"
+                  for k in entries)
+  first, last = kinds.index("A"), kinds.rindex("A")
+  together = set(kinds[first:last + 1]) == {"A"}
+  rest = [d for d in range(len(shape)) if d not in adv]
+  if len(adv) == 1:  # gathered in place: B's dims where the indexed dim was
+    out = P.gather(x, index[0], adv[0])
+  else:  # the indexed dims moved first, gathered one after another, paired along B
+    out = P.gather(transpose(x, adv + rest), index[0], 0)
+    for i in index[1:]:
+      out = P.gather(out, i, len(b), len(b))
+    at = kinds[:first].count("S") if together else 0  # slice dims before B's
+    nb = len(b)
+    out = transpose(out, [*range(nb, nb + at), *range(nb), *range(nb + at, nb + len(rest))])
+  sizes, final = iter([shape[d] for d in rest]), ([] if together else list(b))
+  for pos, kind in enumerate(kinds):  # None's unit dims, among the slice dims and B
+    if kind == "N":
+      final.append(1)
+    elif kind == "S":
+      final.append(next(sizes))
+    elif pos == first and together:
+      final.extend(b)
+  return reshape(out, final)
 
 
 # ---------------------------------------------------------------------------------------
@@ -593,8 +695,8 @@ def dot(a, b):
     return multiply(a, b)
   if len(sa) <= 2 and len(sb) <= 2:
     return matmul(a, b)
-  a, b = _promote_list([a, b])
-  return P.dot_general(a, b, (((len(sa) - 1,), (len(sb) - 2,)), ((), ())))
+  a, b = _promote_list([a, b])  # a's last axis with b's second-to-last (or only) axis
+  return P.dot_general(a, b, (((len(sa) - 1,), (builtins.max(len(sb) - 2, 0),)), ((), ())))
 
 
 @_op
@@ -718,6 +820,47 @@ for _name, _fn in _TRACER_METHODS.items():
   setattr(Tracer, _name, _fn)
 
 
+def _numpy_name(func) -> str:
+  return {"absolute": "abs", "true_divide": "divide"}.get(func.__name__, func.__name__)
+
+
+def _numpy_dispatch(func, method, args, kwargs, fallback):
+  """numpy's own functions and ufuncs applied to primc values (`np.tanh(t)`,
+  `np.sum(t, axis=0)`): the primc.numpy op of the same name, else `fallback()`."""
+  ours = globals().get(_numpy_name(func))
+  plain = method == "__call__" and all(v is None for k, v in kwargs.items()
+                                       if k in ("out", "where", "casting", "order", "subok"))
+  if ours is None or not callable(ours) or isinstance(ours, type) or not plain or \
+      getattr(ours, "__module__", None) != __name__:
+    return fallback()
+  kwargs = {k: v for k, v in kwargs.items() if v is not None}
+  return ours(*args, **kwargs)
+
+
+def _refuse(func, method, what):
+  module = getattr(func, "__module__", None) or "numpy"
+  name = f"{module if module.startswith('numpy.') else 'numpy'}.{func.__name__}" + (
+      "" if method == "__call__" else f".{method}")
+  ours = _numpy_name(func)
+  hint = (f"call primc.numpy.{ours} (without out=/where=)" if ours in globals() else
+          f"primc.numpy has no {ours}")
+  raise PrimcError(f"{name} cannot run on {what}: {hint}, at {user_source()}")
+
+
+def _tracer_ufunc(self, ufunc, method, *args, **kwargs):
+  return _numpy_dispatch(ufunc, method, args, kwargs,
+                         lambda: _refuse(ufunc, method, "a traced array"))
+
+
+def _tracer_function(self, func, types, args, kwargs):
+  return _numpy_dispatch(func, "__call__", args, kwargs,
+                         lambda: _refuse(func, "__call__", "a traced array"))
+
+
+Tracer.__array_ufunc__ = _tracer_ufunc
+Tracer.__array_function__ = _tracer_function
+
+
 @_op
 def add_n(inputs):
   """Paddle's add_n: the elementwise sum of a list of arrays."""
@@ -763,6 +906,18 @@ def _install_tensor_dispatch():
         and getattr(value, "__module__", None) == __name__ and not isinstance(value, type)):
       g[name] = _tensor_aware(value)
   from primc import static
+  static.Variable.__array_ufunc__ = lambda self, ufunc, method, *args, **kwargs: (
+      _numpy_dispatch(ufunc, method, args, kwargs,
+                      lambda: _refuse(ufunc, method, "a static program variable")))
+  static.Variable.__array_function__ = lambda self, func, types, args, kwargs: (
+      _numpy_dispatch(func, "__call__", args, kwargs,
+                      lambda: _refuse(func, "__call__", "a static program variable")))
+  eager.Tensor.__array_ufunc__ = lambda self, ufunc, method, *args, **kwargs: (
+      _numpy_dispatch(ufunc, method, args, kwargs,
+                      lambda: eager.on_values(getattr(ufunc, method), args, kwargs)))
+  eager.Tensor.__array_function__ = lambda self, func, types, args, kwargs: (
+      _numpy_dispatch(func, "__call__", args, kwargs,
+                      lambda: eager.on_values(func, args, kwargs)))
   for cls in (eager.Tensor, static.Variable):
     for name, fn in _TRACER_METHODS.items():
       if isinstance(fn, property):

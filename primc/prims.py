@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from primc.core import (FLOAT_DTYPES, INT_DTYPES, Primitive, ShapedArray, ShapeError,
-                        abstract_rules, impl_rules, ufunc_rules)
+                        abstract_rules, impl_rules, index_error, ufunc_rules)
 
 
 def _fail(msg):
@@ -156,7 +156,7 @@ def _broadcast_rule(x, *, shape, broadcast_dimensions):
 def _broadcast_impl(x, *, shape, broadcast_dimensions):
   expanded = np.reshape(x, [x.shape[broadcast_dimensions.index(d)] if d in broadcast_dimensions
                             else 1 for d in range(len(shape))])
-  return np.array(np.broadcast_to(expanded, shape))
+  return np.array(np.broadcast_to(expanded, shape), order="C")
 
 
 abstract_rules[broadcast_in_dim_p] = _broadcast_rule
@@ -253,40 +253,94 @@ def _concatenate_rule(*xs, dimension):
 abstract_rules[concatenate_p] = _concatenate_rule
 impl_rules[concatenate_p] = lambda *xs, dimension: np.concatenate(xs, axis=dimension)
 
-# gather / scatter_add: index selection along one axis (numpy `take`).
-# gather(x, idx, axis) has shape x.shape[:axis] + idx.shape + x.shape[axis+1:].
+# gather / scatter_add: index selection along one axis (numpy `take`, `mode="raise"`):
+# negative indices count from the end, an index outside [-n, n) is a PrimcIndexError
+# (never clipped, never wrapped twice). The first `batch_dims` dims of x and of idx are
+# batch dims that pair up (as in `tf.gather(batch_dims=...)`): item k of the batch takes
+# from x[k] with idx[k]. gather(x, idx, axis, batch_dims) has shape
+# x.shape[:axis] + idx.shape[batch_dims:] + x.shape[axis+1:].
 gather_p = Primitive("gather")
 
 
-def _gather_rule(x, idx, *, axis):
+def _gather_rule(x, idx, *, axis, batch_dims):
   _check(idx.dtype in INT_DTYPES, f"indices must be integers, got {idx.dtype}")
   _check(0 <= axis < x.ndim, f"axis {axis} out of range for rank {x.ndim}")
-  return ShapedArray(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+  _check(0 <= batch_dims <= min(axis, idx.ndim), f"batch_dims {batch_dims} must be at most "
+         f"the axis {axis} and the index rank {idx.ndim}")
+  _check(x.shape[:batch_dims] == idx.shape[:batch_dims],
+         f"batch dims differ: operand {x.shape[:batch_dims]}, indices {idx.shape[:batch_dims]}")
+  return ShapedArray(x.shape[:axis] + idx.shape[batch_dims:] + x.shape[axis + 1:], x.dtype)
+
+
+def wrap_indices(idx: np.ndarray, size: int, axis: int) -> np.ndarray:
+  """Indices along an axis of `size` with negatives counted from the end; raises
+  PrimcIndexError (numpy's message) for the first one outside [-size, size)."""
+  idx = np.asarray(idx)
+  bad = (idx < -size) | (idx >= size)
+  if bad.any():
+    raise index_error(int(idx[bad].flat[0]), axis, size)
+  return np.where(idx < 0, idx + size, idx)
+
+
+def _batched(x, idx, batch_dims):
+  """x and idx with their batch dims merged into one leading dim."""
+  nb = int(np.prod(x.shape[:batch_dims], dtype=np.int64))
+  return (x.reshape((nb,) + x.shape[batch_dims:]),
+          idx.reshape((nb,) + idx.shape[batch_dims:]))
+
+
+def _gather_impl(x, idx, *, axis, batch_dims):
+  idx = wrap_indices(idx, x.shape[axis], axis)
+  if batch_dims == 0:
+    return np.take(x, idx, axis=axis)
+  shape = _gather_rule(ShapedArray(x.shape, x.dtype), ShapedArray(idx.shape, idx.dtype),
+                       axis=axis, batch_dims=batch_dims).shape
+  xb, ib = _batched(x, idx, batch_dims)
+  out = np.empty((len(xb),) + shape[batch_dims:], x.dtype)
+  for k in range(len(xb)):
+    out[k] = np.take(xb[k], ib[k], axis=axis - batch_dims)
+  return out.reshape(shape)
 
 
 abstract_rules[gather_p] = _gather_rule
-impl_rules[gather_p] = lambda x, idx, *, axis: np.take(x, idx, axis=axis, mode="clip")
+impl_rules[gather_p] = _gather_impl
 
 scatter_add_p = Primitive("scatter_add")  # x with `updates` added at `idx` along `axis`
 
 
-def _scatter_add_rule(x, idx, updates, *, axis):
-  expected = _gather_rule(x, idx, axis=axis)
+def _scatter_add_rule(x, idx, updates, *, axis, batch_dims):
+  expected = _gather_rule(x, idx, axis=axis, batch_dims=batch_dims)
   _check(updates.shape == expected.shape and updates.dtype == x.dtype,
          f"updates {updates} must be {expected}")
   return x
 
 
-def _scatter_add_impl(x, idx, updates, *, axis):
-  out = np.array(x)
-  moved = np.moveaxis(out, axis, 0)
-  upd = np.moveaxis(updates.reshape(x.shape[:axis] + (idx.size,) + x.shape[axis + 1:]), axis, 0)
-  np.add.at(moved, np.clip(idx.reshape(-1), 0, x.shape[axis] - 1), upd)
+def _scatter_add_impl(x, idx, updates, *, axis, batch_dims):
+  idx = wrap_indices(idx, x.shape[axis], axis)
+  out = np.array(x, order="C")  # so that the reshapes below are views of it
+  ob, ib = _batched(out, idx, batch_dims)
+  a = axis - batch_dims
+  inner = ob.shape[1:]
+  ub = updates.reshape((len(ob),) + inner[:a] + (ib[0].size if len(ib) else 0,) + inner[a + 1:])
+  for k in range(len(ob)):
+    np.add.at(np.moveaxis(ob[k], a, 0), ib[k].reshape(-1), np.moveaxis(ub[k], a, 0))
   return out
 
 
 abstract_rules[scatter_add_p] = _scatter_add_rule
 impl_rules[scatter_add_p] = _scatter_add_impl
+
+rev_p = Primitive("rev")  # reverses the order of elements along `dimensions`
+
+
+def _rev_rule(x, *, dimensions):
+  _check(len(set(dimensions)) == len(dimensions) and all(0 <= d < x.ndim for d in dimensions),
+         f"dimensions {dimensions} invalid for rank {x.ndim}")
+  return x
+
+
+abstract_rules[rev_p] = _rev_rule
+impl_rules[rev_p] = lambda x, *, dimensions: np.flip(x, dimensions).copy()
 
 
 # ---------------------------------------------------------------------------------------
@@ -383,7 +437,7 @@ def _iota_rule(*, shape, dimension, dtype):
 def _iota_impl(*, shape, dimension, dtype):
   ar = np.arange(shape[dimension], dtype=dtype)
   return np.array(np.broadcast_to(
-      ar.reshape([-1 if i == dimension else 1 for i in range(len(shape))]), shape))
+      ar.reshape([-1 if i == dimension else 1 for i in range(len(shape))]), shape), order="C")
 
 
 abstract_rules[iota_p] = _iota_rule
@@ -423,8 +477,17 @@ def reshape(x, shape): return reshape_p.bind(x, new_sizes=tuple(int(d) for d in 
 def transpose(x, perm): return transpose_p.bind(x, permutation=tuple(int(p) for p in perm))
 def reduce_sum(x, axes): return reduce_sum_p.bind(x, axes=tuple(int(a) for a in axes))
 def reduce_max(x, axes): return reduce_max_p.bind(x, axes=tuple(int(a) for a in axes))
-def gather(x, idx, axis): return gather_p.bind(x, idx, axis=int(axis))
-def scatter_add(x, idx, upd, axis): return scatter_add_p.bind(x, idx, upd, axis=int(axis))
+def rev(x, dims): return rev_p.bind(x, dimensions=tuple(sorted(int(d) for d in dims)))
+
+
+def gather(x, idx, axis, batch_dims=0):
+  return gather_p.bind(x, idx, axis=int(axis), batch_dims=int(batch_dims))
+
+
+def scatter_add(x, idx, upd, axis, batch_dims=0):
+  return scatter_add_p.bind(x, idx, upd, axis=int(axis), batch_dims=int(batch_dims))
+
+
 def concatenate(xs, dimension): return concatenate_p.bind(*xs, dimension=int(dimension))
 
 

@@ -85,6 +85,11 @@ class Tracer:
       raise TypeError("len() of a 0-d traced array")
     return self.shape[0]
 
+  def __iter__(self):  # rows, as numpy iterates (`for row in x`, `a, b = x`)
+    if not self.shape:
+      raise TypeError("iteration over a 0-d traced array")
+    return (self[i] for i in range(self.shape[0]))
+
   def __repr__(self):
     return f"Tracer<{self.aval}>"
 
@@ -98,6 +103,11 @@ class Tracer:
                      f"tracing, at {user_source()}")
 
   __hash__ = object.__hash__
+
+
+def tracing() -> bool:
+  """Whether a trace is active in this thread (operations are staged, not run)."""
+  return bool(_state.builders)
 
 
 def user_source() -> str:
@@ -229,11 +239,22 @@ def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
   return build
 
 
+def plain_array(x: np.ndarray) -> np.ndarray:
+  """An ndarray subclass as a plain array, where that loses nothing: a masked array is
+  refused (its mask would be silently ignored), np.matrix keeps its 2-D values."""
+  if isinstance(x, np.ma.MaskedArray):
+    raise locate(PrimcError(), f"masked arrays are not supported (a masked array of shape "
+                 f"{x.shape} would lose its mask): pass np.ma.filled(x, fill) or x.data")
+  return x.view(np.ndarray)
+
+
 def as_array(x):
   """Arguments are arrays; Python scalars become 0-d arrays (float32 / int32 / bool)."""
   if isinstance(x, Tracer):
     return x
   if isinstance(x, np.ndarray):
+    if type(x) is not np.ndarray:
+      return as_array(plain_array(x))
     if dtype_name(x.dtype) not in SUPPORTED_DTYPES:
       raise locate(PrimcError(), f"unsupported dtype {x.dtype.name} for an array of shape "
                    f"{x.shape} (primc supports {', '.join(SUPPORTED_DTYPES)})")

@@ -90,8 +90,8 @@ def _failing_driver():
     sz = carray(p[0], (1,), np.int64)
     if sz[0] < 0:
       raise ValueError("negative size")
-    out = carray(p[2], (2,), np.float32)
-    x = carray(p[1], (2,), np.float32)
+    out = carray(p[3], (2,), np.float32)  # p[1]: the error record
+    x = carray(p[2], (2,), np.float32)
     out[0], out[1] = x[1], x[0]
     return 1
 
