@@ -112,7 +112,12 @@ def forward_grad(outputs, inputs, grad_inputs=None):
   outs, ins = _as_list(outputs), _as_list(inputs)
   tans = [None] * len(ins) if grad_inputs is None else _as_list(grad_inputs)
   if not any(isinstance(v, Variable) for v in outs + ins):
-    raise PrimcError("forward_grad works on static programs; use primc.jvp on functions")
+    from primc import eager
+    if all(isinstance(v, eager.Tensor) for v in outs + ins):
+      result = eager.forward_grad(outs, ins, grad_inputs)
+      return result[0] if single else result
+    raise PrimcError("forward_grad takes static variables or eager tensors; use primc.jvp "
+                     "on functions of arrays")
   tan_vars = [t for t in tans if isinstance(t, Variable)]
 
   def compute(f, xs, tan_vals):
@@ -133,19 +138,26 @@ class Jacobian:
 
   Inputs and outputs are flattened and concatenated: shape (M, N), or (B, M, N) with
   `is_batched=True` (the first axis of every input and output is a batch of independent
-  problems). Indexing (`J[:, 0, :]`, `J[:, 0:3, :]`, `J[:]`) computes only the rows it
-  needs and reuses rows computed before; `evaluations` counts computed rows. On static
-  variables, rows are recorded into the program.
+  problems). It indexes like the matrix it stands for (numpy's rules: `J[:, 0]` is column
+  0, negative indices count from the end, out of bounds is an IndexError) and computes only
+  the rows an index needs, reusing rows computed before; `evaluations` counts computed
+  rows. On static variables, rows are recorded into the program; on eager tensors, each
+  row is a recorded op (differentiable again).
   """
 
   def __init__(self, func, xs, is_batched: bool = False):
+    from primc import eager
     self.func = func
     self.xs = _as_list(xs)
     self.is_batched = is_batched
     self.static = any(isinstance(x, Variable) for x in self.xs)
+    self.eager = any(isinstance(x, eager.Tensor) for x in self.xs)
     self._rows: dict[int, object] = {}
     self.evaluations = 0
-    ys = _as_list(func(*self.xs))
+    if self.static:  # shapes by tracing (func may be a transform: not run on variables)
+      ys = _as_list(static.record(func, self.xs, {}))
+    else:
+      ys = _as_list(func(*[x.value if isinstance(x, eager.Tensor) else x for x in self.xs]))
     size = lambda v: int(np.prod(v.shape[1:] if is_batched else v.shape, dtype=np.int64))
     self.m = sum(size(y) for y in ys)
     self.n = sum(size(x) for x in self.xs)
@@ -171,22 +183,39 @@ class Jacobian:
 
   def _row(self, i):
     if i not in self._rows:
+      from primc import eager
       self.evaluations += 1
       fn = self._row_fn(i)
-      self._rows[i] = fn(*self.xs) if not self.static else static.record(fn, self.xs, {})
+      if self.static:
+        self._rows[i] = static.record(fn, self.xs, {})
+      elif self.eager:
+        self._rows[i] = eager.apply(fn, self.xs, {})
+      else:
+        self._rows[i] = fn(*self.xs)
     return self._rows[i]
 
   def __getitem__(self, index):
-    index = index if isinstance(index, tuple) else (index,)
+    from primc.numpy import _expand_index, _is_array
+    from primc.prims import wrap_indices
     row_axis = 1 if self.is_batched else 0
-    index = index + (slice(None),) * (len(self.shape) - len(index))
-    sel = index[row_axis]
-    rows = list(range(self.m))[sel] if isinstance(sel, slice) else [int(sel) % self.m]
-    values = [self._row(i) for i in rows]
-    stacked = pnp.stack(values, axis=row_axis)
-    rest = list(index)
-    rest[row_axis] = slice(None) if isinstance(sel, slice) else 0
-    return stacked[tuple(rest)]
+    entries = _expand_index(index, len(self.shape))
+    at = [k for k, e in enumerate(entries) if e is not None][row_axis]
+    sel = entries[at]
+    if isinstance(sel, slice):
+      rows, entries[at] = list(range(self.m))[sel], slice(None)
+    elif _is_array(sel):
+      picked = wrap_indices(np.asarray(sel), self.m, row_axis)
+      rows = sorted(set(picked.reshape(-1).tolist()))
+      entries[at] = np.searchsorted(rows, picked)  # positions among the computed rows
+    else:
+      rows = wrap_indices(np.asarray(sel), self.m, row_axis).reshape(1).tolist()
+      entries[at] = 0
+    if not rows:  # nothing to compute: an empty selection of the right shape
+      empty = np.zeros(self.shape[:row_axis] + (0,) + self.shape[row_axis + 1:],
+                       self.xs[0].dtype)
+      return empty[tuple(entries)]
+    stacked = pnp.stack([self._row(i) for i in rows], axis=row_axis)
+    return stacked[tuple(entries)]
 
 
 class Hessian(Jacobian):

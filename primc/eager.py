@@ -92,15 +92,29 @@ class Tensor:
     return Tensor(self.value)
 
   # -- gradients -----------------------------------------------------------------------
-  def requires_grad(self) -> bool:
+  def tracks_grad(self) -> bool:
+    """Whether ops on this tensor are recorded: it requires a gradient, was computed by a
+    recorded op (and not cut off with `stop_gradient = True`), or an active GradManager
+    has it attached."""
+    if self.node is not None and self.stop_gradient:
+      return any(m.active() for m in self.managers)
     return (not self.stop_gradient) or self.node is not None or any(
         m.active() for m in self.managers)
+
+  @property
+  def requires_grad(self) -> bool:
+    """PyTorch's and MindSpore's name for `not stop_gradient` (settable)."""
+    return not self.stop_gradient
+
+  @requires_grad.setter
+  def requires_grad(self, value: bool) -> None:
+    self.stop_gradient = not value
 
   def backward(self, grad_tensor=None, retain_graph: bool = False) -> None:
     """Accumulates d self / d t into `t.grad` for every tensor t of the recorded graph with
     `stop_gradient=False` (leaves and intermediates); frees the graph unless
     `retain_graph`."""
-    if not self.requires_grad():
+    if not self.tracks_grad():
       raise PrimcError("backward() of a tensor that does not require a gradient (no input "
                        "had stop_gradient=False)")
     nodes = _collect([self], lambda t: False)
@@ -141,7 +155,7 @@ def on_values(func, args, kwargs):
   """A numpy function primc.numpy lacks, applied to tensors' values: allowed only where no
   gradient is lost (no tensor among the arguments requires one); returns numpy arrays."""
   leaves = tree_flatten((list(args), kwargs))[0]
-  if any(isinstance(t, Tensor) and t.requires_grad() for t in leaves):
+  if any(isinstance(t, Tensor) and t.tracks_grad() for t in leaves):
     name = getattr(func, "__name__", repr(func))
     raise PrimcError(f"numpy.{name} of a tensor that requires a gradient would lose it: "
                      f"use primc.numpy's ops, or .detach() / .numpy() first")
@@ -155,7 +169,7 @@ def apply(fn: Callable, args, kwargs):
   replay, tensors = partial_over_leaves(fn, args, kwargs, lambda x: isinstance(x, Tensor))
   values = [t.value for t in tensors]
   out = replay(*values)
-  record = (_state.recording and any(t.requires_grad() for t in tensors)
+  record = (_state.recording and any(t.tracks_grad() for t in tensors)
             and not any(isinstance(v, Tracer) for v in values))
   out_leaves, out_tree = tree_flatten(out)
   node = Node(replay, tensors, len(out_leaves), not (len(out_leaves) == 1 and
@@ -174,7 +188,7 @@ def _collect(outputs: Sequence[Tensor], is_leaf) -> list[Node]:
 
   def visit(t):
     node = t.node
-    if node is None or is_leaf(t) or id(node) in seen:
+    if node is None or is_leaf(t) or _cut(t) or id(node) in seen:
       return
     seen.add(id(node))
     if node.freed:
@@ -187,6 +201,20 @@ def _collect(outputs: Sequence[Tensor], is_leaf) -> list[Node]:
   for t in outputs:
     visit(t)
   return order
+
+
+def _cut(t: Tensor) -> bool:
+  """A recorded tensor whose user set `stop_gradient = True`: a constant from there on."""
+  return t.node is not None and t.stop_gradient
+
+
+def _other_leaves(outputs, nodes, exclude_ids) -> list[Tensor]:
+  """The float tensors a replay of `nodes` reads (not recomputes) that track a gradient,
+  besides those in `exclude_ids`: a recorded transform takes them as inputs."""
+  replayed = {id(n) for n in nodes}
+  return [t for t in _graph_tensors(outputs, nodes) if id(t) not in exclude_ids
+          and not (t.node is not None and not _cut(t) and id(t.node) in replayed)
+          and t.tracks_grad() and np.dtype(t.dtype).kind == "f"]
 
 
 def _graph_tensors(outputs, nodes) -> list[Tensor]:
@@ -212,7 +240,7 @@ def _replay_fn(outputs, leaves, perturbed, nodes):
     def value(t):
       if id(t) in leaf_ids:
         return leaf_vals[leaf_ids[id(t)]]
-      if t.node is not None and id(t.node) in results:
+      if not _cut(t) and t.node is not None and id(t.node) in results:
         r = results[id(t.node)]
         v = tree_flatten(r)[0][t.index]
         k = pert_ids.get((id(t.node), t.index))
@@ -323,19 +351,25 @@ def _tape_key(outputs, leaves, perturbed, nodes, ct_vals):
 
 
 def _vjp(outputs, targets, cts, nodes, record: bool) -> list[Tensor | None]:
-  """d(outputs) / d(targets) contracted with `cts` (ones where None)."""
+  """d(outputs) / d(targets) contracted with `cts` (ones where None). Recorded (`record`),
+  the backward is itself an op of the tape whose inputs are the targets and every other
+  tensor of the graph that tracks a gradient, so that a later backward differentiates it
+  with respect to any of them (a gradient penalty reaches the weights; mixed partials)."""
   out_ids = {id(o) for o in outputs}
   replayed = {id(n) for n in nodes}
-  inner = lambda t: t.node is not None and id(t.node) in replayed  # recomputed by the replay
+  # recomputed by the replay (a cut tensor is a constant of it)
+  inner = lambda t: t.node is not None and not _cut(t) and id(t.node) in replayed
   root_targets = [t for t in targets if id(t) in out_ids and inner(t)]
   root_ids = {id(t) for t in root_targets}
   leaves = [t for t in targets if not inner(t) and id(t) not in root_ids]
   perturbed = [t for t in targets if inner(t) and id(t) not in out_ids]
-  replay = _replay_fn(outputs, leaves, perturbed, nodes)
+  extra = _other_leaves(outputs, nodes, {id(t) for t in targets}) if record else []
+  replay = _replay_fn(outputs, leaves + extra, perturbed, nodes)
   ct_vals = [np.ones(o.shape, o.dtype) if c is None else
              (c.value if isinstance(c, Tensor) else np.asarray(c, o.dtype))
              for o, c in zip(outputs, cts)]
-  n_in = len(leaves) + len(perturbed)
+  n_t, n_e = len(leaves), len(extra)
+  n_in = n_t + len(perturbed)
   float_ok = all(np.dtype(t.dtype).kind == "f" for t in leaves + perturbed)
   if not float_ok:
     raise PrimcError("gradients need float tensors; got an integer tensor with "
@@ -343,17 +377,18 @@ def _vjp(outputs, targets, cts, nodes, record: bool) -> list[Tensor | None]:
 
   def grads_fn(*args):
     import primc
-    ins, cs = args[:n_in], args[n_in:]
+    ins = args[:n_t] + args[n_t + n_e:n_t + n_e + len(perturbed)]
+    others, cs = args[n_t:n_t + n_e], args[n_t + n_e + len(perturbed):]
     if not ins:
       return []
-    _, pull = primc.vjp(lambda *v: replay(*v), *ins)
+    _, pull = primc.vjp(lambda *v: replay(*v[:n_t], *others, *v[n_t:]), *ins)
     return list(pull(list(cs)))
 
   zeros = [np.zeros(t.shape, t.dtype) for t in perturbed]
-  values = [t.value for t in leaves] + zeros + ct_vals
+  values = [t.value for t in leaves + extra] + zeros + ct_vals
   if record:  # the backward itself becomes a recorded op (differentiable again)
     ct_tensors = [c if isinstance(c, Tensor) else Tensor(v) for c, v in zip(cts, ct_vals)]
-    inputs = leaves + [Tensor(z) for z in zeros] + ct_tensors
+    inputs = leaves + extra + [Tensor(z) for z in zeros] + ct_tensors
     node = Node(lambda *v: grads_fn(*v), inputs, n_in, True)
     out = _run_compiled(grads_fn, values) if n_in else []
     result = [Tensor(v, stop_gradient=False, node=node, index=k) for k, v in enumerate(out)]
@@ -411,6 +446,30 @@ def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False,
   return grads
 
 
+def forward_grad(outputs, inputs, grad_inputs=None):
+  """Forward mode on the tape: the derivative of `outputs` along `grad_inputs` (ones where
+  None), one tensor per output, recorded (differentiable again) like any op."""
+  outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+  inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+  tans = [None] * len(inputs) if grad_inputs is None else (
+      [grad_inputs] if isinstance(grad_inputs, Tensor) else list(grad_inputs))
+  tans = [Tensor(np.ones(x.shape, x.dtype)) if t is None else
+          (t if isinstance(t, Tensor) else Tensor(np.asarray(t, x.dtype)))
+          for t, x in zip(tans, inputs, strict=True)]
+  input_ids = {id(t) for t in inputs}
+  nodes = _collect(outputs, lambda t: id(t) in input_ids)
+  extra = _other_leaves(outputs, nodes, input_ids)
+  replay = _replay_fn(outputs, inputs + extra, [], nodes)
+  n, n_e = len(inputs), len(extra)
+
+  def tangents_fn(*args):
+    import primc
+    ins, others, ts = args[:n], args[n:n + n_e], args[n + n_e:]
+    return list(primc.jvp(lambda *v: replay(*v, *others), ins, ts)[1])
+
+  return apply(tangents_fn, [*inputs, *extra, *tans], {})
+
+
 # ---------------------------------------------------------------------------------------
 # MegEngine's GradManager
 
@@ -426,7 +485,8 @@ class GradManager:
       if not isinstance(t, Tensor):
         raise PrimcError("GradManager.attach takes tensors")
       t.managers.add(self)
-      self.attached.append(t)
+      if not any(a is t for a in self.attached):  # attaching twice changes nothing
+        self.attached.append(t)
     return self
 
   def level(self) -> int | None:
@@ -448,7 +508,8 @@ class GradManager:
 
   def backward(self, y, dy=None):
     """Gradients of y (contracted with dy, ones by default) wrt the attached tensors,
-    accumulated into their `.grad`; returns them (one tensor, or a list)."""
+    accumulated into their `.grad`; returns this backward's gradients (one tensor, or a
+    list; None for a tensor y does not depend on)."""
     if y is None:  # nothing recorded to differentiate (e.g. a gradient this manager never saw)
       return None
     ys = [y] if isinstance(y, Tensor) else list(y)
@@ -469,7 +530,10 @@ class GradManager:
       _state.recording = previous
     for t, g in zip(targets, grads):
       _accumulate(t, g)
-    result = [t.grad if id(t) in reachable else None for t in self.attached]
+    # this backward's gradients (MegEngine: `x_grad = gm.backward(y)`), not the
+    # accumulated `.grad`
+    mine = {id(t): g for t, g in zip(targets, grads)}
+    result = [mine.get(id(t)) for t in self.attached]
     return result[0] if len(result) == 1 else result
 
 

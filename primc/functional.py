@@ -21,6 +21,7 @@ import primc
 from primc import numpy as pnp
 from primc.core import PrimcError
 from primc.eager import Tensor
+from primc.trace import Tracer
 from primc.tree import tree_flatten, tree_unflatten
 
 stop_gradient = pnp.stop_gradient
@@ -78,7 +79,7 @@ def value_and_grad(fn, grad_position=0, weights=None, has_aux=False):
     weight_vals = [w.numpy() for w in weights]
     (_, out), (g_pos, g_w) = primc.value_and_grad(pure, argnums=(0, 1), has_aux=True)(
         pos_vals, weight_vals)
-    wrap = lambda x: Tensor(x)
+    wrap = lambda x: x if isinstance(x, Tracer) else Tensor(x)  # traced (jit): arrays
     g_pos = [wrap(g) for g in g_pos]
     g_w = tuple(wrap(g) for g in g_w)
     pos_out = g_pos[0] if isinstance(grad_position, int) else tuple(g_pos)

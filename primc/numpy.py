@@ -331,8 +331,10 @@ def reshape(x, shape, *more):
 
 
 @_op
-def transpose(x, axes=None):
+def transpose(x, axes=None, perm=None):
+  """numpy.transpose (`perm=` is Paddle's name for `axes`)."""
   x = as_array(x)
+  axes = perm if axes is None else axes
   nd = aval_of(x).ndim
   axes = tuple(reversed(range(nd))) if axes is None else tuple(a % nd for a in axes)
   return x if axes == tuple(range(nd)) else P.transpose(x, axes)
@@ -367,7 +369,9 @@ def concatenate(arrays, axis=0):
   return arrays[0] if len(arrays) == 1 else P.concatenate(arrays, axis % nd)
 
 
-concat = concatenate
+def concat(x, axis=0):
+  """Paddle's concat: `x` is the list of arrays."""
+  return concatenate(x, axis)
 
 
 def _promote_list(arrays):
@@ -384,10 +388,18 @@ def stack(arrays, axis=0):
 
 
 @_op
-def split(x, indices_or_sections, axis=0):
+def split(x, indices_or_sections=None, axis=0, num_or_sections=None):
   """numpy.split: an int splits into equal parts; a list gives the split points.
 
-  (Paddle's `num_or_sections` list of sizes is `split_sizes`.)"""
+  Paddle's `num_or_sections=` takes an int (equal parts) or a list of section sizes, one
+  of which may be -1 (the rest)."""
+  if num_or_sections is not None:
+    if isinstance(num_or_sections, (int, np.integer)):
+      indices_or_sections = num_or_sections
+    else:
+      return split_sizes(x, num_or_sections, axis)
+  if indices_or_sections is None:
+    raise PrimcError("split needs indices_or_sections (or num_or_sections)")
   x = as_array(x)
   shape = aval_of(x).shape
   axis = axis % len(shape)
@@ -404,8 +416,39 @@ def split(x, indices_or_sections, axis=0):
 
 
 def split_sizes(x, sizes, axis=0):
-  """Paddle-style split by section sizes."""
-  return split(x, list(np.cumsum(sizes)[:-1]), axis)
+  """Paddle-style split by section sizes (one size may be -1: the rest)."""
+  n = aval_of(as_array(x)).shape[_axes(axis, aval_of(as_array(x)).ndim)[0]]
+  sizes = [int(k) for k in sizes]
+  if sizes.count(-1) > 1 or builtins.any(k < -1 for k in sizes):
+    raise ShapeError(f"section sizes {sizes}: at most one -1 and no other negative size")
+  if -1 in sizes:
+    sizes[sizes.index(-1)] = n - (builtins.sum(sizes) + 1)
+  if builtins.sum(sizes) != n or builtins.any(k < 0 for k in sizes):
+    raise ShapeError(f"section sizes {sizes} do not add up to the axis size {n}")
+  return split(x, [int(p) for p in np.cumsum(sizes)[:-1]], axis)
+
+
+@_op
+def slice(input, axes, starts, ends):
+  """Paddle's slice: `input[starts[i]:ends[i]]` along each of `axes` (negative positions
+  count from the end, positions past the end are clipped, as Python slices)."""
+  return strided_slice(input, axes, starts, ends, [1] * len(axes))
+
+
+@_op
+def strided_slice(x, axes, starts, ends, strides):
+  """Paddle's strided_slice: `x[starts[i]:ends[i]:strides[i]]` along each of `axes`
+  (any nonzero stride, negative ones included)."""
+  x = as_array(x)
+  nd = aval_of(x).ndim
+  if not len(axes) == len(starts) == len(ends) == len(strides):
+    raise ShapeError("axes, starts, ends and strides need one entry each")
+  index = [builtins.slice(None)] * nd
+  for a, lo, hi, st in zip(axes, starts, ends, strides):
+    if int(st) == 0:
+      raise ShapeError("strided_slice: a stride of 0")
+    index[_axes(int(a), nd)[0]] = builtins.slice(int(lo), int(hi), int(st))
+  return getitem(x, tuple(index))
 
 
 def _slice_axis(x, axis, lo, hi):
@@ -660,9 +703,13 @@ def norm(x, ord=None, axis=None, keepdims=False, p=None):
 # Linear algebra
 
 @_op
-def matmul(a, b):
-  """numpy.matmul: 1-D operands are promoted and squeezed; leading dims broadcast."""
-  a, b = _promote_list([a, b])
+def matmul(x, y, transpose_x=False, transpose_y=False):
+  """numpy.matmul: 1-D operands are promoted and squeezed; leading dims broadcast.
+  Paddle's `transpose_x=` / `transpose_y=` swap the last two dims of an operand (of
+  rank at least 2) first."""
+  a, b = _promote_list([x, y])
+  a = moveaxis(a, -1, -2) if transpose_x and aval_of(a).ndim >= 2 else a
+  b = moveaxis(b, -1, -2) if transpose_y and aval_of(b).ndim >= 2 else b
   sa, sb = aval_of(a).shape, aval_of(b).shape
   if not sa or not sb:
     raise ShapeError(f"matmul does not accept 0-d operands: {sa} @ {sb}")
