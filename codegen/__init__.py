@@ -11,10 +11,8 @@
   kernel_workers.py  a new module's threaded kernels compiled by one process per core
   tiered.py    first calls on the interpreter while a background process compiles
 
-Threads: big loop regions run a `prange` loop under numba's threading layer (OpenMP when
-available). Idle OpenMP threads spin before sleeping, stealing the cores from a BLAS
-call that follows; GOMP_SPINCOUNT is bounded here (unless the user set it) to avoid that.
-"""
-import os
+  threads.py   numba's threading layer for the threaded kernels: TBB, which survives fork
 
-os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+Threads: big loop regions run a `prange` loop under numba's threading layer, prepared by
+`threads.prepare()` when primc first needs it (nothing is set at import).
+"""

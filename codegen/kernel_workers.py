@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from codegen import loader
+from codegen import loader, threads
 
 
 def cores() -> int:
@@ -39,6 +39,7 @@ def signature(ins, outs) -> tuple:
 
 
 def compile_share(module, share) -> None:
+  threads.prepare()  # compiling a parallel loop starts numba's thread pool
   for name, ins, outs in share:
     getattr(module, name).compile(signature(ins, outs))
 

@@ -19,6 +19,7 @@ import threading
 import types
 
 from primc.core import PrimcError
+from codegen import threads
 
 _lock = threading.Lock()
 _loaded: dict[str, types.ModuleType] = {}
@@ -186,7 +187,7 @@ def compile_driver(module: types.ModuleType):
       # numba starts its thread pool when it compiles a parallel loop, or when it loads
       # one from the cache for a jitted function; a cfunc loaded from the cache does not
       # record that its (inlined) threaded kernels need the pool, which then segfaults
-      numba.get_num_threads()  # starts the pool
+      threads.layer()  # starts the pool, on a fork-safe layer (codegen.threads)
     driver = numba.cfunc(DRIVER_SIGNATURE, cache=True, **DRIVER_OPTIONS)(module.driver)
     with _lock:
       module._primc_cfunc = getattr(module, "_primc_cfunc", None) or driver

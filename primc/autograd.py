@@ -198,7 +198,7 @@ class Jacobian:
     from primc.numpy import _expand_index, _is_array
     from primc.prims import wrap_indices
     row_axis = 1 if self.is_batched else 0
-    entries = _expand_index(index, len(self.shape))
+    entries = [e for e in _expand_index(index, len(self.shape), self.shape) if e is not Ellipsis]
     at = [k for k, e in enumerate(entries) if e is not None][row_axis]
     sel = entries[at]
     if isinstance(sel, slice):

@@ -82,6 +82,11 @@ class Tensor:
   def __len__(self):
     return len(self.value)
 
+  def __iter__(self):  # rows, each a (recorded) indexing op
+    if not self.shape:
+      raise TypeError("iteration over a 0-d tensor")
+    return (self[i] for i in range(self.shape[0]))
+
   def __float__(self):
     return float(self.numpy())
 

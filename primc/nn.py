@@ -15,13 +15,16 @@ from primc.eager import Tensor
 
 
 class Parameter(Tensor):
-  """A trainable tensor (`stop_gradient=False`)."""
+  """A trainable tensor (`stop_gradient=False`). `trainable` and `requires_grad` (MindSpore,
+  PyTorch) are the same switch as `not stop_gradient` (Paddle): set any of them to False
+  and the parameter is no longer trained (`Layer.trainable_params()` leaves it out)."""
 
   def __init__(self, value, name: str | None = None, requires_grad: bool = True):
     super().__init__(np.array(value.numpy() if isinstance(value, Tensor) else value),
                      stop_gradient=not requires_grad)
     self.name = name
-    self.trainable = requires_grad
+
+  trainable = Tensor.requires_grad
 
 
 _rng = np.random.default_rng()

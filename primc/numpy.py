@@ -497,10 +497,12 @@ def gather(x, index, axis=0):
   return take(x, index, axis)
 
 
-def _expand_index(idx, ndim: int) -> list:
+def _expand_index(idx, ndim: int, shape=None) -> list:
   """The index as a list of entries, one per dim of the array plus None for new axes:
-  Ellipsis expanded, 0-d integer arrays as integers, boolean masks (known while tracing)
-  as the integer arrays of their nonzero entries."""
+  Ellipsis expanded into full slices (and kept after them, as a marker that takes no dim:
+  numpy's placement of advanced-index dims depends on it), 0-d integer arrays as integers,
+  boolean masks (known while tracing; checked against `shape` when given) as the integer
+  arrays of their nonzero entries."""
   out = []
   for k in (list(idx) if isinstance(idx, tuple) else [idx]):
     if isinstance(k, Tracer):
@@ -510,23 +512,41 @@ def _expand_index(idx, ndim: int) -> list:
       out.append(k)
     elif isinstance(k, (list, np.ndarray, bool, np.bool_)):
       a = np.asarray(k)
-      if a.dtype == np.bool_:
-        if a.ndim == 0:
-          raise PrimcIndexError(f"indexing with a boolean scalar ({k!r}) is not supported")
-        out.extend(np.nonzero(a))
-      else:
-        out.append(a if a.ndim else operator_index(a))
+      if a.dtype == np.bool_ and a.ndim == 0:
+        raise PrimcIndexError(f"indexing with a boolean scalar ({k!r}) is not supported")
+      out.append(a if a.ndim or a.dtype == np.bool_ else operator_index(a))
     else:
       out.append(k)
   if builtins.sum(k is Ellipsis for k in out if not _is_array(k)) > 1:
     raise PrimcIndexError("an index can only have a single ellipsis ('...')")
-  used = builtins.sum(1 for k in out if _is_array(k) or (k is not None and k is not Ellipsis))
+  width = lambda k: k.ndim if _is_array(k) and k.dtype == np.bool_ else 1
+  used = builtins.sum(width(k) for k in out if _is_array(k) or (
+      k is not None and k is not Ellipsis))
   if used > ndim:
     raise PrimcIndexError(f"too many indices for array: array is {ndim}-dimensional, but "
                           f"{used} were indexed")
   fill = [builtins.slice(None)] * (ndim - used)
-  at = next((i for i, k in enumerate(out) if not _is_array(k) and k is Ellipsis), len(out))
-  return out[:at] + fill + out[at + 1:]
+  at = next((i for i, k in enumerate(out) if not _is_array(k) and k is Ellipsis), None)
+  out = out + fill if at is None else out[:at] + fill + out[at:]
+  expanded, dim = [], 0
+  for k in out:  # masks become their nonzero positions, one array per dim they cover
+    if _is_array(k) and k.dtype == np.bool_:
+      covered = tuple(shape[dim:dim + k.ndim]) if shape is not None else k.shape
+      if k.shape != covered:
+        raise PrimcIndexError(f"boolean index did not match indexed array along axis {dim}; "
+                              f"size of axis is {covered} but size of corresponding "
+                              f"boolean index is {k.shape}")
+      expanded.extend(np.nonzero(k))
+      dim += k.ndim
+    else:
+      expanded.append(k)
+      dim += _takes_dim(k)
+  return expanded
+
+
+def _takes_dim(k) -> bool:
+  """Whether an expanded index entry indexes a dim (None and the Ellipsis marker do not)."""
+  return _is_array(k) or (k is not None and k is not Ellipsis)
 
 
 def _is_array(k) -> bool:
@@ -585,15 +605,18 @@ def getitem(x, idx):
   traced; several broadcast together, their dims placed as numpy places them) and boolean
   masks known while tracing."""
   x = as_array(x)
-  entries = _expand_index(idx, aval_of(x).ndim)
+  entries = _expand_index(idx, aval_of(x).ndim, aval_of(x).shape)
   if builtins.any(_is_array(k) for k in entries):
     return _advanced_index(x, entries)
-  x = _basic(x, [k for k in entries if k is not None])
+  x = _basic(x, [k for k in entries if _takes_dim(k)])
   sizes, out_shape = iter(aval_of(x).shape), []
   for k in entries:
-    n = 1 if k is None else next(sizes)
-    if k is None or isinstance(k, builtins.slice):  # an integer's unit dim goes
-      out_shape.append(n)
+    if k is None:
+      out_shape.append(1)
+    elif _takes_dim(k):
+      n = next(sizes)
+      if isinstance(k, builtins.slice):  # an integer's unit dim goes
+        out_shape.append(n)
   return reshape(x, out_shape)
 
 
@@ -601,15 +624,23 @@ def _advanced_index(x, entries):
   """Integer-array indexing (numpy's advanced indexing): the index arrays, and integers
   beside them, broadcast to one shape B; B's dims stand where the indexed dims stood
   when those stand together in the index (no slice or None between them), else first."""
-  dims = [k for k in entries if k is not None]  # one per dim of x
+  dims = [k for k in entries if _takes_dim(k)]  # one per dim of x
   adv = [d for d, k in enumerate(dims) if not isinstance(k, builtins.slice)]
   x = _basic(x, [k if isinstance(k, builtins.slice) else builtins.slice(None) for k in dims])
   shape = aval_of(x).shape
-  index = [as_array(_index_array(dims[d], d, shape[d])) for d in adv]
-  b = broadcast_shapes(*(aval_of(i).shape for i in index))
-  index = [broadcast_to(i, b) for i in index]
-  kinds = "".join("N" if k is None else "S" if isinstance(k, builtins.slice) else "A"
-                  for k in entries)
+  # integers are checked now (as numpy does), arrays once broadcast (none when B is empty)
+  raw = [dims[d] if _is_array(dims[d]) else _index_array(np.asarray(operator_index(dims[d])),
+                                                        d, shape[d]) for d in adv]
+  try:
+    b = broadcast_shapes(*(aval_of(i).shape if isinstance(i, Tracer) else i.shape for i in raw))
+  except ShapeError:
+    raise PrimcIndexError("shape mismatch: indexing arrays could not be broadcast together "
+                          f"with shapes {' '.join(str(np.shape(i)) if not isinstance(i, Tracer) else str(aval_of(i).shape) for i in raw)}") from None
+  index = [broadcast_to(as_array(_index_array(
+      i if isinstance(i, Tracer) else np.broadcast_to(i, b), d, shape[d])), b)
+      for i, d in zip(raw, adv)]
+  kinds = "".join("N" if k is None else "E" if not _takes_dim(k) else
+                  "S" if isinstance(k, builtins.slice) else "A" for k in entries)
   first, last = kinds.index("A"), kinds.rindex("A")
   together = set(kinds[first:last + 1]) == {"A"}
   rest = [d for d in range(len(shape)) if d not in adv]
