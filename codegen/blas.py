@@ -1,9 +1,13 @@
-"""Shared, disk-cached numba helpers called by generated kernels (compiled once per dtype
-and layout, not once per kernel)."""
+"""Shared numba helpers called by generated kernels (compiled once per dtype and layout, not
+once per kernel). `codegen.loader` runs this file as a module of the cache with
+`CACHE = True`, so numba keeps their machine code there, sealed and verified like every
+module's; imported as a package module it caches nothing."""
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+CACHE = globals().get("CACHE", False)  # set by codegen.loader when it runs this file
 
 SMALL_DOT = 4096  # below this many multiply-adds per matrix, loops beat a BLAS call
 # Multiply-adds per BLAS call made from a kernel's threads: below OpenBLAS's own threading
@@ -12,7 +16,7 @@ SMALL_DOT = 4096  # below this many multiply-adds per matrix, loops beat a BLAS 
 BLOCK_DOT = 1 << 17
 
 
-@njit(cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
+@njit(cache=CACHE, error_model="numpy", fastmath={"reassoc", "contract"})
 def matmul_loops(a, b, c):
   """c = a @ b for 2-D views, by loops (small products, integer dtypes).
 
@@ -53,7 +57,7 @@ def matmul_loops(a, b, c):
         c[i, j] = col[i]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=CACHE, error_model="numpy")
 def matmul(a, b, c):
   """c = a @ b for 2-D float views (C or F layout; c C-contiguous): loops for small
   products, BLAS otherwise."""
@@ -64,7 +68,7 @@ def matmul(a, b, c):
     np.dot(a, b, c)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=CACHE, error_model="numpy")
 def matmul_acc(a, b, c, tmp):
   """c += a @ b for 2-D float views, through `tmp` (same shape as c)."""
   matmul(a, b, tmp)

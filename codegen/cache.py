@@ -1,14 +1,10 @@
-"""The on-disk cache: compiled modules and compile plans, content-addressed.
+"""Cache keys and counters: what a cached artifact is called, and what this process did.
 
-  m_<key>.py        a generated module (numba keeps its machine code in __pycache__)
-  p_<key>.plan      a pickled compile plan, keyed by the traced program, so a warm
-                    process skips the passes, fusion and code generation
-
-Every entry is checksummed (the key is a hash of the content it stands for, and plans
-carry a hash of their payload); the environment (primc's version and a hash of its own
-source, numba, llvmlite, numpy, Python versions, CPU, threading options) is part of every
-key, so a version change, or an edited primc, is a miss, not an error. A truncated,
-garbled or foreign entry is logged and rebuilt.
+Modules are keyed by a hash of their source, plans by a hash of the traced program; the
+environment (primc's version and a hash of its own source, numba, llvmlite, numpy and
+Python versions, the CPU, threading options) is part of every key and of every entry's
+header, so a version change, or an edited primc, is a miss, not an error. Where the
+entries live and how they are checked: `codegen.store`.
 """
 from __future__ import annotations
 
@@ -17,7 +13,6 @@ import functools
 import hashlib
 import logging
 import os
-import pickle
 import platform
 import sys
 import time
@@ -47,8 +42,7 @@ def environment() -> str:
   threads = os.environ.get("NUMBA_THREADING_LAYER", "default")
   return (f"primc={primc.__version__}+{compiler_hash()} numba={numba.__version__} "
           f"llvmlite={llvmlite.__version__} numpy={np.__version__} "
-          f"python={sys.version_info[:3]} cpu={cpu} threads={threads} "
-          f"gomp_spin={os.environ.get('GOMP_SPINCOUNT')}")
+          f"python={sys.version_info[:3]} cpu={cpu} threads={threads}")
 
 
 def compiler_hash() -> str:
@@ -119,40 +113,3 @@ def reset_stats() -> None:
   _stats.clear()
   _miss_reasons.clear()
   _load_times.clear()
-
-
-def _plan_path(directory: str, key: str) -> str:
-  return os.path.join(directory, f"p_{key}.plan")
-
-
-def load_plan(directory: str, key: str):
-  """The cached plan for `key`, or None (a miss, counted with its reason)."""
-  path = _plan_path(directory, key)
-  if not os.path.exists(path):
-    count("plan_misses", "new program")
-    log.info("plan cache miss (new program): %s", key)
-    return None
-  try:
-    with open(path, "rb") as f:
-      blob = f.read()
-    digest, payload = blob[:32], blob[32:]
-    if hashlib.sha256(payload).digest() != digest:
-      raise ValueError("checksum mismatch")
-    plan = pickle.loads(payload)
-  except Exception as e:
-    count("plan_misses", "corrupt entry")
-    log.warning("plan cache entry %s is corrupt (%s): rebuilding", path, e)
-    try:
-      os.unlink(path)
-    except OSError:
-      pass
-    return None
-  count("plan_hits")
-  return plan
-
-
-def store_plan(directory: str, key: str, plan) -> None:
-  from codegen.loader import write_atomic
-  payload = pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
-  write_atomic(_plan_path(directory, key), hashlib.sha256(payload).digest() + payload,
-               binary=True)

@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from primc.core import PrimcError
+from codegen import cache, kernel_workers, loader, store
 from codegen.module import Plan
 
 
@@ -31,11 +32,9 @@ class Executable:
   def load(cls, plan: Plan) -> "Executable":
     """Loads the plan's module (its driver is compiled, or loaded from numba's disk
     cache, by the first call)."""
-    from codegen import loader
     return cls(plan, loader.load(plan.source))
 
   def __init__(self, plan: Plan, module):
-    from codegen import loader
     self.plan = plan
     self.module = module
     self.driver = None  # the compiled cfunc
@@ -47,9 +46,9 @@ class Executable:
     self._pool_lock = threading.Lock()
     self._consts = tuple(_read_only(c) for c in plan.const_arrays)
     self._sizes = np.array(plan.sizes, np.int64, order="C")
-    self._n_in = len(plan.inputs)
+    self._n_in = len(plan.in_avals)
     self._outs_in_order = list(plan.program_outputs) == [("out", k)
-                                                         for k in range(len(plan.outputs))]
+                                                         for k in range(len(plan.out_avals))]
     self._general = None  # (*inputs, *outputs, *arena) -> True | None (see codegen.native)
     self._first = True
     driver = loader.compiled_driver(module)
@@ -58,28 +57,38 @@ class Executable:
 
   def _first_call(self) -> None:
     """The first call compiles the driver or loads it from numba's disk cache, holding the
-    module's file lock (so concurrent processes compile it once). An unreadable numba
-    cache entry is purged and the module compiled again."""
-    from codegen import cache, loader
+    module's lock (so concurrent processes compile it once), after the store has verified
+    numba's files against the module's seal (anything else is purged first). A driver
+    compiled here is sealed; one numba cannot write to disk is compiled in memory."""
     t0 = time.perf_counter()
-    with loader.file_lock(self.plan.source):
-      from codegen import kernel_workers
-      if kernel_workers.compile_threaded(self.module, self.plan, self.plan.source):
-        cache.count("parallel_kernel_compiles")
+    st, source = store.current(), self.plan.source
+    key = loader.module_key(source)
+    libraries = [m for m in loader.library(self.module.DIRECTORY is None)
+                 if m.DIRECTORY is not None]
+    with st.lock(key):
+      directory = self.module.DIRECTORY
+      sealed = directory is not None and st.prepare_numba(directory, key)
+      with st.lock("library"):
+        for lib in libraries:
+          st.prepare_library(lib.DIRECTORY, lib.KEY)
       try:
+        if not sealed and directory is not None and kernel_workers.compile_threaded(
+            self.module, self.plan, source):
+          cache.count("parallel_kernel_compiles")
         driver = loader.compile_driver(self.module)
-      except Exception as e:
-        if not _is_cache_error(e):
-          raise
-        cache.count("numba_cache_rebuilds", "corrupt numba cache entry")
-        cache.log.warning("numba cache of a primc module is unreadable (%s: %s): rebuilding",
-                          type(e).__name__, e)
-        loader.purge(self.plan.source)
-        self.module = loader.load(self.plan.source)
+      except OSError as e:  # numba could not write its cache files (a full disk, ...)
+        st.write_failed(e, directory or "numba's cache")
+        if directory is not None:
+          st.purge_numba(directory, key)
+        self.module = loader.load(source, in_memory=True)
         driver = loader.compile_driver(self.module)
+      if self.module.DIRECTORY is not None and not (sealed and driver.cache_hits):
+        st.seal(self.module.DIRECTORY, key)
+        with st.lock("library"):  # what this compile added to the library's files
+          for lib in libraries:
+            st.seal(lib.DIRECTORY, lib.KEY)
     cache.record_load(time.perf_counter() - t0)
     cache.count("numba_cache_loads" if driver.cache_hits else "numba_compiles")
-    loader.mark_compiled(self.plan.source)
     self._ready(driver)
 
   def _ready(self, driver) -> None:
@@ -95,7 +104,7 @@ class Executable:
     descrs = [dtype for _, dtype in self.out_specs]
     handler = self._raise_index_error  # one bound method: the entry holds its address
     spec = native.EntrySpec(
-        inputs=tuple((np.dtype(v.aval.dtype), v.aval.shape) for v in plan.inputs),
+        inputs=tuple((np.dtype(a.dtype), a.shape) for a in plan.in_avals),
         consts=tuple(c.ctypes.data for c in self._consts),
         outputs=tuple((alloc, shape, id(dtype)) for shape, dtype in self.out_specs),
         buffers=plan.buffer_bytes,
@@ -169,12 +178,12 @@ class Executable:
     if len(inputs) != self._n_in:
       raise PrimcError(f"compiled program takes {self._n_in} inputs, got {len(inputs)}")
     converted = []
-    for x, v in zip(inputs, self.plan.inputs):
+    for x, aval in zip(inputs, self.plan.in_avals):
       a = np.asarray(x)
-      if a.shape != v.aval.shape:
+      if a.shape != aval.shape:
         raise PrimcError(f"compiled program input {len(converted)} has shape "
-                         f"{list(a.shape)}, expected {v.aval}")
-      a = np.require(a, np.dtype(v.aval.dtype).newbyteorder("="), ["C", "A"])
+                         f"{list(a.shape)}, expected {aval}")
+      a = np.require(a, np.dtype(aval.dtype).newbyteorder("="), ["C", "A"])
       converted.append(a if type(a) is np.ndarray else a.view(np.ndarray))
     return converted
 
@@ -215,8 +224,7 @@ class Executable:
               f"    if general({call}) is None:", "      return None",
               "  finally:", "    arenas.append(arena)",
               f"  return build({outs if self._outs_in_order else f'results(args, {outs})'})"]
-    from codegen.loader import module_key
-    label = f"<primc run_hot m_{module_key(self.plan.source)}>"
+    label = f"<primc run_hot m_{loader.module_key(self.plan.source)}>"
     exec(compile("\n".join(lines), label, "exec"), env)
     return env["run_hot"]
 
@@ -275,12 +283,3 @@ def _read_only(a: np.ndarray) -> np.ndarray:
   a = np.array(a, order="C")
   a.setflags(write=False)
   return a
-
-
-def _is_cache_error(e: Exception) -> bool:
-  """Whether `e` came from reading numba's cache files (not from compiling)."""
-  import pickle
-  import traceback
-  if isinstance(e, (pickle.UnpicklingError, EOFError)):
-    return True
-  return any("caching" in f.filename for f in traceback.extract_tb(e.__traceback__))

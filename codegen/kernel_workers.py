@@ -11,6 +11,7 @@ costs time (the driver compiles what is missing) and is logged.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,7 +19,9 @@ import tempfile
 
 import numpy as np
 
-from codegen import loader, threads
+from codegen import loader, store, threads
+
+log = logging.getLogger("primc.cache")
 
 
 def cores() -> int:
@@ -45,16 +48,15 @@ def compile_share(module, share) -> None:
 
 
 def compile_threaded(module, plan, source: str) -> int:
-  """Compiles the threaded kernels of a module never compiled into the cache before, in
-  parallel when there are several and several cores; returns the number of worker
-  processes used."""
+  """Compiles the threaded kernels of a module not compiled into the cache before (the
+  caller holds its lock), in parallel when there are several and several cores; returns
+  the number of worker processes used."""
   kernels = list(plan.threaded)
   n = min(cores(), len(kernels))
-  if n < 2 or loader.compiled(source):
+  if n < 2 or module.DIRECTORY is None:  # workers share their results through the cache
     return 0
   shares = [kernels[k::n] for k in range(n)]
-  env = loader.worker_env()
-  from codegen.cache import log
+  env = store.worker_env()
   jobs = []
   for share in shares[1:]:
     err = tempfile.TemporaryFile()  # not a pipe: a chatty worker must not block on it
@@ -80,8 +82,8 @@ def compile_threaded(module, plan, source: str) -> int:
 def main(argv: list[str]) -> int:
   """The worker: compiles the kernels `argv[1]` (JSON) of the cached module `argv[0]`."""
   import primc  # noqa: F401  (readies the backend)
-  path = os.path.join(loader.cache_dir(), f"m_{argv[0]}.py")
-  with open(path) as f:
+  st = store.current()
+  with open(st.path(st.write_dir, "module", argv[0])) as f:
     module = loader.load(f.read())
   compile_share(module, [(name, [tuple(k) for k in ins], [tuple(k) for k in outs])
                          for name, ins, outs in json.loads(argv[1])])

@@ -21,7 +21,10 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-_OPTS = dict(error_model="numpy", fastmath={"contract"}, cache=True)
+# CACHE: set by codegen.loader, which runs this file as a module of the cache (so numba
+# keeps the machine code there, sealed and verified); imported as a package module, False
+CACHE = globals().get("CACHE", False)
+_OPTS = dict(error_model="numpy", fastmath={"contract"}, cache=CACHE)
 
 
 def _bitcast(src, dst, dst_ir):

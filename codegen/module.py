@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
+import json
 import re
 
 import numpy as np
 
 from primc import prims as P
-from primc.core import Eqn, Lit, PrimcIndexError, Program, Var, index_error
+from primc.core import (Eqn, Lit, PrimcIndexError, Program, ShapedArray, Var,
+                        index_error)
 from passes.fusion import OPAQUE, FusedProgram
 from passes.fusion import domain as fusion_domain
 from codegen import kernels
-from codegen.mathlib import FUNCTIONS
 
 DRIVER_SIGNATURE = "int64(CPointer(voidptr))"
 DRIVER_OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
@@ -35,7 +37,8 @@ DRIVER_OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
 # are separate `parallel=True` functions: numba mis-compiles a prange loop inlined into a
 # parallel caller when its arrays arrive in a tuple (outputs are not written).
 KERNEL_DECORATOR = '@njit(inline="always", error_model="numpy", fastmath={"contract"})'
-PARALLEL_KERNEL_DECORATOR = ('@njit(cache=True, parallel=True, error_model="numpy", '
+# CACHE: set by codegen.loader before the module runs (False for a module in memory)
+PARALLEL_KERNEL_DECORATOR = ('@njit(cache=CACHE, parallel=True, error_model="numpy", '
                              'fastmath={"contract"})')
 
 
@@ -47,12 +50,13 @@ class Buffer:
 
 @dataclasses.dataclass
 class Plan:
-  """What the executor needs besides the compiled module."""
+  """What the executor needs besides the compiled module: plain data (strings, numbers,
+  numpy arrays), stored in the cache as JSON and arrays (`to_bytes`), never as a pickle."""
   source: str
   sizes: np.ndarray                         # int64: every size the kernels read
-  inputs: tuple[Var, ...]                   # program inputs, in driver argument order
-  outputs: tuple[Var, ...]                  # distinct region-produced program outputs
-  program_outputs: tuple                    # per program output: ("out", k) | ("in", k) | ("lit", value)
+  in_avals: tuple[ShapedArray, ...]         # program inputs, in driver argument order
+  out_avals: tuple[ShapedArray, ...]        # distinct region-produced program outputs
+  program_outputs: tuple                    # per program output: ("out", k) | ("in", k) | ("lit", array)
   buffers: tuple[Buffer, ...]               # one arena array per dtype
   const_arrays: tuple[np.ndarray, ...]      # literal arrays read by kernels
   views: tuple[tuple[int, int], ...]        # per arena view: (buffer, element offset)
@@ -70,13 +74,54 @@ class Plan:
 
   @property
   def out_specs(self) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
-    """(shape, dtype) of each of `outputs`."""
-    return tuple((v.aval.shape, np.dtype(v.aval.dtype)) for v in self.outputs)
+    """(shape, dtype) of each of `out_avals`."""
+    return tuple((a.shape, np.dtype(a.dtype)) for a in self.out_avals)
 
   @property
   def buffer_bytes(self) -> tuple[int, ...]:
     """The size of each arena buffer in bytes."""
     return tuple(b.size * np.dtype(b.dtype).itemsize for b in self.buffers)
+
+  def to_bytes(self) -> bytes:
+    """The plan as an npz archive: its arrays, and the rest as JSON (`meta`)."""
+    avals = lambda avals: [[list(a.shape), a.dtype] for a in avals]
+    lits = [v for kind, v in self.program_outputs if kind == "lit"]
+    meta = {"source": self.source, "in_avals": avals(self.in_avals),
+            "out_avals": avals(self.out_avals),
+            "program_outputs": [[kind, 0 if kind == "lit" else v]
+                                for kind, v in self.program_outputs],
+            "buffers": [[b.dtype, b.size] for b in self.buffers], "views": self.views,
+            "threaded": self.threaded, "sites": self.sites}
+    arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), "sizes": self.sizes}
+    arrays.update({f"c{k}": c for k, c in enumerate(self.const_arrays)})
+    arrays.update({f"l{k}": np.asarray(v) for k, v in enumerate(lits)})
+    out = io.BytesIO()
+    np.savez(out, **arrays)
+    return out.getvalue()
+
+  @classmethod
+  def from_bytes(cls, data: bytes) -> "Plan":
+    """The plan `to_bytes` made (raises ValueError, KeyError, ... on anything else)."""
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+      arrays = {name: z[name] for name in z.files}
+    meta = json.loads(arrays["meta"].tobytes())
+    avals = lambda rows: tuple(ShapedArray(tuple(s), d) for s, d in rows)
+    lits = iter(arrays[f"l{k}"] for k in range(sum(k == "lit" for k, _ in
+                                                   meta["program_outputs"])))
+    outputs = tuple((kind, next(lits) if kind == "lit" else int(v))
+                    for kind, v in meta["program_outputs"])
+    n_consts = sum(name.startswith("c") for name in arrays)
+    return cls(meta["source"], arrays["sizes"].astype(np.int64), avals(meta["in_avals"]),
+               avals(meta["out_avals"]), outputs,
+               tuple(Buffer(d, int(n)) for d, n in meta["buffers"]),
+               tuple(arrays[f"c{k}"] for k in range(n_consts)),
+               tuple((int(b), int(o)) for b, o in meta["views"]), _tuples(meta["threaded"]),
+               _tuples(meta["sites"]))
+
+
+def _tuples(x):
+  """JSON's lists back into the tuples they were."""
+  return tuple(map(_tuples, x)) if isinstance(x, list) else x
 
 
 def _site(eqn: Eqn) -> tuple:
@@ -247,13 +292,12 @@ def build(fused: FusedProgram) -> Plan:
       program_outputs.append(("out", out_vars.index(a)))
     else:
       program_outputs.append(("in", fused.inputs.index(a)))
-  funcs = sorted({f for (name, dtype), f in FUNCTIONS.items()})
   from codegen.cache import environment
   header = ["# generated by primc: one numba kernel per fused region, and a driver",
             f"# for {environment()}",
-            "import math", "import numpy as np", "from numba import carray, njit, prange",
-            f"from codegen.mathlib import {', '.join(funcs)}",
-            "from codegen.blas import BLOCK_DOT, matmul, matmul_acc, matmul_loops", "", ""]
+            "# the math library (exp_f32, ...) and the products (matmul, ...) are globals",
+            "# given by codegen.loader", "import math", "import numpy as np",
+            "from numba import carray, njit, prange", "", ""]
   parts = [defs[k] for k in sorted(defs)]
   # input dtypes and ranks are part of the source (the driver's carrays spell them out)
   signature = " ".join(f"{v.aval.dtype}[{','.join('?' * v.aval.ndim)}]" for v in fused.inputs)
@@ -262,7 +306,8 @@ def build(fused: FusedProgram) -> Plan:
             f"  sz = carray(p[0], ({len(sizes)},), np.int64)"]
   driver += calls + ["  return 1"]
   source = "\n".join(header) + "\n\n".join(parts) + "\n\n" + "\n".join(driver) + "\n"
-  return Plan(source, np.asarray(sizes, np.int64), fused.inputs, tuple(out_vars),
+  return Plan(source, np.asarray(sizes, np.int64), fused.in_avals,
+              tuple(v.aval for v in out_vars),
               tuple(program_outputs), tuple(buffers), tuple(const_arrays), tuple(plan_views),
               tuple(dict.fromkeys(threaded)), tuple(sites))
 

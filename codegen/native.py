@@ -44,7 +44,9 @@ ALIGN = 64
 
 @dataclasses.dataclass(frozen=True)
 class EntrySpec:
-  """What one entry does, all of it fixed when the plan is compiled."""
+  """What one entry does, all of it fixed when the plan is compiled. Its `layout` decides
+  the machine code (shared by every spec of that layout); the rest (shapes, addresses,
+  offsets) is data the code reads from `words()` at run time."""
   inputs: tuple[tuple[np.dtype, tuple[int, ...]], ...]  # (dtype, shape)
   consts: tuple[int, ...]                             # data addresses of the constants
   outputs: tuple[tuple[bool, tuple[int, ...], int], ...]  # (allocated here, shape, descr address)
@@ -66,6 +68,28 @@ class EntrySpec:
   def n_args(self) -> int:
     given_outs = sum(not alloc for alloc, _, _ in self.outputs)
     return len(self.inputs) + given_outs + (0 if self.stack_arena else len(self.buffers))
+
+  @property
+  def layout(self) -> tuple:
+    """Everything the entry's code depends on: counts, dtypes, ranks, which buffer each
+    view is in, where outputs and the arena come from, the result's form."""
+    return (tuple((dtype.num, len(shape)) for dtype, shape in self.inputs), len(self.consts),
+            tuple((alloc, len(shape)) for alloc, shape, _ in self.outputs),
+            len(self.buffers), tuple(b for b, _ in self.views), self.stack_arena, self.result)
+
+  def words(self) -> np.ndarray:
+    """The entry's data, in the order `entry_ir` reads it (see `_Words`)."""
+    starts = list(itertools.accumulate((-(-n // ALIGN) * ALIGN for n in self.buffers),
+                                       initial=0))
+    words = [self.sizes, self.driver, self.on_error, max(starts[-1], 1)]
+    for _, shape in self.inputs:
+      words += shape
+    words += self.consts
+    for _, shape, descr in self.outputs:
+      words += [descr, *shape]
+    words += starts[:-1]
+    words += [off for _, off in self.views]
+    return np.array(words, np.uint64).view(np.int64)
 
 
 @functools.cache
@@ -115,29 +139,38 @@ def available() -> bool:
     return False
 
 
-_names = itertools.count()
 _engine_lock = threading.Lock()
 _engine = None
+_code: dict[tuple, int] = {}  # layout -> the address of its compiled entry
 
 
 def _jit(ir_text: str, name: str) -> int:
   """Compiles one IR module into this process's engine (one MCJIT engine, shared; its
-  code stays for the process's life, a few kB per entry); the function's address."""
+  code stays for the process's life, a few kB per layout); the function's address."""
   import llvmlite.binding as llvm
   global _engine
+  if _engine is None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    # straight-line code: no optimization needed (measured: same call time, 2.3 ms per
+    # entry instead of 5)
+    target = llvm.Target.from_default_triple().create_target_machine(opt=0)
+    _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target)
+  mod = llvm.parse_assembly(ir_text)
+  mod.verify()
+  _engine.add_module(mod)
+  _engine.finalize_object()
+  return _engine.get_function_address(name)
+
+
+def _address(spec: EntrySpec) -> int:
+  """The compiled code of `spec`'s layout (compiled on first use)."""
+  layout = spec.layout
   with _engine_lock:
-    if _engine is None:
-      llvm.initialize_native_target()
-      llvm.initialize_native_asmprinter()
-      # straight-line code: no optimization needed (measured: same call time, 2.3 ms per
-      # entry instead of 5)
-      target = llvm.Target.from_default_triple().create_target_machine(opt=0)
-      _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target)
-    mod = llvm.parse_assembly(ir_text)
-    mod.verify()
-    _engine.add_module(mod)
-    _engine.finalize_object()
-    return _engine.get_function_address(name)
+    if layout not in _code:
+      name = f"primc_entry_{len(_code)}"
+      _code[layout] = _jit(entry_ir(spec, name), name)
+    return _code[layout]
 
 
 class _MethodDef(ctypes.Structure):
@@ -145,28 +178,32 @@ class _MethodDef(ctypes.Structure):
               ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
 
 
+class _Words(np.ndarray):
+  """An entry's data (`EntrySpec.words`), passed to it as its `self`; it also holds the
+  method table and the objects the data points into."""
+
+
 def entry(spec: EntrySpec, keep_alive) -> object:
   """The CPython function of `spec` (it holds `keep_alive`: the arrays and objects whose
   addresses the spec names)."""
-  name = f"primc_entry_{next(_names)}"
-  address = _jit(entry_ir(spec, name), name)
-  method = _MethodDef(name.encode(), address, METH_FASTCALL, None)
+  words = spec.words().view(_Words)
+  words.keep = (_MethodDef(b"primc_entry", _address(spec), METH_FASTCALL, None), keep_alive)
   new = ctypes.pythonapi.PyCFunction_NewEx
   new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object,
                                                  ctypes.c_void_p]
-  # the function's `self` (its first C argument, unused) keeps the method table alive
-  return new(ctypes.addressof(method), (method, keep_alive), None)
+  return new(ctypes.addressof(words.keep[0]), words, None)
 
 
 def entry_ir(spec: EntrySpec, name: str) -> str:
-  """The LLVM IR of the entry `name` (straight-line: every shape and address is fixed)."""
+  """The LLVM IR of the entry `name` for `spec`'s layout: straight-line code reading its
+  shapes and addresses from its `self`, an array of `spec.words()`."""
   from llvmlite import ir
   i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
   ptr = i8.as_pointer()
   capi = _capi()
   mod = ir.Module(name=name)
   fn = ir.Function(mod, ir.FunctionType(ptr, [ptr, ptr.as_pointer(), i64]), name)
-  _, args, nargs = fn.args
+  self_, args, nargs = fn.args
   b = ir.IRBuilder(fn.append_basic_block("entry"))
   miss = fn.append_basic_block("miss")
 
@@ -180,6 +217,20 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
   def field(obj, offset, ty):
     return b.load(b.bitcast(b.gep(obj, [ir.Constant(i64, offset)]), ty.as_pointer()))
 
+  words = b.bitcast(field(self_, DATA, ptr), i64.as_pointer())
+  position = [0]
+
+  def word_ptr(n=1):  # the address of the next word of the spec's data (and skip n)
+    address = b.gep(words, [ir.Constant(i64, position[0])])
+    position[0] += n
+    return address
+
+  def word():
+    return b.load(word_ptr())
+
+  def word_as_ptr():
+    return b.inttoptr(word(), ptr)
+
   def require(cond):  # continue in a new block when `cond`, else miss
     ok = fn.append_basic_block()
     b.cbranch(cond, ok, miss)
@@ -188,6 +239,7 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
   def arg(k):
     return b.load(b.gep(args, [ir.Constant(i64, k)]))
 
+  sizes, driver, on_error, arena_bytes = word_as_ptr(), word(), word_as_ptr(), word()
   require(b.icmp_signed("==", nargs, ir.Constant(i64, spec.n_args)))
   data = []
   for k, (dtype, shape) in enumerate(spec.inputs):
@@ -201,16 +253,15 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
              b.icmp_signed("==", field(obj, NDIM, i32), ir.Constant(i32, len(shape))),
              b.icmp_signed("==", field(descr, DESCR_TYPE_NUM, i32), ir.Constant(i32, dtype.num)),
              b.icmp_unsigned("!=", field(descr, DESCR_BYTEORDER, i8), ir.Constant(i8, ord(">")))]
-    require(functools.reduce(b.and_, conds))
     if shape:
       dims = b.bitcast(field(obj, DIMS, ptr), i64.as_pointer())
-      require(functools.reduce(b.and_, [
-          b.icmp_signed("==", b.load(b.gep(dims, [ir.Constant(i64, d)])), ir.Constant(i64, n))
-          for d, n in enumerate(shape)]))
+      conds += [b.icmp_signed("==", b.load(b.gep(dims, [ir.Constant(i64, d)])), word())
+                for d in range(len(shape))]
+    require(functools.reduce(b.and_, conds))
     data.append(field(obj, DATA, ptr))
+  consts = [word_as_ptr() for _ in spec.consts]
   # every check passed: from here on the entry succeeds or fails with an exception
-  n_in = len(spec.inputs)
-  given = iter(range(n_in, spec.n_args))
+  given = iter(range(len(spec.inputs), spec.n_args))
   outs, owned = [], []  # owned: the outputs allocated here, released on a failure
 
   def fail(message=None):
@@ -230,38 +281,32 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
     fail()
     b.position_at_end(ok)
 
-  for k, (alloc, shape, descr) in enumerate(spec.outputs):
+  for alloc, shape, _ in spec.outputs:
+    descr = word_as_ptr()
+    dims = word_ptr(len(shape))  # the output's dims are the next words
     if not alloc:
       outs.append(arg(next(given)))
       continue
-    dims_ty = ir.ArrayType(i64, max(len(shape), 1))
-    g = ir.GlobalVariable(mod, dims_ty, f"dims{k}")
-    g.global_constant = True
-    g.initializer = ir.Constant(dims_ty, list(shape) or [0])
-    call("incref", ir.VoidType(), const_ptr(descr))  # PyArray_Empty steals it
-    o = call("empty", ptr, ir.Constant(i32, len(shape)), b.bitcast(g, i64.as_pointer()),
-             const_ptr(descr), ir.Constant(i32, 0))
+    call("incref", ir.VoidType(), descr)  # PyArray_Empty steals it
+    o = call("empty", ptr, ir.Constant(i32, len(shape)), dims, descr, ir.Constant(i32, 0))
     check_not_null(o)
     outs.append(o)
     owned.append(o)
+  starts = [word() for _ in spec.buffers]
   if spec.stack_arena:
-    starts = list(itertools.accumulate((-(-n // ALIGN) * ALIGN for n in spec.buffers),
-                                       initial=0))
-    arena = b.alloca(i8, ir.Constant(i64, max(starts[-1], 1)))
+    arena = b.alloca(i8, arena_bytes)
     arena.align = ALIGN
-    bases = [b.gep(arena, [ir.Constant(i64, s)]) for s in starts[:-1]]
+    bases = [b.gep(arena, [s]) for s in starts]
   else:
     bases = [field(arg(next(given)), DATA, ptr) for _ in spec.buffers]
   err = b.alloca(i64, ir.Constant(i64, 4))  # the driver's error record (see codegen.module)
-  entries = ([const_ptr(spec.sizes), b.bitcast(err, ptr)] + data
-             + [const_ptr(c) for c in spec.consts]
-             + [field(o, DATA, ptr) for o in outs]
-             + [b.gep(bases[buf], [ir.Constant(i64, off)]) for buf, off in spec.views])
+  entries = ([sizes, b.bitcast(err, ptr)] + data + consts + [field(o, DATA, ptr) for o in outs]
+             + [b.gep(bases[buf], [word()]) for buf, _ in spec.views])
   table = b.alloca(ptr, ir.Constant(i64, len(entries)))
   for k, e in enumerate(entries):
     b.store(e, b.gep(table, [ir.Constant(i64, k)]))
   driver_ty = ir.FunctionType(i64, [ptr.as_pointer()])
-  status = b.call(b.inttoptr(ir.Constant(i64, spec.driver), driver_ty.as_pointer()), [table])
+  status = b.call(b.inttoptr(driver, driver_ty.as_pointer()), [table])
   failed, done = fn.append_basic_block("failed"), fn.append_basic_block("done")
   b.cbranch(b.icmp_signed("==", status, ir.Constant(i64, 1)), done, failed)
   b.position_at_end(failed)
@@ -273,8 +318,8 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
   g.global_constant, g.initializer = True, ir.Constant(ir.ArrayType(i8, len(fmt)), fmt)
   record = [b.load(b.gep(err, [ir.Constant(i64, k)])) for k in range(3)]
   call_ty = ir.FunctionType(ptr, [ptr, ptr], var_arg=True)
-  raised = b.call(b.inttoptr(ir.Constant(i64, capi["call_function"]), call_ty.as_pointer()),
-                  [const_ptr(spec.on_error), b.bitcast(g, ptr)] + record)
+  b.call(b.inttoptr(ir.Constant(i64, capi["call_function"]), call_ty.as_pointer()),
+         [on_error, b.bitcast(g, ptr)] + record)
   fail()
   b.position_at_end(crashed)
   fail("a compiled primc program failed (numba printed its error above)")

@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 
-from codegen import loader
+from codegen import loader, store
 from codegen.executor import Executable, check_out
 from codegen.module import Plan
 from primc.core import Lit, Program, Var, impl_rules, ufunc_rules
@@ -38,27 +38,29 @@ _jobs: dict[tuple[str, str], subprocess.Popen] = {}  # (cache dir, module key) -
 _jobs_lock = threading.Lock()
 
 
-def start(plan_key: str, plan: Plan) -> subprocess.Popen:
+def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
   """A worker compiling `plan`'s module: the one this process started if it still runs
-  (several functions may share a program), else a new one."""
-  directory = loader.cache_dir()
+  (several functions may share a program), else a new one; None where no cache
+  directory takes its work (then the caller compiles in process)."""
+  directory = store.current().write_dir
+  if directory is None:
+    return None
   job_key = (directory, loader.module_key(plan.source))
   with _jobs_lock:
     job = _jobs.get(job_key)
     if job is None or job.poll() is not None:
       with open(worker_log(plan), "wb") as err:
         job = _jobs[job_key] = subprocess.Popen(
-            [sys.executable, "-m", "codegen.tiered", plan_key], env=loader.worker_env(),
+            [sys.executable, "-m", "codegen.tiered", plan_key], env=store.worker_env(),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
       log.info("compiling module %s in the background (pid %d)", job_key[1], job.pid)
   return job
 
 
 def worker_log(plan: Plan) -> str:
-  """Where the worker of `plan`'s module writes its errors (beside numba's cache files)."""
-  directory = os.path.join(loader.cache_dir(), "__pycache__")
-  os.makedirs(directory, mode=0o700, exist_ok=True)
-  return os.path.join(directory, f"m_{loader.module_key(plan.source)}.worker.log")
+  """Where the worker of `plan`'s module writes its errors (beside the module)."""
+  st = store.current()
+  return st.path(st.write_dir, "log", loader.module_key(plan.source))
 
 
 _controller = None
@@ -175,9 +177,8 @@ def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
 
 def main(argv: list[str]) -> int:
   """The worker: compiles the module of the cached plan `argv[0]` (exit 0), or fails."""
-  from codegen import cache
   import primc  # noqa: F401  (readies the backend)
-  plan = cache.load_plan(loader.cache_dir(), argv[0])
+  plan = store.current().read_entry("plan", argv[0], Plan.from_bytes)
   if plan is None:
     print(f"primc background compile: no cached plan {argv[0]}", file=sys.stderr)
     return 2

@@ -30,8 +30,7 @@ if _os.environ.get("PRIMC_LAZY_BACKEND") != "1":
 
 def cache_stats() -> dict:
   """This process's cache counters: plan hits and misses (with reasons), numba compiles and
-  cache loads, module files written/loaded, first-call load times (seconds)."""
-  from codegen import cache, loader
-  out = cache.stats()
-  out.update(loader.stats)
-  return out
+  cache loads, module files written/loaded, bad entries rebuilt, write failures,
+  evictions, first-call load times (seconds)."""
+  from codegen import cache
+  return cache.stats()

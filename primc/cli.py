@@ -1,7 +1,7 @@
 """The `primc` command line.
 
   primc warmup TARGET...                 compile the functions TARGET declares for warm-up
-  primc cache info|list|clear|verify     inspect, empty or check the cache directory
+  primc cache info|list|clear|verify|prune   inspect, empty, check or shrink the cache
   primc show TARGET --stage STAGE        print a stage of a function's program
 
 TARGET is `pkg.module`, `pkg.module:function`, `path/to/file.py` or `file.py:function`.
@@ -12,12 +12,10 @@ cache (`--arg` specs give the signature for `show` of a plain function).
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
 import importlib
 import importlib.util
 import os
-import pickle
 import re
 import sys
 import time
@@ -116,75 +114,41 @@ def _warmup(args) -> int:
 # ---------------------------------------------------------------------------------------
 # cache
 
-def _entries(directory):
-  return {"modules": sorted(glob.glob(os.path.join(directory, "m_*.py"))),
-          "plans": sorted(glob.glob(os.path.join(directory, "p_*.plan"))),
-          "numba": sorted(glob.glob(os.path.join(directory, "__pycache__", "m_*")))}
-
-
-def _size(paths):
-  return sum(os.path.getsize(p) for p in paths)
-
-
-def _verify_entry(kind, path) -> str | None:
-  """Why an entry is bad, or None."""
-  try:
-    data = open(path, "rb").read()
-  except OSError as e:
-    return str(e)
-  if kind == "modules":
-    key = os.path.basename(path)[2:-3]
-    return None if hashlib.sha256(data).hexdigest()[:32] == key else "content does not match key"
-  if kind == "plans":
-    return None if hashlib.sha256(data[32:]).digest() == data[:32] else "checksum mismatch"
-  if path.endswith(".nbi"):
-    try:
-      with open(path, "rb") as f:
-        pickle.load(f)
-        pickle.loads(f.read())
-    except Exception as e:
-      return f"unreadable index ({type(e).__name__})"
-  return None
-
-
 def _cache(args) -> int:
-  from codegen.cache import environment
-  from codegen.loader import cache_dir
-  directory = cache_dir()
-  entries = _entries(directory)
+  from codegen import cache, store
+  st = store.current()
+  root = st.root
+  entries = st.entries(root)
   if args.action == "info":
-    print(f"cache directory: {directory}")
-    print(f"environment: {environment()}")
-    for kind, paths in entries.items():
-      print(f"{kind:8s} {len(paths):5d} files {_size(paths) / 1e6:8.2f} MB")
+    state = ("read-write" if st.write_dir == root else
+             "read-only" if st.read_dirs else "refused (compiling in memory)")
+    print(f"cache directory: {root} ({state})")
+    print(f"environment: {cache.environment()}")
+    for kind in ("module", "plan"):
+      chosen = [e for e in entries if e["kind"] == kind]
+      print(f"{kind + 's':8s} {len(chosen):5d} entries {sum(e['bytes'] for e in chosen) / 1e6:9.2f} MB")
+    print(f"size cap {store.max_bytes() / 1e6:.0f} MB (PRIMC_CACHE_MAX_BYTES)")
     return 0
   if args.action == "list":
-    for kind, paths in entries.items():
-      for p in paths:
-        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(p)))
-        print(f"{kind:8s} {os.path.getsize(p):10d}  {stamp}  {os.path.relpath(p, directory)}")
+    for e in entries:
+      stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["used"]))
+      print(f"{e['kind']:7s} {e['bytes']:10d}  {stamp}  {e['key']}  ({len(e['files'])} files)")
     return 0
   if args.action == "clear":
-    n = 0
-    for paths in entries.values():
-      for p in paths:
-        os.unlink(p)
-        n += 1
-    for lock in glob.glob(os.path.join(directory, "m_*.lock")):
-      os.unlink(lock)
-    print(f"removed {n} cache files from {directory}")
+    removed = st.prune(0, entries)[0]
+    print(f"removed {removed} cache entries from {root}")
     return 0
-  bad = []
-  for kind, paths in entries.items():
-    for p in paths:
-      why = _verify_entry(kind, p)
-      if why:
-        bad.append((p, why))
-  for p, why in bad:
-    print(f"bad: {os.path.relpath(p, directory)}: {why}" + (" (removed)" if args.fix else ""))
+  if args.action == "prune":
+    target = store.max_bytes() if args.max_bytes is None else args.max_bytes
+    removed, freed = st.prune(target, entries)
+    print(f"removed {removed} cache entries ({freed / 1e6:.2f} MB) from {root}")
+    return 0
+  bad = st.check_all()
+  for path, why in bad:
+    print(f"bad: {os.path.relpath(path, root)}: {why}" + (" (removed)" if args.fix else ""))
     if args.fix:
-      os.unlink(p)
-  total = sum(len(v) for v in entries.values())
+      store.remove(path)
+  total = sum(len(e["files"]) for e in entries)
   print(f"verified {total} files: {total - len(bad)} good, {len(bad)} bad")
   return 1 if bad and not args.fix else 0
 
@@ -224,8 +188,10 @@ def main(argv=None) -> int:
   warm = sub.add_parser("warmup", help="compile declared functions into the cache")
   warm.add_argument("targets", nargs="+", help="module, module:function, file.py[:function]")
   cache = sub.add_parser("cache", help="inspect, clear or verify the cache directory")
-  cache.add_argument("action", choices=["info", "list", "clear", "verify"])
-  cache.add_argument("--fix", action="store_true", help="verify: remove bad entries")
+  cache.add_argument("action", choices=["info", "list", "clear", "verify", "prune"])
+  cache.add_argument("--fix", action="store_true", help="verify: remove bad files")
+  cache.add_argument("--max-bytes", type=int, default=None,
+                     help="prune: the size to evict down to (default PRIMC_CACHE_MAX_BYTES)")
   show = sub.add_parser("show", help="print a stage of a function's program")
   show.add_argument("target", help="module:function or file.py:function")
   show.add_argument("--arg", type=parse_arg_spec, action="append", default=[],

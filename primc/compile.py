@@ -8,6 +8,7 @@ Set it to False (or use `raw_transforms()`) to see the raw transformed programs.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -16,6 +17,9 @@ import sys
 import numpy as np
 
 from primc.core import PrimcIndexError, Program
+
+
+SIGNATURES_KEPT = 64  # compiled signatures per jitted function (least recently used go)
 
 
 @dataclasses.dataclass
@@ -97,7 +101,9 @@ class Jitted:
     self.static_argnums = tuple(static_argnums)
     self.warmup = tuple(warmup)
     self.tiered = tiered
-    self._compiled: dict = {}
+    # signature -> (executable, out_tree), least recently compiled first; at most
+    # SIGNATURES_KEPT (a loop over ever-new shapes must not grow without bound)
+    self._compiled: collections.OrderedDict = collections.OrderedDict()
     self._fast: dict = {}  # (shape, strides, dtype) per flat ndarray argument ->
                            # (executable, output builder)
     self._hot = None       # the runner of the last fast call (see Executable.runner)
@@ -178,13 +184,25 @@ class Jitted:
     if entry is None:
       entry = self._compile(static, leaves, tree)
       self._compiled[key] = entry
+      if len(self._compiled) > SIGNATURES_KEPT:
+        self._forget(self._compiled.popitem(last=False)[1])
       if not static and all(type(a) is np.ndarray for a in args) and len(leaves) == len(args):
         c_strides = lambda a: np.empty(a.shape, a.dtype).strides  # as numpy lays them out
         self._fast[tuple((a.shape, c_strides(a), a.dtype) for a in args)] = \
             [entry[0], entry[1], None]  # the runner, once compiled
+    else:
+      self._compiled.move_to_end(key)
     executable, out_tree = entry  # it converts arguments its native entry does not take
     outs = None if out is None else _out_leaves(out, executable)
     return tree_unflatten(out_tree, executable(leaves, outs))
+
+  def _forget(self, entry) -> None:
+    """Drops an evicted signature's fast-path entries (its executable goes with them)."""
+    for k, v in list(self._fast.items()):
+      if v[0] is entry[0]:
+        if v[2] is not None and v[2] is self._hot:
+          self._hot = None
+        del self._fast[k]
 
   def _compile(self, static, leaves, tree):
     traced, out_tree = self._trace(static, leaves, tree)
@@ -218,20 +236,22 @@ def load_executable(traced: Program, tiered: bool | None = None):
   codegen: its compiled module, or (tiered, while the module was never compiled into the
   cache) the interpreter until a background process has compiled it. `tiered` None
   means `config.tiered`."""
-  from codegen import cache, loader
+  from codegen import cache, store
   from codegen.executor import Executable
+  from codegen.module import Plan
+  st = store.current()
   key = cache.program_key(traced)
-  directory = loader.cache_dir()
-  plan, optimized = cache.load_plan(directory, key), None
+  plan, optimized = st.read_entry("plan", key, Plan.from_bytes), None
   if plan is None:
     optimized, _, plan = _build_plan(traced)
-    if loader.writable(directory):
-      cache.store_plan(directory, key, plan)
-  if (config.tiered if tiered is None else tiered) and not loader.compiled(plan.source):
+    st.write_entry("plan", key, plan.to_bytes())
+  if (config.tiered if tiered is None else tiered) and not st.sealed(plan.source):
     from codegen import tiered as tiers
     from passes import optimize as run_passes
-    program = run_passes(traced) if optimized is None else optimized
-    return tiers.Tiered(plan, program, tiers.start(key, plan))
+    job = tiers.start(key, plan)
+    if job is not None:
+      program = run_passes(traced) if optimized is None else optimized
+      return tiers.Tiered(plan, program, job)
   return Executable.load(plan)
 
 

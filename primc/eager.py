@@ -258,7 +258,8 @@ def _replay_fn(outputs, leaves, perturbed, nodes):
   return replay
 
 
-_executables: dict[str, Any] = {}
+# backward executables by program key, least recently used first (at most TAPE_KEYS_MAX)
+_executables: "collections.OrderedDict[str, Any]" = collections.OrderedDict()
 # backward executables by tape key (see _tape_key): a repeated backward skips tracing
 _by_tape: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
 TAPE_KEYS_MAX = 256
@@ -280,6 +281,10 @@ def _run_compiled(fn, args, tape_key=None) -> list:
     exe = _executables.get(key)
     if exe is None:
       exe = _executables[key] = load_executable(program)
+      if len(_executables) > TAPE_KEYS_MAX:
+        _executables.popitem(last=False)
+    else:
+      _executables.move_to_end(key)
     if tape_key is not None:
       _by_tape[tape_key] = exe
       if len(_by_tape) > TAPE_KEYS_MAX:

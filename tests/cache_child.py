@@ -1,7 +1,14 @@
-"""Run in a fresh process by test_cache.py: compiles a small program (with `threaded`, an
-elementwise one large enough for a threaded kernel), prints its cache statistics and
-results as JSON."""
+"""Run in a fresh process by the cache tests: compiles programs, prints its cache
+statistics and results as JSON (last line of stdout).
+
+  python cache_child.py [threaded | two | shapes N]
+
+PRIMC_TEST_FAULT injects a fault first: `nospace` (every write fails with ENOSPC: primc's
+and numba's), `nospace-numba` (numba's writes of its cache files fail: the disk filled up
+during a compile)."""
+import errno
 import json
+import os
 import sys
 
 import numpy as np
@@ -14,17 +21,45 @@ def loss(w, x):
   return pnp.sum(pnp.tanh(x @ w) ** 2)
 
 
+def inject(fault):
+  def no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+  if fault in ("nospace", "nospace-numba"):
+    from numba.core import caching
+    caching.IndexDataCacheFile._save_data = no_space
+    caching.IndexDataCacheFile._save_index = no_space
+  if fault == "nospace":
+    from codegen import store
+    store.write_atomic = no_space
+
+
 def main():
-  if sys.argv[1:] == ["threaded"]:
+  inject(os.environ.get("PRIMC_TEST_FAULT"))
+  args = sys.argv[1:]
+  out = {}
+  x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+  w = np.linspace(0.5, -0.5, 6, dtype=np.float32).reshape(3, 2)
+  if args == ["threaded"]:
     x = np.linspace(-3, 3, 1 << 16, dtype=np.float32).reshape(256, 256)
-    g = primc.jit(primc.grad(lambda x: pnp.sum(pnp.tanh(x))))(x)[::64, ::64]
+    out["grad"] = primc.jit(primc.grad(lambda x: pnp.sum(pnp.tanh(x))))(x)[::64, ::64].tolist()
+  elif args[:1] == ["shapes"]:
+    f = primc.jit(lambda v: pnp.sum(pnp.tanh(v) * 2.0))
+    rss = lambda: int(open("/proc/self/statm").read().split()[1]) * 4096
+    for k in range(20):
+      f(np.ones(10 + k, np.float32))
+    before = rss()
+    for k in range(int(args[1])):
+      v = np.ones(100 + k, np.float32)
+      assert abs(f(v) - 2 * np.tanh(1.0) * v.size) < 1e-3 * v.size
+    out["rss_growth"] = rss() - before
+    out["signatures"] = len(f._compiled)
   else:
-    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
-    w = np.linspace(0.5, -0.5, 6, dtype=np.float32).reshape(3, 2)
-    g = primc.jit(primc.grad(loss))(w, x)
+    out["grad"] = primc.jit(primc.grad(loss))(w, x).tolist()
+    if args == ["two"]:
+      out["second"] = primc.jit(lambda a: pnp.exp(a) * 3.0)(x).tolist()
   stats = primc.cache_stats()
   stats.pop("load_seconds", None)
-  print(json.dumps({"stats": stats, "grad": g.tolist()}))
+  print(json.dumps({"stats": stats, **out}))
 
 
 if __name__ == "__main__":

@@ -55,14 +55,20 @@ def test_cache_info_list_verify_clear(cache, tmp_path):
   primc("warmup", f"{SEEDS}:mynet_forward_compiled", cache=cache)
   info = primc("cache", "info", cache=cache).stdout
   assert str(cache) in info and "numba=" in info and "modules" in info
-  assert "m_" in primc("cache", "list", cache=cache).stdout
-  assert " 0 bad" in primc("cache", "verify", cache=cache).stdout
+  listing = primc("cache", "list", cache=cache).stdout
   module = sorted(p for p in os.listdir(cache) if p.startswith("m_") and p.endswith(".py"))[0]
+  assert "module" in listing and "plan" in listing and module[2:-3] in listing
+  assert " 0 bad" in primc("cache", "verify", cache=cache).stdout
   (cache / module).write_text("garbage")
   bad = primc("cache", "verify", cache=cache, check=False)
   assert bad.returncode == 1 and f"bad: {module}: content does not match key" in bad.stdout
   fixed = primc("cache", "verify", "--fix", cache=cache)
   assert "(removed)" in fixed.stdout and not (cache / module).exists()
+  assert "size cap" in primc("cache", "info", cache=cache).stdout
+  pruned = primc("cache", "prune", "--max-bytes", "0", cache=cache)
+  assert "removed" in pruned.stdout
+  assert not [p for p in os.listdir(cache) if p.startswith(("m_", "p_"))]
+  primc("warmup", f"{SEEDS}:mynet_forward_compiled", cache=cache)
   clear = primc("cache", "clear", cache=cache)
   assert "removed" in clear.stdout
   assert not [p for p in os.listdir(cache) if p.startswith(("m_", "p_"))]

@@ -164,5 +164,5 @@ def test_integer_arrays_of_an_equal_but_distinct_c_type():
               np.array([3, 1], np.int32)):
     np.testing.assert_allclose(f(idx, x), x[idx] * 2, rtol=1e-6)
   longlong = np.array([0, 5, 2], dtype="q")
-  exe = next(e for e, _ in f._compiled.values() if e.plan.inputs[0].aval.dtype == "int64")
+  exe = next(e for e, _ in f._compiled.values() if e.plan.in_avals[0].dtype == "int64")
   np.testing.assert_allclose(exe([longlong, x])[0], x[longlong] * 2, rtol=1e-6)

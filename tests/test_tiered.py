@@ -11,7 +11,7 @@ import pytest
 
 import primc
 import primc.numpy as pnp
-from codegen import loader, tiered
+from codegen import loader, store, tiered
 from codegen.executor import Executable
 
 
@@ -72,7 +72,7 @@ def test_first_calls_interpret_then_native_code_runs(fresh_cache, args):
   final = primc.cache_stats()
   assert final.get("numba_compiles", 0) == before.get("numba_compiles", 0)  # the worker's
   assert final["numba_cache_loads"] == before.get("numba_cache_loads", 0) + 1
-  assert loader.compiled(exe.plan.source)
+  assert store.current().sealed(exe.plan.source)
   # a new function with the same program finds native code in the cache: no tier
   again = primc.jit(step, tiered=True)
   check(again(*args), *args)
