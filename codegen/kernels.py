@@ -19,10 +19,11 @@ from typing import Callable
 import numpy as np
 
 from primc import prims as P
-from primc.core import Lit, Primitive, Program, Var
+from primc.core import Lit, Primitive, Program, Var, pp_lit, pp_program
 from codegen.mathlib import SINCOS_LIMIT
 
 lower_rules: dict[Primitive, Callable] = {}   # (ctx, eqn, *operand expressions) -> expr
+LITERALS_VIEW = "kl = sz.view(np.float64)"  # a kernel's float constants (see KernelContext)
 
 
 def _np(dtype: str) -> str:
@@ -78,7 +79,7 @@ for _p, _op in ((P.eq_p, "=="), (P.ne_p, "!="), (P.lt_p, "<"), (P.le_p, "<="), (
   lower_rules[_p] = _binop(_op)
 lower_rules[P.select_p] = lambda ctx, e, p, x, y: f"({x} if {p} else {y})"
 lower_rules[P.convert_p] = lambda ctx, e, x: f"{_np(e.outputs[0].aval.dtype)}({x})"
-lower_rules[P.full_p] = lambda ctx, e: const(e.kw["fill_value"], e.outputs[0].aval.dtype)
+lower_rules[P.full_p] = lambda ctx, e: ctx.value(e.kw["fill_value"], e.outputs[0].aval.dtype)
 lower_rules[P.iota_p] = lambda ctx, e: (
     f"{_np(e.outputs[0].aval.dtype)}({ctx.index[e.kw['dimension']]})")
 
@@ -158,9 +159,12 @@ INDEX_LOADS = {P.broadcast_in_dim_p: _load_broadcast, P.transpose_p: _load_trans
 
 
 def abstract_ir(program: Program) -> str:
-  """The region's IR with every size replaced by `?` (sizes are not part of the code)."""
+  """The region's IR with every size and float constant replaced by `?` (they are read at
+  run time, not part of the code)."""
+  text = pp_program(program, lit=lambda a: "?" if a.aval.is_float else pp_lit(a))
   text = re.sub(r"\[([0-9,]*)\]", lambda m: "[" + ",".join("?" for _ in m.group(1).split(",")
-                                                          if m.group(1)) + "]", str(program))
+                                                          if m.group(1)) + "]", text)
+  text = re.sub(r"fill_value=[^,\]]*", "fill_value=?", text)
   return re.sub(r"(shape|new_sizes|start_indices|limit_indices|padding_config)=\([^=]*?\)"
                 r"(?=[,\]])", r"\1=?", text)
 
@@ -169,6 +173,7 @@ class KernelContext:
   def __init__(self, name: str, program: Program):
     self.name = name
     self.program = program
+    # the kernel's run-time words (its `sz`): sizes, and float constants as their bits
     self.sizes: list[int] = []
     self.prologue: list[str] = []
     self.index: list[str] = []
@@ -179,6 +184,19 @@ class KernelContext:
   def size(self, value: int) -> str:
     self.sizes.append(int(value))
     return f"sz[{len(self.sizes) - 1}]"
+
+  def value(self, value, dtype: str) -> str:
+    """A constant of the program: a float one is read at run time (its bits are a word of
+    `sz`, read through `kl`, its float64 view), so programs that differ only in float
+    constants (a mean's divisor, a learning rate) share the kernel; others are code."""
+    if dtype not in ("float32", "float64"):
+      return const(value, dtype)
+    self.sizes.append(int(np.asarray(value, np.float64).reshape(-1)[0:1].view(np.int64)[0]))
+    if LITERALS_VIEW not in self.prologue:
+      self.prologue.insert(0, LITERALS_VIEW)
+    name = f"lit{len(self.sizes) - 1}"  # read once, before the loops
+    self.prologue.append(f"{name} = {_np(dtype)}(kl[{len(self.sizes) - 1}])")
+    return name
 
   def fresh(self, prefix: str) -> str:
     self.counter += 1
@@ -228,7 +246,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
     names = dict(zip(program.inputs, in_names))
     values: dict = {v: ctx.element(names[v], index) for v in program.inputs
                     if v.aval.shape == domain}
-    read = lambda a: (const(a.value, a.aval.dtype) if isinstance(a, Lit) and a.aval.shape == ()
+    read = lambda a: (ctx.value(a.value, a.aval.dtype) if isinstance(a, Lit) and a.aval.shape == ()
                       else values[a])
     lines = []
     for e in program.eqns:
@@ -244,7 +262,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
           lines.append(f"{ctx.element(out_names[out_index[out]], index)} = {var}")
         continue
       if is_splat(e):
-        expr = const(e.inputs[0].value, out.aval.dtype)
+        expr = ctx.value(e.inputs[0].value, out.aval.dtype)
       elif e.prim in INDEX_LOADS:  # fusion guarantees the operand is a region input
         expr = INDEX_LOADS[e.prim](ctx, e, names[e.inputs[0]])
       elif e.prim is P.concatenate_p:
@@ -538,7 +556,7 @@ def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
     body += _epilogue_lines(ctx, sub, out, program, n_in, None)
   src = [f"def {name}(ins, outs, sz):"]
   src += ["  # " + l for l in abstract_ir(program).splitlines()]
-  src += ["  " + l for l in _unpack(n_in, n_out) + lines + body]
+  src += ["  " + l for l in _unpack(n_in, n_out) + ctx.prologue + lines + body]
   src.append("  return")
   return "\n".join(src) + "\n", ctx.sizes, parallel
 
@@ -549,7 +567,10 @@ def _epilogue_lines(ctx, sub, out, program, n_in, rows):
   ep_src, ep_sizes = emit_loop_kernel("epilogue", sub, out.aval.shape, rows=rows)
   ep_lines = [l[2:] for l in ep_src.splitlines()[1:]
               if not l.lstrip().startswith("#") and l.strip() != "return"
-              and not re.match(r"\s*(in|out)\d+ = (ins|outs)\[\d+\]$", l)]
+              and not re.match(r"\s*(in|out)\d+ = (ins|outs)\[\d+\]$", l)
+              and l.strip() != LITERALS_VIEW]
+  if LITERALS_VIEW in ep_src and LITERALS_VIEW not in ctx.prologue:
+    ctx.prologue.append(LITERALS_VIEW)
   base = len(ctx.sizes)
   ctx.sizes.extend(ep_sizes)
   rename = {f"in{n_in}": "c"}
@@ -560,7 +581,8 @@ def _epilogue_lines(ctx, sub, out, program, n_in, rows):
       k += 1
 
   def fix(line):
-    line = re.sub(r"\bsz\[(\d+)\]", lambda m: f"sz[{base + int(m.group(1))}]", line)
+    line = re.sub(r"\b(sz|kl)\[(\d+)\]", lambda m: f"{m.group(1)}[{base + int(m.group(2))}]",
+                  line)
     return re.sub(r"\b(in\d+|out\d+)\b", lambda m: rename.get(m.group(1), m.group(1)), line)
   return [fix(l) for l in ep_lines]
 

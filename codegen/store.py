@@ -95,10 +95,19 @@ def writable(path: str) -> bool:
 
 
 def make_private_dir(path: str) -> None:
-  """Creates `path` (and its parents) 0700, whatever the umask."""
-  if not os.path.isdir(path):
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
+  """Creates `path` and each missing parent 0700, whatever the umask."""
+  if os.path.isdir(path):
+    return
+  parent = os.path.dirname(path)
+  if parent != path:
+    make_private_dir(parent)
+  try:
+    os.mkdir(path, 0o700)
+  except FileExistsError:
+    if not os.path.isdir(path):
+      raise
+    return
+  os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
 
 
 def default_root() -> str:
@@ -387,6 +396,7 @@ class Store:
         "env")) == (FORMAT, key, cache.env_hash())
     listed = (seal.get("files") or {}) if valid else {}
     self.touch(self.path(directory, "seal", key))
+    removed = []
     for name in self.numba_files(directory, key):
       path = os.path.join(numba_dir, name)
       try:
@@ -394,11 +404,15 @@ class Store:
       except OSError:
         ok = False
       if not ok:
-        why = "a library cache file not in its seal" if name not in listed else \
-            "a library cache file that does not match its seal"
+        why = "library cache file not in its seal" if name not in listed else \
+            "library cache file that does not match its seal"
         cache.count("numba_cache_rebuilds", why)
-        self.warn(("bad", path), f"primc cache: {path} is {why}: removing it")
+        removed.append(f"{name} ({why})")
         remove(path)
+    if removed:
+      self.warn(("bad", directory, key), f"primc cache: removed {len(removed)} files of the "
+                f"library module {key} in {numba_dir}: {', '.join(removed[:3])}"
+                + (", ..." if len(removed) > 3 else ""))
 
   def purge_numba(self, directory: str, key: str) -> None:
     numba_dir = self.numba_dir(directory)

@@ -202,8 +202,10 @@ def pp_param(v) -> str:
   return repr(v)
 
 
-def pp_program(program: Program, indent: int = 0) -> str:
-  """Prints a program like a jaxpr, naming variables in order of definition."""
+def pp_program(program: Program, indent: int = 0, lit=None) -> str:
+  """Prints a program like a jaxpr, naming variables in order of definition (`lit`
+  prints literals: `pp_lit` by default)."""
+  lit = lit or pp_lit
   names: dict[Var, str] = {}
   gen = _names()
 
@@ -213,7 +215,7 @@ def pp_program(program: Program, indent: int = 0) -> str:
     return names[v]
 
   def atom(a: Atom) -> str:
-    return pp_lit(a) if isinstance(a, Lit) else names.get(a, "<undefined>")
+    return lit(a) if isinstance(a, Lit) else names.get(a, "<undefined>")
 
   pad = " " * indent
   ins = " ".join(f"{name(v)}:{v.aval}" for v in program.inputs)
@@ -227,7 +229,7 @@ def pp_program(program: Program, indent: int = 0) -> str:
     lines.append(f"{pad}  {kw}{outs} = {head} {args}".rstrip())
     for v in eqn.params:
       if isinstance(v[1], Program):  # a fused region prints like a program
-        lines.append(pp_program(v[1], indent + 8))
+        lines.append(pp_program(v[1], indent + 8, lit))
   outs = " ".join(atom(a) for a in program.outputs)
   lines.append(f"{pad}  in ( {outs} ) }}")
   return "\n".join(lines)

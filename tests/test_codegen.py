@@ -171,6 +171,21 @@ def test_a_batch_size_change_compiles_nothing_new():
   assert y.shape == (5,)
 
 
+def test_float_constants_are_not_code():
+  """A mean over a new batch size divides by another constant: the same kernels run."""
+  f = primc.jit(lambda x, w: pnp.mean(pnp.tanh(x @ w) * 0.5 + 1.0, axis=0))
+  w = f32(3, 5)
+  f(f32(4, 3), w)
+  numba_before = _numba_counts()
+  for n in (2, 3, 5, 7, 9, 16, 31, 33, 64, 100):  # (1 would simplify x / 1)
+    x = f32(n, 3)
+    np.testing.assert_allclose(f(x, w), np.mean(np.tanh(x @ w) * 0.5 + 1, axis=0), rtol=2e-6)
+  assert _numba_counts() == numba_before  # ten new batch sizes, nothing compiled
+  a = primc.jit(lambda x: x * 0.25 - 3.0).lower(f32(4)).source
+  b = primc.jit(lambda x: x * 1e30 - 7.5).lower(f32(4)).source
+  assert a == b
+
+
 def _numba_counts():
   from codegen import cache
   counts = cache.stats()
