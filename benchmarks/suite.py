@@ -148,7 +148,7 @@ def main():
 
 def _equation_counts():
   import numpy as np
-  import passes
+  from primc import passes
   import primc
   import primc.numpy as pnp
   from benchmarks.workloads import jax, jnp, nth_derivative

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import primc  # noqa: E402
 import primc.numpy as pnp  # noqa: E402
 from benchmarks.common import fmt, median_time  # noqa: E402
-from codegen.mathlib import cos_f32, exp_f32, sin_f32, tanh_f32  # noqa: E402
+from primc.codegen.mathlib import cos_f32, exp_f32, sin_f32, tanh_f32  # noqa: E402
 
 
 def loss(x):

@@ -9,7 +9,10 @@
                allocates the outputs and fills the driver's pointer table
   executor.py  runs a plan: arena buffers, outputs, one call into the driver
   kernel_workers.py  a new module's threaded kernels compiled by one process per core
-  tiered.py    first calls on the interpreter while a background process compiles
+  tiered.py    first calls on the interpreter while a background process compiles (and
+               every call, under NUMBA_DISABLE_JIT=1)
+  store.py     the disk cache: layout, verified reads, atomic writes, eviction
+  cache.py     cache keys and this process's counters
 
   threads.py   numba's threading layer for the threaded kernels: TBB, which survives fork
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
+import importlib.metadata
 import logging
 import os
 import platform
@@ -19,7 +20,9 @@ import time
 
 import numpy as np
 
-from primc.core import Eqn, Lit, Program, Var
+import primc.core
+from primc import passes
+from primc.core import VERSION, Eqn, Lit, Program, Var
 
 log = logging.getLogger("primc.cache")
 _stats = collections.Counter()
@@ -27,32 +30,30 @@ _miss_reasons = collections.Counter()
 _load_times: list[float] = []
 
 
+def versions() -> str:
+  """The versions of what primc compiles with (read without importing numba)."""
+  return (f"numba={importlib.metadata.version('numba')} "
+          f"llvmlite={importlib.metadata.version('llvmlite')} numpy={np.__version__} "
+          f"python={'.'.join(map(str, sys.version_info[:3]))}")
+
+
 @functools.lru_cache(maxsize=None)
 def environment() -> str:
   """Everything besides the source that decides the machine code (fixed per process)."""
-  import llvmlite
-  import numba
-  import primc
-  cpu = ""
+  import llvmlite.binding as ll
   try:
-    import llvmlite.binding as ll
     cpu = f"{ll.get_host_cpu_name()}:{ll.get_host_cpu_features().flatten()}"
   except Exception:  # pragma: no cover - informative only
     cpu = platform.machine()
   threads = os.environ.get("NUMBA_THREADING_LAYER", "default")
-  return (f"primc={primc.__version__}+{compiler_hash()} numba={numba.__version__} "
-          f"llvmlite={llvmlite.__version__} numpy={np.__version__} "
-          f"python={sys.version_info[:3]} cpu={cpu} threads={threads}")
+  return f"primc={VERSION}+{compiler_hash()} {versions()} cpu={cpu} threads={threads}"
 
 
 def compiler_hash() -> str:
-  """A hash of the source of primc's packages (primc, passes, codegen): what the compiler
-  does is part of what a cached plan or module means."""
-  import codegen
-  import passes
-  import primc
+  """A hash of the source of primc's packages (primc, primc.passes, primc.codegen): what
+  the compiler does is part of what a cached plan or module means."""
   h = hashlib.sha256()
-  for package in (primc, passes, codegen):
+  for package in (primc.core, passes, sys.modules[__name__]):
     root = os.path.dirname(os.path.abspath(package.__file__))
     for name in sorted(os.listdir(root)):
       if name.endswith(".py"):

@@ -19,8 +19,9 @@ import time
 import numpy as np
 
 from primc.core import PrimcError
-from codegen import cache, kernel_workers, loader, store
-from codegen.module import Plan
+from primc.tree import flat_form, unflattener
+from primc.codegen import cache, kernel_workers, loader, native, store
+from primc.codegen.module import Plan
 
 
 POOLED_MIN_BYTES = 1 << 16  # smaller outputs: plain np.empty (numpy caches those)
@@ -99,7 +100,6 @@ class Executable:
   def _entry(self, alloc: bool, result: str):
     """A native entry of this plan (see codegen.native): outputs allocated by it (`alloc`,
     with the arena on its stack) or passed in after the inputs (then the arena too)."""
-    from codegen import native
     plan = self.plan
     descrs = [dtype for _, dtype in self.out_specs]
     handler = self._raise_index_error  # one bound method: the entry holds its address
@@ -201,8 +201,6 @@ class Executable:
     costs more than the arithmetic of a small program)."""
     if self._first:
       return None
-    from codegen import native
-    from primc.tree import unflattener
     n_out = len(self.out_specs)
     form = _flat_form(tree, n_out)
     if (form and native.available() and self._outs_in_order
@@ -243,7 +241,6 @@ class Executable:
 def _flat_form(tree, n_out: int) -> str | None:
   """"leaf", "tuple" or "list" when `tree` (None: a list) is that flat form of `n_out`
   leaves, else None."""
-  from primc.tree import flat_form
   if n_out == 0:
     return None
   if tree is None:

@@ -19,7 +19,7 @@ import tempfile
 
 import numpy as np
 
-from codegen import loader, store, threads
+from primc.codegen import loader, store, threads
 
 log = logging.getLogger("primc.cache")
 
@@ -62,7 +62,7 @@ def compile_threaded(module, plan, source: str) -> int:
     err = tempfile.TemporaryFile()  # not a pipe: a chatty worker must not block on it
     try:
       jobs.append((subprocess.Popen(
-          [sys.executable, "-m", "codegen.kernel_workers", loader.module_key(source),
+          [sys.executable, "-m", "primc.codegen.kernel_workers", loader.module_key(source),
            json.dumps(share)], env=env, stdin=subprocess.DEVNULL,
           stdout=subprocess.DEVNULL, stderr=err), err))
     except OSError as e:  # no processes here: this one compiles everything
@@ -81,7 +81,6 @@ def compile_threaded(module, plan, source: str) -> int:
 
 def main(argv: list[str]) -> int:
   """The worker: compiles the kernels `argv[1]` (JSON) of the cached module `argv[0]`."""
-  import primc  # noqa: F401  (readies the backend)
   st = store.current()
   with open(st.path(st.write_dir, "module", argv[0])) as f:
     module = loader.load(f.read())

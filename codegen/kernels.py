@@ -20,7 +20,7 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import Lit, Primitive, Program, Var, pp_lit, pp_program
-from codegen.mathlib import SINCOS_LIMIT
+from primc.codegen.mathlib import SINCOS_LIMIT
 
 lower_rules: dict[Primitive, Callable] = {}   # (ctx, eqn, *operand expressions) -> expr
 LITERALS_VIEW = "kl = sz.view(np.float64)"  # a kernel's float constants (see KernelContext)
@@ -86,7 +86,8 @@ lower_rules[P.iota_p] = lambda ctx, e: (
 
 # Index maps read a region input at a position derived from the loop index.
 
-def _load_broadcast(ctx, e, name):
+def _load_broadcast(ctx, e, names):
+  name = names[0]
   x = e.inputs[0].aval
   dims = e.kw["broadcast_dimensions"]
   idx = [("0" if x.shape[j] == 1 and e.outputs[0].aval.shape[d] != 1 else ctx.index[d])
@@ -94,7 +95,8 @@ def _load_broadcast(ctx, e, name):
   return ctx.element(name, idx)
 
 
-def _load_transpose(ctx, e, name):
+def _load_transpose(ctx, e, names):
+  name = names[0]
   perm = e.kw["permutation"]
   idx = [None] * len(perm)
   for k, p in enumerate(perm):
@@ -102,7 +104,8 @@ def _load_transpose(ctx, e, name):
   return ctx.element(name, idx)
 
 
-def _load_reshape(ctx, e, name):
+def _load_reshape(ctx, e, names):
+  name = names[0]
   shape = e.outputs[0].aval.shape
   view = ctx.fresh("rs")
   dims = ", ".join(ctx.size(n) for n in shape) + ("," if len(shape) == 1 else "")
@@ -110,7 +113,8 @@ def _load_reshape(ctx, e, name):
   return ctx.element(view, ctx.index)
 
 
-def _load_slice(ctx, e, name):
+def _load_slice(ctx, e, names):
+  name = names[0]
   idx = []
   for k, (lo, st) in enumerate(zip(e.kw["start_indices"], e.kw["strides"])):
     base = ctx.index[k] if st == 1 else f"{ctx.index[k]} * {st}"
@@ -118,7 +122,8 @@ def _load_slice(ctx, e, name):
   return ctx.element(name, idx)
 
 
-def _load_pad(ctx, e, name):
+def _load_pad(ctx, e, names):
+  name = names[0]
   conds, idx = [], []
   for k, ((lo, _, interior), n) in enumerate(zip(e.kw["padding_config"], e.inputs[0].aval.shape)):
     t = f"({ctx.index[k]} - {ctx.size(lo)})"
@@ -147,15 +152,26 @@ def _load_concatenate(ctx, e, names):
   return expr
 
 
-def _load_rev(ctx, e, name):
+def _load_rev(ctx, e, names):
+  name = names[0]
   shape, dims = e.inputs[0].aval.shape, e.kw["dimensions"]
   return ctx.element(name, [f"{ctx.size(shape[k])} - 1 - {i}" if k in dims else i
                             for k, i in enumerate(ctx.index)])
 
 
+# index maps: (ctx, eqn, names of its operands) -> the element at the loop index
 INDEX_LOADS = {P.broadcast_in_dim_p: _load_broadcast, P.transpose_p: _load_transpose,
                P.reshape_p: _load_reshape, P.slice_p: _load_slice, P.pad_p: _load_pad,
-               P.rev_p: _load_rev}
+               P.rev_p: _load_rev, P.concatenate_p: _load_concatenate}
+# primitives a kernel computes by its region kind's emitter, not by a rule of their own
+REGION_EMITTED = {"reduction": "accumulated by loop kernels (_accumulate)",
+                  "contraction": "emit_dot_kernel", "indexing": "emit_gather_kernel"}
+
+
+def emits(prim: Primitive) -> bool:
+  """Whether kernels compute `prim`: a lowering rule, an index load, or its region's
+  emitter."""
+  return prim in lower_rules or prim in INDEX_LOADS or bool(prim.traits & set(REGION_EMITTED))
 
 
 def abstract_ir(program: Program) -> str:
@@ -237,7 +253,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
   # flat: one loop over the elements, when every array is read and written at the index
   flat = rank > 1 and not reductions and all(
       (e.prim not in INDEX_LOADS or is_splat(e))
-      and e.prim not in (P.concatenate_p, P.iota_p, P.dot_general_p)
+      and e.prim not in (P.iota_p, P.dot_general_p)
       for e in program.eqns) and all(v.aval.shape == domain for v in program.inputs)
   out_index = {v: k for k, v in enumerate(program.outputs)}
 
@@ -263,10 +279,8 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
         continue
       if is_splat(e):
         expr = ctx.value(e.inputs[0].value, out.aval.dtype)
-      elif e.prim in INDEX_LOADS:  # fusion guarantees the operand is a region input
-        expr = INDEX_LOADS[e.prim](ctx, e, names[e.inputs[0]])
-      elif e.prim is P.concatenate_p:
-        expr = _load_concatenate(ctx, e, [names[a] for a in e.inputs])
+      elif e.prim in INDEX_LOADS:  # fusion guarantees the operands are region inputs
+        expr = INDEX_LOADS[e.prim](ctx, e, [names[a] for a in e.inputs])
       else:
         expr = lower_rules[e.prim](ctx, e, *map(read, e.inputs))
       var = ctx.fresh("v")

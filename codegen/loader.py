@@ -15,7 +15,8 @@ import sys
 import threading
 import types
 
-from codegen import cache, store, threads
+from primc.codegen import cache, store, threads
+from primc.codegen.module import DRIVER_OPTIONS, DRIVER_SIGNATURE
 
 _lock = threading.Lock()
 _loaded: dict[tuple[str, bool], types.ModuleType] = {}
@@ -96,7 +97,6 @@ def compile_driver(module: types.ModuleType):
   driver = compiled_driver(module)
   if driver is None:
     import numba
-    from codegen.module import DRIVER_OPTIONS, DRIVER_SIGNATURE
     if any(getattr(f, "targetoptions", {}).get("parallel") for f in vars(module).values()):
       # numba starts its thread pool when it compiles a parallel loop, or when it loads
       # one from the cache for a jitted function; a cfunc loaded from the cache does not

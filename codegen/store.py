@@ -51,7 +51,8 @@ import stat
 import tempfile
 import threading
 
-from codegen import cache
+from primc.codegen import cache
+from primc.codegen.module import Plan
 
 log = logging.getLogger("primc.cache")
 FORMAT = 2
@@ -394,6 +395,11 @@ class Store:
       seal = None
     valid = isinstance(seal, dict) and (seal.get("format"), seal.get("key"), seal.get(
         "env")) == (FORMAT, key, cache.env_hash())
+    if isinstance(seal, dict) and not valid:  # files of an older primc or numba: stale
+      log.info("primc cache: the library's numba files in %s are stale: removing them",
+               numba_dir)
+      for name in self.numba_files(directory, key):
+        remove(os.path.join(numba_dir, name))
     listed = (seal.get("files") or {}) if valid else {}
     self.touch(self.path(directory, "seal", key))
     removed = []
@@ -559,7 +565,6 @@ class Store:
       key = e["key"]
       if e["kind"] == "plan":
         try:
-          from codegen.module import Plan
           Plan.from_bytes(check_entry(self.path(root, "plan", key), "plan", key))
         except Bad as err:
           bad.append((self.path(root, "plan", key), str(err)))

@@ -28,9 +28,9 @@ import threading
 
 import numpy as np
 
-from codegen import loader, store
-from codegen.executor import Executable, check_out
-from codegen.module import Plan
+from primc.codegen import loader, store
+from primc.codegen.executor import Executable, check_out
+from primc.codegen.module import Plan
 from primc.core import Lit, Program, Var, impl_rules, ufunc_rules
 
 log = logging.getLogger("primc.tiered")
@@ -51,7 +51,7 @@ def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
     if job is None or job.poll() is not None:
       with open(worker_log(plan), "wb") as err:
         job = _jobs[job_key] = subprocess.Popen(
-            [sys.executable, "-m", "codegen.tiered", plan_key], env=store.worker_env(),
+            [sys.executable, "-m", "primc.codegen.tiered", plan_key], env=store.worker_env(),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
       log.info("compiling module %s in the background (pid %d)", job_key[1], job.pid)
   return job
@@ -78,9 +78,10 @@ def _blas_limit():
 
 
 class Tiered:
-  """An executable that interprets its program until the worker has compiled it."""
+  """An executable that interprets its program until the worker (`job`) has compiled it;
+  with no worker (numba's JIT disabled), for good."""
 
-  def __init__(self, plan: Plan, program: Program, job: subprocess.Popen):
+  def __init__(self, plan: Plan, program: Program, job: subprocess.Popen | None):
     self.plan = plan
     self.program = program
     self.job = job
@@ -100,6 +101,8 @@ class Tiered:
 
   def wait(self, timeout: float | None = None) -> bool:
     """Waits for the worker (at most `timeout` seconds); True once native code runs."""
+    if self.job is None:
+      return False
     try:
       self.job.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -108,7 +111,7 @@ class Tiered:
     return True
 
   def __call__(self, inputs, out=None) -> list[np.ndarray]:
-    if self.native is None and self.job.poll() is not None:
+    if self.native is None and self.job is not None and self.job.poll() is not None:
       self._switch()
     if self.native is not None:
       return self.native(inputs, out)
@@ -177,7 +180,6 @@ def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
 
 def main(argv: list[str]) -> int:
   """The worker: compiles the module of the cached plan `argv[0]` (exit 0), or fails."""
-  import primc  # noqa: F401  (readies the backend)
   plan = store.current().read_entry("plan", argv[0], Plan.from_bytes)
   if plan is None:
     print(f"primc background compile: no cached plan {argv[0]}", file=sys.stderr)

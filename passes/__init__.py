@@ -5,8 +5,8 @@
 
 Passes depend only on `primc`'s IR and rule tables; they never mutate their input.
 """
-from passes.cse import cse
-from passes.dce import dce
-from passes.fusion import FusedProgram, fuse, fusion_blocker, region_p
-from passes.pipeline import PIPELINE, equation_counts, optimize
-from passes.simplify import simplify
+from primc.passes.cse import cse
+from primc.passes.dce import dce
+from primc.passes.fusion import FusedProgram, fuse, fusion_blocker, region_p
+from primc.passes.pipeline import PIPELINE, equation_counts, optimize, print_after_names
+from primc.passes.simplify import simplify

@@ -28,8 +28,8 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import Lit, Program, Var
-from passes.rewrite import Rewriter
-from passes.simplify import splat
+from primc.passes.rewrite import Rewriter
+from primc.passes.simplify import splat
 
 MAX_TERMS = 32
 MAX_DEGREE = 16

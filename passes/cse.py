@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from primc import prims as P
 from primc.core import Lit, Program, Var
-from passes.rewrite import Rewriter
+from primc.passes.rewrite import Rewriter
 
-COMMUTATIVE = {P.add_p, P.mul_p, P.max_p, P.min_p, P.eq_p, P.ne_p}
+COMMUTATIVE = P.with_trait("commutative")
 
 
 def cse(program: Program) -> Program:

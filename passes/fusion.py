@@ -25,8 +25,7 @@ from primc import prims as P
 from primc.core import (Eqn, Lit, Primitive, Program, Var, abstract_rules, impl_rules,
                         make_params)
 from primc.interpreter import interpret
-from passes.dce import dce, dce_rules
-from passes.simplify import ELEMENTWISE
+from primc.passes.dce import dce, dce_rules
 
 log = logging.getLogger("primc.fusion")
 
@@ -49,11 +48,12 @@ def _prune_region(eqn: Eqn, used: list[bool]) -> Eqn:
 
 dce_rules[region_p] = _prune_region
 
-GENERATORS = {P.full_p, P.iota_p}
-INDEX_MAPS = {P.broadcast_in_dim_p, P.reshape_p, P.transpose_p, P.slice_p, P.pad_p,
-              P.concatenate_p, P.rev_p}
-REDUCTIONS = {P.reduce_sum_p, P.reduce_max_p}
-OPAQUE = {P.dot_general_p: "dot", P.gather_p: "gather", P.scatter_add_p: "gather"}
+GENERATORS = P.with_trait("generator")
+INDEX_MAPS = P.with_trait("index_map")
+REDUCTIONS = P.with_trait("reduction")
+# primitives with a region (and a kernel emitter) of their own
+OPAQUE = {**{p: "dot" for p in P.with_trait("contraction")},
+          **{p: "gather" for p in P.with_trait("indexing")}}
 MAX_REGION_EQNS = 400  # profitability: very large kernels compile slowly
 
 
@@ -87,7 +87,7 @@ def fusion_blocker(region: _Region, eqn: Eqn) -> str | None:
     return f"{name} iterates over {list(domain(eqn))}, the region over {list(region.domain)}"
   inside = [a for a in eqn.inputs if isinstance(a, Var) and a in region.defined]
   if region.kind == "dot":
-    if eqn.prim not in ELEMENTWISE and eqn.prim not in REDUCTIONS:
+    if "elementwise" not in eqn.prim.traits and eqn.prim not in REDUCTIONS:
       return f"only an elementwise epilogue can join a dot_general region, not {name}"
     if not inside:
       return f"{name} does not read the dot_general's result"

@@ -12,10 +12,11 @@ import sys
 from typing import Callable
 
 from primc.core import Program, typecheck
-from passes.combine import combine
-from passes.cse import cse
-from passes.dce import dce
-from passes.simplify import simplify
+from primc.passes.combine import combine
+from primc.passes.cse import cse
+from primc.passes.dce import dce
+from primc.passes.fusion import fuse
+from primc.passes.simplify import simplify
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +87,6 @@ def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
 def equation_counts(program: Program, *, fast: bool = False) -> dict[str, int]:
   """Equation counts after each stage: traced, each pass of the first round, optimized,
   and the number of fused regions."""
-  from passes.fusion import fuse
   counts = {"traced": len(program.eqns)}
   p = program
   for stage in PIPELINE:

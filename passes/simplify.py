@@ -14,12 +14,9 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import Lit, Program, impl_rules
-from passes.rewrite import Rewriter
+from primc.passes.rewrite import Rewriter
 
-ELEMENTWISE = {P.neg_p, P.exp_p, P.log_p, P.sin_p, P.cos_p, P.tanh_p, P.sqrt_p, P.abs_p,
-               P.sign_p, P.stop_gradient_p, P.add_p, P.sub_p, P.mul_p, P.div_p, P.pow_p,
-               P.max_p, P.min_p, P.eq_p, P.ne_p, P.lt_p, P.le_p, P.gt_p, P.ge_p, P.select_p,
-               P.convert_p}
+ELEMENTWISE = P.with_trait("elementwise")
 FOLD_LIMIT = 64  # literal-only results up to this many elements become literals
 
 

@@ -19,7 +19,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from primc import prims as P
-from primc.core import Eqn, Lit, Primitive, PrimcError, Program, ShapedArray, Var
+from primc.core import (Eqn, Lit, Primitive, PrimcError, Program, ShapedArray, Var, results,
+                        run)
 from primc.trace import aval_of, eval_program, trace_flat
 
 jvp_rules: dict[Primitive, Callable] = {}        # (primals, tangents, **params) -> (out, t_out)
@@ -72,12 +73,14 @@ def defjvp(prim: Primitive, *fns):
   jvp_rules[prim] = rule
 
 
-def deflinear(prim: Primitive, transpose_rule, linear_args: Sequence[int] | None = None):
-  """A primitive linear in `linear_args` (default all): its JVP applies it to the tangents
-  (missing ones materialized as zeros unless all are missing)."""
+def deflinear(prim: Primitive, transpose_rule):
+  """A primitive linear in the arguments it declares (`prim.linear`): its JVP applies it to
+  the tangents (missing ones materialized as zeros unless all are missing)."""
+  assert prim.linear is not None, f"{prim.name} declares no linear arguments"
+
   def rule(primals, tangents, **params):
     out = prim.bind(*primals, **params)
-    lin = range(len(primals)) if linear_args is None else linear_args
+    lin = range(len(primals)) if prim.linear == "all" else prim.linear
     if all(isinstance(tangents[i], Zero) for i in lin) or not aval_of(out).is_float:
       return out, Zero(aval_of(out))
     args = [instantiate(tangents[i]) if i in lin else primals[i] for i in range(len(primals))]
@@ -147,8 +150,7 @@ defjvp(P.max_p, lambda t, out, x, y: P.mul(t, _max_weight(x, y, P.gt)),
 defjvp(P.min_p, lambda t, out, x, y: P.mul(t, _max_weight(x, y, P.lt)),
        lambda t, out, x, y: P.mul(t, _max_weight(y, x, P.lt)))
 
-for _p in (P.sign_p, P.stop_gradient_p, P.eq_p, P.ne_p, P.lt_p, P.le_p, P.gt_p, P.ge_p,
-           P.full_p, P.iota_p):
+for _p in P.with_trait("nondifferentiable"):
   defjvp(_p)  # zero derivative by definition
 
 deflinear(P.neg_p, lambda ct, x: [P.neg(ct)])
@@ -186,7 +188,7 @@ def _select_transpose(ct, pred, on_true, on_false):
           P.select(pred, zeros, ct) if is_undefined(on_false) else None]
 
 
-deflinear(P.select_p, _select_transpose, linear_args=(1, 2))
+deflinear(P.select_p, _select_transpose)
 
 # ---------------------------------------------------------------------------------------
 # Structural rules
@@ -242,10 +244,10 @@ def _concatenate_transpose(ct, *xs, dimension):
 
 deflinear(P.concatenate_p, _concatenate_transpose)
 deflinear(P.gather_p, lambda ct, x, idx, *, axis, batch_dims: [
-    P.scatter_add(P.zeros(x.aval), idx, ct, axis, batch_dims), None], linear_args=(0,))
+    P.scatter_add(P.zeros(x.aval), idx, ct, axis, batch_dims), None])
 deflinear(P.scatter_add_p, lambda ct, x, idx, upd, *, axis, batch_dims: [
     ct if is_undefined(x) else None, None,
-    P.gather(ct, idx, axis, batch_dims) if is_undefined(upd) else None], linear_args=(0, 2))
+    P.gather(ct, idx, axis, batch_dims) if is_undefined(upd) else None])
 deflinear(P.rev_p, lambda ct, x, *, dimensions: [P.rev(ct, dimensions)])
 
 # ---------------------------------------------------------------------------------------
@@ -314,10 +316,7 @@ defbilinear(P.dot_general_p,
                 ct, x, y.aval, dimension_numbers))
 
 # Primitives that are linear in some argument: each must have a transpose rule.
-LINEAR_PRIMITIVES = (P.neg_p, P.add_p, P.sub_p, P.mul_p, P.div_p, P.convert_p, P.select_p,
-                     P.broadcast_in_dim_p, P.reshape_p, P.transpose_p, P.slice_p, P.pad_p,
-                     P.concatenate_p, P.gather_p, P.scatter_add_p, P.rev_p, P.reduce_sum_p,
-                     P.dot_general_p)
+LINEAR_PRIMITIVES = tuple(p for p in P.ALL_PRIMITIVES if p.linear is not None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -337,19 +336,14 @@ def _wrt_mask(program: Program, wrt) -> tuple[bool, ...]:
 
 def jvp_eval(program: Program, primals: Sequence, tangents: Sequence) -> tuple[list, list]:
   """Evaluates `program` on (primal, tangent) pairs with `jvp_rules`; tangents may be Zero."""
-  env = {}
-  for v, x, t in zip(program.inputs, primals, tangents, strict=True):
-    env[v] = (x, t)
-
-  def read(a):
-    return (a.value, Zero(a.aval)) if isinstance(a, Lit) else env[a]
-
-  for eqn in program.eqns:
-    xs, ts = zip(*map(read, eqn.inputs)) if eqn.inputs else ((), ())
+  def apply(eqn, pairs):
+    xs, ts = zip(*pairs) if pairs else ((), ())
     if eqn.prim not in jvp_rules:
       raise PrimcError(f"primitive {eqn.prim.name} has no JVP rule")
-    env[eqn.outputs[0]] = jvp_rules[eqn.prim](xs, ts, **eqn.kw)
-  outs = [read(a) for a in program.outputs]
+    return results(eqn, jvp_rules[eqn.prim](xs, ts, **eqn.kw))
+
+  outs = run(program, list(zip(primals, tangents, strict=True)), apply,
+             lit=lambda a: (a.value, Zero(a.aval)))
   return [x for x, _ in outs], [t for _, t in outs]
 
 

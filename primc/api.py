@@ -12,15 +12,21 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from primc import ad, batching
-from primc.compile import optimize
+from primc import ad, batching, passes
 from primc import numpy as pnp
+from primc.settings import config
 from primc import prims as P
 from primc.core import PrimcError, Program, ShapedArray
 from primc.trace import (Tracer, as_array, aval_of, eval_program, trace_flat, user_source)
 from primc.tree import tree_flatten, tree_unflatten
 
 stop_gradient = pnp.stop_gradient
+
+
+def optimize(program: Program) -> Program:
+  """The pass pipeline on a program a transform made or takes (or the program itself
+  when transforms are configured raw: `primc.config`)."""
+  return passes.optimize(program) if config.optimize_transforms else program
 
 
 def _trace(fn: Callable, args: Sequence) -> tuple[Program, list, list, Any, Any]:

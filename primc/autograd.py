@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-import primc
+from primc import api, eager, static
 from primc import numpy as pnp
-from primc import static
 from primc.core import PrimcError
+from primc.numpy import _expand_index, _is_array
+from primc.prims import wrap_indices
 from primc.static import Variable
 
 _prim = [True]
@@ -93,11 +94,10 @@ def grad(outputs, inputs, grad_outputs=None):
       values = f(*xs)
       cs = [next(it) if isinstance(c, Variable) else
             (pnp.ones_like(v) if c is None else pnp.asarray(c)) for c, v in zip(cts, values)]
-      return list(primc.vjp(lambda *a: f(*a), *xs)[1](cs))
+      return list(api.vjp(lambda *a: f(*a), *xs)[1](cs))
 
     result = _transform_node(outs, ins, ct_vars, compute, "grad")
   else:
-    from primc import eager
     result = eager.grad(outs, ins, grad_outputs, create_graph=prim_enabled())
   return result[0] if single else result
 
@@ -112,7 +112,6 @@ def forward_grad(outputs, inputs, grad_inputs=None):
   outs, ins = _as_list(outputs), _as_list(inputs)
   tans = [None] * len(ins) if grad_inputs is None else _as_list(grad_inputs)
   if not any(isinstance(v, Variable) for v in outs + ins):
-    from primc import eager
     if all(isinstance(v, eager.Tensor) for v in outs + ins):
       result = eager.forward_grad(outs, ins, grad_inputs)
       return result[0] if single else result
@@ -124,7 +123,7 @@ def forward_grad(outputs, inputs, grad_inputs=None):
     it = iter(tan_vals)
     ts = [next(it) if isinstance(t, Variable) else
           (pnp.ones_like(x) if t is None else pnp.asarray(t)) for t, x in zip(tans, xs)]
-    return list(primc.jvp(lambda *a: f(*a), xs, ts)[1])
+    return list(api.jvp(lambda *a: f(*a), xs, ts)[1])
 
   result = _transform_node(outs, ins, tan_vars, compute, "forward_grad")
   return result[0] if single else result
@@ -146,7 +145,6 @@ class Jacobian:
   """
 
   def __init__(self, func, xs, is_batched: bool = False):
-    from primc import eager
     self.func = func
     self.xs = _as_list(xs)
     self.is_batched = is_batched
@@ -175,7 +173,7 @@ class Jacobian:
   def _row_fn(self, i):
     def row(*xs):
       flat_f = lambda *a: self._flat(_as_list(self.func(*a)))
-      out, pull = primc.vjp(flat_f, *xs)
+      out, pull = api.vjp(flat_f, *xs)
       ct = (pnp.astype(pnp.equal(pnp.arange(self.m), i), out.dtype))
       ct = pnp.broadcast_to(ct, out.shape)
       return self._flat(list(pull(ct)))
@@ -183,7 +181,6 @@ class Jacobian:
 
   def _row(self, i):
     if i not in self._rows:
-      from primc import eager
       self.evaluations += 1
       fn = self._row_fn(i)
       if self.static:
@@ -195,8 +192,6 @@ class Jacobian:
     return self._rows[i]
 
   def __getitem__(self, index):
-    from primc.numpy import _expand_index, _is_array
-    from primc.prims import wrap_indices
     row_axis = 1 if self.is_batched else 0
     entries = [e for e in _expand_index(index, len(self.shape), self.shape) if e is not Ellipsis]
     at = [k for k, e in enumerate(entries) if e is not None][row_axis]
@@ -226,5 +221,5 @@ class Hessian(Jacobian):
     xs = _as_list(xs)
 
     def gradient(*a):
-      return list(primc.grad(lambda *b: pnp.sum(func(*b)), argnums=tuple(range(len(a))))(*a))
+      return list(api.grad(lambda *b: pnp.sum(func(*b)), argnums=tuple(range(len(a))))(*a))
     super().__init__(gradient, xs, is_batched)

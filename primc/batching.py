@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from primc import prims as P
-from primc.core import Lit, Primitive, Program, ShapedArray
+from primc.core import Primitive, Program, ShapedArray, results, run
 from primc.trace import aval_of, trace_flat
 
 batch_rules: dict[Primitive, Callable] = {}
@@ -42,9 +42,7 @@ def elementwise(prim):
   batch_rules[prim] = rule
 
 
-for _p in (P.neg_p, P.exp_p, P.log_p, P.sin_p, P.cos_p, P.tanh_p, P.sqrt_p, P.abs_p, P.sign_p,
-           P.stop_gradient_p, P.add_p, P.sub_p, P.mul_p, P.div_p, P.pow_p, P.max_p, P.min_p,
-           P.eq_p, P.ne_p, P.lt_p, P.le_p, P.gt_p, P.ge_p, P.select_p, P.convert_p):
+for _p in P.with_trait("elementwise"):
   elementwise(_p)
 
 batch_rules[P.broadcast_in_dim_p] = lambda args, dims, *, shape, broadcast_dimensions: (
@@ -129,17 +127,16 @@ def batch_program(program: Program, batched: Sequence[bool], size: int) -> Progr
   """
   batched = tuple(batched)
 
+  def apply(eqn, pairs):
+    xs, ds = zip(*pairs) if pairs else ((), ())
+    if all(d is None for d in ds):  # nothing batched: the equation as it is
+      return [(x, None) for x in results(eqn, eqn.prim.bind(*xs, **eqn.kw))]
+    return results(eqn, batch_rules[eqn.prim](xs, ds, **eqn.kw))
+
   def fn(*args):
-    env = {v: (x, 0 if b else None) for v, x, b in zip(program.inputs, args, batched,
-                                                      strict=True)}
-    read = lambda a: (a.value, None) if isinstance(a, Lit) else env[a]
-    for eqn in program.eqns:
-      xs, ds = zip(*map(read, eqn.inputs)) if eqn.inputs else ((), ())
-      if all(d is None for d in ds):
-        env[eqn.outputs[0]] = (eqn.prim.bind(*xs, **eqn.kw), None)
-      else:
-        env[eqn.outputs[0]] = batch_rules[eqn.prim](xs, ds, **eqn.kw)
-    return [materialize(*read(a), size) for a in program.outputs]
+    pairs = [(x, 0 if b else None) for x, b in zip(args, batched, strict=True)]
+    outs = run(program, pairs, apply, lit=lambda a: (a.value, None))
+    return [materialize(x, d, size) for x, d in outs]
 
   avals = [((size,) + v.aval.shape if b else v.aval.shape, v.aval.dtype)
            for v, b in zip(program.inputs, batched)]

@@ -22,17 +22,19 @@ import time
 
 import numpy as np
 
-_DTYPES = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "bool": "bool"}
+import primc
+from primc import ad
+from primc.codegen import cache, store
+from primc.compile import Jitted, build_plan, example_args, parse_arg_spec
+
 STAGES = ("traced", "jvp", "linearized", "grad", "optimized", "fused", "source")
 
 
-def parse_arg_spec(spec: str) -> np.ndarray:
-  m = re.fullmatch(r"(\w+)\[([\d,\s]*)\]", spec.strip())
-  if not m or m.group(1) not in _DTYPES:
-    raise argparse.ArgumentTypeError(f"bad argument spec {spec!r}: expected like f32[2,2] "
-                                     f"(dtypes: {', '.join(_DTYPES)})")
-  shape = tuple(int(d) for d in m.group(2).split(",") if d.strip())
-  return np.zeros(shape, _DTYPES[m.group(1)])
+def arg_spec(spec: str) -> np.ndarray:
+  try:
+    return parse_arg_spec(spec)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def load_module(path: str):
@@ -62,7 +64,6 @@ def load_target(target: str):
 
 
 def _jitted(objects):
-  from primc.compile import Jitted
   return [(n, o) for n, o in objects if isinstance(o, Jitted) and o.warmup]
 
 
@@ -70,8 +71,6 @@ def _jitted(objects):
 # warmup
 
 def _warmup(args) -> int:
-  import primc
-  from primc.compile import example_args
   jobs = []
   for target in args.targets:
     _, objects = load_target(target)
@@ -115,7 +114,6 @@ def _warmup(args) -> int:
 # cache
 
 def _cache(args) -> int:
-  from codegen import cache, store
   st = store.current()
   root = st.root
   entries = st.entries(root)
@@ -157,9 +155,6 @@ def _cache(args) -> int:
 # show
 
 def _show(args) -> int:
-  import primc
-  from primc import ad
-  from primc.compile import Jitted, _build_plan, example_args
   _, objects = load_target(args.target)
   if len(objects) != 1:
     raise SystemExit("primc show: name one function (TARGET:function)")
@@ -175,7 +170,7 @@ def _show(args) -> int:
             "linearized": lambda: "\n".join(map(str, ad.linearize_program(program))),
             "grad": lambda: ad.vjp_program(program)}[args.stage]()
   else:
-    optimized, fused, plan = _build_plan(program)
+    optimized, fused, plan = build_plan(program)
     text = {"optimized": optimized, "fused": fused, "source": plan.source}[args.stage]
   print(text)
   return 0
@@ -194,14 +189,12 @@ def main(argv=None) -> int:
                      help="prune: the size to evict down to (default PRIMC_CACHE_MAX_BYTES)")
   show = sub.add_parser("show", help="print a stage of a function's program")
   show.add_argument("target", help="module:function or file.py:function")
-  show.add_argument("--arg", type=parse_arg_spec, action="append", default=[],
+  show.add_argument("--arg", type=arg_spec, action="append", default=[],
                     help="an argument's dtype and shape, e.g. f32[2,2] (repeat per argument)")
   show.add_argument("--stage", choices=STAGES, default="traced")
   args = parser.parse_args(argv)
   if args.version:
-    import numba
-    import primc
-    print(f"primc {primc.__version__} (numba {numba.__version__}, numpy {np.__version__})")
+    print(f"primc {primc.__version__} ({cache.versions()})")
     return 0
   if args.command == "warmup":
     return _warmup(args)

@@ -1,76 +1,50 @@
-"""primc's entry point into the later stages (passes, codegen): the only module of
-`primc` that imports them, lazily, so the stages stay free of import cycles.
-
-`config.optimize_transforms` (default True) runs the optimization pipeline on every
-program a transform produces or consumes, so nested derivatives differentiate the
-simplified program instead of the raw one (this keeps d^n/dx^n programs polynomial in n).
-Set it to False (or use `raw_transforms()`) to see the raw transformed programs.
+"""`jit`, and the bridge from primc's front ends into the later stages: the passes and
+code generation. It is the one module of `primc` that reaches `primc.codegen`, and it
+does so on first use (`backend`), because codegen imports numba (~0.3 s), which
+tracing, the transforms and the interpreter never need.
 """
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
+import functools
+import gc
 import os
+import re
 import sys
 
 import numpy as np
 
-from primc.core import PrimcIndexError, Program
-
+from primc import passes
+from primc.settings import config
+from primc.core import PrimcError, PrimcIndexError, Program
+from primc.trace import Tracer, aval_of, as_array, trace_flat, tracing
+from primc.tree import tree_flatten, tree_unflatten
 
 SIGNATURES_KEPT = 64  # compiled signatures per jitted function (least recently used go)
+PROGRAMS_KEPT = 256   # executables by program key (the tapes' backward programs)
 
 
-@dataclasses.dataclass
-class Config:
-  optimize_transforms: bool = True
-  # run new programs on the interpreter while a background process compiles them
-  # (codegen/tiered.py); `jit(tiered=...)` overrides it per function
-  tiered: bool = os.environ.get("PRIMC_TIERED") == "1"
-
-
-config = Config()
-
-
-@contextlib.contextmanager
-def raw_transforms():
-  """Within this block, transforms return unoptimized programs."""
-  old = config.optimize_transforms
-  config.optimize_transforms = False
-  try:
-    yield
-  finally:
-    config.optimize_transforms = old
-
-
-def optimize(program: Program) -> Program:
-  """The pass pipeline (simplify, combine, CSE, DCE), or the program itself when
-  transforms are configured raw."""
-  if not config.optimize_transforms:
-    return program
-  from passes import optimize as run_passes
-  return run_passes(program)
-
-
-def load_backend() -> None:
-  """Imports the code generator and executor and readies numba's CPU target, so that the
-  first compiled call of a process only loads its cached machine code. `import primc`
-  calls it, unless PRIMC_LAZY_BACKEND=1 (then the first compiled call pays it).
-
-  Then it freezes the garbage collector's view of the objects that exist (`gc.freeze`,
-  unless PRIMC_GC_FREEZE=0): the imports leave ~10^5 long-lived objects (numba, llvmlite,
-  numpy, scipy) that the next full collection would walk, ~40 ms here, and it came inside
-  the first compiled call (W6 with a warm cache: 82 ms -> 35 ms). Frozen objects are
-  never collected; those made before the freeze and later dropped in a reference cycle
-  stay allocated."""
-  import codegen.executor  # noqa: F401  (imports numba and the math library)
-  from numba.core.registry import cpu_target
-  cpu_target.typing_context.refresh()
-  cpu_target.target_context.refresh()
+@functools.cache
+def backend():
+  """`primc.codegen`, imported on the first compile. Then numba's CPU target is readied,
+  and the garbage collector's view of the objects that exist is frozen (`gc.freeze`,
+  unless PRIMC_GC_FREEZE=0): the imports leave ~10^5 long-lived objects (numba, llvmlite)
+  that the next full collection would walk, ~40 ms here, inside the first compiled call
+  (W6 warm: 82 ms -> 35 ms). Frozen objects are never collected: those made before the
+  first compile and later dropped in a reference cycle stay allocated."""
+  from primc.codegen import backend as codegen  # numba: at the first compile, not before
+  codegen.ready()
   if os.environ.get("PRIMC_GC_FREEZE") != "0":
-    import gc
     gc.freeze()
+  return codegen
+
+
+def cache_stats() -> dict:
+  """This process's cache counters: plan hits and misses (with reasons), numba compiles and
+  cache loads, module files written/loaded, bad entries rebuilt, write failures,
+  evictions, first-call load times (seconds)."""
+  return backend().cache.stats()
 
 
 # ---------------------------------------------------------------------------------------
@@ -107,12 +81,9 @@ class Jitted:
     self._fast: dict = {}  # (shape, strides, dtype) per flat ndarray argument ->
                            # (executable, output builder)
     self._hot = None       # the runner of the last fast call (see Executable.runner)
-    import functools
     functools.update_wrapper(self, fun)
 
   def _split(self, args):
-    from primc.trace import as_array
-    from primc.tree import tree_flatten
     static = tuple((i, args[i]) for i in self.static_argnums)
     dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
     leaves, tree = tree_flatten(dyn)
@@ -126,12 +97,10 @@ class Jitted:
     """Traces, optimizes, fuses and generates code for these arguments (no compile)."""
     static, leaves, tree = self._split(args)
     traced, _ = self._trace(static, leaves, tree)
-    optimized, fused, plan = _build_plan(traced)
+    optimized, fused, plan = build_plan(traced)
     return Lowered(traced, optimized, fused, plan.source)
 
   def _trace(self, static, leaves, tree):
-    from primc.trace import aval_of, trace_flat
-    from primc.tree import tree_unflatten
     static_map = dict(static)
 
     def flat_fn(*xs):
@@ -174,8 +143,6 @@ class Jitted:
       raise _located_in(e, self.fun) from None
 
   def _call(self, args, out):
-    from primc.trace import Tracer, tracing
-    from primc.tree import tree_flatten, tree_unflatten
     if tracing() or any(isinstance(x, Tracer) for x in tree_flatten(list(args))[0]):
       return self.fun(*args)  # inside a trace, jit traces through (like any function)
     static, leaves, tree = self._split(args)
@@ -215,15 +182,11 @@ class Jitted:
                if hasattr(exe, "wait"))
 
 
-def _build_plan(traced):
-  from passes import fuse
-  from passes import optimize as run_passes
-  from passes.pipeline import print_after_names
-  from codegen import module
-  optimized = run_passes(traced)
-  fused = fuse(optimized)
-  plan = module.build(fused)
-  show = print_after_names()
+def build_plan(traced):
+  optimized = passes.optimize(traced)
+  fused = passes.fuse(optimized)
+  plan = backend().module.build(fused)
+  show = passes.print_after_names()
   for stage, value in (("fuse", fused), ("codegen", plan.source)):
     if stage in show:
       print(f"--- after {stage}\n{value}", file=sys.stderr)
@@ -233,26 +196,41 @@ def _build_plan(traced):
 def load_executable(traced: Program, tiered: bool | None = None):
   """The executable of a traced program, its run plan from the plan cache if this program
   (and this environment) was compiled before, else built by the passes, fusion and
-  codegen: its compiled module, or (tiered, while the module was never compiled into the
-  cache) the interpreter until a background process has compiled it. `tiered` None
-  means `config.tiered`."""
-  from codegen import cache, store
-  from codegen.executor import Executable
-  from codegen.module import Plan
-  st = store.current()
-  key = cache.program_key(traced)
-  plan, optimized = st.read_entry("plan", key, Plan.from_bytes), None
+  codegen: its compiled module; or, while the module was never compiled into the cache
+  and tiering is on (`tiered`, None: `config.tiered`), the interpreter until a background
+  process has compiled it; or the interpreter alone under NUMBA_DISABLE_JIT=1."""
+  codegen = backend()
+  st = codegen.store.current()
+  key = codegen.cache.program_key(traced)
+  plan, optimized = st.read_entry("plan", key, codegen.module.Plan.from_bytes), None
   if plan is None:
-    optimized, _, plan = _build_plan(traced)
+    optimized, _, plan = build_plan(traced)
     st.write_entry("plan", key, plan.to_bytes())
-  if (config.tiered if tiered is None else tiered) and not st.sealed(plan.source):
-    from codegen import tiered as tiers
-    from passes import optimize as run_passes
-    job = tiers.start(key, plan)
-    if job is not None:
-      program = run_passes(traced) if optimized is None else optimized
-      return tiers.Tiered(plan, program, job)
-  return Executable.load(plan)
+  interpret_only = codegen.jit_disabled()
+  if interpret_only or (config.tiered if tiered is None else tiered) and not st.sealed(
+      plan.source):
+    job = None if interpret_only else codegen.tiered.start(key, plan)
+    if job is not None or interpret_only:
+      program = passes.optimize(traced) if optimized is None else optimized
+      return codegen.tiered.Tiered(plan, program, job)
+  return codegen.executor.Executable.load(plan)
+
+
+_executables: "collections.OrderedDict[str, object]" = collections.OrderedDict()
+
+
+def executable(program: Program):
+  """The executable of a traced program, kept by its key (at most PROGRAMS_KEPT, least
+  recently used first): the eager tape runs its backward programs through it."""
+  key = backend().cache.program_key(program)
+  exe = _executables.get(key)
+  if exe is None:
+    exe = _executables[key] = load_executable(program)
+    if len(_executables) > PROGRAMS_KEPT:
+      _executables.popitem(last=False)
+  else:
+    _executables.move_to_end(key)
+  return exe
 
 
 def _located_in(error, fun):
@@ -265,12 +243,10 @@ def _located_in(error, fun):
 
 
 def _out_leaves(out, executable):
-  from primc.tree import tree_flatten
   leaves = tree_flatten(out)[0]
   kinds = executable.plan.program_outputs
   if len(leaves) != len(kinds) or any(kind != "out" for kind, _ in kinds) or len(
       {k for _, k in kinds}) != len(kinds):
-    from primc.core import PrimcError
     raise PrimcError("out= needs one array per output, each computed by the program")
   ordered = [None] * len(leaves)
   for leaf, (_, k) in zip(leaves, kinds):
@@ -278,9 +254,21 @@ def _out_leaves(out, executable):
   return ordered
 
 
+_DTYPES = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "bool": "bool"}
+
+
+def parse_arg_spec(spec: str) -> np.ndarray:
+  """An example array for a spec like "f32[2,2]" (zeros of that dtype and shape)."""
+  m = re.fullmatch(r"(\w+)\[([\d,\s]*)\]", spec.strip())
+  if not m or m.group(1) not in _DTYPES:
+    raise ValueError(f"bad argument spec {spec!r}: expected like f32[2,2] "
+                     f"(dtypes: {', '.join(_DTYPES)})")
+  shape = tuple(int(d) for d in m.group(2).split(",") if d.strip())
+  return np.zeros(shape, _DTYPES[m.group(1)])
+
+
 def example_args(signature) -> list:
   """Arrays for a warm-up signature: a sequence of specs like "f32[2,2]" (or arrays)."""
-  from primc.cli import parse_arg_spec
   return [parse_arg_spec(a) if isinstance(a, str) else np.asarray(a) for a in signature]
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Callable, Union
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
+VERSION = "0.1.0"  # primc's version (pyproject.toml says the same)
 FLOAT_DTYPES = ("float32", "float64")
 INT_DTYPES = ("int32", "int64")
 SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
@@ -25,6 +26,10 @@ class PrimcError(Exception):
 
 class ShapeError(PrimcError):
   """Raised by abstract rules; the tracer adds the op and source location."""
+
+
+class TypeCheckError(PrimcError):
+  """A malformed program."""
 
 
 class PrimcIndexError(PrimcError, IndexError):
@@ -115,19 +120,50 @@ class Lit:
 Atom = Union[Var, Lit]
 
 
-class Primitive:
-  """A primitive operator is a name; its rules live in tables owned by the stages."""
+# What a primitive is, declared where it is created; the stages read it instead of keeping
+# their own lists:
+TRAITS = {
+    "elementwise": "maps operands of one shape element by element",
+    "comparison": "an elementwise predicate (bool result)",
+    "commutative": "operands may be swapped",
+    "index_map": "reads its operand at indices computed from the output's (structural)",
+    "reduction": "accumulates its operand over axes",
+    "contraction": "a sum of products over contracted dims (dot_general)",
+    "indexing": "reads or writes at indices held in an array (gather, scatter)",
+    "generator": "makes an array from its parameters alone",
+    "nondifferentiable": "zero derivative by definition",
+}
 
-  def __init__(self, name: str, multiple_results: bool = False):
+
+class Primitive:
+  """A primitive operator is a name; its rules live in tables owned by the stages.
+
+  `traits` (see TRAITS) and `linear` (the argument positions it is linear in, "all", or
+  None if in none: those primitives, and only those, have a transpose rule) are declared
+  with it."""
+
+  def __init__(self, name: str, multiple_results: bool = False, traits=(), linear=None):
+    assert set(traits) <= set(TRAITS), set(traits) - set(TRAITS)
     self.name = name
     self.multiple_results = multiple_results
+    self.traits = frozenset(traits)
+    self.linear = linear if linear in (None, "all") else tuple(linear)
 
   def __repr__(self):
     return self.name
 
   def bind(self, *args, **params):
-    from primc.trace import bind  # the tracer owns evaluation; the IR does not depend on it
-    return bind(self, args, params)
+    """Applies the primitive: staged while tracing, else run (`primc.trace.bind`)."""
+    return binder[0](self, args, params)
+
+
+def _no_tracer(prim, args, params):
+  raise RuntimeError("primc.trace is not imported")
+
+
+# The tracer owns evaluation (primc.trace puts its `bind` here when imported): the IR does
+# not depend on it.
+binder: list[Callable] = [_no_tracer]
 
 
 # Rule tables owned by primc: the shape/dtype rule and the numpy implementation; for an
@@ -177,6 +213,35 @@ class Program:
     return pp_program(self)
 
   __repr__ = __str__
+
+
+# ---------------------------------------------------------------------------------------
+# The evaluator
+
+def run(program: Program, args: Sequence, apply: Callable, lit: Callable | None = None) -> list:
+  """Runs `program` on `args`: each equation's outputs are `apply(eqn, its inputs' values)`
+  (a sequence, one value per output), a literal reads as `lit(literal)` (default: its
+  value). The one evaluator of equations: the interpreter, staging, the JVP and batching
+  all run programs through it; single assignment is checked as it goes.
+
+  Raises:
+    TypeCheckError: a variable is assigned twice.
+  """
+  lit = lit or (lambda a: a.value)
+  env = dict(zip(program.inputs, args, strict=True))
+  read = lambda a: lit(a) if isinstance(a, Lit) else env[a]
+  for eqn in program.eqns:
+    outs = apply(eqn, [read(a) for a in eqn.inputs])
+    for v, x in zip(eqn.outputs, outs, strict=True):
+      if v in env:
+        raise TypeCheckError(f"{eqn.prim.name}: variable {v.aval} assigned twice")
+      env[v] = x
+  return [read(a) for a in program.outputs]
+
+
+def results(eqn: Eqn, out) -> Sequence:
+  """A primitive's result as one value per output."""
+  return out if eqn.prim.multiple_results else (out,)
 
 
 # ---------------------------------------------------------------------------------------
@@ -237,10 +302,6 @@ def pp_program(program: Program, indent: int = 0, lit=None) -> str:
 
 # ---------------------------------------------------------------------------------------
 # Typechecker
-
-class TypeCheckError(PrimcError):
-  """A malformed program."""
-
 
 def typecheck(program: Program) -> None:
   """Checks SSA form and every equation's output avals against its primitive's shape rule.

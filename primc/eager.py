@@ -25,8 +25,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from primc import api
+from primc import compile as compiler
+from primc import numpy as pnp
 from primc.core import PrimcError
-from primc.trace import Tracer, plain_array
+from primc.settings import config
+from primc.trace import Tracer, as_array, make_program, plain_array
 from primc.tree import partial_over_leaves, tree_flatten, tree_unflatten
 
 
@@ -143,7 +147,6 @@ class Tensor:
 
 def to_tensor(data, dtype=None, stop_gradient: bool = True) -> Tensor:
   """A tensor from data (Python floats become float32, ints int32, as in primc.numpy)."""
-  from primc.trace import as_array
   if isinstance(data, np.ndarray) and type(data) is not np.ndarray:
     data = plain_array(data)
   value = np.asarray(data, dtype) if dtype is not None else np.asarray(as_array(
@@ -259,7 +262,6 @@ def _replay_fn(outputs, leaves, perturbed, nodes):
 
 
 # backward executables by program key, least recently used first (at most TAPE_KEYS_MAX)
-_executables: "collections.OrderedDict[str, Any]" = collections.OrderedDict()
 # backward executables by tape key (see _tape_key): a repeated backward skips tracing
 _by_tape: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
 TAPE_KEYS_MAX = 256
@@ -267,24 +269,12 @@ CONST_KEY_MAX_BYTES = 1 << 14  # constant tensors up to this size are keyed by v
 
 
 def _run_compiled(fn, args, tape_key=None) -> list:
-  """Traces `fn(*args)`, compiles it (plan cache + an in-process executable cache keyed by
-  the program) and runs it. With a `tape_key` that ran before, runs its executable
-  without tracing."""
-  from primc.compile import load_executable
-  from primc.trace import make_program
-  from codegen import cache
+  """Traces `fn(*args)`, compiles it (or finds it compiled: `primc.compile.executable`)
+  and runs it. With a `tape_key` that ran before, runs its executable without tracing."""
   arrays = [np.asarray(a) for a in args]
   exe = None if tape_key is None else _by_tape.get(tape_key)
   if exe is None:
-    program = make_program(fn)(*arrays)
-    key = cache.program_key(program)
-    exe = _executables.get(key)
-    if exe is None:
-      exe = _executables[key] = load_executable(program)
-      if len(_executables) > TAPE_KEYS_MAX:
-        _executables.popitem(last=False)
-    else:
-      _executables.move_to_end(key)
+    exe = compiler.executable(make_program(fn)(*arrays))
     if tape_key is not None:
       _by_tape[tape_key] = exe
       if len(_by_tape) > TAPE_KEYS_MAX:
@@ -300,7 +290,6 @@ class _Unkeyable(Exception):
 def _stable_ops() -> frozenset:
   """The op functions a node may replay that live as long as the process and read no
   state: primc.numpy's ops and the tensor methods (apply is only called with these)."""
-  from primc import numpy as pnp
   ops = [getattr(f, "__wrapped_op__", None) for f in vars(pnp).values()]
   ops += [m.fget if isinstance(m, property) else m for m in pnp._TRACER_METHODS.values()]
   return frozenset(id(f) for f in ops if f is not None)
@@ -329,7 +318,6 @@ def _tape_key(outputs, leaves, perturbed, nodes, ct_vals):
   perturbed output, or a constant tensor, by value), the shapes and dtypes of leaves and
   cotangents, and the transform settings. None when some part has no safe key (a large
   constant, an unknown argument type): the backward is then traced as before."""
-  from primc.compile import config
   stable = _stable_ops()
   leaf_of = {id(t): k for k, t in enumerate(leaves)}
   node_of = {id(n): k for k, n in enumerate(nodes)}
@@ -386,12 +374,11 @@ def _vjp(outputs, targets, cts, nodes, record: bool) -> list[Tensor | None]:
                      "stop_gradient=False")
 
   def grads_fn(*args):
-    import primc
     ins = args[:n_t] + args[n_t + n_e:n_t + n_e + len(perturbed)]
     others, cs = args[n_t:n_t + n_e], args[n_t + n_e + len(perturbed):]
     if not ins:
       return []
-    _, pull = primc.vjp(lambda *v: replay(*v[:n_t], *others, *v[n_t:]), *ins)
+    _, pull = api.vjp(lambda *v: replay(*v[:n_t], *others, *v[n_t:]), *ins)
     return list(pull(list(cs)))
 
   zeros = [np.zeros(t.shape, t.dtype) for t in perturbed]
@@ -423,7 +410,6 @@ def _accumulate(t: Tensor, g: Tensor | None) -> None:
   if t.grad is None:
     t.grad = g
   else:
-    from primc import numpy as pnp
     t.grad = pnp.add(t.grad, g) if g.node is not None or t.grad.node is not None else \
         Tensor(t.grad.numpy() + g.numpy())
 
@@ -473,9 +459,8 @@ def forward_grad(outputs, inputs, grad_inputs=None):
   n, n_e = len(inputs), len(extra)
 
   def tangents_fn(*args):
-    import primc
     ins, others, ts = args[:n], args[n:n + n_e], args[n + n_e:]
-    return list(primc.jvp(lambda *v: replay(*v, *others), ins, ts)[1])
+    return list(api.jvp(lambda *v: replay(*v, *others), ins, ts)[1])
 
   return apply(tangents_fn, [*inputs, *extra, *tans], {})
 
@@ -563,3 +548,6 @@ class _Union:
   def __exit__(self, *exc):
     _state.levels.pop()
     return False
+
+
+pnp.register_front_end(Tensor, apply, on_values)

@@ -17,7 +17,7 @@ import contextlib
 
 import numpy as np
 
-import primc
+from primc import api
 from primc import numpy as pnp
 from primc.core import PrimcError
 from primc.eager import Tensor
@@ -77,7 +77,7 @@ def value_and_grad(fn, grad_position=0, weights=None, has_aux=False):
 
     pos_vals = [raw_args[p] for p in positions]
     weight_vals = [w.numpy() for w in weights]
-    (_, out), (g_pos, g_w) = primc.value_and_grad(pure, argnums=(0, 1), has_aux=True)(
+    (_, out), (g_pos, g_w) = api.value_and_grad(pure, argnums=(0, 1), has_aux=True)(
         pos_vals, weight_vals)
     wrap = lambda x: x if isinstance(x, Tracer) else Tensor(x)  # traced (jit): arrays
     g_pos = [wrap(g) for g in g_pos]

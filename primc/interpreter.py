@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from primc.core import Lit, Program, Var, impl_rules
+from primc.core import Program, impl_rules, results, run
 
 
 def interpret(program: Program, *args) -> list[np.ndarray]:
@@ -22,22 +22,16 @@ def interpret(program: Program, *args) -> list[np.ndarray]:
   """
   if len(args) != len(program.inputs):
     raise TypeError(f"program takes {len(program.inputs)} inputs, got {len(args)}")
-  env: dict[Var, np.ndarray] = {}
   for v, x in zip(program.inputs, args, strict=True):
     x = np.asarray(x)
     if x.shape != v.aval.shape or x.dtype.name != v.aval.dtype:
       raise TypeError(f"input {v.aval} got an array {x.dtype.name}{list(x.shape)}")
-    env[v] = x
 
-  def read(a):
-    return a.value if isinstance(a, Lit) else env[a]
-
-  for eqn in program.eqns:
-    out = impl_rules[eqn.prim](*map(read, eqn.inputs), **eqn.kw)
-    outs = [np.asarray(o) for o in out] if eqn.prim.multiple_results else [np.asarray(out)]
+  def apply(eqn, xs):
+    outs = [np.asarray(o) for o in results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw))]
     for v, o in zip(eqn.outputs, outs, strict=True):
-      assert v not in env, f"{eqn.prim.name}: variable assigned twice"
       assert o.shape == v.aval.shape and o.dtype.name == v.aval.dtype, (
           f"{eqn.prim.name}: impl gave {o.dtype.name}{list(o.shape)}, expected {v.aval}")
-      env[v] = o
-  return [np.asarray(read(a)) for a in program.outputs]
+    return outs
+
+  return [np.asarray(o) for o in run(program, [np.asarray(x) for x in args], apply)]

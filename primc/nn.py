@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from primc import numpy as pnp
+from primc import static
 from primc.eager import Tensor
 
 
@@ -79,7 +80,6 @@ class Layer:
                        attr=None):
     init = default_initializer or (Constant(0.0) if is_bias else XavierUniform())
     value = init(tuple(shape), np.dtype(dtype).name)
-    from primc import static
     if static.building():
       return static.parameter(value)
     return Parameter(value)
@@ -120,7 +120,6 @@ Cell = Layer  # MindSpore's name
 
 
 def _is_static_param(value) -> bool:
-  from primc import static
   return isinstance(value, static.Variable) and value.kind == "param"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -949,7 +949,11 @@ def add_n(inputs):
 
 
 # ---------------------------------------------------------------------------------------
-# Eager tensors: every public op here dispatches to primc.eager when given a Tensor.
+# Front ends: eager tensors and static program variables register their classes here, so
+# that every op takes them (and their operators, methods and numpy's own functions work).
+
+_front_ends: list[tuple[type, Callable]] = []  # (class, apply(op, args, kwargs))
+
 
 def _mentions(args, kwargs, cls) -> bool:
   """Whether an argument, or an element of a list or tuple argument, is a `cls`."""
@@ -960,50 +964,51 @@ def _mentions(args, kwargs, cls) -> bool:
   return False
 
 
-def _tensor_aware(fn):
-  from primc import eager, static
-
+def _front_end_aware(fn):
+  """`fn` that hands a call on a front end's values to that front end."""
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
-    if _mentions(args, kwargs, static.Variable):  # building a static program: record it
-      return static.record(fn, args, kwargs)
-    if _mentions(args, kwargs, eager.Tensor):
-      return eager.apply(fn, args, kwargs)
+    for cls, apply in _front_ends:
+      if _mentions(args, kwargs, cls):
+        return apply(fn, args, kwargs)
     return fn(*args, **kwargs)
   wrapped.__wrapped_op__ = fn
   return wrapped
 
 
-def _install_tensor_dispatch():
-  from primc import eager
+def register_front_end(cls: type, apply: Callable, fallback: Callable) -> None:
+  """Makes every op of this module take `cls` values: a call given one runs as
+  `apply(op, args, kwargs)`; `cls` gets the operators and methods of traced arrays; numpy's
+  own functions and ufuncs on its values run the op of the same name, else
+  `fallback(func, args, kwargs)`."""
+  _front_ends.append((cls, apply))
   g = globals()
-  skip = {"asarray", "broadcast_shapes", "functools", "builtins", "math", "np", "P",
-          "Sequence", "annotations"}
+  for name, fn in _TRACER_METHODS.items():
+    if isinstance(fn, property):
+      setattr(cls, name, property(lambda self: g["transpose"](self)))
+    else:
+      op = _front_end_aware(fn)
+      setattr(cls, name, (lambda op: lambda self, *a, **k: op(self, *a, **k))(op))
+  cls.__array_ufunc__ = lambda self, ufunc, method, *args, **kwargs: _numpy_dispatch(
+      ufunc, method, args, kwargs, lambda: fallback(getattr(ufunc, method), args, kwargs))
+  cls.__array_function__ = lambda self, func, types, args, kwargs: _numpy_dispatch(
+      func, "__call__", args, kwargs, lambda: fallback(func, args, kwargs))
+  cls.__hash__ = object.__hash__
+
+
+def refuse_numpy(what: str) -> Callable:
+  """A `register_front_end` fallback that refuses numpy functions primc does not have."""
+  return lambda func, args, kwargs: _refuse(func, "__call__", what)
+
+
+def _wrap_ops():
+  g = globals()
+  skip = {"asarray", "broadcast_shapes", "register_front_end", "refuse_numpy",
+          "operator_index"}
   for name, value in list(g.items()):
     if (callable(value) and not name.startswith("_") and name not in skip
         and getattr(value, "__module__", None) == __name__ and not isinstance(value, type)):
-      g[name] = _tensor_aware(value)
-  from primc import static
-  static.Variable.__array_ufunc__ = lambda self, ufunc, method, *args, **kwargs: (
-      _numpy_dispatch(ufunc, method, args, kwargs,
-                      lambda: _refuse(ufunc, method, "a static program variable")))
-  static.Variable.__array_function__ = lambda self, func, types, args, kwargs: (
-      _numpy_dispatch(func, "__call__", args, kwargs,
-                      lambda: _refuse(func, "__call__", "a static program variable")))
-  eager.Tensor.__array_ufunc__ = lambda self, ufunc, method, *args, **kwargs: (
-      _numpy_dispatch(ufunc, method, args, kwargs,
-                      lambda: eager.on_values(getattr(ufunc, method), args, kwargs)))
-  eager.Tensor.__array_function__ = lambda self, func, types, args, kwargs: (
-      _numpy_dispatch(func, "__call__", args, kwargs,
-                      lambda: eager.on_values(func, args, kwargs)))
-  for cls in (eager.Tensor, static.Variable):
-    for name, fn in _TRACER_METHODS.items():
-      if isinstance(fn, property):
-        setattr(cls, name, property(lambda self: g["transpose"](self)))
-      else:
-        setattr(cls, name, (lambda f: lambda self, *a, **k: _tensor_aware(f)(
-            self, *a, **k))(fn))
-    cls.__hash__ = object.__hash__
+      g[name] = _front_end_aware(value)
 
 
-_install_tensor_dispatch()
+_wrap_ops()

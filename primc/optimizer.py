@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from primc import numpy as pnp
+from primc import static
 from primc.core import PrimcError
+from primc.nn import Parameter
 
 
 def sgd_update(param, grad, state, lr):
@@ -40,7 +42,6 @@ class Optimizer:
     raise NotImplementedError
 
   def _check(self, params):
-    from primc.nn import Parameter
     for p in params:
       if not (isinstance(p, Parameter) or getattr(p, "kind", None) == "param"):
         raise PrimcError(f"optimizer given a {type(p).__name__} that is not a parameter "
@@ -66,7 +67,6 @@ class Optimizer:
 
   def minimize(self, loss, parameters=None):
     """Static: append the gradient of `loss` and the parameter updates to the program."""
-    from primc import static
     params = parameters or self._parameters or static.default_main_program().parameters()
     self._check(params)
     static.default_main_program().add_optimizer(self, loss, list(params))

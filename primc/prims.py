@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from primc.core import (FLOAT_DTYPES, INT_DTYPES, Primitive, ShapedArray, ShapeError,
-                        abstract_rules, impl_rules, index_error, ufunc_rules)
+from primc.core import (FLOAT_DTYPES, INT_DTYPES, TRAITS, Primitive, ShapedArray,
+                        ShapeError, abstract_rules, impl_rules, index_error, ufunc_rules)
 
 
 def _fail(msg):
@@ -65,8 +65,8 @@ def _keep_dtype(fn):
   return lambda *xs: np.asarray(fn(*xs), dtype=xs[0].dtype)
 
 
-def def_unary(name, np_fn, rule=unary_float, ieee=False):
-  p = Primitive(name)
+def def_unary(name, np_fn, rule=unary_float, ieee=False, traits=(), linear=None):
+  p = Primitive(name, traits=("elementwise",) + traits, linear=linear)
   abstract_rules[p] = rule
   impl_rules[p] = _keep_dtype(_errstate(np_fn) if ieee else np_fn)
   if isinstance(np_fn, np.ufunc):
@@ -74,8 +74,9 @@ def def_unary(name, np_fn, rule=unary_float, ieee=False):
   return p
 
 
-def def_binary(name, np_fn, rule=binary_numeric, ieee=False):
-  p = Primitive(name)
+def def_binary(name, np_fn, rule=binary_numeric, ieee=False, traits=(), linear=None):
+  comparison = ("comparison", "nondifferentiable") if rule is compare_rule else ()
+  p = Primitive(name, traits=("elementwise",) + comparison + traits, linear=linear)
   abstract_rules[p] = rule
   impl = _errstate(np_fn) if ieee else np_fn
   impl_rules[p] = impl if rule is compare_rule else _keep_dtype(impl)
@@ -96,7 +97,7 @@ def _errstate(fn):
   return run
 
 
-neg_p = def_unary("neg", np.negative, unary_numeric)
+neg_p = def_unary("neg", np.negative, unary_numeric, linear=(0,))
 exp_p = def_unary("exp", np.exp, ieee=True)
 log_p = def_unary("log", np.log, ieee=True)
 sin_p = def_unary("sin", np.sin, ieee=True)
@@ -104,26 +105,27 @@ cos_p = def_unary("cos", np.cos, ieee=True)
 tanh_p = def_unary("tanh", np.tanh)
 sqrt_p = def_unary("sqrt", np.sqrt, ieee=True)
 abs_p = def_unary("abs", np.abs, unary_numeric)
-sign_p = def_unary("sign", np.sign, unary_numeric)
-stop_gradient_p = def_unary("stop_gradient", lambda x: x, lambda x: x)
+sign_p = def_unary("sign", np.sign, unary_numeric, traits=("nondifferentiable",))
+stop_gradient_p = def_unary("stop_gradient", lambda x: x, lambda x: x,
+                            traits=("nondifferentiable",))
 
-add_p = def_binary("add", np.add, ieee=True)
-sub_p = def_binary("sub", np.subtract, ieee=True)
-mul_p = def_binary("mul", np.multiply, ieee=True)
-div_p = def_binary("div", _int_div, ieee=True)
+add_p = def_binary("add", np.add, ieee=True, traits=("commutative",), linear=(0, 1))
+sub_p = def_binary("sub", np.subtract, ieee=True, linear=(0, 1))
+mul_p = def_binary("mul", np.multiply, ieee=True, traits=("commutative",), linear=(0, 1))
+div_p = def_binary("div", _int_div, ieee=True, linear=(0,))
 ufunc_rules[div_p] = np.divide  # on floats (integers floor-divide)
 pow_p = def_binary("pow", np.power, binary_float, ieee=True)
-max_p = def_binary("max", np.maximum)
-min_p = def_binary("min", np.minimum)
-eq_p = def_binary("eq", np.equal, compare_rule)
-ne_p = def_binary("ne", np.not_equal, compare_rule)
+max_p = def_binary("max", np.maximum, traits=("commutative",))
+min_p = def_binary("min", np.minimum, traits=("commutative",))
+eq_p = def_binary("eq", np.equal, compare_rule, traits=("commutative",))
+ne_p = def_binary("ne", np.not_equal, compare_rule, traits=("commutative",))
 lt_p = def_binary("lt", np.less, compare_rule)
 le_p = def_binary("le", np.less_equal, compare_rule)
 gt_p = def_binary("gt", np.greater, compare_rule)
 ge_p = def_binary("ge", np.greater_equal, compare_rule)
 
 
-select_p = Primitive("select")
+select_p = Primitive("select", traits=("elementwise",), linear=(1, 2))
 
 
 def _select_rule(pred, on_true, on_false):
@@ -139,7 +141,7 @@ impl_rules[select_p] = lambda p, t, f: np.where(p, t, f)
 # ---------------------------------------------------------------------------------------
 # Structural
 
-broadcast_in_dim_p = Primitive("broadcast_in_dim")
+broadcast_in_dim_p = Primitive("broadcast_in_dim", traits=("index_map",), linear=(0,))
 
 
 def _broadcast_rule(x, *, shape, broadcast_dimensions):
@@ -162,7 +164,7 @@ def _broadcast_impl(x, *, shape, broadcast_dimensions):
 abstract_rules[broadcast_in_dim_p] = _broadcast_rule
 impl_rules[broadcast_in_dim_p] = _broadcast_impl
 
-reshape_p = Primitive("reshape")
+reshape_p = Primitive("reshape", traits=("index_map",), linear=(0,))
 
 
 def _reshape_rule(x, *, new_sizes):
@@ -175,7 +177,7 @@ def _reshape_rule(x, *, new_sizes):
 abstract_rules[reshape_p] = _reshape_rule
 impl_rules[reshape_p] = lambda x, *, new_sizes: np.reshape(x, new_sizes).copy()
 
-transpose_p = Primitive("transpose")
+transpose_p = Primitive("transpose", traits=("index_map",), linear=(0,))
 
 
 def _transpose_rule(x, *, permutation):
@@ -188,7 +190,7 @@ abstract_rules[transpose_p] = _transpose_rule
 impl_rules[transpose_p] = lambda x, *, permutation: np.array(np.transpose(x, permutation),
                                                            order="C")
 
-slice_p = Primitive("slice")
+slice_p = Primitive("slice", traits=("index_map",), linear=(0,))
 
 
 def _slice_rule(x, *, start_indices, limit_indices, strides):
@@ -209,7 +211,7 @@ def _slice_impl(x, *, start_indices, limit_indices, strides):
 abstract_rules[slice_p] = _slice_rule
 impl_rules[slice_p] = _slice_impl
 
-pad_p = Primitive("pad")  # zero padding: padding_config is ((low, high, interior), ...)
+pad_p = Primitive("pad", traits=("index_map",), linear=(0,))  # zero padding: padding_config is ((low, high, interior), ...)
 
 
 def _pad_rule(x, *, padding_config):
@@ -233,7 +235,7 @@ def _pad_impl(x, *, padding_config):
 abstract_rules[pad_p] = _pad_rule
 impl_rules[pad_p] = _pad_impl
 
-concatenate_p = Primitive("concatenate")
+concatenate_p = Primitive("concatenate", traits=("index_map",), linear="all")
 
 
 def _concatenate_rule(*xs, dimension):
@@ -259,7 +261,7 @@ impl_rules[concatenate_p] = lambda *xs, dimension: np.concatenate(xs, axis=dimen
 # batch dims that pair up (as in `tf.gather(batch_dims=...)`): item k of the batch takes
 # from x[k] with idx[k]. gather(x, idx, axis, batch_dims) has shape
 # x.shape[:axis] + idx.shape[batch_dims:] + x.shape[axis+1:].
-gather_p = Primitive("gather")
+gather_p = Primitive("gather", traits=("indexing",), linear=(0,))
 
 
 def _gather_rule(x, idx, *, axis, batch_dims):
@@ -305,7 +307,7 @@ def _gather_impl(x, idx, *, axis, batch_dims):
 abstract_rules[gather_p] = _gather_rule
 impl_rules[gather_p] = _gather_impl
 
-scatter_add_p = Primitive("scatter_add")  # x with `updates` added at `idx` along `axis`
+scatter_add_p = Primitive("scatter_add", traits=("indexing",), linear=(0, 2))  # x with `updates` added at `idx` along `axis`
 
 
 def _scatter_add_rule(x, idx, updates, *, axis, batch_dims):
@@ -330,7 +332,7 @@ def _scatter_add_impl(x, idx, updates, *, axis, batch_dims):
 abstract_rules[scatter_add_p] = _scatter_add_rule
 impl_rules[scatter_add_p] = _scatter_add_impl
 
-rev_p = Primitive("rev")  # reverses the order of elements along `dimensions`
+rev_p = Primitive("rev", traits=("index_map",), linear=(0,))  # reverses the order of elements along `dimensions`
 
 
 def _rev_rule(x, *, dimensions):
@@ -352,11 +354,11 @@ def _reduce_rule(x, *, axes):
   return ShapedArray(tuple(n for i, n in enumerate(x.shape) if i not in axes), x.dtype)
 
 
-reduce_sum_p = Primitive("reduce_sum")
+reduce_sum_p = Primitive("reduce_sum", traits=("reduction",), linear=(0,))
 abstract_rules[reduce_sum_p] = lambda x, *, axes: (unary_numeric(x), _reduce_rule(x, axes=axes))[1]
 impl_rules[reduce_sum_p] = _errstate(lambda x, *, axes: np.asarray(np.sum(x, axis=axes), x.dtype))
 
-reduce_max_p = Primitive("reduce_max")
+reduce_max_p = Primitive("reduce_max", traits=("reduction",))
 
 
 def _reduce_max_rule(x, *, axes):
@@ -368,7 +370,7 @@ def _reduce_max_rule(x, *, axes):
 abstract_rules[reduce_max_p] = _reduce_max_rule
 impl_rules[reduce_max_p] = lambda x, *, axes: np.asarray(np.max(x, axis=axes), x.dtype)
 
-dot_general_p = Primitive("dot_general")
+dot_general_p = Primitive("dot_general", traits=("contraction",), linear=(0, 1))
 # dimension_numbers = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch)).
 # Output dims: batch dims, then lhs free dims, then rhs free dims (as in XLA).
 
@@ -415,7 +417,7 @@ impl_rules[dot_general_p] = _errstate(_dot_general_impl)
 # ---------------------------------------------------------------------------------------
 # Creation and conversion
 
-full_p = Primitive("full")
+full_p = Primitive("full", traits=("generator", "nondifferentiable"))
 
 
 def _full_rule(*, shape, fill_value, dtype):
@@ -426,7 +428,7 @@ def _full_rule(*, shape, fill_value, dtype):
 abstract_rules[full_p] = _full_rule
 impl_rules[full_p] = lambda *, shape, fill_value, dtype: np.full(shape, fill_value, dtype)
 
-iota_p = Primitive("iota")  # the index along `dimension`, broadcast over `shape`
+iota_p = Primitive("iota", traits=("generator", "nondifferentiable"))  # the index along `dimension`, broadcast over `shape`
 
 
 def _iota_rule(*, shape, dimension, dtype):
@@ -443,7 +445,7 @@ def _iota_impl(*, shape, dimension, dtype):
 abstract_rules[iota_p] = _iota_rule
 impl_rules[iota_p] = _iota_impl
 
-convert_p = Primitive("convert")
+convert_p = Primitive("convert", traits=("elementwise",), linear=(0,))
 abstract_rules[convert_p] = lambda x, *, new_dtype: ShapedArray(x.shape, new_dtype)
 impl_rules[convert_p] = lambda x, *, new_dtype: np.asarray(x).astype(new_dtype)
 
@@ -534,3 +536,9 @@ def scalar_like(value, x):
 
 # Every primitive, in registration order: the registry tests walk this list.
 ALL_PRIMITIVES = [p for p in abstract_rules]
+
+
+def with_trait(trait: str) -> frozenset:
+  """The primitives that declare `trait` (see primc.core.TRAITS)."""
+  assert trait in TRAITS, trait
+  return frozenset(p for p in ALL_PRIMITIVES if trait in p.traits)

@@ -15,7 +15,11 @@ import itertools
 
 import numpy as np
 
+from primc import api
+from primc import compile as compiler
+from primc import numpy as pnp
 from primc.core import PrimcError
+from primc.trace import aval_of, trace_flat
 from primc.tree import partial_over_leaves, tree_flatten, tree_unflatten
 
 _building = [False]
@@ -75,7 +79,6 @@ def record(fn, args, kwargs, kind="op"):
 def _probe(node):
   """Output avals and structure of a node, traced with the declared input shapes (a
   `None` dimension traced as 1: build-time shapes are informative only)."""
-  from primc.trace import aval_of, trace_flat
   ins = [np.zeros([d if d is not None else 1 for d in v.shape], v.dtype) for v in node.inputs]
   program, _, out_tree = trace_flat(lambda *xs: node.fn(*xs), [aval_of(x) for x in ins])
   return [(a.aval.shape, a.aval.dtype) for a in program.outputs], out_tree
@@ -235,7 +238,6 @@ class Executor:
     return out
 
   def _step(self, program, fetch, datas, params, updates):
-    import primc
     key = (tuple(v.id for v in fetch), tuple(v.id for v in datas), len(updates))
     if key in program._jitted:
       return program._jitted[key]
@@ -254,7 +256,7 @@ class Executor:
           env2 = dict(env)
           env2.update(dict(zip(ids, values)))
           return evaluate([loss], env2)[0]
-        grads = primc.grad(lambda vals: _scalar(loss_of(vals)))([env[i] for i in ids])
+        grads = api.grad(lambda vals: _scalar(loss_of(vals)))([env[i] for i in ids])
         for p, g in zip(ps, grads):
           k = next(k for k, q in enumerate(params) if q is p)
           state = tuple(next(it) for _ in st[p.id])  # initialized by _states
@@ -265,11 +267,13 @@ class Executor:
 
     # flat array arguments: a steady call takes jit's native fast path
     n_data, n_params = len(datas), len(params)
-    program._jitted[key] = primc.jit(lambda *xs: step(
+    program._jitted[key] = compiler.jit(lambda *xs: step(
         list(xs[:n_data]), list(xs[n_data:n_data + n_params]), list(xs[n_data + n_params:])))
     return program._jitted[key]
 
 
 def _scalar(x):
-  from primc import numpy as pnp
   return pnp.sum(x)
+
+
+pnp.register_front_end(Variable, record, pnp.refuse_numpy("a static program variable"))

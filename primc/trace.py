@@ -17,9 +17,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from primc import core
 from primc.core import (Eqn, Lit, Primitive, PrimcError, Program, ShapedArray, ShapeError,
                         SUPPORTED_DTYPES, Var, abstract_rules, dtype_name, impl_rules,
-                        make_params)
+                        make_params, results, run)
 from primc.tree import tree_flatten, tree_unflatten
 
 _PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d
@@ -183,6 +184,9 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
   return Tracer(builder, out)
 
 
+core.binder[0] = bind  # Primitive.bind calls it
+
+
 def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray]) -> tuple[Program, list, Any]:
   """Traces `fn(*flat_tracers)` (returning a pytree of arrays) into a Program.
 
@@ -210,11 +214,7 @@ def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray]) -> tuple[Program, 
 
 def eval_program(program: Program, *args) -> list:
   """Runs a program by binding each equation: eager on arrays, staged while tracing."""
-  env: dict[Var, Any] = dict(zip(program.inputs, args, strict=True))
-  read = lambda a: a.value if isinstance(a, Lit) else env[a]
-  for eqn in program.eqns:
-    env[eqn.outputs[0]] = eqn.prim.bind(*map(read, eqn.inputs), **eqn.kw)
-  return [read(a) for a in program.outputs]
+  return run(program, args, lambda eqn, xs: results(eqn, eqn.prim.bind(*xs, **eqn.kw)))
 
 
 def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:

@@ -29,7 +29,7 @@ def inject(fault):
     caching.IndexDataCacheFile._save_data = no_space
     caching.IndexDataCacheFile._save_index = no_space
   if fault == "nospace":
-    from codegen import store
+    from primc.codegen import store
     store.write_atomic = no_space
 
 

@@ -110,21 +110,27 @@ def test_a_process_killed_while_compiling_leaves_a_usable_cache(tmp_path):
 
 
 @pytest.mark.parametrize("setting,frozen", [(None, True), ("0", False)])
-def test_import_freezes_the_imported_objects_for_the_collector(setting, frozen):
+def test_import_is_light_and_the_first_compile_freezes_the_collector(setting, frozen, tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "PRIMC_GC_FREEZE"}
+  env["PRIMC_CACHE_DIR"] = str(tmp_path / "c")
   if setting is not None:
     env["PRIMC_GC_FREEZE"] = setting
-  code = "import gc, primc; print(gc.get_freeze_count())"
+  code = ("import gc, sys, numpy as np, primc; "
+          "before = ('numba' in sys.modules, gc.get_freeze_count()); "
+          "primc.jit(lambda x: x * 2.0)(np.ones(2, np.float32)); "
+          "print(*before, gc.get_freeze_count())")
   proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                         timeout=300)
   assert proc.returncode == 0, proc.stderr
-  assert (int(proc.stdout) > 10_000) == frozen
+  numba_at_import, frozen_at_import, frozen_after = proc.stdout.split()
+  assert numba_at_import == "False" and frozen_at_import == "0"  # no side effects at import
+  assert (int(frozen_after) > 10_000) == frozen
 
 
 def test_threaded_kernels_compile_in_parallel_processes():
   # a module's threaded kernels are shared among one process per core before its driver
   # compiles (which then loads them); the results must not change
-  from codegen import cache, kernel_workers
+  from primc.codegen import cache, kernel_workers
   f = primc.jit(lambda x, w: pnp.exp(pnp.tanh(x) @ w) - 0.25)
   x = np.linspace(-1, 1, 256 * 128, dtype=np.float32).reshape(256, 128)
   w = np.linspace(0.02, -0.01, 128 * 128, dtype=np.float32).reshape(128, 128)
@@ -146,7 +152,7 @@ def test_threaded_kernels_compile_in_parallel_processes():
 
 def test_a_failed_kernel_worker_is_logged_not_fatal(caplog):
   import types
-  from codegen import kernel_workers
+  from primc.codegen import kernel_workers
   f = primc.jit(lambda x, w: pnp.exp(pnp.tanh(x) @ w) - 0.25)
   x, w = np.ones((256, 128), np.float32), np.ones((128, 128), np.float32) / 128
   f(x, w)

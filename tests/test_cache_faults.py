@@ -58,7 +58,7 @@ def check_warm_again(path):
 
 
 def library_keys():
-  from codegen import loader, store
+  from primc.codegen import loader, store
   here = os.path.dirname(os.path.abspath(loader.__file__))
   return {store.module_key(open(os.path.join(here, name)).read()) for name in loader.LIBRARY}
 
@@ -184,7 +184,7 @@ def test_swapped_plans_are_refused(cache):
 
 @pytest.mark.parametrize("kind", ["raw_pickle", "pickle_behind_a_valid_header"])
 def test_a_planted_plan_never_runs(cache, tmp_path, kind):
-  from codegen import cache as keys, store
+  from primc.codegen import cache as keys, store
   marker = tmp_path / "pwned"
   plans = sorted(glob.glob(str(cache / "p_*.plan")))
   for path in plans:
@@ -364,7 +364,7 @@ def test_a_read_only_cache_serves_loads(cache, tmp_path):
 
 
 def test_a_killed_process_private_directory_is_swept(tmp_path):
-  from codegen import store
+  from primc.codegen import store
   uid = os.getuid()
   proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
   stale = tempfile.mkdtemp(prefix=f"primc-private-{uid}-{proc.pid}-")

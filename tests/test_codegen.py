@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import primc
 import primc.numpy as pnp
-from codegen import loader
+from primc.codegen import loader
 from primc.tree import tree_flatten
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
@@ -187,7 +187,7 @@ def test_float_constants_are_not_code():
 
 
 def _numba_counts():
-  from codegen import cache
+  from primc.codegen import cache
   counts = cache.stats()
   return counts.get("numba_compiles", 0), counts.get("numba_cache_loads", 0)
 
@@ -306,7 +306,7 @@ def test_threaded_products_compute_every_element(name, epilogue):
   # products of at least DOT_PARALLEL_MIN multiply-adds run in blocks (row blocks with
   # their epilogue rows, contraction parts summed in order, batch items): against numpy
   from primc import prims as P
-  from codegen import kernels
+  from primc.codegen import kernels
   ls, rs, dims = DOT_CASES[name]
   a = R.uniform(-1, 1, ls).astype(np.float32)
   b = R.uniform(-1, 1, rs).astype(np.float32)
@@ -350,7 +350,7 @@ def test_reshape_regions_are_views_whose_buffer_stays_live():
   # reshape-only regions become views of their operand's arena buffer, which must not be
   # reused while a view of it is still to be read (here: `t` is dead after its product,
   # its view is read by the last region)
-  from codegen import module
+  from primc.codegen import module
   w1, w2, w3 = f32(12, 5), f32(6, 7), f32(7, 3)
 
   def f(x):
@@ -404,7 +404,7 @@ def test_small_products_are_summed_in_their_epilogue_loop(name, dtype):
 def test_product_loops_choose_an_order_and_stay_exact(shape, transposed, dtype):
   # each loop order of blas.matmul_loops (wide right operand; narrow one against rows of
   # the left operand; narrow one against a transposed left operand) against numpy
-  from codegen.blas import matmul_loops
+  from primc.codegen.blas import matmul_loops
   m, k, n = shape
   a = R.integers(-8, 9, (k, m) if transposed else (m, k)).astype(dtype)
   a = a.T if transposed else a
@@ -441,7 +441,7 @@ def test_constants_reach_the_driver_as_one_type():
   # a plan loaded from the cache unpickles writeable constants; the driver, compiled once
   # with compilation then turned off, must take them as it took the read-only originals
   import dataclasses
-  from codegen.executor import Executable
+  from primc.codegen.executor import Executable
   f = primc.jit(lambda x: x * np.arange(1.0, 4.0, dtype=np.float32))
   x = R.uniform(-1, 1, (2, 3)).astype(np.float32)
   np.testing.assert_array_equal(f(x), x * np.arange(1.0, 4.0, dtype=np.float32))

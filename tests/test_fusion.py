@@ -6,11 +6,11 @@ import sys
 import numpy as np
 import pytest
 
-import passes
+from primc import passes
 import primc
 import primc.numpy as pnp
-from passes import dce, fuse, fusion_blocker
-from passes.fusion import region_p
+from primc.passes import dce, fuse, fusion_blocker
+from primc.passes.fusion import region_p
 from primc.tree import tree_flatten
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))

@@ -13,7 +13,7 @@ import pytest
 import primc
 from primc import prims as P
 from primc.core import abstract_rules
-from passes.simplify import ELEMENTWISE
+from primc.passes.simplify import ELEMENTWISE
 
 
 def _arity(prim) -> int:

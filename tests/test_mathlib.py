@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from codegen import mathlib
+from primc.codegen import mathlib
 
 # documented in the README: max ulp error over the samples below
 BOUNDS = {"exp": 1.5, "log": 1.5, "tanh": 3.0, "sin": 2.5, "cos": 2.5}

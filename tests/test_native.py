@@ -10,7 +10,7 @@ from numba import carray, cfunc
 
 import primc
 import primc.numpy as pnp
-from codegen import native
+from primc.codegen import native
 from primc.tree import LEAF
 
 R = np.random.default_rng(7)
@@ -146,7 +146,7 @@ def test_large_outputs_and_arenas_take_the_pooled_runner():
 
 
 def test_flat_forms():
-  from codegen.executor import _flat_form
+  from primc.codegen.executor import _flat_form
   from primc.tree import TreeDef
   tup = TreeDef("tuple", None, (LEAF, LEAF))
   assert _flat_form(LEAF, 1) == "leaf" and _flat_form(tup, 2) == "tuple"

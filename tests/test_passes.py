@@ -5,11 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import passes
+from primc import passes
 import primc
 import primc.numpy as pnp
-from passes import cse, dce, simplify
-from passes.combine import combine
+from primc.passes import cse, dce, simplify
+from primc.passes.combine import combine
 from primc import prims as P
 
 F3 = np.zeros(3, np.float32)

@@ -23,6 +23,51 @@ def test_every_primitive_has_abstract_and_impl_rules(prim):
   assert prim in abstract_rules and prim in impl_rules
 
 
+def test_every_primitive_has_a_rule_in_every_table():
+  """Primitives x tables: shape, numpy, JVP, batching, kernel emission for every one; a
+  transpose rule exactly for those that declare linear arguments; the stages' lists of
+  primitives derive from the traits each declares where it is created."""
+  from primc import ad, batching
+  from primc.codegen import kernels
+  from primc.core import TRAITS
+  tables = {"abstract": abstract_rules, "impl": impl_rules, "jvp": ad.jvp_rules,
+            "batching": batching.batch_rules}
+  missing = [f"{p.name}: {t}" for p in P.ALL_PRIMITIVES for t, table in tables.items()
+             if p not in table]
+  missing += [f"{p.name}: kernel emission" for p in P.ALL_PRIMITIVES if not kernels.emits(p)]
+  missing += [f"{p.name}: transpose rule {'missing' if p.linear else 'without linear args'}"
+              for p in P.ALL_PRIMITIVES if (p in ad.transpose_rules) != (p.linear is not None)]
+  assert not missing, missing
+  for p in P.ALL_PRIMITIVES:
+    assert p.traits and p.traits <= set(TRAITS), p.name
+  assert "comparison" in P.eq_p.traits and P.mul_p in P.with_trait("commutative")
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_every_primitive_folds_when_its_inputs_are_constants(case, rng):
+  """Simplification's default rule (constant folding) holds for every primitive: the
+  case's equation of the primitive, its inputs made literals, becomes a literal."""
+  from primc import passes
+  from primc.core import Eqn, Lit, Program, results, run
+  xs = case.make(rng)
+  program = primc.make_program(case.fn)(*xs)
+  values = {}  # each equation's input values
+
+  def apply(e, ins):
+    values[e] = ins
+    return results(e, impl_rules[e.prim](*ins, **e.kw))
+
+  run(program, xs, apply)
+  eqn = next(e for e in program.eqns if e.prim is case.prim)
+  lits = tuple(Lit.of(v) for v in values[eqn])
+  single = Program((), (Eqn(eqn.prim, lits, eqn.params, eqn.outputs),), eqn.outputs)
+  folded = passes.simplify(single)
+  size = eqn.outputs[0].aval.size  # (generators stay, unless they make one element)
+  if size <= 64 and (eqn.inputs or size == 1):
+    assert not folded.eqns and isinstance(folded.outputs[0], Lit), folded
+  np.testing.assert_allclose(primc.interpret(folded)[0], primc.interpret(single)[0])
+
+
 def test_every_primitive_has_a_test_case():
   assert {c.prim for c in CASES} == set(P.ALL_PRIMITIVES)
 

@@ -7,13 +7,13 @@ import textwrap
 
 import pytest
 
-from codegen import threads
+from primc.codegen import threads
 
 CHILD = textwrap.dedent("""
     import multiprocessing, os, sys
     import numpy as np
     import primc, primc.numpy as pnp
-    from codegen import kernels, threads
+    from primc.codegen import kernels, threads
     f = primc.jit(lambda x: pnp.tanh(x) * 2.0 + 1.0)
     x = np.linspace(-1, 1, 2 * kernels.PARALLEL_MIN, dtype=np.float32)  # a threaded kernel
     want = np.tanh(x) * 2 + 1

@@ -1,6 +1,7 @@
 """Tiered execution: a new program runs on the interpreter while a background process
 compiles it, then on native code; the worker fills the cache; a failed worker falls back
 to compiling in process."""
+import collections
 import logging
 import os
 import subprocess
@@ -11,8 +12,8 @@ import pytest
 
 import primc
 import primc.numpy as pnp
-from codegen import loader, store, tiered
-from codegen.executor import Executable
+from primc.codegen import loader, store, tiered
+from primc.codegen.executor import Executable
 
 
 def step(w, x):
@@ -127,19 +128,19 @@ def test_tiering_follows_the_environment_variable(fresh_cache, args):
   code = ("import primc; import sys; "
           "sys.exit(0 if primc.config.tiered else 1)")
   for value, rc in (("1", 0), ("0", 1), ("", 1)):
-    env = dict(os.environ, PRIMC_TIERED=value, PRIMC_LAZY_BACKEND="1")
+    env = dict(os.environ, PRIMC_TIERED=value)
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == rc
 
 
 def test_the_eager_tape_follows_the_configuration(fresh_cache, monkeypatch):
-  from primc import eager
+  from primc import compile as compiler
   monkeypatch.setattr(primc.config, "tiered", True)
-  monkeypatch.setattr(eager, "_executables", {})
+  monkeypatch.setattr(compiler, "_executables", collections.OrderedDict())
   x = primc.to_tensor(np.array([0.5, -1.5, 2.0], np.float32), stop_gradient=False)
   pnp.sum(pnp.sin(x) * x).backward()
   xv = np.array([0.5, -1.5, 2.0])
   np.testing.assert_allclose(x.grad.numpy(), np.cos(xv) * xv + np.sin(xv), rtol=1e-6)
-  [exe] = eager._executables.values()
+  [exe] = compiler._executables.values()
   assert isinstance(exe, tiered.Tiered) and exe.native is None
   stop_worker(exe)
 

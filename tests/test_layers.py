@@ -1,0 +1,138 @@
+"""The shape of the code: layers that only import downward, no import cycles, few
+function-local imports (each with its reason), one installed top-level name."""
+import ast
+import os
+import subprocess
+import sys
+import zipfile
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FOLDERS = {"primc": "primc", "passes": "primc.passes", "codegen": "primc.codegen"}
+
+# Bottom to top: a module imports only modules of its own layer or of lower ones.
+LAYERS = [
+    ("IR", ["primc.core", "primc.tree", "primc.trace", "primc.prims", "primc.interpreter",
+            "primc.settings"]),
+    ("transforms and ops", ["primc.ad", "primc.batching", "primc.numpy"]),
+    ("passes", ["primc.passes"]),
+    ("codegen", ["primc.codegen"]),
+    ("compile and the functional API", ["primc.compile", "primc.api"]),
+    ("front ends", ["primc.eager", "primc.static", "primc.nn", "primc.optimizer",
+                    "primc.autograd", "primc.functional"]),
+    ("public API, CLI, pytest plugin", ["primc", "primc.cli", "primc.pytest_plugin"]),
+]
+
+
+def modules() -> dict[str, str]:
+  """Module name -> file, named as the installed package names them."""
+  out = {}
+  for folder, package in FOLDERS.items():
+    for name in os.listdir(os.path.join(ROOT, folder)):
+      if name.endswith(".py"):
+        module = package if name == "__init__.py" else f"{package}.{name[:-3]}"
+        out[module] = os.path.join(ROOT, folder, name)
+  return out
+
+
+def layer_of(module: str) -> int:
+  best = None
+  for k, (_, prefixes) in enumerate(LAYERS):
+    for p in prefixes:
+      if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[1]):
+        best = (k, len(p))
+  assert best is not None, f"{module} has no layer: add it to LAYERS"
+  return best[0]
+
+
+def imports(module: str, path: str, known) -> list[tuple[str, int, bool, str]]:
+  """(imported project module, line, function-local, source line) for each import."""
+  tree = ast.parse(open(path).read())
+  lines = open(path).read().splitlines()
+  out = []
+
+  def visit(node, local):
+    for child in ast.iter_child_nodes(node):
+      inner = local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+      targets = []
+      if isinstance(child, ast.Import):
+        targets = [a.name for a in child.names]
+      elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+        targets = [f"{child.module}.{a.name}" if f"{child.module}.{a.name}" in known
+                   else child.module for a in child.names]
+      for t in targets:
+        while t not in known and "." in t:
+          t = t.rsplit(".", 1)[0]
+        if t in known and t != module:
+          out.append((t, child.lineno, local, lines[child.lineno - 1]))
+      visit(child, inner)
+
+  visit(tree, False)
+  return out
+
+
+def test_layers_import_only_downward_and_nothing_imports_in_a_cycle():
+  mods = modules()
+  edges, upward = {}, []
+  for m, path in mods.items():
+    for target, line, local, text in imports(m, path, mods):
+      edges.setdefault(m, set()).add(target)
+      if layer_of(target) > layer_of(m):
+        upward.append(f"{m}:{line} imports {target} ({LAYERS[layer_of(target)][0]} is above "
+                      f"{LAYERS[layer_of(m)][0]}): {text.strip()}")
+  assert not upward, "\n".join(upward)
+  # cycles: depth-first search for a back edge
+  state, stack = {}, []
+
+  def dfs(m):
+    state[m] = "open"
+    stack.append(m)
+    for t in sorted(edges.get(m, ())):
+      if state.get(t) == "open":
+        raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(t):] + [t]))
+      if t not in state:
+        dfs(t)
+    stack.pop()
+    state[m] = "done"
+
+  for m in sorted(mods):
+    if m not in state:
+      dfs(m)
+
+
+def test_function_local_imports_are_few_and_say_why():
+  mods = modules()
+  local = [(m, line, text) for m, path in mods.items()
+           for _, line, is_local, text in imports(m, path, mods) if is_local]
+  assert len(local) <= 10, local
+  for m, line, text in local:
+    assert "#" in text, f"{m}:{line}: a function-local import needs its reason: {text.strip()}"
+
+
+def test_the_wheel_installs_one_top_level_name(tmp_path):
+  wheels = tmp_path / "wheels"
+  build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                          str(wheels), ROOT], capture_output=True, text=True, timeout=600)
+  assert build.returncode == 0, build.stderr
+  [wheel] = list(wheels.glob("primc-*.whl"))
+  names = zipfile.ZipFile(wheel).namelist()
+  tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+  assert tops == {"primc"}, tops
+  assert "primc/passes/fusion.py" in names and "primc/codegen/store.py" in names
+  # installed into a fresh environment: `primc` and its subpackages, nothing else
+  target = tmp_path / "site"
+  install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",
+                            "--target", str(target), str(wheel)], capture_output=True,
+                           text=True, timeout=600)
+  assert install.returncode == 0, install.stderr
+  installed = {p for p in os.listdir(target) if not p.endswith(".dist-info") and p != "bin"}
+  assert installed == {"primc"}, installed
+  code = "import primc.passes, primc.codegen.store, primc; print(primc.passes.__file__)"
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  run = subprocess.run([sys.executable, "-S", "-c",
+                        f"import sys; sys.path[:0] = [{str(target)!r}] + "
+                        f"[p for p in {sys.path!r} if 'site-packages' in p and "
+                        f"'__editable__' not in p]; {code}"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+  assert run.returncode == 0, run.stderr
+  assert run.stdout.strip().startswith(str(target))
