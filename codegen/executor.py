@@ -21,7 +21,7 @@ import numpy as np
 from primc.core import PrimcError
 from primc.tree import flat_form, unflattener
 from primc.codegen import cache, kernel_workers, loader, native, store
-from primc.codegen.module import Plan
+from primc.codegen.plan import Plan
 
 
 POOLED_MIN_BYTES = 1 << 16  # smaller outputs: plain np.empty (numpy caches those)

@@ -16,20 +16,17 @@ objects and counts no references; `codegen.native` fills the table.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import io
-import json
 import re
 
 import numpy as np
 
 from primc import prims as P
-from primc.core import (Eqn, Lit, PrimcIndexError, Program, ShapedArray, Var,
-                        index_error)
+from primc.core import Eqn, Lit, Program, Var
 from primc.passes.fusion import OPAQUE, FusedProgram
 from primc.passes.fusion import domain as fusion_domain
 from primc.codegen import cache, kernels
+from primc.codegen.plan import Buffer, Plan
 
 DRIVER_SIGNATURE = "int64(CPointer(voidptr))"
 DRIVER_OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
@@ -40,88 +37,6 @@ KERNEL_DECORATOR = '@njit(inline="always", error_model="numpy", fastmath={"contr
 # CACHE: set by codegen.loader before the module runs (False for a module in memory)
 PARALLEL_KERNEL_DECORATOR = ('@njit(cache=CACHE, parallel=True, error_model="numpy", '
                              'fastmath={"contract"})')
-
-
-@dataclasses.dataclass(frozen=True)
-class Buffer:
-  dtype: str
-  size: int   # elements
-
-
-@dataclasses.dataclass
-class Plan:
-  """What the executor needs besides the compiled module: plain data (strings, numbers,
-  numpy arrays), stored in the cache as JSON and arrays (`to_bytes`), never as a pickle."""
-  source: str
-  sizes: np.ndarray                         # int64: every size the kernels read
-  in_avals: tuple[ShapedArray, ...]         # program inputs, in driver argument order
-  out_avals: tuple[ShapedArray, ...]        # distinct region-produced program outputs
-  program_outputs: tuple                    # per program output: ("out", k) | ("in", k) | ("lit", array)
-  buffers: tuple[Buffer, ...]               # one arena array per dtype
-  const_arrays: tuple[np.ndarray, ...]      # literal arrays read by kernels
-  views: tuple[tuple[int, int], ...]        # per arena view: (buffer, element offset)
-  # per threaded kernel and argument types: (name, ((dtype, ndim) of each input),
-  # ((dtype, ndim) of each output)), for compiling them in parallel (codegen.kernel_workers)
-  threaded: tuple = ()
-  # per kernel that checks indices: (primitive, axis, operand) for the error it reports
-  sites: tuple = ()
-
-  def index_error(self, site: int, index: int, size: int) -> PrimcIndexError:
-    """The error of a failed index check (the driver returned 2 with `err` set)."""
-    prim, axis, operand = self.sites[site]
-    error = index_error(index, axis, size)
-    return PrimcIndexError(f"{error} ({prim} of {operand} in a compiled program)")
-
-  @property
-  def out_specs(self) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
-    """(shape, dtype) of each of `out_avals`."""
-    return tuple((a.shape, np.dtype(a.dtype)) for a in self.out_avals)
-
-  @property
-  def buffer_bytes(self) -> tuple[int, ...]:
-    """The size of each arena buffer in bytes."""
-    return tuple(b.size * np.dtype(b.dtype).itemsize for b in self.buffers)
-
-  def to_bytes(self) -> bytes:
-    """The plan as an npz archive: its arrays, and the rest as JSON (`meta`)."""
-    avals = lambda avals: [[list(a.shape), a.dtype] for a in avals]
-    lits = [v for kind, v in self.program_outputs if kind == "lit"]
-    meta = {"source": self.source, "in_avals": avals(self.in_avals),
-            "out_avals": avals(self.out_avals),
-            "program_outputs": [[kind, 0 if kind == "lit" else v]
-                                for kind, v in self.program_outputs],
-            "buffers": [[b.dtype, b.size] for b in self.buffers], "views": self.views,
-            "threaded": self.threaded, "sites": self.sites}
-    arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), "sizes": self.sizes}
-    arrays.update({f"c{k}": c for k, c in enumerate(self.const_arrays)})
-    arrays.update({f"l{k}": np.asarray(v) for k, v in enumerate(lits)})
-    out = io.BytesIO()
-    np.savez(out, **arrays)
-    return out.getvalue()
-
-  @classmethod
-  def from_bytes(cls, data: bytes) -> "Plan":
-    """The plan `to_bytes` made (raises ValueError, KeyError, ... on anything else)."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-      arrays = {name: z[name] for name in z.files}
-    meta = json.loads(arrays["meta"].tobytes())
-    avals = lambda rows: tuple(ShapedArray(tuple(s), d) for s, d in rows)
-    lits = iter(arrays[f"l{k}"] for k in range(sum(k == "lit" for k, _ in
-                                                   meta["program_outputs"])))
-    outputs = tuple((kind, next(lits) if kind == "lit" else int(v))
-                    for kind, v in meta["program_outputs"])
-    n_consts = sum(name.startswith("c") for name in arrays)
-    return cls(meta["source"], arrays["sizes"].astype(np.int64), avals(meta["in_avals"]),
-               avals(meta["out_avals"]), outputs,
-               tuple(Buffer(d, int(n)) for d, n in meta["buffers"]),
-               tuple(arrays[f"c{k}"] for k in range(n_consts)),
-               tuple((int(b), int(o)) for b, o in meta["views"]), _tuples(meta["threaded"]),
-               _tuples(meta["sites"]))
-
-
-def _tuples(x):
-  """JSON's lists back into the tuples they were."""
-  return tuple(map(_tuples, x)) if isinstance(x, list) else x
 
 
 def _site(eqn: Eqn) -> tuple:

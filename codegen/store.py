@@ -48,11 +48,12 @@ import logging
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import threading
 
 from primc.codegen import cache
-from primc.codegen.module import Plan
+from primc.codegen.plan import Plan
 
 log = logging.getLogger("primc.cache")
 FORMAT = 2
@@ -202,12 +203,15 @@ class Store:
   # -- paths ---------------------------------------------------------------------------
   @staticmethod
   def numba_dir(directory: str) -> str:
-    """Where numba keeps the cache files of modules in `directory`."""
-    from numba.core import config
-    from numba.core.caching import _CacheLocator
-    if config.CACHE_DIR:
-      probe = os.path.join(directory, "m.py")
-      return os.path.join(config.CACHE_DIR, _CacheLocator.get_suitable_cache_subpath(probe))
+    """Where numba keeps the cache files of modules in `directory`: its `__pycache__`, or
+    under NUMBA_CACHE_DIR (named as numba's `_CacheLocator.get_suitable_cache_subpath`
+    names it; numba itself is not imported for this)."""
+    config = sys.modules.get("numba.core.config")
+    cache_dir = config.CACHE_DIR if config else os.environ.get("NUMBA_CACHE_DIR", "")
+    if cache_dir:
+      directory = os.path.abspath(directory)
+      hashed = hashlib.sha1(directory.encode()).hexdigest()
+      return os.path.join(cache_dir, f"{os.path.basename(directory)}_{hashed}")
     return os.path.join(directory, "__pycache__")
 
   @staticmethod

@@ -30,7 +30,7 @@ import numpy as np
 
 from primc.codegen import loader, store
 from primc.codegen.executor import Executable, check_out
-from primc.codegen.module import Plan
+from primc.codegen.plan import Plan
 from primc.core import Lit, Program, Var, impl_rules, ufunc_rules
 
 log = logging.getLogger("primc.tiered")

@@ -9,12 +9,15 @@ Region kinds:
           reductions at the end (no prologue: operands are read from memory).
   gather  one gather or scatter_add.
 
-Legality (`fusion_blocker`) is kept apart from the placement policy (`fuse`): equations
-are placed greedily in program order into the latest legal region, trying the region of
-their producers first (vertical fusion), then later regions of the same domain
-(horizontal fusion of siblings). Work is never duplicated, except constants (splats,
-`full`, `iota`), which are recomputed in each region that reads them. Every region
-boundary keeps its reason (`FusedProgram.reasons`; logged at DEBUG on `primc.fusion`).
+Legality (`fusion_blockers`: every reason an equation may not join a region) is kept
+apart from profitability (`unprofitable`: a legal fusion that would not pay) and from the
+placement policy (`fuse`): equations are placed greedily in program order into the latest
+region they may join, trying the region of their producers first (vertical fusion), then
+later regions of the same domain (horizontal fusion of siblings). Work is never
+duplicated, except constants (splats, `full`, `iota`), which are recomputed in each region
+that reads them. Every region boundary keeps the reasons of every region it could not
+join (`FusedProgram.reasons`; logged at DEBUG on `primc.fusion`; `primc show --stage
+fusion`).
 """
 from __future__ import annotations
 
@@ -74,29 +77,43 @@ class _Region:
   reduced: set
 
 
-def fusion_blocker(region: _Region, eqn: Eqn) -> str | None:
-  """Why `eqn` may not join `region` (None if it may)."""
+def fusion_blockers(region: _Region, eqn: Eqn) -> list[str]:
+  """Legality: every reason `eqn` may not join `region` (none: it may)."""
   name = eqn.prim.name
   if eqn.prim in OPAQUE:
-    return f"{name} gets a region of its own"
+    return [f"{name} gets a region of its own"]
   if region.kind == "gather":
-    return f"a {region.eqns[0].prim.name} region holds nothing else"
-  if len(region.eqns) >= MAX_REGION_EQNS:
-    return f"region is at its size limit ({MAX_REGION_EQNS} equations)"
+    return [f"a {region.eqns[0].prim.name} region holds nothing else"]
+  reasons = []
   if domain(eqn) != region.domain:
-    return f"{name} iterates over {list(domain(eqn))}, the region over {list(region.domain)}"
+    reasons.append(f"{name} iterates over {list(domain(eqn))}, the region over "
+                   f"{list(region.domain)}")
   inside = [a for a in eqn.inputs if isinstance(a, Var) and a in region.defined]
   if region.kind == "dot":
     if "elementwise" not in eqn.prim.traits and eqn.prim not in REDUCTIONS:
-      return f"only an elementwise epilogue can join a dot_general region, not {name}"
+      reasons.append(f"only an elementwise epilogue can join a dot_general region, not {name}")
     if not inside:
-      return f"{name} does not read the dot_general's result"
-  for a in inside:
-    if a in region.reduced:
-      return f"{name} reads a reduction computed in the region: reductions end a region"
-    if eqn.prim in INDEX_MAPS:
-      return f"{name} of a value computed in the region would recompute it at other indices"
-  return None
+      reasons.append(f"{name} does not read the dot_general's result")
+  if any(a in region.reduced for a in inside):
+    reasons.append(f"{name} reads a reduction computed in the region: reductions end a region")
+  if inside and eqn.prim in INDEX_MAPS:
+    reasons.append(f"{name} of a value computed in the region would recompute it at other "
+                   f"indices")
+  return reasons
+
+
+def fusion_blocker(region: _Region, eqn: Eqn) -> str | None:
+  """The first reason `eqn` may not join `region` (None: it may, and it pays)."""
+  reasons = fusion_blockers(region, eqn) + unprofitable(region, eqn)
+  return reasons[0] if reasons else None
+
+
+def unprofitable(region: _Region, eqn: Eqn) -> list[str]:
+  """Profitability (for legal fusions): why joining would not pay."""
+  if len(region.eqns) >= MAX_REGION_EQNS:
+    return [f"region is at its size limit ({MAX_REGION_EQNS} equations: larger kernels "
+            f"compile slowly)"]
+  return []
 
 
 def _is_constant(eqn: Eqn) -> bool:
@@ -131,17 +148,17 @@ def _place(program: Program) -> tuple[list[_Region], list[str]]:
     for k in dict.fromkeys(candidates):
       if k >= len(regions):
         continue
-      blocker = fusion_blocker(regions[k], eqn)
-      if blocker is None:
+      blockers = fusion_blockers(regions[k], eqn)
+      blockers = blockers or unprofitable(regions[k], eqn)  # legal: does it pay?
+      if not blockers:
         chosen = regions[k]
         break
-      why.append(f"region {k}: {blocker}")
+      why.append(f"region {k}: {'; '.join(blockers)}")
     if chosen is None:
       chosen = _Region(len(regions), OPAQUE.get(eqn.prim, "loop"), domain(eqn), [], set(), set())
       regions.append(chosen)
-      reason = why[0] if why else "the first region"
       reasons.append(f"region {chosen.index} ({eqn.prim.name} over {list(chosen.domain)}): "
-                     f"{reason}")
+                     + (" | ".join(why) if why else "the first region"))
       log.debug(reasons[-1])
     chosen.eqns.append(eqn)
     chosen.defined.update(eqn.outputs)

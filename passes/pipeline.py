@@ -1,8 +1,12 @@
 """The pass pipeline: a readable list of named pure `Program -> Program` passes.
 
-`optimize` runs the list to a fixed point. With checks on (`PRIMC_CHECKS=1`, or
-`check=True`) every pass's output is typechecked. `PRIMC_PRINT_AFTER=simplify,cse` (or
-`print_after=`) prints the IR after the named passes (to stderr).
+`optimize` runs the list until a round changes nothing (the program after the round is
+alpha-equal to the one before: `core.alpha_equal`, no printing). With checks on
+(`PRIMC_CHECKS=1`, or `check=True`) every pass's output is typechecked; a pass that fails,
+or makes an ill-typed program, is named in the error (`PassError`).
+`PRIMC_DUMP=after:simplify,after:cse` (or `print_after=`; `PRIMC_PRINT_AFTER=cse` too)
+prints the IR after the named passes (to stderr); `after:fuse` and `after:codegen` print
+the regions and the generated source.
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import os
 import sys
 from typing import Callable
 
-from primc.core import Program, typecheck
+from primc.core import PrimcError, Program, TypeCheckError, alpha_equal, typecheck
 from primc.passes.combine import combine
 from primc.passes.cse import cse
 from primc.passes.dce import dce
@@ -39,21 +43,43 @@ PIPELINE = [
 MAX_ROUNDS = 10
 
 
+class PassError(PrimcError):
+  """A pass failed, or made an ill-typed program: names the pass."""
+
+
 def checks_enabled(check: bool | None = None) -> bool:
   return check if check is not None else os.environ.get("PRIMC_CHECKS", "") not in ("", "0")
 
 
 def print_after_names(print_after=None) -> set[str]:
-  names = print_after if print_after is not None else os.environ.get("PRIMC_PRINT_AFTER", "")
-  if isinstance(names, str):
-    names = [n.strip() for n in names.split(",")]
-  return {n for n in names if n}
+  """The stages whose output to print: `print_after` (names, or a comma-separated
+  string), else PRIMC_DUMP (`after:cse,after:fuse`) and PRIMC_PRINT_AFTER (`cse,fuse`)."""
+  if print_after is None:
+    print_after = ",".join(n.strip().removeprefix("after:") for n in (
+        os.environ.get("PRIMC_DUMP", ""), os.environ.get("PRIMC_PRINT_AFTER", "")))
+  if isinstance(print_after, str):
+    print_after = [n.strip() for n in print_after.split(",")]
+  return {n for n in print_after if n}
+
+
+def changed(before: Program, after: Program) -> bool:
+  """Whether a pass rewrote anything (a pass that rebuilt equations without rewriting them
+  gives an alpha-equal program)."""
+  return not alpha_equal(before, after)
 
 
 def run_pass(p: Pass, program: Program, *, check: bool, show: set[str], fast: bool) -> Program:
-  out = p(program, fast)
+  """One pass, named in any error it raises and in any ill-typed program it makes."""
+  try:
+    out = p(program, fast)
+  except Exception as e:
+    raise PassError(f"pass {p.name} failed on a program of {len(program.eqns)} equations: "
+                    f"{type(e).__name__}: {e}") from e
   if check:
-    typecheck(out)
+    try:
+      typecheck(out)
+    except TypeCheckError as e:
+      raise PassError(f"pass {p.name} made an ill-typed program: {e}") from e
   if p.name in show:
     print(f"--- after {p.name} ({len(out.eqns)} equations)\n{out}", file=sys.stderr)
   return out
@@ -61,26 +87,28 @@ def run_pass(p: Pass, program: Program, *, check: bool, show: set[str], fast: bo
 
 def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
              print_after=None) -> Program:
-  """Runs the pipeline (simplify, CSE, DCE) until the program stops changing.
+  """Runs the pipeline (simplify, combine, CSE, DCE) until no pass changes the program.
 
   Args:
     program: the program to optimize.
     fast: allow rewrites that are exact only for finite values (see passes.simplify).
     check: typecheck after every pass (default: the PRIMC_CHECKS environment variable).
     print_after: pass names (a list or a comma-separated string) whose output to print
-      (default: the PRIMC_PRINT_AFTER environment variable).
+      (default: the PRIMC_DUMP / PRIMC_PRINT_AFTER environment variables).
   Returns:
     an equivalent program with the same inputs and outputs.
+  Raises:
+    PassError: naming the pass that failed or made an ill-typed program.
   """
   check, show = checks_enabled(check), print_after_names(print_after)
   if check:
     typecheck(program)
   for _ in range(MAX_ROUNDS):
-    before = str(program)
+    start = program
     for p in PIPELINE:
       program = run_pass(p, program, check=check, show=show, fast=fast)
-    if str(program) == before:
-      break
+    if not changed(start, program):  # a round that rewrote nothing (passes may undo
+      break                          # each other's spelling within a round: combine, cse)
   return program
 
 

@@ -339,11 +339,17 @@ def _fd_jvp(f, args, tangents, eps):
 
 
 def _close(what, got, want, atol, rtol):
-  for g, w in zip(got, want, strict=True):
+  for k, (g, w) in enumerate(zip(got, want, strict=True)):
     g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
-    if not np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True):
-      err = np.max(np.abs(g - w))
-      raise AssertionError(f"{what} mismatch (max abs error {err:.3g}):\n got {g}\nwant {w}")
+    bad = ~np.isclose(g, w, atol=atol, rtol=rtol, equal_nan=True)
+    if bad.any():
+      err = np.max(np.abs(g - w)[bad])
+      rows = "\n".join(f"  at {tuple(int(i) for i in at)}: got {g[tuple(at)]:.9g}, want "
+                       f"{w[tuple(at)]:.9g} (error {abs(g[tuple(at)] - w[tuple(at)]):.3g})"
+                       for at in np.argwhere(bad)[:5])
+      raise AssertionError(f"{what} mismatch in output {k} (shape {g.shape}): {int(bad.sum())} "
+                           f"of {g.size} entries differ, max abs error {err:.3g}; the first:\n"
+                           f"{rows}")
 
 
 def check_grads(f: Callable, args: Sequence, order: int = 1, modes=("fwd", "rev"),

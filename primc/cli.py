@@ -27,7 +27,7 @@ from primc import ad
 from primc.codegen import cache, store
 from primc.compile import Jitted, build_plan, example_args, parse_arg_spec
 
-STAGES = ("traced", "jvp", "linearized", "grad", "optimized", "fused", "source")
+STAGES = ("traced", "jvp", "linearized", "grad", "optimized", "fused", "fusion", "source")
 
 
 def arg_spec(spec: str) -> np.ndarray:
@@ -37,18 +37,27 @@ def arg_spec(spec: str) -> np.ndarray:
     raise argparse.ArgumentTypeError(str(e)) from None
 
 
+class UsageError(Exception):
+  """A bad argument: the command prints its usage and exits 2."""
+
+
 def load_module(path: str):
   if path.endswith(".py") or os.sep in path:
     name = "primc_target_" + hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or not os.path.exists(path):
-      raise SystemExit(f"primc: cannot load {path}")
+      raise UsageError(f"no such file: {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     spec.loader.exec_module(module)
     return module
-  return importlib.import_module(path)
+  try:
+    return importlib.import_module(path)
+  except ModuleNotFoundError as e:
+    if e.name and path.startswith(e.name):  # the target itself, not one of its imports
+      raise UsageError(f"no module named {path!r}") from None
+    raise
 
 
 def load_target(target: str):
@@ -59,7 +68,7 @@ def load_target(target: str):
     try:
       return module, [(name, getattr(module, name))]
     except AttributeError:
-      raise SystemExit(f"primc: {path} has no attribute {name!r}") from None
+      raise UsageError(f"{path} has no attribute {name!r}") from None
   return module, list(vars(module).items())
 
 
@@ -92,14 +101,16 @@ def _warmup(args) -> int:
       compiled = after.get("numba_compiles", 0) > before.get("numba_compiles", 0)
       status = "compiled" if compiled else "cached"
     except Exception as e:  # reported in the summary, exit code non-zero
-      status = f"failed: {type(e).__name__}: {e}".splitlines()[0][:120]
+      status = f"failed: {type(e).__name__}: {e}"
     finally:
       fn.tiered = tiered
     dt = time.perf_counter() - t0
     rows.append((name, ", ".join(map(str, sig)), status, dt))
-    bar = "#" * (30 * i // len(jobs))
-    print(f"\r[{bar:<30}] {i}/{len(jobs)} {name}", end="", file=sys.stderr, flush=True)
-  print(file=sys.stderr)
+    if sys.stderr.isatty():  # progress for a person watching; nothing in logs and pipes
+      bar = "#" * (30 * i // len(jobs))
+      print(f"\r[{bar:<30}] {i}/{len(jobs)} {name}", end="", file=sys.stderr, flush=True)
+  if sys.stderr.isatty():
+    print(file=sys.stderr)
   width = max(len(r[0]) for r in rows)
   print(f"{'function':<{width}}  {'signature':<28} {'status':<10} time")
   for name, sig, status, dt in rows:
@@ -157,13 +168,13 @@ def _cache(args) -> int:
 def _show(args) -> int:
   _, objects = load_target(args.target)
   if len(objects) != 1:
-    raise SystemExit("primc show: name one function (TARGET:function)")
+    raise UsageError("show: name one function (TARGET:function)")
   name, fn = objects[0]
   fun = fn.fun if isinstance(fn, Jitted) else fn
   call_args = args.arg or (example_args(fn.warmup[0]) if isinstance(fn, Jitted) and fn.warmup
                            else None)
   if call_args is None:
-    raise SystemExit("primc show: give the argument shapes with --arg f32[2,2] ...")
+    raise UsageError("show: give the argument shapes with --arg f32[2,2] ...")
   program = primc.make_program(fun)(*call_args)
   if args.stage in ("traced", "jvp", "linearized", "grad"):
     text = {"traced": lambda: program, "jvp": lambda: ad.jvp_program(program),
@@ -171,7 +182,9 @@ def _show(args) -> int:
             "grad": lambda: ad.vjp_program(program)}[args.stage]()
   else:
     optimized, fused, plan = build_plan(program)
-    text = {"optimized": optimized, "fused": fused, "source": plan.source}[args.stage]
+    text = {"optimized": optimized, "fused": fused, "source": plan.source,
+            "fusion": "why each region starts (every region it could not join, and why):\n"
+                      + "\n".join(fused.reasons)}[args.stage]
   print(text)
   return 0
 
@@ -182,11 +195,11 @@ def main(argv=None) -> int:
   sub = parser.add_subparsers(dest="command")
   warm = sub.add_parser("warmup", help="compile declared functions into the cache")
   warm.add_argument("targets", nargs="+", help="module, module:function, file.py[:function]")
-  cache = sub.add_parser("cache", help="inspect, clear or verify the cache directory")
-  cache.add_argument("action", choices=["info", "list", "clear", "verify", "prune"])
-  cache.add_argument("--fix", action="store_true", help="verify: remove bad files")
-  cache.add_argument("--max-bytes", type=int, default=None,
-                     help="prune: the size to evict down to (default PRIMC_CACHE_MAX_BYTES)")
+  cached = sub.add_parser("cache", help="inspect, clear, verify or shrink the cache directory")
+  cached.add_argument("action", choices=["info", "list", "clear", "verify", "prune"])
+  cached.add_argument("--fix", action="store_true", help="verify: remove bad files")
+  cached.add_argument("--max-bytes", type=int, default=None,
+                      help="prune: the size to evict down to (default PRIMC_CACHE_MAX_BYTES)")
   show = sub.add_parser("show", help="print a stage of a function's program")
   show.add_argument("target", help="module:function or file.py:function")
   show.add_argument("--arg", type=arg_spec, action="append", default=[],
@@ -196,14 +209,18 @@ def main(argv=None) -> int:
   if args.version:
     print(f"primc {primc.__version__} ({cache.versions()})")
     return 0
-  if args.command == "warmup":
-    return _warmup(args)
-  if args.command == "cache":
-    return _cache(args)
-  if args.command == "show":
-    return _show(args)
-  parser.print_help()
-  return 2
+  commands = {"warmup": (_warmup, warm), "cache": (_cache, cached), "show": (_show, show)}
+  if args.command not in commands:
+    parser.print_usage(sys.stderr)
+    print("primc: error: a command is required (warmup, cache or show)", file=sys.stderr)
+    return 2
+  run, sub_parser = commands[args.command]
+  try:
+    return run(args)
+  except UsageError as e:
+    sub_parser.print_usage(sys.stderr)
+    print(f"primc {args.command}: error: {e}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -198,15 +198,16 @@ def load_executable(traced: Program, tiered: bool | None = None):
   (and this environment) was compiled before, else built by the passes, fusion and
   codegen: its compiled module; or, while the module was never compiled into the cache
   and tiering is on (`tiered`, None: `config.tiered`), the interpreter until a background
-  process has compiled it; or the interpreter alone under NUMBA_DISABLE_JIT=1."""
+  process has compiled it; or the interpreter alone (`config.interpret`, or
+  NUMBA_DISABLE_JIT=1)."""
   codegen = backend()
   st = codegen.store.current()
   key = codegen.cache.program_key(traced)
-  plan, optimized = st.read_entry("plan", key, codegen.module.Plan.from_bytes), None
+  plan, optimized = st.read_entry("plan", key, codegen.plan.Plan.from_bytes), None
   if plan is None:
     optimized, _, plan = build_plan(traced)
     st.write_entry("plan", key, plan.to_bytes())
-  interpret_only = codegen.jit_disabled()
+  interpret_only = config.interpret or codegen.jit_disabled()
   if interpret_only or (config.tiered if tiered is None else tiered) and not st.sealed(
       plan.source):
     job = None if interpret_only else codegen.tiered.start(key, plan)

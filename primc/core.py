@@ -239,6 +239,26 @@ def run(program: Program, args: Sequence, apply: Callable, lit: Callable | None 
   return [read(a) for a in program.outputs]
 
 
+def alpha_equal(a: Program, b: Program) -> bool:
+  """Whether two programs are the same up to the naming of their variables (literals
+  compared by value): what a pass that rebuilt a program without rewriting gives."""
+  if len(a.inputs) != len(b.inputs) or len(a.eqns) != len(b.eqns):
+    return False
+  names = dict(zip(a.inputs, b.inputs))
+  same = lambda x, y: x == y if isinstance(x, Lit) else names.get(x) is y
+  for e, f in zip(a.eqns, b.eqns):
+    if e is f:
+      names.update(zip(e.outputs, f.outputs))
+      continue
+    if (e.prim is not f.prim or e.params != f.params or len(e.inputs) != len(f.inputs)
+        or len(e.outputs) != len(f.outputs)
+        or not all(same(x, y) for x, y in zip(e.inputs, f.inputs))):
+      return False
+    names.update(zip(e.outputs, f.outputs))
+  return len(a.outputs) == len(b.outputs) and all(same(x, y) for x, y in zip(a.outputs,
+                                                                             b.outputs))
+
+
 def results(eqn: Eqn, out) -> Sequence:
   """A primitive's result as one value per output."""
   return out if eqn.prim.multiple_results else (out,)

@@ -6,6 +6,8 @@
   (or `raw_transforms()`) shows the raw transformed programs.
 - `tiered` (PRIMC_TIERED=1): run new programs on the interpreter while a background
   process compiles them (`jit(tiered=...)` overrides it per function).
+- `interpret` (PRIMC_INTERPRET=1): `jit` runs every new signature on the reference
+  interpreter instead of compiling it (tests run programs both ways with it).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import os
 class Config:
   optimize_transforms: bool = True
   tiered: bool = os.environ.get("PRIMC_TIERED") == "1"
+  interpret: bool = os.environ.get("PRIMC_INTERPRET") == "1"
 
 
 config = Config()

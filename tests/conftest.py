@@ -1,14 +1,11 @@
 import os
-import tempfile
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("PRIMC_CHECKS", "1")  # typecheck after every pass, always in tests
-# One cache directory for the whole session, so tests share compiled kernels.
-_CACHE = tempfile.mkdtemp(prefix="primc-test-cache-")
-os.chmod(_CACHE, 0o700)
-os.environ["PRIMC_CACHE_DIR"] = _CACHE
+# One cache directory for the whole session, so tests share compiled kernels: primc's
+# pytest plugin, with --primc-cache-dir=temp (pyproject.toml's addopts).
 
 
 @pytest.fixture

@@ -164,3 +164,42 @@ def test_a_failed_kernel_worker_is_logged_not_fatal(caplog):
     assert kernel_workers.compile_threaded(exe.module, plan, "# no such module\n") == workers
   assert ("kernel compile worker failed" in caplog.text and "No such file" in caplog.text
           ) == bool(workers)
+
+
+def test_numba_cache_dir_is_honoured(tmp_path):
+  path, numba_cache = tmp_path / "primc", tmp_path / "numba"
+  env = dict(NUMBA_CACHE_DIR=str(numba_cache))
+  out, _ = run_child(path, **env)
+  np.testing.assert_allclose(out["grad"], expected_grad(), rtol=1e-5)
+  files = [f for _, _, fs in os.walk(numba_cache) for f in fs if f.endswith(".nbi")]
+  assert files and not [f for f in os.listdir(path / "__pycache__") if f.endswith(".nbi")]
+  warm, _ = run_child(path, **env)
+  assert warm["stats"].get("numba_compiles", 0) == 0
+  cli = subprocess.run([sys.executable, "-m", "primc.cli", "cache", "clear"], capture_output=True,
+                       text=True, env=dict(os.environ, PRIMC_CACHE_DIR=str(path), **env))
+  assert cli.returncode == 0, cli.stderr
+  assert not [f for _, _, fs in os.walk(numba_cache) for f in fs if f.startswith("m_")]
+
+
+def test_numba_cache_dir_naming_matches_numba(tmp_path, monkeypatch):
+  from numba.core import config
+  from numba.core.caching import _CacheLocator
+  from primc.codegen import store
+  monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba"))
+  directory = str(tmp_path / "primc")
+  want = os.path.join(config.CACHE_DIR, _CacheLocator.get_suitable_cache_subpath(
+      os.path.join(directory, "m.py")))
+  assert store.Store.numba_dir(directory) == want
+
+
+def test_numba_disable_jit_runs_the_interpreter(tmp_path):
+  code = ("import json, numpy as np, primc, primc.numpy as pnp; "
+          "f = primc.jit(lambda x: pnp.sum(pnp.tanh(x) * x)); x = np.linspace(-1, 1, 5); "
+          "print(json.dumps([float(f(x)), primc.cache_stats().get('numba_compiles', 0)]))")
+  env = dict(os.environ, NUMBA_DISABLE_JIT="1", PRIMC_CACHE_DIR=str(tmp_path / "c"))
+  proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  value, compiles = json.loads(proc.stdout)
+  x = np.linspace(-1, 1, 5)
+  assert compiles == 0 and abs(value - np.sum(np.tanh(x) * x)) < 1e-12

@@ -29,7 +29,8 @@ def cache(tmp_path_factory):
 def test_warmup_examples_then_everything_is_cached(cache):
   first = primc("warmup", SEEDS, cache=cache, PRIMC_TIERED="1")  # compiles in process anyway
   assert "failed 0" in first.stdout and "compiled 3, already cached 1" in first.stdout
-  assert "mynet_step_compiled" in first.stdout and "4/4" in first.stderr  # progress bar
+  assert "mynet_step_compiled" in first.stdout
+  assert "4/4" not in first.stderr  # no progress bar into a pipe
   second = primc("warmup", SEEDS, cache=cache)
   assert "compiled 0, already cached 4, failed 0" in second.stdout
 
@@ -88,3 +89,43 @@ def test_show_uses_declared_warmup_signature(cache):
   out = primc("show", f"{SEEDS}:tanh_derivatives_compiled", "--stage", "optimized",
               cache=cache).stdout
   assert "a:f32[1]" in out
+
+
+def test_bad_arguments_give_usage_and_exit_2(cache):
+  for args in (["show"], ["show", "no_such_module_xyz:f"], ["show", f"{SEEDS}:no_such_fn"],
+               ["show", f"{SEEDS}:mynet_forward"], ["cache", "frobnicate"], [],
+               ["show", SEEDS + ":mynet_forward", "--arg", "f99[2]"]):
+    proc = primc(*args, cache=cache, check=False)
+    assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+    assert "usage:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_warmup_shows_progress_on_a_terminal_and_full_errors(tmp_path, cache):
+  import pty
+  bad = tmp_path / "bad.py"
+  long_name = "x" * 150
+  bad.write_text(textwrap.dedent(f"""
+      import primc
+      import primc.numpy as pnp
+
+      @primc.jit(warmup=[("f32[2,3]", "f32[2,3]")])
+      def broken(a, b):
+        raise ValueError("{long_name}")
+  """))
+  leader, follower = pty.openpty()
+  env = dict(os.environ, PRIMC_CACHE_DIR=str(cache))
+  proc = subprocess.run([sys.executable, "-m", "primc.cli", "warmup", str(bad)], env=env,
+                        cwd=ROOT, stdout=subprocess.PIPE, stderr=follower, text=True,
+                        timeout=300)
+  os.close(follower)
+  progress = os.read(leader, 4096).decode()
+  os.close(leader)
+  assert proc.returncode == 1 and "1/1" in progress
+  assert long_name in proc.stdout  # the error text whole, never truncated
+
+
+def test_show_fusion_says_why_regions_did_not_fuse(cache):
+  out = primc("show", f"{SEEDS}:mynet_forward", "--arg", "f32[2,2]", "--arg", "f32[2,2]",
+              "--arg", "f32[2]", "--stage", "fusion", cache=cache).stdout
+  assert "region 1 (broadcast_in_dim over [2, 2]): region 0: only an elementwise epilogue" in out
+  assert "does not read the dot_general's result" in out  # every reason, not the first

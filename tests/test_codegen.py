@@ -456,3 +456,21 @@ def test_constants_reach_the_driver_as_one_type():
   frozen.flags.writeable = False
   with pytest.raises(primc.PrimcError, match="writeable"):
     f(x, out=frozen)
+
+
+@pytest.mark.primc_both
+def test_the_plugin_runs_a_test_compiled_and_interpreted(primc_mode):
+  from primc.codegen.executor import Executable
+  f = primc.jit(lambda x: pnp.tanh(x) * 2.0)
+  x = f32(5)
+  np.testing.assert_allclose(f(x), np.tanh(x) * 2, rtol=2e-6)
+  (exe, _), = f._compiled.values()
+  assert isinstance(exe, Executable) == (primc_mode == "compiled")
+
+
+def test_the_check_grads_fixture_shows_the_first_mismatches(check_grads):
+  check_grads(lambda x: pnp.sum(pnp.sin(x) * x), (np.linspace(-1, 1, 4),), order=2)
+  # a derivative that is not the function's: jvp sees x*t, finite differences 2*x*t
+  bad = lambda x: primc.stop_gradient(x) * x
+  with pytest.raises(AssertionError, match=r"entries differ.*\n  at \(0,\): got"):
+    check_grads(bad, (np.array([1.0, 2.0]),))

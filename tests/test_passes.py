@@ -207,3 +207,28 @@ def test_optimize_preserves_nan_and_inf(ops, values, mix):
   np.testing.assert_array_equal(got[~finite & ~np.isnan(before)],
                                 before[~finite & ~np.isnan(before)])
   np.testing.assert_allclose(got[finite], before[finite], rtol=1e-5, atol=1e-30)
+
+
+def test_the_pass_manager_names_a_failing_pass_and_dumps_after_named_passes(capsys,
+                                                                              monkeypatch):
+  from primc.passes import pipeline
+  program = primc.make_program(lambda x: pnp.tanh(x) * 1.0 + 0.0)(np.ones(3, np.float32))
+
+  def broken(p):
+    raise ValueError("boom")
+  monkeypatch.setattr(pipeline, "PIPELINE", pipeline.PIPELINE[:1] + [
+      pipeline.Pass("broken", broken, "fails")])
+  with pytest.raises(pipeline.PassError, match="pass broken failed .*boom"):
+    pipeline.optimize(program)
+
+  def ill_typed(p):  # drops an equation whose output is still used
+    return primc.Program(p.inputs, p.eqns[1:], p.outputs)
+  monkeypatch.setattr(pipeline, "PIPELINE", [pipeline.Pass("ill_typed", ill_typed, "")])
+  with pytest.raises(pipeline.PassError, match="pass ill_typed made an ill-typed program"):
+    pipeline.optimize(program, check=True)
+  monkeypatch.undo()
+  monkeypatch.setenv("PRIMC_DUMP", "after:cse")
+  out = pipeline.optimize(program)
+  err = capsys.readouterr().err
+  assert "--- after cse" in err and "--- after simplify" not in err and "tanh" in err
+  assert len(out.eqns) == 1  # x * 1 + 0 is x, and the fixed point is reached
