@@ -13,14 +13,14 @@ runs again with libm's versions.
 """
 from __future__ import annotations
 
-import re
 from typing import Callable
 
 import numpy as np
 
 from primc import prims as P
-from primc.core import Lit, Primitive, Program, Var, pp_lit, pp_program
+from primc.core import Lit, Primitive, Printer, Program, Var, pp_lit, pp_param, pp_program
 from primc.codegen.mathlib import SINCOS_LIMIT
+from primc.codegen.writer import Writer
 
 lower_rules: dict[Primitive, Callable] = {}   # (ctx, eqn, *operand expressions) -> expr
 LITERALS_VIEW = "kl = sz.view(np.float64)"  # a kernel's float constants (see KernelContext)
@@ -174,15 +174,18 @@ def emits(prim: Primitive) -> bool:
   return prim in lower_rules or prim in INDEX_LOADS or bool(prim.traits & set(REGION_EMITTED))
 
 
+# what a kernel's source leaves out of its region's IR: read at run time, not code
+SIZE_PARAMS = ("shape", "new_sizes", "start_indices", "limit_indices", "padding_config",
+               "fill_value")
+ABSTRACT = Printer(
+    lit=lambda a: "?" if a.aval.is_float else pp_lit(a),
+    aval=lambda a: f"{a.str_short().split('[')[0]}[{','.join('?' * a.ndim)}]",
+    param=lambda name, value: "?" if name in SIZE_PARAMS else pp_param(value))
+
+
 def abstract_ir(program: Program) -> str:
-  """The region's IR with every size and float constant replaced by `?` (they are read at
-  run time, not part of the code)."""
-  text = pp_program(program, lit=lambda a: "?" if a.aval.is_float else pp_lit(a))
-  text = re.sub(r"\[([0-9,]*)\]", lambda m: "[" + ",".join("?" for _ in m.group(1).split(",")
-                                                          if m.group(1)) + "]", text)
-  text = re.sub(r"fill_value=[^,\]]*", "fill_value=?", text)
-  return re.sub(r"(shape|new_sizes|start_indices|limit_indices|padding_config)=\([^=]*?\)"
-                r"(?=[,\]])", r"\1=?", text)
+  """The region's IR with every size and float constant shown as `?`."""
+  return pp_program(program, printer=ABSTRACT)
 
 
 class KernelContext:
@@ -238,107 +241,101 @@ def parallel_worthy(program: Program, domain: tuple[int, ...]) -> bool:
 
 
 def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
-                     parallel: bool = False, rows: tuple[str, str] | None = None
-                     ) -> tuple[str, list]:
-  """Source of a loop-region kernel `name(in0.., out0.., sz)` and its size parameters.
-  With `parallel`, the outer loop is a `prange` when the domain is at least PARALLEL_MIN
-  elements at run time (serial below). With `rows` (two expressions), only that range of
-  the outermost dimension is computed (a block of a dot region's epilogue)."""
+                     parallel: bool = False) -> tuple[str, list]:
+  """Source of a loop-region kernel `name(ins, outs, sz)` and its run-time words. With
+  `parallel`, the outer loop is a `prange` when the domain is at least PARALLEL_MIN
+  elements at run time (serial below)."""
   ctx = KernelContext(name, program)
   n_in, n_out = len(program.inputs), len(program.outputs)
-  args = ["ins", "outs", "sz"]
-  rank = len(domain)
-  dims = [ctx.size(n) for n in domain]
-  reductions = _reductions_of(program)
-  # flat: one loop over the elements, when every array is read and written at the index
-  flat = rank > 1 and not reductions and all(
-      (e.prim not in INDEX_LOADS or is_splat(e))
-      and e.prim not in (P.iota_p, P.dot_general_p)
-      for e in program.eqns) and all(v.aval.shape == domain for v in program.inputs)
-  out_index = {v: k for k, v in enumerate(program.outputs)}
+  init, setup, code = _loop_code(ctx, program, domain, [f"in{i}" for i in range(n_in)],
+                                 [f"out{i}" for i in range(n_out)], parallel)
+  w = Writer()
+  with w.block(f"def {name}(ins, outs, sz):"):
+    w(*("# " + line for line in abstract_ir(program).splitlines()))
+    w(*_unpack(n_in, n_out), *init, *ctx.prologue, *setup, *code, "return")
+  return w.text(), ctx.sizes
 
-  def body(index, in_names, out_names):
-    ctx.index = index
-    names = dict(zip(program.inputs, in_names))
-    values: dict = {v: ctx.element(names[v], index) for v in program.inputs
-                    if v.aval.shape == domain}
-    read = lambda a: (ctx.value(a.value, a.aval.dtype) if isinstance(a, Lit) and a.aval.shape == ()
-                      else values[a])
-    lines = []
-    for e in program.eqns:
-      out = e.outputs[0]
-      if e.prim in (P.reduce_sum_p, P.reduce_max_p):
-        lines.extend(_accumulate(ctx, e, read(e.inputs[0]), index))
-        continue
-      if e.prim is P.dot_general_p:  # a small product: its sum, at this index
-        var = ctx.fresh("v")
-        lines.extend(_dot_sum_lines(ctx, e, [names[a] for a in e.inputs], var))
-        values[out] = var
-        if out in out_index:
-          lines.append(f"{ctx.element(out_names[out_index[out]], index)} = {var}")
-        continue
+
+def _loop_code(ctx, program, domain, ins, outs, parallel=False, rows=None):
+  """The loops of a loop region reading the arrays named `ins` and writing `outs`:
+  (accumulator setup, views, the loop nests and the reductions' finish). The nest runs
+  twice when the fast sin/cos meet arguments beyond their range (then with libm's); with
+  `parallel` it has a `prange` twin for large domains; with `rows` (two expressions) it
+  covers only those rows of the outermost dimension (a block of a dot epilogue). Views
+  and constants the bodies read go to `ctx.prologue`."""
+  reductions = _reductions_of(program)
+  assert rows is None or (domain and not reductions and not parallel)
+  out_index = {v: k for k, v in enumerate(program.outputs)}
+  dims = [ctx.size(n) for n in domain]
+  # flat: one loop over the elements, when every array is read and written at the index
+  flat = len(domain) > 1 and not reductions and all(
+      (e.prim not in INDEX_LOADS or is_splat(e)) and e.prim not in (P.iota_p, P.dot_general_p)
+      for e in program.eqns) and all(v.aval.shape == domain for v in program.inputs)
+  if flat:
+    index, in_names, out_names = ["i"], [f"f{k}" for k in ins], [f"g{k}" for k in outs]
+    setup = ([f"f{n} = {n}.reshape(-1)" for n in ins] + [f"g{n} = {n}.reshape(-1)" for n in outs])
+    inner = " * ".join(dims[1:]) or "1"
+    bounds = [f"{' * '.join(dims)}" if rows is None else
+              f"{rows[0]} * {inner}, {rows[1]} * {inner}"]
+  else:
+    index, in_names, out_names, setup = [f"i{k}" for k in range(len(domain))], ins, outs, []
+    bounds = list(dims) if rows is None else [f"{rows[0]}, {rows[1]}"] + dims[1:]
+  heads = lambda loop="range": [f"for {i} in {loop if k == 0 else 'range'}({b}):"
+                                for k, (i, b) in enumerate(zip(index, bounds))]
+  nest = _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
+  checks = list(ctx.range_checks)
+  limit = SINCOS_LIMIT[_dtype_of(program)]
+  count = lambda var: [f"{var} += 1 if abs({c}) > {limit} else 0" for c in checks]
+  init = _reduction_init(reductions, out_index, outs)
+  code = Writer()
+  if checks:
+    code("nbig = 0", "nbig_p = 0")
+  if parallel:
+    with code.block(f"if {' * '.join(dims)} >= {PARALLEL_MIN}:"):
+      code.nest(heads("prange"), nest + count("nbig_p"))
+    with code.block("else:"):
+      code.nest(heads(), nest + count("nbig"))
+  else:
+    code.nest(heads(), nest + count("nbig"))
+  if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
+    ctx.precise = True
+    again = _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
+    with code.block("if nbig + nbig_p > 0:"):
+      code(*init)
+      code.nest(heads(), again)
+  code(*_reduction_finish(reductions, out_index, outs))
+  return init, setup, code.lines
+
+
+def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> list[str]:
+  """The statements computing one element of every equation of a loop region."""
+  ctx.index = index
+  names = dict(zip(program.inputs, in_names))
+  values: dict = {v: ctx.element(names[v], index) for v in program.inputs
+                  if v.aval.shape == domain}
+  read = lambda a: (ctx.value(a.value, a.aval.dtype) if isinstance(a, Lit) and
+                    a.aval.shape == () else values[a])
+  lines = []
+  for e in program.eqns:
+    out = e.outputs[0]
+    if e.prim in (P.reduce_sum_p, P.reduce_max_p):
+      lines.extend(_accumulate(ctx, e, read(e.inputs[0]), index))
+      continue
+    var = ctx.fresh("v")
+    if e.prim is P.dot_general_p:  # a small product: its sum, at this index
+      lines.extend(_dot_sum_lines(ctx, e, [names[a] for a in e.inputs], var))
+    else:
       if is_splat(e):
         expr = ctx.value(e.inputs[0].value, out.aval.dtype)
       elif e.prim in INDEX_LOADS:  # fusion guarantees the operands are region inputs
         expr = INDEX_LOADS[e.prim](ctx, e, [names[a] for a in e.inputs])
       else:
         expr = lower_rules[e.prim](ctx, e, *map(read, e.inputs))
-      var = ctx.fresh("v")
       lines.append(f"{var} = {expr}")
-      values[out] = var
-      if out in out_index:
-        lines.append(f"{ctx.element(out_names[out_index[out]], index)} = {var}")
-    return lines
-
-  assert rows is None or (rank and not reductions and not parallel)
-  if flat:
-    index = ["i"]
-    in_names = [f"f{i}" for i in range(n_in)]
-    out_names = [f"g{i}" for i in range(n_out)]
-    setup = ([f"f{i} = in{i}.reshape(-1)" for i in range(n_in)]
-             + [f"g{i} = out{i}.reshape(-1)" for i in range(n_out)])
-    inner = " * ".join(dims[1:]) or "1"
-    loops = [f"for i in range({' * '.join(dims)}):" if rows is None else
-             f"for i in range({rows[0]} * {inner}, {rows[1]} * {inner}):"]
-  else:
-    index = [f"i{k}" for k in range(rank)]
-    in_names = [f"in{i}" for i in range(n_in)]
-    out_names = [f"out{i}" for i in range(n_out)]
-    setup = []
-    loops = [f"for {index[k]} in range({dims[k]}):" for k in range(rank)]
-    if rows is not None:
-      loops[0] = f"for {index[0]} in range({rows[0]}, {rows[1]}):"
-  nest = body(index, in_names, out_names)
-  checks = list(ctx.range_checks)
-  if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
-    ctx.precise = True
-    again = body(index, in_names, out_names)
-  prologue = list(ctx.prologue)  # views both bodies read
-  init = _reduction_init(reductions, out_index)
-  lines = [f"def {name}({', '.join(args)}):"]
-  lines += ["  # " + l for l in abstract_ir(program).splitlines()]
-  lines += ["  " + l for l in _unpack(n_in, n_out) + init + prologue + setup]
-  count = lambda var: [f"{var} += 1 if abs({c}) > {SINCOS_LIMIT[_dtype_of(program)]} else 0"
-                       for c in checks]
-  if checks:
-    lines.append("  nbig = 0")
-    lines.append("  nbig_p = 0")
-  if parallel:
-    total = " * ".join(dims)
-    lines.append(f"  if {total} >= {PARALLEL_MIN}:")
-    lines += ["  " + l for l in _nest([loops[0].replace("range(", "prange(", 1)] + loops[1:],
-                                      nest + count("nbig_p"))]
-    lines.append("  else:")
-    lines += ["  " + l for l in _nest(loops, nest + count("nbig"))]
-  else:
-    lines += _nest(loops, nest + count("nbig"))
-  if checks:
-    lines.append("  if nbig + nbig_p > 0:")
-    lines += ["    " + l for l in init]
-    lines += ["  " + l for l in _nest(loops, again)]
-  lines += _reduction_finish(reductions, out_index)
-  lines.append("  return")
-  return "\n".join(lines) + "\n", ctx.sizes
+    values[out] = var
+    if out in out_index:
+      lines.append(f"{ctx.element(out_names[out_index[out]], index)} = {var}")
+  return lines
 
 
 def is_splat(e) -> bool:
@@ -362,16 +359,7 @@ def _dtype_of(program):
   return "float64"
 
 
-def _nest(loops, body):
-  out = []
-  for depth, loop in enumerate(loops):
-    out.append("  " * (depth + 1) + loop)
-  pad = "  " * (len(loops) + 1)
-  out += [pad + l for l in body]
-  return out
-
-
-def _reduction_init(reductions, out_index):
+def _reduction_init(reductions, out_index, outs):
   """Accumulators: a float64 one for float32 sums; a scalar for full reductions."""
   lines = []
   for k, e in enumerate(reductions):
@@ -383,7 +371,7 @@ def _reduction_init(reductions, out_index):
     if out.aval.shape == ():
       lines.append(f"r{k} = {_np(acc_dtype)}({fill})")
     else:
-      lines.append(f"r{k} = np.full(out{out_index[out]}.shape, {fill}, {_np(acc_dtype)})")
+      lines.append(f"r{k} = np.full({outs[out_index[out]]}.shape, {fill}, {_np(acc_dtype)})")
   return lines
 
 
@@ -400,16 +388,16 @@ def _reductions_of(program):
   return [e for e in program.eqns if e.prim in (P.reduce_sum_p, P.reduce_max_p)]
 
 
-def _reduction_finish(reductions, out_index):
+def _reduction_finish(reductions, out_index, outs):
   lines = []
   for k, e in enumerate(reductions):
-    o = f"out{out_index[e.outputs[0]]}"
+    o = outs[out_index[e.outputs[0]]]
     dtype = _np(e.outputs[0].aval.dtype)
     if e.outputs[0].aval.shape == ():
-      lines += [f"  o{k} = {o}.reshape(1)", f"  o{k}[0] = {dtype}(r{k})"]
+      lines += [f"o{k} = {o}.reshape(1)", f"o{k}[0] = {dtype}(r{k})"]
     else:
-      lines += [f"  o{k} = {o}.reshape(-1)", f"  s{k} = r{k}.reshape(-1)",
-                f"  for j in range(s{k}.size):", f"    o{k}[j] = {dtype}(s{k}[j])"]
+      lines += [f"o{k} = {o}.reshape(-1)", f"s{k} = r{k}.reshape(-1)",
+                f"for j in range(s{k}.size):", f"  o{k}[j] = {dtype}(s{k}[j])"]
   return lines
 
 
@@ -485,7 +473,7 @@ def _lhs_view(ctx, name, aval, groups, swapped, lines):
 
 def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
   """A dot region: dot_general as a batch of matrix products, then the epilogue over the
-  product's domain. Returns the source, its size parameters and whether it is threaded.
+  product's domain. Returns the source, its run-time words and whether it is threaded.
 
   Operands are used in place when their memory is a (batch, rows, cols) matrix or its
   transpose. Threaded kernels (products of at least DOT_PARALLEL_MIN multiply-adds) split
@@ -509,96 +497,87 @@ def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
   names = {v: f"in{i}" for i, v in enumerate(program.inputs)}
   lf = P._dot_free(x.aval.ndim, lc, lb)
   rf = P._dot_free(y.aval.ndim, rc, rb)
-  dtype = _np(out.aval.dtype)
   blas = out.aval.is_float  # integer products are loops (numba's np.dot is float only)
-  mm = "matmul" if blas else "matmul_loops"
   epilogue = [e for e in program.eqns if e is not dot]
   parallel = blas and (macs >= DOT_PARALLEL_MIN or (
       epilogue and out.aval.size >= 4 * PARALLEL_MIN))
-  lines = []
+  operands = Writer()
   groups = [list(lb), lf, list(lc)]
-  a, ta = (_lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], lines) if blas
-           else (_as_matrices(ctx, names[x], x.aval, groups, lines), False))
+  a, ta = (_lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], operands.lines)
+           if blas else (_as_matrices(ctx, names[x], x.aval, groups, operands.lines), False))
   # the right operand is read as (batch, contraction, cols): BLAS runs a transposed
   # right operand half as fast (measured), and copying it costs one pass over it
-  b = _as_matrices(ctx, names[y], y.aval, [list(rb), list(rc), rf], lines)
+  b = _as_matrices(ctx, names[y], y.aval, [list(rb), list(rc), rf], operands.lines)
   out_index = {v: k for k, v in enumerate(program.outputs)}
   if out in out_index:
-    lines.append(f"c = out{out_index[out]}")
+    operands(f"c = out{out_index[out]}")
   else:
     dims = ", ".join(ctx.size(n) for n in out.aval.shape) + ("," if out.aval.ndim == 1 else "")
-    lines.append(f"c = np.empty(({dims}), {dtype})")
-  lines += [f"nb = {a}.shape[0]", f"mr = {a}.shape[{2 if ta else 1}]",
-            f"kc = {a}.shape[{1 if ta else 2}]",
-            f"nc = {b}.shape[2]", "c3 = c.reshape((nb, mr, nc))"]
+    operands(f"c = np.empty(({dims}), {_np(out.aval.dtype)})")
+  operands(f"nb = {a}.shape[0]", f"mr = {a}.shape[{2 if ta else 1}]",
+           f"kc = {a}.shape[{1 if ta else 2}]", f"nc = {b}.shape[2]",
+           "c3 = c.reshape((nb, mr, nc))")
   sub = Program(program.inputs + (out,), tuple(epilogue),
                 tuple(v for v in program.outputs if v is not out))
+  sub_ins = [names[v] for v in program.inputs] + ["c"]
+  sub_outs = [f"out{i}" for i, v in enumerate(program.outputs) if v is not out]
   # row blocks carry their epilogue rows when the product's leading dim is the matrix row
-  fuse_rows = (epilogue and not lb and len(lf) == 1 and not ta and not _reductions_of(sub))
-  body = []
-  loop = "prange" if parallel else "range"
-  if not ta:
-    # row blocks of at least 4 rows, one BLAS call each; else one BLAS call per matrix
-    # (which may thread on its own) and row blocks for the epilogue only
-    body += ["small = nc * kc * 4 <= BLOCK_DOT",
-             "rows = max(1, BLOCK_DOT // max(1, nc * kc)) if small else max(1, (mr + 7) // 8)",
-             "if not small:", "  for q in range(nb):",
-             f"    {mm}({a}[q], {b}[q], c3[q])",
-             "nblk = (mr + rows - 1) // rows", f"for task in {loop}(nb * nblk):",
-             "  q = task // nblk", "  r0 = (task % nblk) * rows", "  r1 = min(mr, r0 + rows)",
-             "  if small:", f"    {mm}({a}[q, r0:r1], {b}[q], c3[q, r0:r1])"]
-    if fuse_rows:
-      body += ["  " + l for l in _epilogue_lines(ctx, sub, out, program, n_in, ("r0", "r1"))]
+  fuse_rows = bool(epilogue and not lb and len(lf) == 1 and not ta and not _reductions_of(sub))
+  body = Writer()
+  mm = "matmul" if blas else "matmul_loops"
+  if ta:
+    _contraction_parts(body, a, b, mm, _np(out.aval.dtype), parallel)
   else:
-    # the left operand is transposed (float products only): parts of the contraction,
-    # each a sum of BLAS calls,
-    # added in a fixed order; one BLAS call per matrix when the product is large
-    body += ["step = BLOCK_DOT // max(1, mr * nc)", "split = step >= 16 and kc > step",
-             f"nparts = max(1, min({8 if parallel else 1}, (kc + step - 1) // max(1, step)))",
-             "per = (kc + nparts - 1) // nparts",
-             "for q in range(nb):", "  if not split:",
-             f"    {mm}({a}[q].T, {b}[q], c3[q])", "    continue",
-             f"  acc = np.zeros((nparts, mr, nc), {dtype})",
-             f"  tmp = np.empty((nparts, mr, nc), {dtype})", f"  for part in {loop}(nparts):",
-             "    for k0 in range(part * per, min(kc, (part + 1) * per), step):",
-             "      k1 = min(kc, k0 + step, (part + 1) * per)",
-             f"      matmul_acc({a}[q, k0:k1].T, {b}[q, k0:k1], acc[part], tmp[part])",
-             "  for i in range(mr):", "    for j in range(nc):", "      s = acc[0, i, j]",
-             "      for part in range(1, nparts):", "        s += acc[part, i, j]",
-             "      c3[q, i, j] = s"]
+    rows_code = (_loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs, rows=("r0", "r1"))
+                 if fuse_rows else None)
+    _row_blocks(body, a, b, mm, parallel, rows_code)
   if epilogue and not fuse_rows:
-    body += _epilogue_lines(ctx, sub, out, program, n_in, None)
-  src = [f"def {name}(ins, outs, sz):"]
-  src += ["  # " + l for l in abstract_ir(program).splitlines()]
-  src += ["  " + l for l in _unpack(n_in, n_out) + ctx.prologue + lines + body]
-  src.append("  return")
-  return "\n".join(src) + "\n", ctx.sizes, parallel
+    init, setup, code = _loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs)
+    body(*init, *setup, *code)
+  w = Writer()
+  with w.block(f"def {name}(ins, outs, sz):"):
+    w(*("# " + line for line in abstract_ir(program).splitlines()))
+    w(*_unpack(n_in, n_out), *ctx.prologue, *operands.lines, *body.lines, "return")
+  return w.text(), ctx.sizes, parallel
 
 
-def _epilogue_lines(ctx, sub, out, program, n_in, rows):
-  """The epilogue of a dot region as lines of its kernel (reading the product as `c`), for
-  all rows or for `rows`."""
-  ep_src, ep_sizes = emit_loop_kernel("epilogue", sub, out.aval.shape, rows=rows)
-  ep_lines = [l[2:] for l in ep_src.splitlines()[1:]
-              if not l.lstrip().startswith("#") and l.strip() != "return"
-              and not re.match(r"\s*(in|out)\d+ = (ins|outs)\[\d+\]$", l)
-              and l.strip() != LITERALS_VIEW]
-  if LITERALS_VIEW in ep_src and LITERALS_VIEW not in ctx.prologue:
-    ctx.prologue.append(LITERALS_VIEW)
-  base = len(ctx.sizes)
-  ctx.sizes.extend(ep_sizes)
-  rename = {f"in{n_in}": "c"}
-  k = 0
-  for i, v in enumerate(program.outputs):
-    if v is not out:
-      rename[f"out{k}"] = f"out{i}"
-      k += 1
+def _row_blocks(w, a, b, mm, parallel, rows_code):
+  """Row blocks of at least 4 rows, one product call each (and the block's rows of the
+  epilogue, `rows_code`); when a row is too long for that, one call per matrix (which may
+  thread on its own) and row blocks for the epilogue only."""
+  w("small = nc * kc * 4 <= BLOCK_DOT",
+    "rows = max(1, BLOCK_DOT // max(1, nc * kc)) if small else max(1, (mr + 7) // 8)")
+  with w.block("if not small:"):
+    with w.block("for q in range(nb):"):
+      w(f"{mm}({a}[q], {b}[q], c3[q])")
+  w("nblk = (mr + rows - 1) // rows")
+  with w.block(f"for task in {'prange' if parallel else 'range'}(nb * nblk):"):
+    w("q = task // nblk", "r0 = (task % nblk) * rows", "r1 = min(mr, r0 + rows)")
+    with w.block("if small:"):
+      w(f"{mm}({a}[q, r0:r1], {b}[q], c3[q, r0:r1])")
+    if rows_code is not None:
+      init, setup, code = rows_code
+      w(*init, *setup, *code)
 
-  def fix(line):
-    line = re.sub(r"\b(sz|kl)\[(\d+)\]", lambda m: f"{m.group(1)}[{base + int(m.group(2))}]",
-                  line)
-    return re.sub(r"\b(in\d+|out\d+)\b", lambda m: rename.get(m.group(1), m.group(1)), line)
-  return [fix(l) for l in ep_lines]
+
+def _contraction_parts(w, a, b, mm, dtype, parallel):
+  """A transposed left operand (float products only): parts of the contraction, each a sum
+  of product calls, added in a fixed order (results do not depend on the thread count);
+  one call per matrix when the product is small."""
+  w("step = BLOCK_DOT // max(1, mr * nc)", "split = step >= 16 and kc > step",
+    f"nparts = max(1, min({8 if parallel else 1}, (kc + step - 1) // max(1, step)))",
+    "per = (kc + nparts - 1) // nparts")
+  with w.block("for q in range(nb):"):
+    with w.block("if not split:"):
+      w(f"{mm}({a}[q].T, {b}[q], c3[q])", "continue")
+    w(f"acc = np.zeros((nparts, mr, nc), {dtype})", f"tmp = np.empty((nparts, mr, nc), {dtype})")
+    with w.block(f"for part in {'prange' if parallel else 'range'}(nparts):"):
+      with w.block("for k0 in range(part * per, min(kc, (part + 1) * per), step):"):
+        w("k1 = min(kc, k0 + step, (part + 1) * per)",
+          f"matmul_acc({a}[q, k0:k1].T, {b}[q, k0:k1], acc[part], tmp[part])")
+    w.nest(["for i in range(mr):", "for j in range(nc):"],
+           ["s = acc[0, i, j]", "for part in range(1, nparts):", "  s += acc[part, i, j]",
+            "c3[q, i, j] = s"])
 
 
 def emit_gather_kernel(name: str, program: Program) -> tuple[str, list]:
@@ -614,22 +593,25 @@ def emit_gather_kernel(name: str, program: Program) -> tuple[str, list]:
   axis, nbd = e.kw["axis"], e.kw["batch_dims"]
   shape = x.aval.shape
   size = lambda dims: " * ".join(ctx.size(n) for n in dims) or "1"
-  lines = [f"nb = {size(shape[:nbd])}", f"pre = {size(shape[nbd:axis])}",
-           f"na = {ctx.size(shape[axis])}", f"post = {size(shape[axis + 1:])}",
-           f"ni = {size(idx.aval.shape[nbd:])}",
-           f"x4 = {names[x]}.reshape((nb, pre, na, post))", f"ix = {names[idx]}.reshape((nb, ni))",
-           "for q in range(nb):", "  for j in range(ni):", "    k = ix[q, j]",
-           "    if k < -na or k >= na:", "      err[1] = k", "      err[2] = na", "      return 1"]
-  loops = ["for q in range(nb):", "  for p in range(pre):", "    for j in range(ni):",
-           "      k = ix[q, j]", "      if k < 0:", "        k += na", "      for s in range(post):"]
-  if e.prim is P.gather_p:
-    lines += ["o4 = out0.reshape((nb, pre, ni, post))"] + loops
-    lines += ["        o4[q, p, j, s] = x4[q, p, k, s]"]
-  else:
-    lines += [f"u4 = {names[e.inputs[2]]}.reshape((nb, pre, ni, post))",
-              "o4 = out0.reshape((nb, pre, na, post))", "o4[...] = x4"] + loops
-    lines += ["        o4[q, p, k, s] += u4[q, p, j, s]"]
-  src = [f"def {name}(ins, outs, sz, err):"]
-  src += ["  # " + l for l in abstract_ir(program).splitlines()]
-  src += ["  " + l for l in _unpack(len(program.inputs), 1) + lines] + ["  return 0"]
-  return "\n".join(src) + "\n", ctx.sizes
+  w = Writer()
+  with w.block(f"def {name}(ins, outs, sz, err):"):
+    w(*("# " + line for line in abstract_ir(program).splitlines()))
+    w(*_unpack(len(program.inputs), 1))
+    w(f"nb = {size(shape[:nbd])}", f"pre = {size(shape[nbd:axis])}",
+      f"na = {ctx.size(shape[axis])}", f"post = {size(shape[axis + 1:])}",
+      f"ni = {size(idx.aval.shape[nbd:])}",
+      f"x4 = {names[x]}.reshape((nb, pre, na, post))", f"ix = {names[idx]}.reshape((nb, ni))")
+    w.nest(["for q in range(nb):", "for j in range(ni):"],
+           ["k = ix[q, j]", "if k < -na or k >= na:", "  err[1] = k", "  err[2] = na",
+            "  return 1"])
+    loops = ["for q in range(nb):", "for p in range(pre):", "for j in range(ni):"]
+    find = ["k = ix[q, j]", "if k < 0:", "  k += na"]
+    if e.prim is P.gather_p:
+      w("o4 = out0.reshape((nb, pre, ni, post))")
+      w.nest(loops, find + ["for s in range(post):", "  o4[q, p, j, s] = x4[q, p, k, s]"])
+    else:
+      w(f"u4 = {names[e.inputs[2]]}.reshape((nb, pre, ni, post))",
+        "o4 = out0.reshape((nb, pre, na, post))", "o4[...] = x4")
+      w.nest(loops, find + ["for s in range(post):", "  o4[q, p, k, s] += u4[q, p, j, s]"])
+    w("return 0")
+  return w.text(), ctx.sizes

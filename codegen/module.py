@@ -16,8 +16,6 @@ objects and counts no references; `codegen.native` fills the table.
 """
 from __future__ import annotations
 
-import hashlib
-import re
 
 import numpy as np
 
@@ -27,6 +25,7 @@ from primc.passes.fusion import OPAQUE, FusedProgram
 from primc.passes.fusion import domain as fusion_domain
 from primc.codegen import cache, kernels
 from primc.codegen.plan import Buffer, Plan
+from primc.codegen.writer import Writer
 
 DRIVER_SIGNATURE = "int64(CPointer(voidptr))"
 DRIVER_OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
@@ -83,146 +82,197 @@ def _lift_literal_arrays(region: Program) -> tuple[Program, list[np.ndarray]]:
 
 def build(fused: FusedProgram) -> Plan:
   """Generates the module source and the run plan of a fused program."""
-  sizes: list[int] = []
-  defs: dict[str, str] = {}
-  calls: list[str] = []
-  const_arrays: list[np.ndarray] = []
-  out_vars = []
-  for a in fused.outputs:
-    if isinstance(a, Var) and a not in fused.inputs and a not in out_vars:
-      out_vars.append(a)
-  # a region that only reshapes a value is a view of that value's buffer, not a kernel
-  alias = {e.outputs[0]: e.inputs[0] for e in fused.eqns if _is_view(e, out_vars)}
-  root = lambda v: root(alias[v]) if v in alias else v
-  last_use: dict[Var, int] = {}
+  out_vars = list(dict.fromkeys(a for a in fused.outputs
+                                if isinstance(a, Var) and a not in fused.inputs))
+  arena = _Arena(fused, out_vars)
+  kernels_, steps, words, consts, threaded, sites = _Kernels(), [], [], [], [], []
   for i, eqn in enumerate(fused.eqns):
-    for a in eqn.inputs:
-      if isinstance(a, Var):
-        last_use[root(a)] = i
-  names: dict[Var, str] = {v: f"in{k}" for k, v in enumerate(fused.inputs)}
-  names.update({v: f"out{k}" for k, v in enumerate(out_vars)})
-  slots: list[Buffer] = []
-  free: list[int] = []
-  buffer_of: dict[Var, int] = {}
-  views: list[tuple] = []
-  driver_sizes: list[int] = []
-  threaded: list = []
-  sites: list[tuple] = []
-
-  def dsize(n: int) -> str:
-    driver_sizes.append(int(n))
-    return f"DS{len(driver_sizes) - 1}"
-
-  def shape_of(shape) -> str:  # a driver tuple of run-time sizes
-    return "(" + ", ".join(dsize(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-  def free_dead(eqn, i):  # buffers whose value (and every view of it) is dead after eqn i
-    for a in eqn.inputs:
-      if isinstance(a, Var) and last_use.get(root(a)) == i and root(a) in buffer_of:
-        free.append(buffer_of.pop(root(a)))
-
-  for i, eqn in enumerate(fused.eqns):
-    if eqn.outputs[0] in alias:
-      v = eqn.outputs[0]
-      names[v] = f"{names[alias[v]]}.reshape({shape_of(v.aval.shape)})"
-      free_dead(eqn, i)
+    if arena.is_view(eqn):  # a reshape: a view of its operand's buffer, not a kernel
+      steps.append(("view", eqn.outputs[0], arena.alias[eqn.outputs[0]]))
+      arena.free_dead(eqn, i)
       continue
     region, lits = _lift_literal_arrays(eqn.kw["program"])
-    body, ksizes, parallel = _kernel(region, eqn.kw["kind"])
-    kname = "k_" + hashlib.sha256(body.encode()).hexdigest()[:16]
-    decorator = PARALLEL_KERNEL_DECORATOR if parallel else KERNEL_DECORATOR
-    defs[kname] = f"{decorator}\n" + body.replace("def KERNEL(", f"def {kname}(", 1)
+    name, ksizes, parallel = kernels_.add(region, eqn.kw["kind"])
     if parallel:
       kinds = lambda vs: tuple((str(v.aval.dtype), v.aval.ndim) for v in vs)
-      threaded.append((kname, kinds(eqn.inputs) + tuple((np.asarray(c).dtype.name, np.ndim(c))
-                                                        for c in lits), kinds(eqn.outputs)))
-    args = []
-    for a in eqn.inputs:
-      args.append(names[a])
-    for arr in lits:
-      names_const = f"c{len(const_arrays)}"
-      const_arrays.append(arr)
-      args.append(names_const)
+      threaded.append((name, kinds(eqn.inputs) + tuple((np.asarray(c).dtype.name, np.ndim(c))
+                                                       for c in lits), kinds(eqn.outputs)))
+    ins = list(eqn.inputs) + [("const", len(consts) + k) for k in range(len(lits))]
+    consts += lits
     for v in eqn.outputs:
-      if v not in names:  # an intermediate: a slot of its dtype's arena, reused by liveness
-        need = v.aval.size
-        slot = next((k for k in free if slots[k].dtype == v.aval.dtype), None)
-        if slot is None:
-          slots.append(Buffer(v.aval.dtype, need))
-          slot = len(slots) - 1
-        else:
-          free.remove(slot)
-          slots[slot] = Buffer(v.aval.dtype, max(slots[slot].size, need))
-        tname = f"t{len(views)}"
-        views.append((tname, slot, shape_of(v.aval.shape)))
-        calls.append(("VIEW", len(views) - 1))
-        names[v] = tname
-        buffer_of[v] = slot
-      args.append(names[v])
-    start = len(sizes)
-    sizes.extend(ksizes)
-    n_in = len(args) - len(eqn.outputs)
-    pack = lambda xs: "(" + ", ".join(xs) + ("," if len(xs) == 1 else "") + ")"
-    call = f"{kname}({pack(args[:n_in])}, {pack(args[n_in:])}, sz[{start}:{len(sizes)}]"
+      if arena.needs_slot(v):
+        steps.append(("slot", v, arena.assign(v)))
     if eqn.kw["kind"] == "gather":  # checks its indices: a failure names its site
       sites.append(_site(region.eqns[0]))
-      calls += [f"  if {call}, err) != 0:", f"    err[0] = {len(sites) - 1}", "    return 2"]
-    else:
-      calls.append(f"  {call})")
-    free_dead(eqn, i)
-  # lay the slots out in one arena array per dtype
-  dtypes = sorted({b.dtype for b in slots})
-  offsets, totals = [], {d: 0 for d in dtypes}
-  for b in slots:
-    offsets.append(totals[b.dtype])
-    totals[b.dtype] += b.size
-  # the driver's arrays over its pointer table: sizes, inputs, constants, outputs, views
-  def np_type(dtype) -> str:
-    return "np.bool_" if np.dtype(dtype) == np.bool_ else f"np.{np.dtype(dtype).name}"
+    steps.append(("call", name, ins, eqn.outputs, (len(words), len(words) + len(ksizes)),
+                  len(sites) - 1 if eqn.kw["kind"] == "gather" else None))
+    words += ksizes
+    arena.free_dead(eqn, i)
+  driver, views = _driver(fused, out_vars, consts, steps, arena, words)
+  source = _module_source(kernels_.defs, driver)
+  return Plan(source, np.asarray(words, np.int64), fused.in_avals,
+              tuple(v.aval for v in out_vars), _program_outputs(fused, out_vars),
+              arena.buffers(), tuple(consts), views, tuple(dict.fromkeys(threaded)),
+              tuple(sites))
 
+
+class _Kernels:
+  """A module's kernels, in program order, named after what they compute (`k2_tanh_mul`);
+  identical regions share one."""
+
+  def __init__(self):
+    self.defs: list[str] = []
+    self.by_body: dict[str, tuple[str, list, bool]] = {}
+
+  def add(self, region: Program, kind: str) -> tuple[str, list, bool]:
+    body, ksizes, parallel = _kernel(region, kind)
+    if body not in self.by_body:
+      name = f"k{len(self.defs)}_{_what(region)}"
+      decorator = PARALLEL_KERNEL_DECORATOR if parallel else KERNEL_DECORATOR
+      self.defs.append(f"{decorator}\n" + body.replace("def KERNEL(", f"def {name}(", 1))
+      self.by_body[body] = name, parallel
+    name, parallel = self.by_body[body]
+    return name, ksizes, parallel
+
+
+def _what(region: Program) -> str:
+  """A kernel's name: the distinct computing primitives of its region, in order (at most
+  three; index maps and constants are how it reads, not what it computes)."""
+  quiet = {"broadcast_in_dim", "reshape", "convert", "full", "iota", "stop_gradient"}
+  names = list(dict.fromkeys(e.prim.name for e in region.eqns if e.prim.name not in quiet))
+  short = {"reduce_sum": "sum", "reduce_max": "max", "dot_general": "dot",
+           "scatter_add": "scatter"}
+  return "_".join(short.get(n, n) for n in names[:3]) or "copy"
+
+
+class _Arena:
+  """Where a fused program's intermediates live: one arena array per dtype, laid out by
+  liveness (a buffer is reused once the value in it, and every view of it, is dead)."""
+
+  def __init__(self, fused: FusedProgram, out_vars):
+    self.known = set(fused.inputs) | set(out_vars)
+    self.alias = {e.outputs[0]: e.inputs[0] for e in fused.eqns if _is_view(e, out_vars)}
+    self.last_use: dict[Var, int] = {}
+    for i, eqn in enumerate(fused.eqns):
+      for a in eqn.inputs:
+        if isinstance(a, Var):
+          self.last_use[self.root(a)] = i
+    self.slots: list[Buffer] = []
+    self.free: list[int] = []
+    self.buffer_of: dict[Var, int] = {}
+
+  def root(self, v: Var) -> Var:
+    while v in self.alias:
+      v = self.alias[v]
+    return v
+
+  def is_view(self, eqn: Eqn) -> bool:
+    return eqn.outputs[0] in self.alias
+
+  def needs_slot(self, v: Var) -> bool:
+    return v not in self.known and v not in self.buffer_of
+
+  def assign(self, v: Var) -> int:
+    """A slot for intermediate `v`: a free one of its dtype (grown to fit), or a new one."""
+    slot = next((k for k in self.free if self.slots[k].dtype == v.aval.dtype), None)
+    if slot is None:
+      self.slots.append(Buffer(v.aval.dtype, v.aval.size))
+      slot = len(self.slots) - 1
+    else:
+      self.free.remove(slot)
+      self.slots[slot] = Buffer(v.aval.dtype, max(self.slots[slot].size, v.aval.size))
+    self.buffer_of[v] = slot
+    return slot
+
+  def free_dead(self, eqn: Eqn, i: int) -> None:
+    for a in eqn.inputs:
+      if isinstance(a, Var) and self.last_use.get(self.root(a)) == i and (
+          self.root(a) in self.buffer_of):
+        self.free.append(self.buffer_of.pop(self.root(a)))
+
+  def dtypes(self) -> list[str]:
+    return sorted({b.dtype for b in self.slots})
+
+  def place(self, slot: int) -> tuple[int, int]:
+    """(arena array, element offset) of a slot: slots are laid out per dtype in order."""
+    dtype = self.slots[slot].dtype
+    offset = sum(b.size for b in self.slots[:slot] if b.dtype == dtype)
+    return self.dtypes().index(dtype), offset
+
+  def buffers(self) -> tuple[Buffer, ...]:
+    return tuple(Buffer(d, sum(b.size for b in self.slots if b.dtype == d))
+                 for d in self.dtypes())
+
+
+def _np_type(dtype) -> str:
+  return "np.bool_" if np.dtype(dtype) == np.bool_ else f"np.{np.dtype(dtype).name}"
+
+
+def _driver(fused, out_vars, consts, steps, arena, words) -> tuple[list[str], tuple]:
+  """The driver's source over its pointer table ([sizes, err, inputs, constants, outputs,
+  arena views]) and the views' places in the arena. Its own sizes follow the kernels'
+  words in `words`."""
+  pack = lambda xs: "(" + ", ".join(xs) + ("," if len(xs) == 1 else "") + ")"
+
+  def shape_of(shape) -> str:  # a tuple of run-time sizes
+    words.extend(int(d) for d in shape)
+    return pack([f"sz[{len(words) - len(shape) + k}]" for k in range(len(shape))])
+
+  names = {v: f"in{k}" for k, v in enumerate(fused.inputs)}
+  names.update({v: f"out{k}" for k, v in enumerate(out_vars)})
+  names.update({("const", k): f"c{k}" for k in range(len(consts))})
   table = ([(f"in{k}", v.aval.shape, v.aval.dtype) for k, v in enumerate(fused.inputs)]
-           + [(f"c{k}", np.shape(c), np.asarray(c).dtype) for k, c in enumerate(const_arrays)]
+           + [(f"c{k}", np.shape(c), np.asarray(c).dtype) for k, c in enumerate(consts)]
            + [(f"out{k}", v.aval.shape, v.aval.dtype) for k, v in enumerate(out_vars)])
-  lines = ["  err = carray(p[1], (4,), np.int64)"]
-  lines += [f"  {name} = carray(p[{k + 2}], {shape_of(shape)}, {np_type(dtype)})"
-            for k, (name, shape, dtype) in enumerate(table)]
-  plan_views = []
-  for c in calls:
-    if isinstance(c, tuple):
-      tname, slot, shape = views[c[1]]
-      plan_views.append((dtypes.index(slots[slot].dtype), offsets[slot]))
-      lines.append(f"  {tname} = carray(p[{len(table) + len(plan_views) + 1}], {shape}, "
-                   f"{np_type(slots[slot].dtype)})")
-    else:
-      lines.append(c)
-  base = len(sizes)
-  sizes.extend(driver_sizes)
-  calls = [re.sub(r"\bDS(\d+)\b", lambda m: f"sz[{base + int(m.group(1))}]", c) for c in lines]
-  buffers = [Buffer(d, totals[d]) for d in dtypes]
-  program_outputs = []
-  for a in fused.outputs:
-    if isinstance(a, Lit):
-      program_outputs.append(("lit", a.value))
-    elif a in out_vars:
-      program_outputs.append(("out", out_vars.index(a)))
-    else:
-      program_outputs.append(("in", fused.inputs.index(a)))
+  w = Writer()  # the body (its `sz` line goes first once the driver's sizes are counted)
+  views = []
+  with w.block():
+    w("err = carray(p[1], (4,), np.int64)")
+    for k, (name, shape, dtype) in enumerate(table):
+      w(f"{name} = carray(p[{k + 2}], {shape_of(shape)}, {_np_type(dtype)})")
+    for step in steps:
+      if step[0] == "view":
+        _, v, source = step
+        names[v] = f"{names[source]}.reshape({shape_of(v.aval.shape)})"
+      elif step[0] == "slot":
+        _, v, slot = step
+        views.append(arena.place(slot))
+        names[v] = f"t{len(views) - 1}"
+        w(f"{names[v]} = carray(p[{len(table) + len(views) + 1}], {shape_of(v.aval.shape)}, "
+          f"{_np_type(v.aval.dtype)})")
+      else:
+        _, name, ins, outs, (start, end), site = step
+        call = (f"{name}({pack([names[a] for a in ins])}, {pack([names[v] for v in outs])}, "
+                f"sz[{start}:{end}]")
+        if site is None:
+          w(call + ")")
+        else:
+          with w.block(f"if {call}, err) != 0:"):
+            w(f"err[0] = {site}", "return 2")
+    w("return 1")
+  signature = " ".join(f"{a.dtype}[{','.join('?' * a.ndim)}]" for a in fused.in_avals)
+  head = ["def driver(p):", f"  # inputs: {signature}",
+          f"  sz = carray(p[0], ({len(words)},), np.int64)"]
+  return head + w.lines, tuple(views)
+
+
+def _module_source(defs: list[str], driver: list[str]) -> str:
   header = ["# generated by primc: one numba kernel per fused region, and a driver",
             f"# for environment {cache.env_hash()}",
             "# the math library (exp_f32, ...) and the products (matmul, ...) are globals",
             "# given by codegen.loader", "import math", "import numpy as np",
             "from numba import carray, njit, prange", "", ""]
-  parts = [defs[k] for k in sorted(defs)]
-  # input dtypes and ranks are part of the source (the driver's carrays spell them out)
-  signature = " ".join(f"{v.aval.dtype}[{','.join('?' * v.aval.ndim)}]" for v in fused.inputs)
-  driver = [f"# compiled as cfunc({DRIVER_SIGNATURE!r}) by codegen.loader",
-            "def driver(p):", f"  # inputs: {signature}",
-            f"  sz = carray(p[0], ({len(sizes)},), np.int64)"]
-  driver += calls + ["  return 1"]
-  source = "\n".join(header) + "\n\n".join(parts) + "\n\n" + "\n".join(driver) + "\n"
-  return Plan(source, np.asarray(sizes, np.int64), fused.in_avals,
-              tuple(v.aval for v in out_vars),
-              tuple(program_outputs), tuple(buffers), tuple(const_arrays), tuple(plan_views),
-              tuple(dict.fromkeys(threaded)), tuple(sites))
+  driver = [f"# compiled as cfunc({DRIVER_SIGNATURE!r}) by codegen.loader"] + driver
+  return "\n".join(header) + "\n\n".join(defs) + "\n\n" + "\n".join(driver) + "\n"
 
 
+def _program_outputs(fused, out_vars) -> tuple:
+  out = []
+  for a in fused.outputs:
+    if isinstance(a, Lit):
+      out.append(("lit", a.value))
+    elif a in out_vars:
+      out.append(("out", out_vars.index(a)))
+    else:
+      out.append(("in", fused.inputs.index(a)))
+  return tuple(out)

@@ -287,10 +287,17 @@ def pp_param(v) -> str:
   return repr(v)
 
 
-def pp_program(program: Program, indent: int = 0, lit=None) -> str:
-  """Prints a program like a jaxpr, naming variables in order of definition (`lit`
-  prints literals: `pp_lit` by default)."""
-  lit = lit or pp_lit
+@dataclasses.dataclass(frozen=True)
+class Printer:
+  """How a program prints: literals, abstract values and parameters (the default prints
+  everything; kernels print their region with sizes and float constants as `?`)."""
+  lit: Callable = pp_lit
+  aval: Callable = str
+  param: Callable = lambda name, value: pp_param(value)
+
+
+def pp_program(program: Program, indent: int = 0, printer: Printer = Printer()) -> str:
+  """Prints a program like a jaxpr, naming variables in order of definition."""
   names: dict[Var, str] = {}
   gen = _names()
 
@@ -300,21 +307,22 @@ def pp_program(program: Program, indent: int = 0, lit=None) -> str:
     return names[v]
 
   def atom(a: Atom) -> str:
-    return lit(a) if isinstance(a, Lit) else names.get(a, "<undefined>")
+    return printer.lit(a) if isinstance(a, Lit) else names.get(a, "<undefined>")
 
   pad = " " * indent
-  ins = " ".join(f"{name(v)}:{v.aval}" for v in program.inputs)
+  ins = " ".join(f"{name(v)}:{printer.aval(v.aval)}" for v in program.inputs)
   lines = [f"{pad}{{ lambda {ins} ."]
   for i, eqn in enumerate(program.eqns):
-    outs = " ".join(f"{name(v)}:{v.aval}" for v in eqn.outputs)
-    params = ", ".join(f"{k}={pp_param(v)}" for k, v in eqn.params if not isinstance(v, Program))
+    outs = " ".join(f"{name(v)}:{printer.aval(v.aval)}" for v in eqn.outputs)
+    params = ", ".join(f"{k}={printer.param(k, v)}" for k, v in eqn.params
+                       if not isinstance(v, Program))
     head = f"{eqn.prim.name}[{params}]" if params else eqn.prim.name
     args = " ".join(atom(a) for a in eqn.inputs)
     kw = "let " if i == 0 else "    "
     lines.append(f"{pad}  {kw}{outs} = {head} {args}".rstrip())
     for v in eqn.params:
       if isinstance(v[1], Program):  # a fused region prints like a program
-        lines.append(pp_program(v[1], indent + 8, lit))
+        lines.append(pp_program(v[1], indent + 8, printer))
   outs = " ".join(atom(a) for a in program.outputs)
   lines.append(f"{pad}  in ( {outs} ) }}")
   return "\n".join(lines)
