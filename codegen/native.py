@@ -30,6 +30,7 @@ import sys
 import threading
 
 import numpy as np
+from llvmlite import ir
 
 METH_FASTCALL = 0x80
 # numpy C-API table indices (part of numpy's ABI)
@@ -194,152 +195,204 @@ def entry(spec: EntrySpec, keep_alive) -> object:
   return new(ctypes.addressof(words.keep[0]), words, None)
 
 
+I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = I8.as_pointer()
+VOID = ir.VoidType()
+
+
+def _i64(n: int):
+  return ir.Constant(I64, n)
+
+
 def entry_ir(spec: EntrySpec, name: str) -> str:
   """The LLVM IR of the entry `name` for `spec`'s layout: straight-line code reading its
-  shapes and addresses from its `self`, an array of `spec.words()`."""
-  from llvmlite import ir
-  i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-  ptr = i8.as_pointer()
-  capi = _capi()
-  mod = ir.Module(name=name)
-  fn = ir.Function(mod, ir.FunctionType(ptr, [ptr, ptr.as_pointer(), i64]), name)
-  self_, args, nargs = fn.args
-  b = ir.IRBuilder(fn.append_basic_block("entry"))
-  miss = fn.append_basic_block("miss")
-
-  def const_ptr(address):
-    return ir.Constant(i64, address).inttoptr(ptr)
-
-  def call(fname, restype, *argv):
-    fty = ir.FunctionType(restype, [a.type for a in argv])
-    return b.call(b.inttoptr(ir.Constant(i64, capi[fname]), fty.as_pointer()), argv)
-
-  def field(obj, offset, ty):
-    return b.load(b.bitcast(b.gep(obj, [ir.Constant(i64, offset)]), ty.as_pointer()))
-
-  words = b.bitcast(field(self_, DATA, ptr), i64.as_pointer())
-  position = [0]
-
-  def word_ptr(n=1):  # the address of the next word of the spec's data (and skip n)
-    address = b.gep(words, [ir.Constant(i64, position[0])])
-    position[0] += n
-    return address
-
-  def word():
-    return b.load(word_ptr())
-
-  def word_as_ptr():
-    return b.inttoptr(word(), ptr)
-
-  def require(cond):  # continue in a new block when `cond`, else miss
-    ok = fn.append_basic_block()
-    b.cbranch(cond, ok, miss)
-    b.position_at_end(ok)
-
-  def arg(k):
-    return b.load(b.gep(args, [ir.Constant(i64, k)]))
-
-  sizes, driver, on_error, arena_bytes = word_as_ptr(), word(), word_as_ptr(), word()
-  require(b.icmp_signed("==", nargs, ir.Constant(i64, spec.n_args)))
-  data = []
-  for k, (dtype, shape) in enumerate(spec.inputs):
-    obj = arg(k)
-    require(b.icmp_unsigned("==", b.ptrtoint(field(obj, 8, ptr), i64),
-                            ir.Constant(i64, capi["array_type"])))
-    flags = field(obj, FLAGS, i32)
-    descr = field(obj, DESCR, ptr)
-    conds = [b.icmp_unsigned("==", b.and_(flags, ir.Constant(i32, C_CONTIGUOUS_ALIGNED)),
-                             ir.Constant(i32, C_CONTIGUOUS_ALIGNED)),
-             b.icmp_signed("==", field(obj, NDIM, i32), ir.Constant(i32, len(shape))),
-             b.icmp_signed("==", field(descr, DESCR_TYPE_NUM, i32), ir.Constant(i32, dtype.num)),
-             b.icmp_unsigned("!=", field(descr, DESCR_BYTEORDER, i8), ir.Constant(i8, ord(">")))]
-    if shape:
-      dims = b.bitcast(field(obj, DIMS, ptr), i64.as_pointer())
-      conds += [b.icmp_signed("==", b.load(b.gep(dims, [ir.Constant(i64, d)])), word())
-                for d in range(len(shape))]
-    require(functools.reduce(b.and_, conds))
-    data.append(field(obj, DATA, ptr))
-  consts = [word_as_ptr() for _ in spec.consts]
+  shapes and addresses from its `self`, an array of `spec.words()`. In order: the inputs'
+  checks (any failure is a miss), the outputs, the driver's pointer table, the call and
+  its status, the result."""
+  e = _EntryWriter(spec, name)
+  sizes, driver, on_error, arena_bytes = e.word_as_ptr(), e.word(), e.word_as_ptr(), e.word()
+  e.require(e.b.icmp_signed("==", e.nargs, _i64(spec.n_args)))
+  data = [e.checked_input(k, dtype, len(shape)) for k, (dtype, shape) in enumerate(spec.inputs)]
+  consts = [e.word_as_ptr() for _ in spec.consts]
   # every check passed: from here on the entry succeeds or fails with an exception
   given = iter(range(len(spec.inputs), spec.n_args))
-  outs, owned = [], []  # owned: the outputs allocated here, released on a failure
+  outs = [e.output(alloc, len(shape), given) for alloc, shape, _ in spec.outputs]
+  bases = e.arena(arena_bytes, given)
+  err = e.b.alloca(I64, _i64(4))  # the driver's error record (see codegen.module)
+  table = ([sizes, e.b.bitcast(err, PTR)] + data + consts + [e.field(o, DATA, PTR) for o in outs]
+           + [e.b.gep(bases[buf], [e.word()]) for buf, _ in spec.views])
+  e.call_driver(driver, table, err, on_error)
+  e.result(outs)
+  e.miss_returns_none()
+  return str(e.mod)
 
-  def fail(message=None):
-    for o in owned:
-      call("decref", ir.VoidType(), o)
+
+class _EntryWriter:
+  """One entry function being written: its IR builder, its reading position in the
+  spec's words, the outputs it owns (released on a failure) and the helpers of
+  `entry_ir`. Each method leaves the builder at the end of the block where the entry
+  goes on."""
+
+  def __init__(self, spec: EntrySpec, name: str):
+    self.spec, self.capi = spec, _capi()
+    self.mod = ir.Module(name=name)
+    self.fn = ir.Function(self.mod, ir.FunctionType(PTR, [PTR, PTR.as_pointer(), I64]), name)
+    self.self_, self.args, self.nargs = self.fn.args
+    self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+    self.miss = self.fn.append_basic_block("miss")
+    self.words = self.b.bitcast(self.field(self.self_, DATA, PTR), I64.as_pointer())
+    self.position = 0
+    self.owned = []
+
+  # -- reading --------------------------------------------------------------------------
+  def field(self, obj, offset: int, ty):
+    b = self.b
+    return b.load(b.bitcast(b.gep(obj, [_i64(offset)]), ty.as_pointer()))
+
+  def word_ptr(self, n: int = 1):
+    """The address of the next word of the spec's data (then skips `n` words)."""
+    address = self.b.gep(self.words, [_i64(self.position)])
+    self.position += n
+    return address
+
+  def word(self):
+    return self.b.load(self.word_ptr())
+
+  def word_as_ptr(self):
+    return self.b.inttoptr(self.word(), PTR)
+
+  def arg(self, k: int):
+    return self.b.load(self.b.gep(self.args, [_i64(k)]))
+
+  # -- calls and control ----------------------------------------------------------------
+  def call(self, fname: str, restype, *argv):
+    fty = ir.FunctionType(restype, [a.type for a in argv])
+    return self.b.call(self.b.inttoptr(_i64(self.capi[fname]), fty.as_pointer()), argv)
+
+  def const_ptr(self, address: int):
+    return ir.Constant(I64, address).inttoptr(PTR)
+
+  def string(self, text: bytes, name: str):
+    data = bytearray(text + b"\0")
+    g = ir.GlobalVariable(self.mod, ir.ArrayType(I8, len(data)), name)
+    g.global_constant, g.initializer = True, ir.Constant(ir.ArrayType(I8, len(data)), data)
+    return self.b.bitcast(g, PTR)
+
+  def require(self, cond):
+    """Goes on in a new block when `cond`, else misses."""
+    ok = self.fn.append_basic_block()
+    self.b.cbranch(cond, ok, self.miss)
+    self.b.position_at_end(ok)
+
+  def branch(self, cond, name: str):
+    """Opens the block taken when `cond` (returned) and goes on after it in another."""
+    taken, rest = self.fn.append_basic_block(name), self.fn.append_basic_block()
+    self.b.cbranch(cond, taken, rest)
+    return taken, rest
+
+  def fail(self, message: str | None = None):
+    """Releases the owned outputs and returns NULL (with a RuntimeError of `message`, or
+    the exception already set)."""
+    for o in self.owned:
+      self.call("decref", VOID, o)
     if message is not None:
-      text = bytearray(message.encode() + b"\0")
-      g = ir.GlobalVariable(mod, ir.ArrayType(i8, len(text)), f"msg{len(mod.globals)}")
-      g.global_constant, g.initializer = True, ir.Constant(ir.ArrayType(i8, len(text)), text)
-      call("set_string", ir.VoidType(), const_ptr(capi["runtime_error"]), b.bitcast(g, ptr))
-    b.ret(ir.Constant(ptr, None))
+      self.call("set_string", VOID, self.const_ptr(self.capi["runtime_error"]),
+                self.string(message.encode(), f"msg{len(self.mod.globals)}"))
+    self.b.ret(ir.Constant(PTR, None))
 
-  def check_not_null(obj):
-    bad, ok = fn.append_basic_block(), fn.append_basic_block()
-    b.cbranch(b.icmp_unsigned("==", obj, ir.Constant(ptr, None)), bad, ok)
-    b.position_at_end(bad)
-    fail()
-    b.position_at_end(ok)
+  def check_not_null(self, obj):
+    bad, ok = self.branch(self.b.icmp_unsigned("==", obj, ir.Constant(PTR, None)), "null")
+    self.b.position_at_end(bad)
+    self.fail()
+    self.b.position_at_end(ok)
 
-  for alloc, shape, _ in spec.outputs:
-    descr = word_as_ptr()
-    dims = word_ptr(len(shape))  # the output's dims are the next words
+  # -- the parts of an entry ------------------------------------------------------------
+  def checked_input(self, k: int, dtype: np.dtype, ndim: int):
+    """Argument `k`'s data pointer, after checking it is exactly an ndarray, C-contiguous
+    and aligned, native-endian, of `dtype` and of the shape in the next `ndim` words."""
+    b, obj = self.b, self.arg(k)
+    self.require(b.icmp_unsigned("==", b.ptrtoint(self.field(obj, 8, PTR), I64),
+                                 _i64(self.capi["array_type"])))
+    flags, descr = self.field(obj, FLAGS, I32), self.field(obj, DESCR, PTR)
+    aligned = ir.Constant(I32, C_CONTIGUOUS_ALIGNED)
+    conds = [b.icmp_unsigned("==", b.and_(flags, aligned), aligned),
+             b.icmp_signed("==", self.field(obj, NDIM, I32), ir.Constant(I32, ndim)),
+             b.icmp_signed("==", self.field(descr, DESCR_TYPE_NUM, I32),
+                           ir.Constant(I32, dtype.num)),
+             b.icmp_unsigned("!=", self.field(descr, DESCR_BYTEORDER, I8),
+                             ir.Constant(I8, ord(">")))]
+    if ndim:
+      dims = b.bitcast(self.field(obj, DIMS, PTR), I64.as_pointer())
+      conds += [b.icmp_signed("==", b.load(b.gep(dims, [_i64(d)])), self.word())
+                for d in range(ndim)]
+    self.require(functools.reduce(b.and_, conds))
+    return self.field(obj, DATA, PTR)
+
+  def output(self, alloc: bool, ndim: int, given):
+    """An output array: the next given argument, or a new one (owned) of the descr and
+    dims in the next words."""
+    descr = self.word_as_ptr()
+    dims = self.word_ptr(ndim)
     if not alloc:
-      outs.append(arg(next(given)))
-      continue
-    call("incref", ir.VoidType(), descr)  # PyArray_Empty steals it
-    o = call("empty", ptr, ir.Constant(i32, len(shape)), dims, descr, ir.Constant(i32, 0))
-    check_not_null(o)
-    outs.append(o)
-    owned.append(o)
-  starts = [word() for _ in spec.buffers]
-  if spec.stack_arena:
-    arena = b.alloca(i8, arena_bytes)
+      return self.arg(next(given))
+    self.call("incref", VOID, descr)  # PyArray_Empty steals it
+    o = self.call("empty", PTR, ir.Constant(I32, ndim), dims, descr, ir.Constant(I32, 0))
+    self.check_not_null(o)
+    self.owned.append(o)
+    return o
+
+  def arena(self, arena_bytes, given):
+    """The base address of each arena buffer: on this entry's stack, or given arrays."""
+    starts = [self.word() for _ in self.spec.buffers]
+    if not self.spec.stack_arena:
+      return [self.field(self.arg(next(given)), DATA, PTR) for _ in self.spec.buffers]
+    arena = self.b.alloca(I8, arena_bytes)
     arena.align = ALIGN
-    bases = [b.gep(arena, [s]) for s in starts]
-  else:
-    bases = [field(arg(next(given)), DATA, ptr) for _ in spec.buffers]
-  err = b.alloca(i64, ir.Constant(i64, 4))  # the driver's error record (see codegen.module)
-  entries = ([sizes, b.bitcast(err, ptr)] + data + consts + [field(o, DATA, ptr) for o in outs]
-             + [b.gep(bases[buf], [word()]) for buf, _ in spec.views])
-  table = b.alloca(ptr, ir.Constant(i64, len(entries)))
-  for k, e in enumerate(entries):
-    b.store(e, b.gep(table, [ir.Constant(i64, k)]))
-  driver_ty = ir.FunctionType(i64, [ptr.as_pointer()])
-  status = b.call(b.inttoptr(driver, driver_ty.as_pointer()), [table])
-  failed, done = fn.append_basic_block("failed"), fn.append_basic_block("done")
-  b.cbranch(b.icmp_signed("==", status, ir.Constant(i64, 1)), done, failed)
-  b.position_at_end(failed)
-  bad_index, crashed = fn.append_basic_block("bad_index"), fn.append_basic_block("crashed")
-  b.cbranch(b.icmp_signed("==", status, ir.Constant(i64, 2)), bad_index, crashed)
-  b.position_at_end(bad_index)  # the handler raises the IndexError (it returns NULL)
-  fmt = bytearray(b"LLL\0")
-  g = ir.GlobalVariable(mod, ir.ArrayType(i8, len(fmt)), "fmt_lll")
-  g.global_constant, g.initializer = True, ir.Constant(ir.ArrayType(i8, len(fmt)), fmt)
-  record = [b.load(b.gep(err, [ir.Constant(i64, k)])) for k in range(3)]
-  call_ty = ir.FunctionType(ptr, [ptr, ptr], var_arg=True)
-  b.call(b.inttoptr(ir.Constant(i64, capi["call_function"]), call_ty.as_pointer()),
-         [on_error, b.bitcast(g, ptr)] + record)
-  fail()
-  b.position_at_end(crashed)
-  fail("a compiled primc program failed (numba printed its error above)")
-  b.position_at_end(done)
-  if spec.result == "ok":
-    call("incref", ir.VoidType(), const_ptr(capi["true"]))
-    b.ret(const_ptr(capi["true"]))
-  elif spec.result == "leaf":
-    b.ret(outs[0])
-  else:
-    new, put = ("tuple_new", "tuple_set") if spec.result == "tuple" else ("list_new", "list_set")
-    res = call(new, ptr, ir.Constant(i64, len(outs)))
-    check_not_null(res)
+    return [self.b.gep(arena, [s]) for s in starts]
+
+  def call_driver(self, driver, entries, err, on_error):
+    """Calls the driver on a table of `entries`; on status 2 the plan's error handler
+    raises the IndexError of the `err` record, on any other failure a RuntimeError."""
+    b = self.b
+    table = b.alloca(PTR, _i64(len(entries)))
+    for k, e in enumerate(entries):
+      b.store(e, b.gep(table, [_i64(k)]))
+    driver_ty = ir.FunctionType(I64, [PTR.as_pointer()])
+    status = b.call(b.inttoptr(driver, driver_ty.as_pointer()), [table])
+    failed, done = self.branch(b.icmp_signed("!=", status, _i64(1)), "failed")
+    b.position_at_end(failed)
+    bad_index, crashed = self.branch(b.icmp_signed("==", status, _i64(2)), "bad_index")
+    b.position_at_end(bad_index)  # the handler raises the IndexError (it returns NULL)
+    record = [b.load(b.gep(err, [_i64(k)])) for k in range(3)]
+    call_ty = ir.FunctionType(PTR, [PTR, PTR], var_arg=True)
+    b.call(b.inttoptr(_i64(self.capi["call_function"]), call_ty.as_pointer()),
+           [on_error, self.string(b"LLL", "fmt_lll")] + record)
+    self.fail()
+    b.position_at_end(crashed)
+    self.fail("a compiled primc program failed (numba printed its error above)")
+    b.position_at_end(done)
+
+  def result(self, outs):
+    """Returns the spec's result: True, the one output, or a tuple or list of them."""
+    result = self.spec.result
+    if result == "ok":
+      self.call("incref", VOID, self.const_ptr(self.capi["true"]))
+      self.b.ret(self.const_ptr(self.capi["true"]))
+      return
+    if result == "leaf":
+      self.b.ret(outs[0])
+      return
+    new, put = ("tuple_new", "tuple_set") if result == "tuple" else ("list_new", "list_set")
+    res = self.call(new, PTR, _i64(len(outs)))
+    self.check_not_null(res)
     for k, o in enumerate(outs):  # steals each reference
-      call(put, i32, res, ir.Constant(i64, k), o)
-    b.ret(res)
-  b = ir.IRBuilder(miss)
-  call("incref", ir.VoidType(), const_ptr(capi["none"]))
-  b.ret(const_ptr(capi["none"]))
-  return str(mod)
+      self.call(put, I32, res, _i64(k), o)
+    self.b.ret(res)
+
+  def miss_returns_none(self):
+    self.b = ir.IRBuilder(self.miss)
+    self.call("incref", VOID, self.const_ptr(self.capi["none"]))
+    self.b.ret(self.const_ptr(self.capi["none"]))
 
 
 def ctypes_entry(spec: EntrySpec, keep_alive, driver, on_error):
