@@ -1,21 +1,26 @@
 """Code generation: fused regions to numba kernels, the disk cache and the executor.
 
-  kernels.py   region -> kernel source (one lowering rule per primitive)
+  kernels.py   region -> kernel source (one lowering rule per primitive); a kernel is a
+               numba cfunc of one signature, run in phases (setup, tasks, finish)
   mathlib.py   vectorizable float32/float64 exp, log, tanh, sin, cos
   blas.py      shared batched matmul (loops for small products, BLAS for large)
-  module.py    fused program -> one module (kernels + driver) and its run plan
-  loader.py    content-addressed module files under the cache directory; the driver cfunc
+  module.py    fused program -> its kernels (one cache module each, shared by every
+               program that has them) and its run plan (steps as data)
+  runner.py    the one native function (LLVM IR) that runs a plan's steps; threads by
+               handing a step's tasks to numba's thread pool
+  loader.py    content-addressed module files under the cache directory; kernel cfuncs
   native.py    the native entry: a CPython function (LLVM IR) that checks the inputs,
-               allocates the outputs and fills the driver's pointer table
-  executor.py  runs a plan: arena buffers, outputs, one call into the driver
-  kernel_workers.py  a new module's threaded kernels compiled by one process per core
+               allocates the outputs and fills the runner's pointer table
+  executor.py  runs a plan: arena buffers, outputs, one call into the runner
+  kernel_workers.py  a program's new kernels compiled by one process per core
   tiered.py    first calls on the interpreter while a background process compiles (and
                every call, under NUMBA_DISABLE_JIT=1)
   store.py     the disk cache: layout, verified reads, atomic writes, eviction
   cache.py     cache keys and this process's counters
 
-  threads.py   numba's threading layer for the threaded kernels: TBB, which survives fork
+  threads.py   numba's threading layer for the runner's tasks: TBB, which survives fork
 
-Threads: big loop regions run a `prange` loop under numba's threading layer, prepared by
-`threads.prepare()` when primc first needs it (nothing is set at import).
+Threads: the runner hands the tasks of a large step to numba's thread pool
+(`numba_parallel_for`), started on a fork-safe layer by `threads.layer()` when primc
+first runs a program (nothing is set at import). Kernels themselves are serial.
 """

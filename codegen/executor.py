@@ -1,7 +1,8 @@
-"""The executor: runs a compiled program's driver on numpy arrays.
+"""The executor: runs a compiled program on numpy arrays.
 
-Thin on purpose: one call into the compiled driver per program call, through a native
-entry (codegen.native) that checks the inputs and fills the driver's pointer table.
+Thin on purpose: one native call per program call, into an entry (codegen.native) that
+checks the inputs and fills the pointer table of the runner (codegen.runner), which
+runs the plan's kernels in order.
 Intermediate buffers come from a per-executable arena pool (a list used as a stack, so
 concurrent callers each get their own set), allocated once and reused across calls; a
 small program's steady runner keeps its arena on the native entry's stack instead.
@@ -20,7 +21,7 @@ import numpy as np
 
 from primc.core import PrimcError
 from primc.tree import flat_form, unflattener
-from primc.codegen import cache, kernel_workers, loader, native, store
+from primc.codegen import cache, kernel_workers, loader, native, runner, store
 from primc.codegen.plan import Plan
 
 
@@ -31,14 +32,14 @@ POOL_DEPTH = 2              # arrays kept per output
 class Executable:
   @classmethod
   def load(cls, plan: Plan) -> "Executable":
-    """Loads the plan's module (its driver is compiled, or loaded from numba's disk
-    cache, by the first call)."""
-    return cls(plan, loader.load(plan.source))
+    """Loads the plan's kernel modules (compiled, or loaded from numba's disk cache, by
+    the first call)."""
+    return cls(plan, [loader.load(source) for source in plan.kernels])
 
-  def __init__(self, plan: Plan, module):
+  def __init__(self, plan: Plan, modules):
     self.plan = plan
-    self.module = module
-    self.driver = None  # the compiled cfunc
+    self.modules = modules
+    self.kernels = None  # the compiled cfuncs, once ready
     self.out_specs = plan.out_specs
     self._arenas: list[tuple[np.ndarray, ...]] = []
     # a pool per large output (None: a plain np.empty)
@@ -46,54 +47,48 @@ class Executable:
                    for shape, dtype in self.out_specs]
     self._pool_lock = threading.Lock()
     self._consts = tuple(_read_only(c) for c in plan.const_arrays)
-    self._sizes = np.array(plan.sizes, np.int64, order="C")
+    self._words = np.array(plan.words, np.int64, order="C")
     self._n_in = len(plan.in_avals)
     self._outs_in_order = list(plan.program_outputs) == [("out", k)
                                                          for k in range(len(plan.out_avals))]
     self._general = None  # (*inputs, *outputs, *arena) -> True | None (see codegen.native)
     self._first = True
-    driver = loader.compiled_driver(module)
-    if driver is not None:  # another executable compiled it
-      self._ready(driver)
+    cfuncs = [loader.compiled_kernel(m) for m in modules]
+    if all(c is not None for c in cfuncs):  # other executables compiled them
+      self._ready(cfuncs)
 
   def _first_call(self) -> None:
-    """The first call compiles the driver or loads it from numba's disk cache, holding the
-    module's lock (so concurrent processes compile it once), after the store has verified
-    numba's files against the module's seal (anything else is purged first). A driver
-    compiled here is sealed; one numba cannot write to disk is compiled in memory."""
+    """The first call compiles the kernels or loads them from numba's disk cache (each
+    under its module's lock, after the store has verified numba's files against the
+    module's seal); kernels no cache holds yet are compiled by parallel processes first."""
     t0 = time.perf_counter()
-    st, source = store.current(), self.plan.source
-    key = loader.module_key(source)
-    libraries = [m for m in loader.library(self.module.DIRECTORY is None)
+    st = store.current()
+    libraries = [m for m in loader.library(any(m.DIRECTORY is None for m in self.modules))
                  if m.DIRECTORY is not None]
-    with st.lock(key):
-      directory = self.module.DIRECTORY
-      sealed = directory is not None and st.prepare_numba(directory, key)
-      with st.lock("library"):
+    with st.lock("library"):
+      for lib in libraries:
+        st.prepare_library(lib.DIRECTORY, lib.KEY)
+    new = [m for m in self.modules if loader.compiled_kernel(m) is None
+           and not st.sealed(m.SOURCE)]
+    if kernel_workers.compile_new(new):
+      cache.count("parallel_kernel_compiles")
+    cfuncs = [loader.compile_kernel(m) for m in self.modules]
+    if libraries and any(not c.cache_hits for c in cfuncs):
+      with st.lock("library"):  # what these compiles added to the library's files
         for lib in libraries:
-          st.prepare_library(lib.DIRECTORY, lib.KEY)
-      try:
-        if not sealed and directory is not None and kernel_workers.compile_threaded(
-            self.module, self.plan, source):
-          cache.count("parallel_kernel_compiles")
-        driver = loader.compile_driver(self.module)
-      except OSError as e:  # numba could not write its cache files (a full disk, ...)
-        st.write_failed(e, directory or "numba's cache")
-        if directory is not None:
-          st.purge_numba(directory, key)
-        self.module = loader.load(source, in_memory=True)
-        driver = loader.compile_driver(self.module)
-      if self.module.DIRECTORY is not None and not (sealed and driver.cache_hits):
-        st.seal(self.module.DIRECTORY, key)
-        with st.lock("library"):  # what this compile added to the library's files
-          for lib in libraries:
-            st.seal(lib.DIRECTORY, lib.KEY)
+          st.seal(lib.DIRECTORY, lib.KEY)
     cache.record_load(time.perf_counter() - t0)
-    cache.count("numba_cache_loads" if driver.cache_hits else "numba_compiles")
-    self._ready(driver)
+    self._ready(cfuncs)
 
-  def _ready(self, driver) -> None:
-    self.driver = driver
+  def _ready(self, cfuncs) -> None:
+    """Points the plan's steps at the compiled kernels (their addresses are this
+    process's: the plan holds their indices) and builds the general entry."""
+    self.kernels = cfuncs
+    run, tasks = runner.addresses()
+    self.driver = run
+    self._words[1] = tasks
+    for slot in self.plan.kernel_slots:
+      self._words[slot] = cfuncs[int(self.plan.words[slot])].address
     self._general = self._entry(alloc=False, result="ok")
     self._first = False
 
@@ -111,9 +106,9 @@ class Executable:
         stack_arena=alloc,
         views=tuple((k, off * np.dtype(plan.buffers[k].dtype).itemsize)
                     for k, off in plan.views),
-        sizes=self._sizes.ctypes.data, driver=self.driver.address, result=result,
+        sizes=self._words.ctypes.data, driver=self.driver, result=result,
         on_error=id(handler))
-    keep = (self._sizes, self._consts, descrs, self.driver, handler)
+    keep = (self._words, self._consts, descrs, self.kernels, handler)
     if native.available():
       return native.entry(spec, keep)
     return native.ctypes_entry(spec, keep, self.driver, handler)
@@ -122,7 +117,7 @@ class Executable:
     raise self.plan.index_error(site, index, size)
 
   def compile(self) -> None:
-    """Compiles the driver (or loads it from numba's cache)."""
+    """Compiles the kernels (or loads them from numba's cache)."""
     if self._first:
       self._first_call()
 
@@ -222,7 +217,7 @@ class Executable:
               f"    if general({call}) is None:", "      return None",
               "  finally:", "    arenas.append(arena)",
               f"  return build({outs if self._outs_in_order else f'results(args, {outs})'})"]
-    label = f"<primc run_hot m_{loader.module_key(self.plan.source)}>"
+    label = "<primc run_hot>"
     exec(compile("\n".join(lines), label, "exec"), env)
     return env["run_hot"]
 

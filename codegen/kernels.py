@@ -1,18 +1,32 @@
 """Region -> kernel source: one lowering rule per primitive and one emitter per region kind.
 
-A kernel is a plain Python function for numba's `@njit`. Its source depends on the
-region's structure only (ranks, dtypes, broadcast patterns, parameters that are not
-sizes): every size is read at run time from the kernel's `sz` argument (an int64 array),
-so a new batch size reuses the compiled kernel. Identical regions give byte-identical
-source; each kernel starts with its region's IR, sizes shown as `?`, as a comment.
+A kernel is the Python source of a numba `cfunc` of the same signature for every kernel,
+`int64 kernel(phase, lo, hi, p)` (`codegen.runner` calls it): `p` is its table
+`[words, err, inputs..., outputs..., scratch...]`, data pointers all; the arrays are
+`carray`s over them, shaped from the kernel's words. It runs in phases:
+
+  phase 0  setup (copies into scratch, whole products); returns 1 + its number of tasks,
+           or -1 for an index out of bounds (`err[1:3]` set)
+  phase 1  tasks [lo, hi): blocks of rows, row blocks of a product, parts of a
+           contraction; tasks write disjoint memory, so the runner may run them on
+           numba's thread pool or in one call
+  phase 2  finish (summing contraction parts, an epilogue that is not per row)
+
+and returns 1 from phases 1 and 2 (numba makes a failed cfunc return 0). Its source
+depends on the region's structure only (ranks, dtypes, broadcast patterns, parameters
+that are not sizes): every size and float constant is one of its words, so a new batch
+size reuses the compiled kernel, and identical regions, in any program, give
+byte-identical source. Whether a step runs threaded is the plan's choice, from its sizes.
+Each kernel starts with its region's IR, sizes shown as `?`, as a comment.
 
 Loop regions iterate over their domain in row-major order (flat when every array is read
 at the loop index); reductions accumulate along the way (float32 sums in float64).
-sin/cos use the fast mathlib versions and count out-of-range arguments; if any, the loop
-runs again with libm's versions.
+sin/cos use the fast mathlib versions and count out-of-range arguments; if any, the
+task's loop runs again with libm's versions.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -24,6 +38,19 @@ from primc.codegen.writer import Writer
 
 lower_rules: dict[Primitive, Callable] = {}   # (ctx, eqn, *operand expressions) -> expr
 LITERALS_VIEW = "kl = sz.view(np.float64)"  # a kernel's float constants (see KernelContext)
+SIGNATURE = "int64(int64, int64, int64, CPointer(voidptr))"
+OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
+TASK_ELEMENTS = 1 << 12  # elements per task of a loop kernel
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+  """One region's kernel as a plan uses it."""
+  source: str                 # `def <name>(phase, lo, hi, p):`, and `KERNEL = <name>`
+  words: tuple[int, ...]      # its run-time words: sizes, float constants' bits
+  threaded: bool              # worth numba's thread pool at these sizes
+  finish: bool                # has a phase 2
+  scratch: tuple[tuple[str, int], ...]  # (dtype, elements) per scratch array
 
 
 def _np(dtype: str) -> str:
@@ -199,6 +226,30 @@ class KernelContext:
     self.range_checks: list[str] = []
     self.precise = False
     self.counter = 0
+    self.table: list[str] = []      # carray lines of the kernel's table entries
+    self.scratch: list[tuple[str, int]] = []
+    self.err = False                # reads the error record (p[1])
+
+  def array(self, name: str, shape, dtype: str) -> str:
+    """Table entry `name`: a C-contiguous array of `shape` (its sizes are words; a 0-d
+    array is a 1-element one)."""
+    dims = [self.size(n) for n in shape] or ["1"]
+    self.table.append(f"{name} = carray(p[{len(self.table) + 2}], ({', '.join(dims)},), "
+                      f"{_np(dtype)})")
+    return name
+
+  def arrays(self, program: Program) -> tuple[list[str], list[str]]:
+    """The region's inputs and outputs as table entries `in0...`, `out0...`."""
+    ins = [self.array(f"in{i}", v.aval.shape, v.aval.dtype)
+           for i, v in enumerate(program.inputs)]
+    outs = [self.array(f"out{i}", v.aval.shape, v.aval.dtype)
+            for i, v in enumerate(program.outputs)]
+    return ins, outs
+
+  def scratch_array(self, dtype: str, elements: int) -> str:
+    """A scratch array of the plan's arena (kept between the kernel's phases)."""
+    self.scratch.append((dtype, int(elements)))
+    return self.array(f"s{len(self.scratch) - 1}", (elements,), dtype)
 
   def size(self, value: int) -> str:
     self.sizes.append(int(value))
@@ -234,37 +285,54 @@ class KernelContext:
 PARALLEL_MIN = 1 << 14  # elements: below this a parallel launch costs more than it saves
 
 
-def parallel_worthy(program: Program, domain: tuple[int, ...]) -> bool:
-  """Threads for big loop regions without reductions (a size class: crossing it changes the
-  generated code, so it re-compiles once)."""
-  return int(np.prod(domain, dtype=np.int64)) >= PARALLEL_MIN and not _reductions_of(program)
-
-
-def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...],
-                     parallel: bool = False) -> tuple[str, list]:
-  """Source of a loop-region kernel `name(ins, outs, sz)` and its run-time words. With
-  `parallel`, the outer loop is a `prange` when the domain is at least PARALLEL_MIN
-  elements at run time (serial below)."""
-  ctx = KernelContext(name, program)
-  n_in, n_out = len(program.inputs), len(program.outputs)
-  init, setup, code = _loop_code(ctx, program, domain, [f"in{i}" for i in range(n_in)],
-                                 [f"out{i}" for i in range(n_out)], parallel)
+def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) -> str:
+  """A kernel's source: its table, its prologue (run by every phase), then the phases
+  (0 returns its task count, 2 is optional, 1 runs the tasks [lo, hi))."""
   w = Writer()
-  with w.block(f"def {name}(ins, outs, sz):"):
+  with w.block(f"def {ctx.name}(phase, lo, hi, p):"):
     w(*("# " + line for line in abstract_ir(program).splitlines()))
-    w(*_unpack(n_in, n_out), *init, *ctx.prologue, *setup, *code, "return")
-  return w.text(), ctx.sizes
+    w(f"sz = carray(p[0], ({max(1, len(ctx.sizes))},), np.int64)")
+    w(*(["err = carray(p[1], (4,), np.int64)"] if ctx.err else []), *ctx.table, *ctx.prologue)
+    with w.block("if phase == 0:"):
+      w(*phases[0])
+    if 2 in phases:
+      with w.block("if phase == 2:"):
+        w(*phases[2], "return 1")
+    w(*phases[1], "return 1")
+  return w.text() + f"\n\nKERNEL = {ctx.name}\n"
 
 
-def _loop_code(ctx, program, domain, ins, outs, parallel=False, rows=None):
+def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...]) -> Kernel:
+  """A loop region's kernel. Its tasks are blocks of rows of the domain's outermost
+  dimension (about TASK_ELEMENTS elements each); with reductions, or a 0-d domain, it is
+  one task."""
+  ctx = KernelContext(name, program)
+  ins, outs = ctx.arrays(program)
+  reductions = _reductions_of(program)
+  if reductions or not domain:
+    init, setup, code = _loop_code(ctx, program, domain, ins, outs)
+    phases = {0: ["return 2"], 1: [*init, *setup, *code]}
+  else:
+    outer = ctx.size(domain[0])
+    inner = " * ".join(ctx.size(n) for n in domain[1:]) or "1"
+    init, setup, code = _loop_code(ctx, program, domain, ins, outs, rows=("r0", "r1"))
+    ctx.prologue.append(f"blk = max(1, {TASK_ELEMENTS} // max(1, {inner}))")
+    phases = {0: [f"return ({outer} + blk - 1) // blk + 1"],
+              1: ["r0 = lo * blk", f"r1 = min({outer}, hi * blk)", *init, *setup, *code]}
+  threaded = int(np.prod(domain, dtype=np.int64)) >= PARALLEL_MIN and not reductions
+  return Kernel(_source(ctx, program, phases), tuple(ctx.sizes), threaded, False,
+                tuple(ctx.scratch))
+
+
+def _loop_code(ctx, program, domain, ins, outs, rows=None):
   """The loops of a loop region reading the arrays named `ins` and writing `outs`:
   (accumulator setup, views, the loop nests and the reductions' finish). The nest runs
   twice when the fast sin/cos meet arguments beyond their range (then with libm's); with
-  `parallel` it has a `prange` twin for large domains; with `rows` (two expressions) it
-  covers only those rows of the outermost dimension (a block of a dot epilogue). Views
-  and constants the bodies read go to `ctx.prologue`."""
+  `rows` (two expressions) it covers only those rows of the outermost dimension (a task,
+  or a block of a dot epilogue). Views and constants the bodies read go to
+  `ctx.prologue`."""
   reductions = _reductions_of(program)
-  assert rows is None or (domain and not reductions and not parallel)
+  assert rows is None or (domain and not reductions)
   out_index = {v: k for k, v in enumerate(program.outputs)}
   dims = [ctx.size(n) for n in domain]
   # flat: one loop over the elements, when every array is read and written at the index
@@ -280,8 +348,7 @@ def _loop_code(ctx, program, domain, ins, outs, parallel=False, rows=None):
   else:
     index, in_names, out_names, setup = [f"i{k}" for k in range(len(domain))], ins, outs, []
     bounds = list(dims) if rows is None else [f"{rows[0]}, {rows[1]}"] + dims[1:]
-  heads = lambda loop="range": [f"for {i} in {loop if k == 0 else 'range'}({b}):"
-                                for k, (i, b) in enumerate(zip(index, bounds))]
+  heads = lambda: [f"for {i} in range({b}):" for i, b in zip(index, bounds)]
   nest = _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
   checks = list(ctx.range_checks)
   limit = SINCOS_LIMIT[_dtype_of(program)]
@@ -289,18 +356,12 @@ def _loop_code(ctx, program, domain, ins, outs, parallel=False, rows=None):
   init = _reduction_init(reductions, out_index, outs)
   code = Writer()
   if checks:
-    code("nbig = 0", "nbig_p = 0")
-  if parallel:
-    with code.block(f"if {' * '.join(dims)} >= {PARALLEL_MIN}:"):
-      code.nest(heads("prange"), nest + count("nbig_p"))
-    with code.block("else:"):
-      code.nest(heads(), nest + count("nbig"))
-  else:
-    code.nest(heads(), nest + count("nbig"))
+    code("nbig = 0")
+  code.nest(heads(), nest + count("nbig"))
   if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
     ctx.precise = True
     again = _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
-    with code.block("if nbig + nbig_p > 0:"):
+    with code.block("if nbig > 0:"):
       code(*init)
       code.nest(heads(), again)
   code(*_reduction_finish(reductions, out_index, outs))
@@ -343,13 +404,6 @@ def is_splat(e) -> bool:
   an array the kernel reads: `codegen.module` makes it a kernel input.)"""
   return e.prim is P.broadcast_in_dim_p and isinstance(e.inputs[0], Lit) and \
       e.inputs[0].aval.size == 1
-
-
-def _unpack(n_in, n_out):
-  """Kernels take their arrays as two tuples: a call from the driver with more than 30
-  arguments would not compile (CPython makes it a CALL_FUNCTION_EX)."""
-  return ([f"in{i} = ins[{i}]" for i in range(n_in)]
-          + [f"out{i} = outs[{i}]" for i in range(n_out)])
 
 
 def _dtype_of(program):
@@ -401,29 +455,26 @@ def _reduction_finish(reductions, out_index, outs):
   return lines
 
 
-def _as_matrices(ctx, name, aval, groups, lines):
+def _as_matrices(ctx, name, aval, groups, views, copies):
   """`name` as a C-contiguous (B, M, K)-like array: its dims taken in the order of
-  `groups` and merged into one dimension per group. A reshape when that order is the
-  memory order, else a copy loop (generated: numba's np.transpose with axes is slow to
-  compile)."""
+  `groups` and merged into one dimension per group. A reshape (`views`) when that order
+  is the memory order, else a copy into scratch (`copies`, run once, in phase 0;
+  generated loops: numba's np.transpose with axes is slow to compile)."""
   perm = [d for g in groups for d in g]
   dims = [" * ".join(ctx.size(aval.shape[d]) for d in g) or "1" for g in groups]
   view = ctx.fresh("m")
   if list(perm) == sorted(perm):
-    lines.append(f"{view} = {name}.reshape(({', '.join(dims)}))")
+    views(f"{view} = {name}.reshape(({', '.join(dims)}))")
     return view
   shape = aval.shape
   size = {d: ctx.size(shape[d]) for d in range(len(shape))}
-  flat = ctx.fresh("f")
-  lines.append(f"{flat} = np.empty({' * '.join(size[d] for d in perm) or '1'}, {name}.dtype)")
-  idx = [f"d{d}" for d in range(len(shape))]
+  flat = ctx.scratch_array(aval.dtype, aval.size)
   dest = "0"
   for d in perm:  # row-major position in the permuted order
     dest = f"({dest}) * {size[d]} + d{d}"
-  for depth, d in enumerate(range(len(shape))):
-    lines.append("  " * depth + f"for d{d} in range({size[d]}):")
-  lines.append("  " * len(shape) + f"{flat}[{dest}] = {name}[{', '.join(idx)}]")
-  lines.append(f"{view} = {flat}.reshape(({', '.join(dims)}))")
+  copies.nest([f"for d{d} in range({size[d]}):" for d in range(len(shape))],
+              [f"{flat}[{dest}] = {name}[{', '.join(f'd{d}' for d in range(len(shape)))}]"])
+  views(f"{view} = {flat}.reshape(({', '.join(dims)}))")
   return view
 
 
@@ -458,28 +509,30 @@ def _dot_sum_lines(ctx, e, operands, var):
 # the arithmetic (measured: ~200 ns of views and calls for a 2x2 product of 8 multiply-adds).
 INLINE_DOT_MACS = 2048
 INLINE_DOT_K = 32
+CONTRACTION_SCRATCH = 1 << 22  # elements of a threaded contraction's parts (each of two)
 DOT_PARALLEL_MIN = 1 << 20  # multiply-adds: smaller products (with small epilogues) run on
                             # one thread
 
 
-def _lhs_view(ctx, name, aval, groups, swapped, lines):
+def _lhs_view(ctx, name, aval, groups, swapped, views, copies):
   """The left operand as `_as_matrices`, or `(view, True)` without a copy when its memory
   holds the `swapped` (batch, cols, rows) order (each matrix is then used as `view[q].T`)."""
   natural, other = [d for g in groups for d in g], [d for g in swapped for d in g]
   if natural != sorted(natural) and other == sorted(other):
-    return _as_matrices(ctx, name, aval, swapped, lines), True
-  return _as_matrices(ctx, name, aval, groups, lines), False
+    return _as_matrices(ctx, name, aval, swapped, views, copies), True
+  return _as_matrices(ctx, name, aval, groups, views, copies), False
 
 
-def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
+def emit_dot_kernel(name: str, program: Program) -> Kernel:
   """A dot region: dot_general as a batch of matrix products, then the epilogue over the
-  product's domain. Returns the source, its run-time words and whether it is threaded.
+  product's domain.
 
   Operands are used in place when their memory is a (batch, rows, cols) matrix or its
-  transpose. Threaded kernels (products of at least DOT_PARALLEL_MIN multiply-adds) split
-  the work into blocks of at most `blas.BLOCK_DOT` multiply-adds: row blocks, each
-  followed by its rows of the epilogue while they are in cache; contraction parts summed
-  in a fixed order where the left operand is transposed; or the batch.
+  transpose (else copied into scratch in phase 0). The tasks split the work into blocks
+  of at most `blas.BLOCK_DOT` multiply-adds: row blocks, each followed by its rows of the
+  epilogue while they are in cache; or parts of the contraction, summed in a fixed order
+  in phase 2, where the left operand is transposed. The plan threads products of at
+  least DOT_PARALLEL_MIN multiply-adds (and large epilogues).
 
   Small products (INLINE_DOT_MACS, INLINE_DOT_K) are a loop kernel over the product's
   output instead, each element summed in place (`_dot_sum_lines`)."""
@@ -491,127 +544,151 @@ def emit_dot_kernel(name: str, program: Program) -> tuple[str, list, bool]:
   macs = out.aval.size * k
   if (k <= INLINE_DOT_K and macs <= INLINE_DOT_MACS
       and all(isinstance(a, Var) and a in program.inputs for a in dot.inputs)):
-    return (*emit_loop_kernel(name, program, out.aval.shape), False)
+    return emit_loop_kernel(name, program, out.aval.shape)
   ctx = KernelContext(name, program)
-  n_in, n_out = len(program.inputs), len(program.outputs)
-  names = {v: f"in{i}" for i, v in enumerate(program.inputs)}
+  ins, outs = ctx.arrays(program)
+  names = dict(zip(program.inputs, ins))
   lf = P._dot_free(x.aval.ndim, lc, lb)
   rf = P._dot_free(y.aval.ndim, rc, rb)
   blas = out.aval.is_float  # integer products are loops (numba's np.dot is float only)
   epilogue = [e for e in program.eqns if e is not dot]
-  parallel = blas and (macs >= DOT_PARALLEL_MIN or (
-      epilogue and out.aval.size >= 4 * PARALLEL_MIN))
-  operands = Writer()
+  threaded = blas and (macs >= DOT_PARALLEL_MIN or (
+      bool(epilogue) and out.aval.size >= 4 * PARALLEL_MIN))
+  views, copies = Writer(), Writer()
   groups = [list(lb), lf, list(lc)]
-  a, ta = (_lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], operands.lines)
-           if blas else (_as_matrices(ctx, names[x], x.aval, groups, operands.lines), False))
+  a, ta = (_lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], views, copies)
+           if blas else (_as_matrices(ctx, names[x], x.aval, groups, views, copies), False))
   # the right operand is read as (batch, contraction, cols): BLAS runs a transposed
   # right operand half as fast (measured), and copying it costs one pass over it
-  b = _as_matrices(ctx, names[y], y.aval, [list(rb), list(rc), rf], operands.lines)
+  b = _as_matrices(ctx, names[y], y.aval, [list(rb), list(rc), rf], views, copies)
   out_index = {v: k for k, v in enumerate(program.outputs)}
-  if out in out_index:
-    operands(f"c = out{out_index[out]}")
-  else:
-    dims = ", ".join(ctx.size(n) for n in out.aval.shape) + ("," if out.aval.ndim == 1 else "")
-    operands(f"c = np.empty(({dims}), {_np(out.aval.dtype)})")
-  operands(f"nb = {a}.shape[0]", f"mr = {a}.shape[{2 if ta else 1}]",
-           f"kc = {a}.shape[{1 if ta else 2}]", f"nc = {b}.shape[2]",
-           "c3 = c.reshape((nb, mr, nc))")
+  c = outs[out_index[out]] if out in out_index else ctx.scratch_array(out.aval.dtype,
+                                                                      out.aval.size)
+  views(f"nb = {a}.shape[0]", f"mr = {a}.shape[{2 if ta else 1}]",
+        f"kc = {a}.shape[{1 if ta else 2}]", f"nc = {b}.shape[2]",
+        f"c3 = {c}.reshape((nb, mr, nc))",
+        f"cv = {c}.reshape({_shape_of(ctx, out.aval.shape)})" if out.aval.ndim else f"cv = {c}")
   sub = Program(program.inputs + (out,), tuple(epilogue),
                 tuple(v for v in program.outputs if v is not out))
-  sub_ins = [names[v] for v in program.inputs] + ["c"]
-  sub_outs = [f"out{i}" for i, v in enumerate(program.outputs) if v is not out]
+  sub_ins = ins + ["cv"]
+  sub_outs = [outs[i] for i, v in enumerate(program.outputs) if v is not out]
   # row blocks carry their epilogue rows when the product's leading dim is the matrix row
   fuse_rows = bool(epilogue and not lb and len(lf) == 1 and not ta and not _reductions_of(sub))
-  body = Writer()
   mm = "matmul" if blas else "matmul_loops"
   if ta:
-    _contraction_parts(body, a, b, mm, _np(out.aval.dtype), parallel)
+    nb = int(np.prod([x.aval.shape[d] for d in lb], dtype=np.int64))
+    parts = 8 if threaded and nb == 1 and out.aval.size * 8 <= CONTRACTION_SCRATCH else 1
+    phases = _contraction_parts(ctx, a, b, mm, out.aval.dtype, parts, parts * out.aval.size,
+                                views)
   else:
     rows_code = (_loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs, rows=("r0", "r1"))
                  if fuse_rows else None)
-    _row_blocks(body, a, b, mm, parallel, rows_code)
+    phases = _row_blocks(a, b, mm, views, rows_code)
+  phases[0] = copies.lines + phases[0]
   if epilogue and not fuse_rows:
     init, setup, code = _loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs)
-    body(*init, *setup, *code)
-  w = Writer()
-  with w.block(f"def {name}(ins, outs, sz):"):
-    w(*("# " + line for line in abstract_ir(program).splitlines()))
-    w(*_unpack(n_in, n_out), *ctx.prologue, *operands.lines, *body.lines, "return")
-  return w.text(), ctx.sizes, parallel
+    phases[2] = phases.get(2, []) + [*init, *setup, *code]
+  ctx.prologue[:0] = views.lines  # before the epilogue's views (which may read cv)
+  return Kernel(_source(ctx, program, phases), tuple(ctx.sizes), threaded, 2 in phases,
+                tuple(ctx.scratch))
 
 
-def _row_blocks(w, a, b, mm, parallel, rows_code):
+def _shape_of(ctx, shape) -> str:
+  return "(" + ", ".join(ctx.size(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _row_blocks(a, b, mm, views, rows_code) -> dict[int, list[str]]:
   """Row blocks of at least 4 rows, one product call each (and the block's rows of the
-  epilogue, `rows_code`); when a row is too long for that, one call per matrix (which may
-  thread on its own) and row blocks for the epilogue only."""
-  w("small = nc * kc * 4 <= BLOCK_DOT",
-    "rows = max(1, BLOCK_DOT // max(1, nc * kc)) if small else max(1, (mr + 7) // 8)")
-  with w.block("if not small:"):
-    with w.block("for q in range(nb):"):
-      w(f"{mm}({a}[q], {b}[q], c3[q])")
-  w("nblk = (mr + rows - 1) // rows")
-  with w.block(f"for task in {'prange' if parallel else 'range'}(nb * nblk):"):
-    w("q = task // nblk", "r0 = (task % nblk) * rows", "r1 = min(mr, r0 + rows)")
-    with w.block("if small:"):
-      w(f"{mm}({a}[q, r0:r1], {b}[q], c3[q, r0:r1])")
+  epilogue, `rows_code`); when a row is too long for that, one call per matrix in phase 0
+  (BLAS may thread it) and row blocks for the epilogue only."""
+  views("small = nc * kc * 4 <= BLOCK_DOT",
+        "rows = max(1, BLOCK_DOT // max(1, nc * kc)) if small else max(1, (mr + 7) // 8)",
+        "nblk = (mr + rows - 1) // rows")
+  setup = Writer()
+  with setup.block("if not small:"):
+    with setup.block("for q in range(nb):"):
+      setup(f"{mm}({a}[q], {b}[q], c3[q])")
+  setup("return nb * nblk + 1")
+  tasks = Writer()
+  with tasks.block("for task in range(lo, hi):"):
+    tasks("q = task // nblk", "r0 = (task % nblk) * rows", "r1 = min(mr, r0 + rows)")
+    with tasks.block("if small:"):
+      tasks(f"{mm}({a}[q, r0:r1], {b}[q], c3[q, r0:r1])")
     if rows_code is not None:
-      init, setup, code = rows_code
-      w(*init, *setup, *code)
+      init, setup_rows, code = rows_code
+      tasks(*init, *setup_rows, *code)
+  return {0: setup.lines, 1: tasks.lines}
 
 
-def _contraction_parts(w, a, b, mm, dtype, parallel):
-  """A transposed left operand (float products only): parts of the contraction, each a sum
-  of product calls, added in a fixed order (results do not depend on the thread count);
-  one call per matrix when the product is small."""
-  w("step = BLOCK_DOT // max(1, mr * nc)", "split = step >= 16 and kc > step",
-    f"nparts = max(1, min({8 if parallel else 1}, (kc + step - 1) // max(1, step)))",
-    "per = (kc + nparts - 1) // nparts")
-  with w.block("for q in range(nb):"):
-    with w.block("if not split:"):
-      w(f"{mm}({a}[q].T, {b}[q], c3[q])", "continue")
-    w(f"acc = np.zeros((nparts, mr, nc), {dtype})", f"tmp = np.empty((nparts, mr, nc), {dtype})")
-    with w.block(f"for part in {'prange' if parallel else 'range'}(nparts):"):
-      with w.block("for k0 in range(part * per, min(kc, (part + 1) * per), step):"):
-        w("k1 = min(kc, k0 + step, (part + 1) * per)",
-          f"matmul_acc({a}[q, k0:k1].T, {b}[q, k0:k1], acc[part], tmp[part])")
-    w.nest(["for i in range(mr):", "for j in range(nc):"],
-           ["s = acc[0, i, j]", "for part in range(1, nparts):", "  s += acc[part, i, j]",
-            "c3[q, i, j] = s"])
+def _contraction_parts(ctx, a, b, mm, dtype, parts, elements, views) -> dict[int, list[str]]:
+  """A transposed left operand (float products only): up to `parts` parts of the
+  contraction (a word: 1 unless the plan threads a single product), each a sum of product
+  calls into its scratch (`elements` = parts x the product's size), added in a fixed
+  order in phase 2 (results do not depend on the thread count); one call per matrix, in
+  phase 0, when the product is small."""
+  maxparts = ctx.size(parts)
+  acc = ctx.scratch_array(dtype, elements if parts > 1 else 0)
+  tmp = ctx.scratch_array(dtype, elements if parts > 1 else 0)
+  views("step = BLOCK_DOT // max(1, mr * nc)",
+        f"split = nb == 1 and {maxparts} > 1 and step >= 16 and kc > step",
+        f"nparts = max(1, min({maxparts}, (kc + step - 1) // max(1, step))) if split else 1",
+        "per = (kc + nparts - 1) // nparts")
+  parts_of = [f"acc = {acc}.reshape(({maxparts}, mr, nc))",
+              f"tmp = {tmp}.reshape(({maxparts}, mr, nc))"]
+  setup = Writer()
+  with setup.block("if not split:"):
+    with setup.block("for q in range(nb):"):
+      setup(f"{mm}({a}[q].T, {b}[q], c3[q])")
+    setup("return 1")
+  setup("return nparts + 1")
+  tasks = Writer()
+  tasks(*parts_of)
+  with tasks.block("for part in range(lo, hi):"):
+    tasks("acc[part] = 0")
+    with tasks.block("for k0 in range(part * per, min(kc, (part + 1) * per), step):"):
+      tasks("k1 = min(kc, k0 + step, (part + 1) * per)",
+            f"matmul_acc({a}[0, k0:k1].T, {b}[0, k0:k1], acc[part], tmp[part])")
+  finish = Writer()
+  with finish.block("if split:"):
+    finish(parts_of[0])
+    finish.nest(["for i in range(mr):", "for j in range(nc):"],
+                ["s = acc[0, i, j]", "for part in range(1, nparts):", "  s += acc[part, i, j]",
+                 "c3[0, i, j] = s"])
+  return {0: setup.lines, 1: tasks.lines, 2: finish.lines}
 
 
-def emit_gather_kernel(name: str, program: Program) -> tuple[str, list]:
-  """gather / scatter_add along one axis (with batch dims): `name(ins, outs, sz, err)`.
+def emit_gather_kernel(name: str, program: Program) -> Kernel:
+  """gather / scatter_add along one axis (with batch dims), all in phase 0.
 
   Every index is checked first (numpy's rule: negatives count from the end, anything
-  outside [-n, n) is out of bounds); the kernel returns 0, or 1 with the first bad index
-  and the axis size in `err[1]`, `err[2]` before it reads or writes anything."""
+  outside [-n, n) is out of bounds); the kernel returns -1 with the first bad index and
+  the axis size in `err[1]`, `err[2]` before it reads or writes anything."""
   ctx = KernelContext(name, program)
   (e,) = program.eqns
-  names = {v: f"in{i}" for i, v in enumerate(program.inputs)}
+  ins, _ = ctx.arrays(program)
+  ctx.err = True
+  names = dict(zip(program.inputs, ins))
   x, idx = e.inputs[:2]
   axis, nbd = e.kw["axis"], e.kw["batch_dims"]
   shape = x.aval.shape
   size = lambda dims: " * ".join(ctx.size(n) for n in dims) or "1"
   w = Writer()
-  with w.block(f"def {name}(ins, outs, sz, err):"):
-    w(*("# " + line for line in abstract_ir(program).splitlines()))
-    w(*_unpack(len(program.inputs), 1))
-    w(f"nb = {size(shape[:nbd])}", f"pre = {size(shape[nbd:axis])}",
-      f"na = {ctx.size(shape[axis])}", f"post = {size(shape[axis + 1:])}",
-      f"ni = {size(idx.aval.shape[nbd:])}",
-      f"x4 = {names[x]}.reshape((nb, pre, na, post))", f"ix = {names[idx]}.reshape((nb, ni))")
-    w.nest(["for q in range(nb):", "for j in range(ni):"],
-           ["k = ix[q, j]", "if k < -na or k >= na:", "  err[1] = k", "  err[2] = na",
-            "  return 1"])
-    loops = ["for q in range(nb):", "for p in range(pre):", "for j in range(ni):"]
-    find = ["k = ix[q, j]", "if k < 0:", "  k += na"]
-    if e.prim is P.gather_p:
-      w("o4 = out0.reshape((nb, pre, ni, post))")
-      w.nest(loops, find + ["for s in range(post):", "  o4[q, p, j, s] = x4[q, p, k, s]"])
-    else:
-      w(f"u4 = {names[e.inputs[2]]}.reshape((nb, pre, ni, post))",
-        "o4 = out0.reshape((nb, pre, na, post))", "o4[...] = x4")
-      w.nest(loops, find + ["for s in range(post):", "  o4[q, p, k, s] += u4[q, p, j, s]"])
-    w("return 0")
-  return w.text(), ctx.sizes
+  w(f"nb = {size(shape[:nbd])}", f"pre = {size(shape[nbd:axis])}",
+    f"na = {ctx.size(shape[axis])}", f"post = {size(shape[axis + 1:])}",
+    f"ni = {size(idx.aval.shape[nbd:])}",
+    f"x4 = {names[x]}.reshape((nb, pre, na, post))", f"ix = {names[idx]}.reshape((nb, ni))")
+  w.nest(["for q in range(nb):", "for j in range(ni):"],
+         ["k = ix[q, j]", "if k < -na or k >= na:", "  err[1] = k", "  err[2] = na",
+          "  return -1"])
+  loops = ["for q in range(nb):", "for p_ in range(pre):", "for j in range(ni):"]
+  find = ["k = ix[q, j]", "if k < 0:", "  k += na"]
+  if e.prim is P.gather_p:
+    w("o4 = out0.reshape((nb, pre, ni, post))")
+    w.nest(loops, find + ["for s in range(post):", "  o4[q, p_, j, s] = x4[q, p_, k, s]"])
+  else:
+    w(f"u4 = {names[e.inputs[2]]}.reshape((nb, pre, ni, post))",
+      "o4 = out0.reshape((nb, pre, na, post))", "o4[...] = x4")
+    w.nest(loops, find + ["for s in range(post):", "  o4[q, p_, k, s] += u4[q, p_, j, s]"])
+  w("return 1")
+  return Kernel(_source(ctx, program, {0: w.lines, 1: []}), tuple(ctx.sizes), False, False,
+                tuple(ctx.scratch))

@@ -1,5 +1,5 @@
 """Importing generated modules (and the library they call), and compiling (or loading)
-their drivers.
+their kernels.
 
 A module is executed from the source in hand, under the name of its content-addressed
 file in the cache (`codegen.store` puts the file in place and verifies it), so numba's
@@ -15,8 +15,7 @@ import sys
 import threading
 import types
 
-from primc.codegen import cache, store, threads
-from primc.codegen.module import DRIVER_OPTIONS, DRIVER_SIGNATURE
+from primc.codegen import cache, kernels, store
 
 _lock = threading.Lock()
 _loaded: dict[tuple[str, bool], types.ModuleType] = {}
@@ -48,7 +47,7 @@ def _load(source: str, in_memory: bool, globals_: dict) -> types.ModuleType:
   name = f"primc_kernels.m_{key}" + ("" if directory else "_memory")
   module = types.ModuleType(name)
   module.__dict__.update(globals_)
-  module.DIRECTORY, module.KEY = directory, key
+  module.DIRECTORY, module.KEY, module.SOURCE = directory, key, source
   module.CACHE = directory is not None  # read by numba decorators in the module
   module.__file__ = (store.Store.path(directory, "module", key) if directory
                      else f"<primc module m_{key}>")
@@ -90,25 +89,39 @@ def forget(source: str) -> None:
         sys.modules.pop(module.__name__, None)
 
 
-def compile_driver(module: types.ModuleType):
-  """The module's driver as a numba cfunc (`codegen.module.DRIVER_SIGNATURE`), compiled
-  or loaded from numba's cache once per module: the caller holds the module's lock and
-  has had the store verify numba's files."""
-  driver = compiled_driver(module)
-  if driver is None:
-    import numba
-    if any(getattr(f, "targetoptions", {}).get("parallel") for f in vars(module).values()):
-      # numba starts its thread pool when it compiles a parallel loop, or when it loads
-      # one from the cache for a jitted function; a cfunc loaded from the cache does not
-      # record that its (inlined) threaded kernels need the pool, which then segfaults
-      threads.layer()  # starts the pool, on a fork-safe layer (codegen.threads)
-    driver = numba.cfunc(DRIVER_SIGNATURE, cache=module.CACHE, **DRIVER_OPTIONS)(module.driver)
-    with _lock:
-      module._primc_cfunc = getattr(module, "_primc_cfunc", None) or driver
-      driver = module._primc_cfunc
-  return driver
+def compile_kernel(module: types.ModuleType):
+  """The module's kernel as a numba cfunc (`kernels.SIGNATURE`), loaded from numba's cache
+  when the store has verified its files against the module's seal, else compiled (and
+  sealed), under the module's lock, so that concurrent processes compile it once. A
+  kernel numba cannot write to disk is compiled in memory."""
+  cfunc = compiled_kernel(module)
+  if cfunc is not None:
+    return cfunc
+  st, key, directory = store.current(), module.KEY, module.DIRECTORY
+  with st.lock(key):
+    sealed = directory is not None and st.prepare_numba(directory, key)
+    try:
+      cfunc = _cfunc(module)
+    except OSError as e:  # numba could not write its cache files (a full disk, ...)
+      st.write_failed(e, directory or "numba's cache")
+      if directory is not None:
+        st.purge_numba(directory, key)
+      module = load(module.SOURCE, in_memory=True)
+      cfunc = _cfunc(module)
+    if module.DIRECTORY is not None and not (sealed and cfunc.cache_hits):
+      st.seal(module.DIRECTORY, key)
+  cache.count("numba_cache_loads" if cfunc.cache_hits else "numba_compiles")
+  return cfunc
 
 
-def compiled_driver(module: types.ModuleType):
-  """The module's driver if this process has compiled or loaded it, else None."""
+def _cfunc(module: types.ModuleType):
+  import numba
+  cfunc = numba.cfunc(kernels.SIGNATURE, cache=module.CACHE, **kernels.OPTIONS)(module.KERNEL)
+  with _lock:
+    module._primc_cfunc = getattr(module, "_primc_cfunc", None) or cfunc
+    return module._primc_cfunc
+
+
+def compiled_kernel(module: types.ModuleType):
+  """The module's kernel if this process has compiled or loaded it, else None."""
   return getattr(module, "_primc_cfunc", None)

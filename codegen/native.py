@@ -1,7 +1,7 @@
 """Native entry points: one CPython function per compiled plan, generated as LLVM IR.
 
-A module's driver is a numba `cfunc` of one argument, a table of data pointers
-(`[sizes, err, inputs..., constants..., outputs..., arena views...]`, see `codegen.module`).
+A plan's driver (`codegen.runner`) is a native function of one argument, a table of data
+pointers (`[words, err, inputs..., constants..., outputs..., arena views...]`).
 The entry is the CPython function (`METH_FASTCALL`) in front of it: it checks each input
 (exactly an ndarray, C-contiguous and aligned, of the plan's dtype and shape), allocates
 the outputs with numpy's `PyArray_Empty`, points the table at the arrays and at a stack
@@ -162,6 +162,13 @@ def _jit(ir_text: str, name: str) -> int:
   _engine.add_module(mod)
   _engine.finalize_object()
   return _engine.get_function_address(name)
+
+
+def jit_functions(ir_text: str, names: list[str]) -> tuple[int, ...]:
+  """Compiles one IR module into this process's engine; the addresses of `names`."""
+  with _engine_lock:
+    first = _jit(ir_text, names[0])
+    return (first, *(_engine.get_function_address(n) for n in names[1:]))
 
 
 def _address(spec: EntrySpec) -> int:
@@ -397,8 +404,10 @@ class _EntryWriter:
 
 def ctypes_entry(spec: EntrySpec, keep_alive, driver, on_error):
   """The general entry (`result="ok"`, outputs and arena passed in) through ctypes, for a
-  process where `available()` is False: the same checks and table, built in Python."""
+  process where `available()` is False: the same checks and table, built in Python
+  (`driver`: the address of the function that takes the table)."""
   assert spec.result == "ok" and not spec.stack_arena
+  call = ctypes.PYFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(driver)  # holding the GIL
   n_in, n_out = len(spec.inputs), len(spec.outputs)
   table_type = ctypes.c_void_p * (2 + n_in + len(spec.consts) + n_out + len(spec.views))
   def run(*args):
@@ -413,7 +422,7 @@ def ctypes_entry(spec: EntrySpec, keep_alive, driver, on_error):
     err = np.zeros(4, np.int64)
     table = table_type(spec.sizes, err.ctypes.data, *data[:n_in], *spec.consts,
                        *data[n_in:n_in + n_out], *(bases[k] + off for k, off in spec.views))
-    status = driver.ctypes(table)
+    status = call(table)
     if status == 2:
       on_error(*err[:3].tolist())
     if status != 1:

@@ -23,19 +23,25 @@ class Buffer:
 class Plan:
   """What the executor needs besides the compiled module: plain data (strings, numbers,
   numpy arrays), stored in the cache as JSON and arrays (`to_bytes`), never as a pickle."""
-  source: str
-  sizes: np.ndarray                         # int64: every size the kernels read
+  kernels: tuple[str, ...]                  # kernel module sources (codegen.kernels)
+  words: np.ndarray                         # int64: the steps, then every kernel's words
+  kernel_slots: tuple[int, ...]             # where `words` holds a kernel's index (the
+                                            # executor writes its address there)
+  listing: str                              # the steps, readable (see `source`)
   in_avals: tuple[ShapedArray, ...]         # program inputs, in driver argument order
   out_avals: tuple[ShapedArray, ...]        # distinct region-produced program outputs
   program_outputs: tuple                    # per program output: ("out", k) | ("in", k) | ("lit", array)
   buffers: tuple[Buffer, ...]               # one arena array per dtype
   const_arrays: tuple[np.ndarray, ...]      # literal arrays read by kernels
   views: tuple[tuple[int, int], ...]        # per arena view: (buffer, element offset)
-  # per threaded kernel and argument types: (name, ((dtype, ndim) of each input),
-  # ((dtype, ndim) of each output)), for compiling them in parallel (codegen.kernel_workers)
-  threaded: tuple = ()
   # per kernel that checks indices: (primitive, axis, operand) for the error it reports
   sites: tuple = ()
+
+  @property
+  def source(self) -> str:
+    """Every kernel's source, then the steps that run them (for reading; the kernels are
+    separate modules of the cache, shared by every program that has them)."""
+    return "\n\n".join(self.kernels) + "\n\n" + self.listing
 
   def index_error(self, site: int, index: int, size: int) -> PrimcIndexError:
     """The error of a failed index check (the driver returned 2 with `err` set)."""
@@ -57,13 +63,14 @@ class Plan:
     """The plan as an npz archive: its arrays, and the rest as JSON (`meta`)."""
     avals = lambda avals: [[list(a.shape), a.dtype] for a in avals]
     lits = [v for kind, v in self.program_outputs if kind == "lit"]
-    meta = {"source": self.source, "in_avals": avals(self.in_avals),
+    meta = {"kernels": list(self.kernels), "kernel_slots": list(self.kernel_slots),
+            "listing": self.listing, "in_avals": avals(self.in_avals),
             "out_avals": avals(self.out_avals),
             "program_outputs": [[kind, 0 if kind == "lit" else v]
                                 for kind, v in self.program_outputs],
             "buffers": [[b.dtype, b.size] for b in self.buffers], "views": self.views,
-            "threaded": self.threaded, "sites": self.sites}
-    arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), "sizes": self.sizes}
+            "sites": self.sites}
+    arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), "words": self.words}
     arrays.update({f"c{k}": c for k, c in enumerate(self.const_arrays)})
     arrays.update({f"l{k}": np.asarray(v) for k, v in enumerate(lits)})
     out = io.BytesIO()
@@ -82,12 +89,13 @@ class Plan:
     outputs = tuple((kind, next(lits) if kind == "lit" else int(v))
                     for kind, v in meta["program_outputs"])
     n_consts = sum(name.startswith("c") for name in arrays)
-    return cls(meta["source"], arrays["sizes"].astype(np.int64), avals(meta["in_avals"]),
+    return cls(tuple(meta["kernels"]), arrays["words"].astype(np.int64),
+               tuple(int(k) for k in meta["kernel_slots"]), meta["listing"],
+               avals(meta["in_avals"]),
                avals(meta["out_avals"]), outputs,
                tuple(Buffer(d, int(n)) for d, n in meta["buffers"]),
                tuple(arrays[f"c{k}"] for k in range(n_consts)),
-               tuple((int(b), int(o)) for b, o in meta["views"]), _tuples(meta["threaded"]),
-               _tuples(meta["sites"]))
+               tuple((int(b), int(o)) for b, o in meta["views"]), _tuples(meta["sites"]))
 
 
 def _tuples(x):

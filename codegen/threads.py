@@ -15,7 +15,7 @@ The `tbb` wheel (a dependency of primc where it exists) installs libtbb under
 `<prefix>/lib`, where the dynamic loader does not look, so numba's own attempt to load
 TBB fails there. `prepare()` loads it from the wheel's files before numba starts its
 pool; numba's default choice then finds it. It runs where primc first needs threads
-(compiling or loading a threaded kernel), not at import. A layer the user chose
+(readying the first program to run), not at import. A layer the user chose
 (NUMBA_THREADING_LAYER) is left alone, and so is a pool the user's own numba code
 started first. Where TBB is missing, OpenMP runs with a bounded GOMP_SPINCOUNT:
 idle OpenMP threads spinning for the default 300,000 rounds took the cores from the

@@ -45,22 +45,22 @@ def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
   directory = store.current().write_dir
   if directory is None:
     return None
-  job_key = (directory, loader.module_key(plan.source))
+  job_key = (directory, plan_key)
   with _jobs_lock:
     job = _jobs.get(job_key)
     if job is None or job.poll() is not None:
-      with open(worker_log(plan), "wb") as err:
+      with open(worker_log(plan_key), "wb") as err:
         job = _jobs[job_key] = subprocess.Popen(
             [sys.executable, "-m", "primc.codegen.tiered", plan_key], env=store.worker_env(),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
-      log.info("compiling module %s in the background (pid %d)", job_key[1], job.pid)
+      log.info("compiling the kernels of plan %s in the background (pid %d)", plan_key, job.pid)
   return job
 
 
-def worker_log(plan: Plan) -> str:
-  """Where the worker of `plan`'s module writes its errors (beside the module)."""
+def worker_log(plan_key: str) -> str:
+  """Where the worker of plan `plan_key` writes its errors (in the cache directory)."""
   st = store.current()
-  return st.path(st.write_dir, "log", loader.module_key(plan.source))
+  return st.path(st.write_dir, "log", plan_key)
 
 
 _controller = None
@@ -81,8 +81,10 @@ class Tiered:
   """An executable that interprets its program until the worker (`job`) has compiled it;
   with no worker (numba's JIT disabled), for good."""
 
-  def __init__(self, plan: Plan, program: Program, job: subprocess.Popen | None):
+  def __init__(self, plan: Plan, program: Program, job: subprocess.Popen | None,
+               plan_key: str = ""):
     self.plan = plan
+    self.plan_key = plan_key
     self.program = program
     self.job = job
     self.native: Executable | None = None
@@ -96,7 +98,7 @@ class Tiered:
         if self.job.returncode != 0:
           log.warning("background compile of a primc module failed (exit %s, see %s): "
                       "compiling it in this process", self.job.returncode,
-                      worker_log(self.plan))
+                      worker_log(self.plan_key))
         self.native = Executable.load(self.plan)
 
   def wait(self, timeout: float | None = None) -> bool:

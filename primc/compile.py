@@ -196,7 +196,7 @@ def build_plan(traced):
 def load_executable(traced: Program, tiered: bool | None = None):
   """The executable of a traced program, its run plan from the plan cache if this program
   (and this environment) was compiled before, else built by the passes, fusion and
-  codegen: its compiled module; or, while the module was never compiled into the cache
+  codegen: its compiled kernels; or, while a kernel was never compiled into the cache
   and tiering is on (`tiered`, None: `config.tiered`), the interpreter until a background
   process has compiled it; or the interpreter alone (`config.interpret`, or
   NUMBA_DISABLE_JIT=1)."""
@@ -208,12 +208,12 @@ def load_executable(traced: Program, tiered: bool | None = None):
     optimized, _, plan = build_plan(traced)
     st.write_entry("plan", key, plan.to_bytes())
   interpret_only = config.interpret or codegen.jit_disabled()
-  if interpret_only or (config.tiered if tiered is None else tiered) and not st.sealed(
-      plan.source):
+  if interpret_only or (config.tiered if tiered is None else tiered) and not all(
+      map(st.sealed, plan.kernels)):
     job = None if interpret_only else codegen.tiered.start(key, plan)
     if job is not None or interpret_only:
       program = passes.optimize(traced) if optimized is None else optimized
-      return codegen.tiered.Tiered(plan, program, job)
+      return codegen.tiered.Tiered(plan, program, job, key)
   return codegen.executor.Executable.load(plan)
 
 

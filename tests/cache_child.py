@@ -41,7 +41,8 @@ def main():
   w = np.linspace(0.5, -0.5, 6, dtype=np.float32).reshape(3, 2)
   if args == ["threaded"]:
     x = np.linspace(-3, 3, 1 << 16, dtype=np.float32).reshape(256, 256)
-    out["grad"] = primc.jit(primc.grad(lambda x: pnp.sum(pnp.tanh(x))))(x)[::64, ::64].tolist()
+    f = primc.jit(primc.grad(lambda x: pnp.sum(pnp.tanh(x))))
+    out["grad"] = f(x)[::64, ::64].tolist()
   elif args[:1] == ["shapes"]:
     f = primc.jit(lambda v: pnp.sum(pnp.tanh(v) * 2.0))
     rss = lambda: int(open("/proc/self/statm").read().split()[1]) * 4096
@@ -53,10 +54,21 @@ def main():
       assert abs(f(v) - 2 * np.tanh(1.0) * v.size) < 1e-3 * v.size
     out["rss_growth"] = rss() - before
     out["signatures"] = len(f._compiled)
+  elif args == ["many"]:  # a program of several kernels, one of them threaded
+    a = np.linspace(-1, 1, 256 * 128, dtype=np.float32).reshape(256, 128)
+    b = np.linspace(0.02, -0.01, 128 * 128, dtype=np.float32).reshape(128, 128)
+    f = primc.jit(lambda x, w: (pnp.exp(pnp.tanh(x) @ w) - 0.25, pnp.sum(x * x, axis=1)))
+    out["grad"] = [r.tolist() for r in f(a, b)]
   else:
-    out["grad"] = primc.jit(primc.grad(loss))(w, x).tolist()
+    f = primc.jit(primc.grad(loss))
+    out["grad"] = f(w, x).tolist()
     if args == ["two"]:
-      out["second"] = primc.jit(lambda a: pnp.exp(a) * 3.0)(x).tolist()
+      second = primc.jit(lambda a: pnp.exp(a) * 3.0)
+      out["second"] = second(x).tolist()
+  if args[:1] != ["shapes"]:  # the programs' region kernels, each compiled or loaded once
+    kernels = {k for g in (f, locals().get("second")) if g
+               for exe, _ in g._compiled.values() for k in exe.plan.kernels}
+    out["kernels"] = len(kernels)
   stats = primc.cache_stats()
   stats.pop("load_seconds", None)
   print(json.dumps({"stats": stats, **out}))

@@ -77,7 +77,7 @@ def test_cache_info_list_verify_clear(cache, tmp_path):
 
 @pytest.mark.parametrize("stage,expect", [
     ("traced", "tanh"), ("jvp", "mul"), ("linearized", "in ("), ("grad", "reduce_sum"),
-    ("optimized", "tanh"), ("fused", "region[kind='dot']"), ("source", "@njit"),
+    ("optimized", "tanh"), ("fused", "region[kind='dot']"), ("source", "def k_"),
 ])
 def test_show_each_stage(stage, expect, cache):
   out = primc("show", f"{SEEDS}:mynet_forward", "--arg", "f32[2,2]", "--arg", "f32[2,2]",
