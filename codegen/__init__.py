@@ -3,7 +3,7 @@
   kernels.py   region -> kernel source (one lowering rule per primitive); a kernel is a
                numba cfunc of one signature, run in phases (setup, tasks, finish)
   mathlib.py   vectorizable float32/float64 exp, log, tanh, sin, cos
-  blas.py      shared batched matmul (loops for small products, BLAS for large)
+  blas.py      the products kernels call by address (loops for small ones, BLAS for large)
   module.py    fused program -> its kernels (one cache module each, shared by every
                program that has them) and its run plan (steps as data)
   runner.py    the one native function (LLVM IR) that runs a plan's steps; threads by

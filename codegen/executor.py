@@ -68,6 +68,10 @@ class Executable:
     with st.lock("library"):
       for lib in libraries:
         st.prepare_library(lib.DIRECTORY, lib.KEY)
+      if loader.link_library(self.plan.kernels,
+                             any(m.DIRECTORY is None for m in self.modules)):
+        for lib in libraries:  # before compile workers read them
+          st.seal(lib.DIRECTORY, lib.KEY)
     new = [m for m in self.modules if loader.compiled_kernel(m) is None
            and not st.sealed(m.SOURCE)]
     if kernel_workers.compile_new(new):

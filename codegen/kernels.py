@@ -509,7 +509,7 @@ def _dot_sum_lines(ctx, e, operands, var):
 # the arithmetic (measured: ~200 ns of views and calls for a 2x2 product of 8 multiply-adds).
 INLINE_DOT_MACS = 2048
 INLINE_DOT_K = 32
-CONTRACTION_SCRATCH = 1 << 22  # elements of a threaded contraction's parts (each of two)
+CONTRACTION_SCRATCH = 1 << 22  # elements of a threaded contraction's parts
 DOT_PARALLEL_MIN = 1 << 20  # multiply-adds: smaller products (with small epilogues) run on
                             # one thread
 
@@ -568,22 +568,32 @@ def emit_dot_kernel(name: str, program: Program) -> Kernel:
         f"kc = {a}.shape[{1 if ta else 2}]", f"nc = {b}.shape[2]",
         f"c3 = {c}.reshape((nb, mr, nc))",
         f"cv = {c}.reshape({_shape_of(ctx, out.aval.shape)})" if out.aval.ndim else f"cv = {c}")
+  if blas:
+    views(f"pa = {a}.ctypes.data", f"pb = {b}.ctypes.data", "pc = c3.ctypes.data")
+  gemm = _Gemm(out.aval.dtype) if blas else None
   sub = Program(program.inputs + (out,), tuple(epilogue),
                 tuple(v for v in program.outputs if v is not out))
   sub_ins = ins + ["cv"]
   sub_outs = [outs[i] for i, v in enumerate(program.outputs) if v is not out]
   # row blocks carry their epilogue rows when the product's leading dim is the matrix row
   fuse_rows = bool(epilogue and not lb and len(lf) == 1 and not ta and not _reductions_of(sub))
-  mm = "matmul" if blas else "matmul_loops"
   if ta:
     nb = int(np.prod([x.aval.shape[d] for d in lb], dtype=np.int64))
     parts = 8 if threaded and nb == 1 and out.aval.size * 8 <= CONTRACTION_SCRATCH else 1
-    phases = _contraction_parts(ctx, a, b, mm, out.aval.dtype, parts, parts * out.aval.size,
+    phases = _contraction_parts(ctx, gemm, out.aval.dtype, parts, parts * out.aval.size,
                                 views)
   else:
     rows_code = (_loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs, rows=("r0", "r1"))
                  if fuse_rows else None)
-    phases = _row_blocks(a, b, mm, views, rows_code)
+    if gemm:
+      whole = gemm(0, "mr", "nc", "kc", ("pa", "q * mr * kc"), ("pb", "q * kc * nc"),
+                   ("pc", "q * mr * nc"))
+      rows = gemm(0, "r1 - r0", "nc", "kc", ("pa", "(q * mr + r0) * kc"),
+                  ("pb", "q * kc * nc"), ("pc", "(q * mr + r0) * nc"))
+    else:  # integer products: loops over views
+      whole = f"matmul_loops({a}[q], {b}[q], c3[q], False)"
+      rows = f"matmul_loops({a}[q, r0:r1], {b}[q], c3[q, r0:r1], False)"
+    phases = _row_blocks(whole, rows, views, rows_code)
   phases[0] = copies.lines + phases[0]
   if epilogue and not fuse_rows:
     init, setup, code = _loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs)
@@ -597,7 +607,21 @@ def _shape_of(ctx, shape) -> str:
   return "(" + ", ".join(ctx.size(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _row_blocks(a, b, mm, views, rows_code) -> dict[int, list[str]]:
+class _Gemm:
+  """Calls of the library's float product by address (`blas.gemm_f32`/`gemm_f64`): offsets
+  are given in elements and scaled to bytes here."""
+  def __init__(self, dtype):
+    self.name = {"float32": "GEMM_F32", "float64": "GEMM_F64"}[np.dtype(dtype).name]
+    self.itemsize = np.dtype(dtype).itemsize
+
+  def __call__(self, ta, m, n, k, a, b, c, acc=False) -> str:
+    """The call (c = A @ B, or c += A @ B); each matrix given as (address, offset in
+    elements)."""
+    at = lambda base, offset: f"{base} + ({offset}) * {self.itemsize}"
+    return f"{self.name}({ta}, {m}, {n}, {k}, {at(*a)}, {at(*b)}, {at(*c)}, {int(acc)})"
+
+
+def _row_blocks(whole, rows_call, views, rows_code) -> dict[int, list[str]]:
   """Row blocks of at least 4 rows, one product call each (and the block's rows of the
   epilogue, `rows_code`); when a row is too long for that, one call per matrix in phase 0
   (BLAS may thread it) and row blocks for the epilogue only."""
@@ -607,20 +631,20 @@ def _row_blocks(a, b, mm, views, rows_code) -> dict[int, list[str]]:
   setup = Writer()
   with setup.block("if not small:"):
     with setup.block("for q in range(nb):"):
-      setup(f"{mm}({a}[q], {b}[q], c3[q])")
+      setup(whole)
   setup("return nb * nblk + 1")
   tasks = Writer()
   with tasks.block("for task in range(lo, hi):"):
     tasks("q = task // nblk", "r0 = (task % nblk) * rows", "r1 = min(mr, r0 + rows)")
     with tasks.block("if small:"):
-      tasks(f"{mm}({a}[q, r0:r1], {b}[q], c3[q, r0:r1])")
+      tasks(rows_call)
     if rows_code is not None:
       init, setup_rows, code = rows_code
       tasks(*init, *setup_rows, *code)
   return {0: setup.lines, 1: tasks.lines}
 
 
-def _contraction_parts(ctx, a, b, mm, dtype, parts, elements, views) -> dict[int, list[str]]:
+def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, list[str]]:
   """A transposed left operand (float products only): up to `parts` parts of the
   contraction (a word: 1 unless the plan threads a single product), each a sum of product
   calls into its scratch (`elements` = parts x the product's size), added in a fixed
@@ -628,17 +652,17 @@ def _contraction_parts(ctx, a, b, mm, dtype, parts, elements, views) -> dict[int
   phase 0, when the product is small."""
   maxparts = ctx.size(parts)
   acc = ctx.scratch_array(dtype, elements if parts > 1 else 0)
-  tmp = ctx.scratch_array(dtype, elements if parts > 1 else 0)
   views("step = BLOCK_DOT // max(1, mr * nc)",
         f"split = nb == 1 and {maxparts} > 1 and step >= 16 and kc > step",
         f"nparts = max(1, min({maxparts}, (kc + step - 1) // max(1, step))) if split else 1",
         "per = (kc + nparts - 1) // nparts")
   parts_of = [f"acc = {acc}.reshape(({maxparts}, mr, nc))",
-              f"tmp = {tmp}.reshape(({maxparts}, mr, nc))"]
+              f"pacc = {acc}.ctypes.data"]
   setup = Writer()
   with setup.block("if not split:"):
     with setup.block("for q in range(nb):"):
-      setup(f"{mm}({a}[q].T, {b}[q], c3[q])")
+      setup(gemm(1, "mr", "nc", "kc", ("pa", "q * kc * mr"), ("pb", "q * kc * nc"),
+                 ("pc", "q * mr * nc")))
     setup("return 1")
   setup("return nparts + 1")
   tasks = Writer()
@@ -647,7 +671,8 @@ def _contraction_parts(ctx, a, b, mm, dtype, parts, elements, views) -> dict[int
     tasks("acc[part] = 0")
     with tasks.block("for k0 in range(part * per, min(kc, (part + 1) * per), step):"):
       tasks("k1 = min(kc, k0 + step, (part + 1) * per)",
-            f"matmul_acc({a}[0, k0:k1].T, {b}[0, k0:k1], acc[part], tmp[part])")
+            gemm(1, "mr", "nc", "k1 - k0", ("pa", "k0 * mr"), ("pb", "k0 * nc"),
+                 ("pacc", "part * mr * nc"), acc=True))
   finish = Writer()
   with finish.block("if split:"):
     finish(parts_of[0])

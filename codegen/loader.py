@@ -79,6 +79,36 @@ def library_globals(in_memory: bool) -> dict:
   return out
 
 
+_externals: dict[str, object] = {}  # C symbol -> its cfunc, kept alive for the process
+
+
+def link_library(sources, in_memory: bool = False) -> bool:
+  """Compiles (or loads from numba's cache) the library's C entry points (`EXTERNALS`)
+  that the kernels of `sources` call, and gives LLVM their addresses by name, once per
+  process, before those kernels are compiled or loaded. Callers that read the cache have
+  verified the library's files first (`store.prepare_library`). True when something was
+  compiled (the library's files changed: seal them again)."""
+  compiled = False
+  for lib in library(in_memory):
+    for name, (symbol, function) in getattr(lib, "EXTERNALS", {}).items():
+      if symbol not in _externals and any(f"{name}(" in s for s in sources):
+        compiled |= _link(lib, symbol, function)
+  return compiled
+
+
+def _link(lib: types.ModuleType, symbol: str, function: str) -> bool:
+  import numba
+  from llvmlite import binding
+  with _lock:
+    if symbol in _externals:
+      return False
+    cfunc = numba.cfunc(lib.EXTERNAL_SIGNATURE, cache=lib.CACHE,
+                        error_model="numpy")(getattr(lib, function))
+    binding.add_symbol(symbol, cfunc.address)
+    _externals[symbol] = cfunc
+    return not cfunc.cache_hits
+
+
 def forget(source: str) -> None:
   """Drops this process's module of `source` (its next `load` executes it again)."""
   key = module_key(source)
@@ -97,6 +127,7 @@ def compile_kernel(module: types.ModuleType):
   cfunc = compiled_kernel(module)
   if cfunc is not None:
     return cfunc
+  link_library([module.SOURCE], module.DIRECTORY is None)
   st, key, directory = store.current(), module.KEY, module.DIRECTORY
   with st.lock(key):
     sealed = directory is not None and st.prepare_numba(directory, key)

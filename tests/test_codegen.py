@@ -406,15 +406,41 @@ def test_small_products_are_summed_in_their_epilogue_loop(name, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
 def test_product_loops_choose_an_order_and_stay_exact(shape, transposed, dtype):
   # each loop order of blas.matmul_loops (wide right operand; narrow one against rows of
-  # the left operand; narrow one against a transposed left operand) against numpy
+  # the left operand, read in place or transposed) against numpy, set and accumulated
   from primc.codegen.blas import matmul_loops
   m, k, n = shape
   a = R.integers(-8, 9, (k, m) if transposed else (m, k)).astype(dtype)
   a = a.T if transposed else a
   b = R.integers(-8, 9, (k, n)).astype(dtype)
   c = np.full((m, n), 7, dtype)  # every element must be written
-  matmul_loops(a, b, c)
+  matmul_loops(a, b, c, False)
   np.testing.assert_array_equal(c, a @ b)
+  matmul_loops(a, b, c, True)
+  np.testing.assert_array_equal(c, 2 * (a @ b))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_by_address_against_numpy(dtype):
+  # the C entry kernels call (loops up to SMALL_DOT multiply-adds, BLAS above): every
+  # operand layout, set and accumulate, empty and degenerate sizes
+  import ctypes
+  import numba
+  from primc.codegen import blas
+  name = {np.float32: "gemm_f32", np.float64: "gemm_f64"}[dtype]
+  gemm = numba.cfunc(blas.EXTERNAL_SIGNATURE, error_model="numpy")(getattr(blas, name)).ctypes
+  tol = 1e-5 if dtype == np.float32 else 1e-12
+  for m, k, n in [(3, 4, 5), (64, 64, 1), (1, 1, 1), (40, 50, 60), (300, 7, 2), (5, 0, 3),
+                  (0, 4, 3), (200, 200, 200)]:
+    for ta in (0, 1):
+      for acc in (0, 1):
+        stored = R.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+        a = stored.T if ta else stored
+        b = R.standard_normal((k, n)).astype(dtype)
+        c = R.standard_normal((m, n)).astype(dtype)
+        want = a.astype(np.float64) @ b + (c if acc else 0)
+        gemm(ta, m, n, k, stored.ctypes.data, b.ctypes.data, c.ctypes.data, acc)
+        np.testing.assert_allclose(c, want, rtol=tol, atol=tol * max(1, k),
+                                   err_msg=f"{m}x{k}x{n} ta={ta} acc={acc}")
 
 
 def test_steady_calls_take_other_arguments_through_the_general_path():
