@@ -8,6 +8,7 @@ import numpy as np
 
 import primc
 import primc.numpy as pnp
+from benchmarks.pinn import pinn_loss as _pinn
 
 jax = jnp = None
 if os.environ.get("PRIMC_BENCH_PEERS", "1") != "0":  # 0: a primc-only child process
@@ -83,26 +84,6 @@ def w2():
 
 
 # --- W3: PINN ------------------------------------------------------------------------------
-
-def _pinn(np_, grad):
-  def u(params, pts):
-    h = pts
-    for w, b in params[:-1]:
-      h = np_.tanh(h @ w + b)
-    w, b = params[-1]
-    return (h @ w + b)[:, 0]
-
-  def laplacian(params, pts):
-    g = grad(lambda p: np_.sum(u(params, p)))  # per-point gradients (points independent)
-    uxx = grad(lambda p: np_.sum(g(p)[:, 0]))(pts)[:, 0]
-    uyy = grad(lambda p: np_.sum(g(p)[:, 1]))(pts)[:, 1]
-    return uxx + uyy
-
-  def loss(params, pts, f):
-    r = laplacian(params, pts) - f
-    return np_.mean(r * r)
-  return loss
-
 
 def w3():
   r = rng()

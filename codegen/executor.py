@@ -21,7 +21,7 @@ import numpy as np
 
 from primc.core import PrimcError
 from primc.tree import flat_form, unflattener
-from primc.codegen import cache, kernel_workers, loader, native, runner, store
+from primc.codegen import cache, kernel_workers, loader, native, progress, runner, store
 from primc.codegen.plan import Plan
 
 
@@ -31,13 +31,14 @@ POOL_DEPTH = 2              # arrays kept per output
 
 class Executable:
   @classmethod
-  def load(cls, plan: Plan) -> "Executable":
+  def load(cls, plan: Plan, label: str = "a program") -> "Executable":
     """Loads the plan's kernel modules (compiled, or loaded from numba's disk cache, by
     the first call)."""
-    return cls(plan, [loader.load(source) for source in plan.kernels])
+    return cls(plan, [loader.load(source) for source in plan.kernels], label)
 
-  def __init__(self, plan: Plan, modules):
+  def __init__(self, plan: Plan, modules, label: str = "a program"):
     self.plan = plan
+    self.label = label  # what its compile progress names (see codegen.progress)
     self.modules = modules
     self.kernels = None  # the compiled cfuncs, once ready
     self.out_specs = plan.out_specs
@@ -74,9 +75,12 @@ class Executable:
           st.seal(lib.DIRECTORY, lib.KEY)
     new = [m for m in self.modules if loader.compiled_kernel(m) is None
            and not st.sealed(m.SOURCE)]
-    if kernel_workers.compile_new(new):
-      cache.count("parallel_kernel_compiles")
-    cfuncs = [loader.compile_kernel(m) for m in self.modules]
+    done = lambda: sum(loader.compiled_kernel(m) is not None or st.sealed(m.SOURCE)
+                       for m in new)
+    with progress.Progress(self.label, len(new), done):
+      if kernel_workers.compile_new(new):
+        cache.count("parallel_kernel_compiles")
+      cfuncs = [loader.compile_kernel(m) for m in self.modules]
     if libraries and any(not c.cache_hits for c in cfuncs):
       with st.lock("library"):  # what these compiles added to the library's files
         for lib in libraries:

@@ -37,7 +37,6 @@ from primc.codegen.mathlib import SINCOS_LIMIT
 from primc.codegen.writer import Writer
 
 lower_rules: dict[Primitive, Callable] = {}   # (ctx, eqn, *operand expressions) -> expr
-LITERALS_VIEW = "kl = sz.view(np.float64)"  # a kernel's float constants (see KernelContext)
 SIGNATURE = "int64(int64, int64, int64, CPointer(voidptr))"
 OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
 TASK_ELEMENTS = 1 << 12  # elements per task of a loop kernel
@@ -135,9 +134,8 @@ def _load_reshape(ctx, e, names):
   name = names[0]
   shape = e.outputs[0].aval.shape
   view = ctx.fresh("rs")
-  dims = ", ".join(ctx.size(n) for n in shape) + ("," if len(shape) == 1 else "")
-  ctx.prologue.append(f"{view} = {name}.reshape(({dims}))")
-  return ctx.element(view, ctx.index)
+  ctx.prologue.append(f"{view} = {ctx.reshaped(name, [ctx.size(n) for n in shape] or ['1'])}")
+  return ctx.element(view, ctx.index) if shape else f"{view}[0]"
 
 
 def _load_slice(ctx, e, names):
@@ -229,14 +227,27 @@ class KernelContext:
     self.table: list[str] = []      # carray lines of the kernel's table entries
     self.scratch: list[tuple[str, int]] = []
     self.err = False                # reads the error record (p[1])
+    self.literals = False           # reads float constants (`kl`, the words as float64)
+    self.entries: dict[str, tuple[int, list[str], str]] = {}  # table name -> (p index,
+                                                               # dims, dtype)
 
   def array(self, name: str, shape, dtype: str) -> str:
     """Table entry `name`: a C-contiguous array of `shape` (its sizes are words; a 0-d
     array is a 1-element one)."""
     dims = [self.size(n) for n in shape] or ["1"]
+    self.entries[name] = (len(self.table) + 2, dims, _np(dtype))
     self.table.append(f"{name} = carray(p[{len(self.table) + 2}], ({', '.join(dims)},), "
                       f"{_np(dtype)})")
     return name
+
+  def reshaped(self, name: str, dims) -> str:
+    """`name` seen with shape `dims` (expressions; "-1": flat): a table entry as a carray of
+    its pointer (no reshape call: numba compiles those per kernel), else a reshape."""
+    if name in self.entries:
+      index, own, dtype = self.entries[name]
+      dims = [" * ".join(own)] if list(dims) == ["-1"] else list(dims)
+      return f"carray(p[{index}], ({', '.join(dims)},), {dtype})"
+    return f"{name}.reshape(({', '.join(dims)},))"
 
   def arrays(self, program: Program) -> tuple[list[str], list[str]]:
     """The region's inputs and outputs as table entries `in0...`, `out0...`."""
@@ -262,8 +273,7 @@ class KernelContext:
     if dtype not in ("float32", "float64"):
       return const(value, dtype)
     self.sizes.append(int(np.asarray(value, np.float64).reshape(-1)[0:1].view(np.int64)[0]))
-    if LITERALS_VIEW not in self.prologue:
-      self.prologue.insert(0, LITERALS_VIEW)
+    self.literals = True
     name = f"lit{len(self.sizes) - 1}"  # read once, before the loops
     self.prologue.append(f"{name} = {_np(dtype)}(kl[{len(self.sizes) - 1}])")
     return name
@@ -275,6 +285,8 @@ class KernelContext:
   def element(self, name: str, idx) -> str:
     if idx:
       return f"{name}[{', '.join(idx)}]"
+    if name in self.entries:  # 0-d table entries are (1,) carrays
+      return f"{name}[0]"
     view = f"{name}_s"  # numba cannot index 0-d arrays: view them as (1,)
     line = f"{view} = {name}.reshape(1)"
     if line not in self.prologue:
@@ -292,6 +304,8 @@ def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) 
   with w.block(f"def {ctx.name}(phase, lo, hi, p):"):
     w(*("# " + line for line in abstract_ir(program).splitlines()))
     w(f"sz = carray(p[0], ({max(1, len(ctx.sizes))},), np.int64)")
+    if ctx.literals:
+      w(f"kl = carray(p[0], ({len(ctx.sizes)},), np.float64)")
     w(*(["err = carray(p[1], (4,), np.int64)"] if ctx.err else []), *ctx.table, *ctx.prologue)
     with w.block("if phase == 0:"):
       w(*phases[0])
@@ -341,7 +355,8 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
       for e in program.eqns) and all(v.aval.shape == domain for v in program.inputs)
   if flat:
     index, in_names, out_names = ["i"], [f"f{k}" for k in ins], [f"g{k}" for k in outs]
-    setup = ([f"f{n} = {n}.reshape(-1)" for n in ins] + [f"g{n} = {n}.reshape(-1)" for n in outs])
+    setup = ([f"f{n} = {ctx.reshaped(n, ['-1'])}" for n in ins]
+             + [f"g{n} = {ctx.reshaped(n, ['-1'])}" for n in outs])
     inner = " * ".join(dims[1:]) or "1"
     bounds = [f"{' * '.join(dims)}" if rows is None else
               f"{rows[0]} * {inner}, {rows[1]} * {inner}"]
@@ -364,7 +379,7 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
     with code.block("if nbig > 0:"):
       code(*init)
       code.nest(heads(), again)
-  code(*_reduction_finish(reductions, out_index, outs))
+  code(*_reduction_finish(ctx, reductions, out_index, outs))
   return init, setup, code.lines
 
 
@@ -442,15 +457,15 @@ def _reductions_of(program):
   return [e for e in program.eqns if e.prim in (P.reduce_sum_p, P.reduce_max_p)]
 
 
-def _reduction_finish(reductions, out_index, outs):
+def _reduction_finish(ctx, reductions, out_index, outs):
   lines = []
   for k, e in enumerate(reductions):
     o = outs[out_index[e.outputs[0]]]
     dtype = _np(e.outputs[0].aval.dtype)
     if e.outputs[0].aval.shape == ():
-      lines += [f"o{k} = {o}.reshape(1)", f"o{k}[0] = {dtype}(r{k})"]
+      lines += [f"o{k} = {ctx.reshaped(o, ['1'])}", f"o{k}[0] = {dtype}(r{k})"]
     else:
-      lines += [f"o{k} = {o}.reshape(-1)", f"s{k} = r{k}.reshape(-1)",
+      lines += [f"o{k} = {ctx.reshaped(o, ['-1'])}", f"s{k} = r{k}.reshape(-1)",
                 f"for j in range(s{k}.size):", f"  o{k}[j] = {dtype}(s{k}[j])"]
   return lines
 
@@ -464,7 +479,7 @@ def _as_matrices(ctx, name, aval, groups, views, copies):
   dims = [" * ".join(ctx.size(aval.shape[d]) for d in g) or "1" for g in groups]
   view = ctx.fresh("m")
   if list(perm) == sorted(perm):
-    views(f"{view} = {name}.reshape(({', '.join(dims)}))")
+    views(f"{view} = {ctx.reshaped(name, dims)}")
     return view
   shape = aval.shape
   size = {d: ctx.size(shape[d]) for d in range(len(shape))}
@@ -474,7 +489,7 @@ def _as_matrices(ctx, name, aval, groups, views, copies):
     dest = f"({dest}) * {size[d]} + d{d}"
   copies.nest([f"for d{d} in range({size[d]}):" for d in range(len(shape))],
               [f"{flat}[{dest}] = {name}[{', '.join(f'd{d}' for d in range(len(shape)))}]"])
-  views(f"{view} = {flat}.reshape(({', '.join(dims)}))")
+  views(f"{view} = {ctx.reshaped(flat, dims)}")
   return view
 
 
@@ -523,7 +538,41 @@ def _lhs_view(ctx, name, aval, groups, swapped, views, copies):
   return _as_matrices(ctx, name, aval, groups, views, copies), False
 
 
-def emit_dot_kernel(name: str, program: Program) -> Kernel:
+def _inline_dot(program: Program) -> bool | None:
+  """Whether the sizes prefer the region's product summed inline (small products); None
+  when it cannot be (an operand is computed in the region)."""
+  dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
+  if not all(isinstance(a, Var) and a in program.inputs for a in dot.inputs):
+    return None
+  (lc, _), _ = dot.kw["dimension_numbers"]
+  k = int(np.prod([dot.inputs[0].aval.shape[d] for d in lc], dtype=np.int64))
+  return k <= INLINE_DOT_K and dot.outputs[0].aval.size * k <= INLINE_DOT_MACS
+
+
+# A product of more multiply-adds never runs summed inline (slower than product calls
+# there): a program that ran it inline at smaller sizes compiles its product variant.
+INLINE_FALLBACK_MACS = 1 << 17
+
+
+def dot_variants(name: str, program: Program) -> list[Kernel]:
+  """The kernels that may compute a dot region at its sizes, the one the sizes prefer
+  first: summed inline (small products), or by product calls. Each is right at every
+  size, so a program keeps the variant it first ran when its sizes change
+  (`codegen.module.build`'s `prefer`) and compiles nothing, unless that would run a large
+  product inline."""
+  inline = _inline_dot(program)
+  if inline is None:
+    return [emit_dot_kernel(name, program, False)]
+  dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
+  (lc, _), _ = dot.kw["dimension_numbers"]
+  k = int(np.prod([dot.inputs[0].aval.shape[d] for d in lc], dtype=np.int64))
+  variants = [emit_dot_kernel(name, program, inline)]
+  if inline or dot.outputs[0].aval.size * k <= INLINE_FALLBACK_MACS:
+    variants.append(emit_dot_kernel(name, program, not inline))
+  return variants
+
+
+def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> Kernel:
   """A dot region: dot_general as a batch of matrix products, then the epilogue over the
   product's domain.
 
@@ -534,16 +583,18 @@ def emit_dot_kernel(name: str, program: Program) -> Kernel:
   in phase 2, where the left operand is transposed. The plan threads products of at
   least DOT_PARALLEL_MIN multiply-adds (and large epilogues).
 
-  Small products (INLINE_DOT_MACS, INLINE_DOT_K) are a loop kernel over the product's
-  output instead, each element summed in place (`_dot_sum_lines`)."""
+  Small products (INLINE_DOT_MACS, INLINE_DOT_K: `inline` None asks the sizes) are a
+  loop kernel over the product's output instead, each element summed in place
+  (`_dot_sum_lines`)."""
   dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
   (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
   x, y = dot.inputs
   out = dot.outputs[0]
   k = int(np.prod([x.aval.shape[d] for d in lc], dtype=np.int64))
   macs = out.aval.size * k
-  if (k <= INLINE_DOT_K and macs <= INLINE_DOT_MACS
-      and all(isinstance(a, Var) and a in program.inputs for a in dot.inputs)):
+  if inline is None:
+    inline = bool(_inline_dot(program))
+  if inline:
     return emit_loop_kernel(name, program, out.aval.shape)
   ctx = KernelContext(name, program)
   ins, outs = ctx.arrays(program)
@@ -566,8 +617,9 @@ def emit_dot_kernel(name: str, program: Program) -> Kernel:
                                                                       out.aval.size)
   views(f"nb = {a}.shape[0]", f"mr = {a}.shape[{2 if ta else 1}]",
         f"kc = {a}.shape[{1 if ta else 2}]", f"nc = {b}.shape[2]",
-        f"c3 = {c}.reshape((nb, mr, nc))",
-        f"cv = {c}.reshape({_shape_of(ctx, out.aval.shape)})" if out.aval.ndim else f"cv = {c}")
+        f"c3 = {ctx.reshaped(c, ['nb', 'mr', 'nc'])}",
+        f"cv = {ctx.reshaped(c, [ctx.size(n) for n in out.aval.shape])}" if out.aval.ndim
+        else f"cv = {c}")
   if blas:
     views(f"pa = {a}.ctypes.data", f"pb = {b}.ctypes.data", "pc = c3.ctypes.data")
   gemm = _Gemm(out.aval.dtype) if blas else None
@@ -601,10 +653,6 @@ def emit_dot_kernel(name: str, program: Program) -> Kernel:
   ctx.prologue[:0] = views.lines  # before the epilogue's views (which may read cv)
   return Kernel(_source(ctx, program, phases), tuple(ctx.sizes), threaded, 2 in phases,
                 tuple(ctx.scratch))
-
-
-def _shape_of(ctx, shape) -> str:
-  return "(" + ", ".join(ctx.size(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 class _Gemm:
@@ -656,7 +704,7 @@ def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, li
         f"split = nb == 1 and {maxparts} > 1 and step >= 16 and kc > step",
         f"nparts = max(1, min({maxparts}, (kc + step - 1) // max(1, step))) if split else 1",
         "per = (kc + nparts - 1) // nparts")
-  parts_of = [f"acc = {acc}.reshape(({maxparts}, mr, nc))",
+  parts_of = [f"acc = {ctx.reshaped(acc, [maxparts, 'mr', 'nc'])}",
               f"pacc = {acc}.ctypes.data"]
   setup = Writer()
   with setup.block("if not split:"):
@@ -701,18 +749,19 @@ def emit_gather_kernel(name: str, program: Program) -> Kernel:
   w(f"nb = {size(shape[:nbd])}", f"pre = {size(shape[nbd:axis])}",
     f"na = {ctx.size(shape[axis])}", f"post = {size(shape[axis + 1:])}",
     f"ni = {size(idx.aval.shape[nbd:])}",
-    f"x4 = {names[x]}.reshape((nb, pre, na, post))", f"ix = {names[idx]}.reshape((nb, ni))")
+    f"x4 = {ctx.reshaped(names[x], ['nb', 'pre', 'na', 'post'])}",
+    f"ix = {ctx.reshaped(names[idx], ['nb', 'ni'])}")
   w.nest(["for q in range(nb):", "for j in range(ni):"],
          ["k = ix[q, j]", "if k < -na or k >= na:", "  err[1] = k", "  err[2] = na",
           "  return -1"])
   loops = ["for q in range(nb):", "for p_ in range(pre):", "for j in range(ni):"]
   find = ["k = ix[q, j]", "if k < 0:", "  k += na"]
   if e.prim is P.gather_p:
-    w("o4 = out0.reshape((nb, pre, ni, post))")
+    w(f"o4 = {ctx.reshaped('out0', ['nb', 'pre', 'ni', 'post'])}")
     w.nest(loops, find + ["for s in range(post):", "  o4[q, p_, j, s] = x4[q, p_, k, s]"])
   else:
-    w(f"u4 = {names[e.inputs[2]]}.reshape((nb, pre, ni, post))",
-      "o4 = out0.reshape((nb, pre, na, post))", "o4[...] = x4")
+    w(f"u4 = {ctx.reshaped(names[e.inputs[2]], ['nb', 'pre', 'ni', 'post'])}",
+      f"o4 = {ctx.reshaped('out0', ['nb', 'pre', 'na', 'post'])}", "o4[...] = x4")
     w.nest(loops, find + ["for s in range(post):", "  o4[q, p_, k, s] += u4[q, p_, j, s]"])
   w("return 1")
   return Kernel(_source(ctx, program, {0: w.lines, 1: []}), tuple(ctx.sizes), False, False,

@@ -26,9 +26,10 @@ def _site(eqn: Eqn) -> tuple:
   return (eqn.prim.name, eqn.kw["axis"], str(eqn.inputs[0].aval))
 
 
-def _kernel(region: Program, kind: str, name: str) -> kernels.Kernel:
-  if kind == "dot":
-    return kernels.emit_dot_kernel(name, region)
+def _kernel(region: Program, kind: str, name: str, prefer) -> kernels.Kernel:
+  if kind == "dot":  # the variant the program ran before at other sizes, if any
+    variants = kernels.dot_variants(name, region)
+    return next((v for v in variants if module_source(v) in prefer), variants[0])
   if kind == "gather":
     return kernels.emit_gather_kernel(name, region)
   domain = max((fusion_domain(e) for e in region.eqns), key=len, default=())
@@ -73,8 +74,11 @@ def _lift_literal_arrays(region: Program) -> tuple[Program, list[np.ndarray]]:
   return program, [lit.value for lit in consts]
 
 
-def build(fused: FusedProgram) -> Plan:
-  """The kernels and the run plan of a fused program."""
+def build(fused: FusedProgram, prefer=frozenset()) -> Plan:
+  """The kernels and the run plan of a fused program. Where a region has variants (a
+  product summed inline or by product calls), the one whose source is in `prefer` (the
+  kernels this program ran at other sizes) is taken, else the one its sizes prefer: a new
+  size of a program then compiles nothing."""
   out_vars = list(dict.fromkeys(a for a in fused.outputs
                                 if isinstance(a, Var) and a not in fused.inputs))
   arena = _Arena(fused, out_vars)
@@ -89,7 +93,7 @@ def build(fused: FusedProgram) -> Plan:
       continue
     region, lits = _lift_literal_arrays(eqn.kw["program"])
     name = "k_" + _what(region)
-    kernel = _kernel(region, eqn.kw["kind"], name)
+    kernel = _kernel(region, eqn.kw["kind"], name, prefer)
     index = sources.setdefault(module_source(kernel), len(sources))
     args = [refs[a] for a in eqn.inputs] + [("const", len(consts) + k) for k in range(len(lits))]
     consts += lits

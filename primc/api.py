@@ -41,6 +41,15 @@ def _trace(fn: Callable, args: Sequence) -> tuple[Program, list, list, Any, Any]
   return optimize(program), leaves, captured, in_tree, out_tree
 
 
+def _named(transform: str, fun: Callable, wrapper: Callable) -> Callable:
+  """`wrapper` named after what it computes (`grad(loss)`), for messages and progress;
+  `__wrapped__` is the function it transforms."""
+  inner = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None) or "f"
+  wrapper.__qualname__ = wrapper.__name__ = f"{transform}({inner})"
+  wrapper.__wrapped__ = fun
+  return wrapper
+
+
 def _argnums(argnums, nargs) -> tuple[int, ...]:
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   for i in nums:
@@ -108,7 +117,7 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
     g = grads[0] if isinstance(argnums, int) else tuple(grads)
     value = outs[value_idx]
     return ((value, _pick(outs, aux_idx)) if has_aux else value), g
-  return value_and_grad_fn
+  return _named("value_and_grad", fun, value_and_grad_fn)
 
 
 def grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
@@ -124,7 +133,7 @@ def grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   def grad_fn(*args):
     (value_aux, g) = vg(*args)
     return (g, value_aux[1]) if has_aux else g
-  return grad_fn
+  return _named("grad", fun, grad_fn)
 
 
 def jvp(fun: Callable, primals: Sequence, tangents: Sequence):
@@ -259,19 +268,19 @@ def vmap(fun: Callable, in_axes=0, out_axes=0) -> Callable:
     outs = eval_program(batched, *leaves, *captured)
     outs = [batching.moveaxis(o, 0, out_axes % aval_of(o).ndim) for o in outs]
     return tree_unflatten(out_tree, outs)
-  return vmapped
+  return _named("vmap", fun, vmapped)
 
 
 def _with_arg(fun, args, i):
   return lambda x: fun(*args[:i], x, *args[i + 1:])
 
 
-def _per_argnum(jac_one, argnums):
+def _per_argnum(jac_one, argnums, name):
   def jac(*args):
     nums = _argnums(argnums, len(args))
     jacs = [jac_one(_with_arg(jac_one.fun, args, i), as_array(args[i])) for i in nums]
     return jacs[0] if isinstance(argnums, int) else tuple(jacs)
-  return jac
+  return _named(name, jac_one.fun, jac)
 
 
 def jacfwd(fun: Callable, argnums=0) -> Callable:
@@ -289,7 +298,7 @@ def jacfwd(fun: Callable, argnums=0) -> Callable:
         pnp.reshape(pnp.moveaxis(y, 0, -1), aval_of(y).shape[1:] + shape)
         for y in tree_flatten(ys)[0]])
   one.fun = fun
-  return _per_argnum(one, argnums)
+  return _per_argnum(one, argnums, "jacfwd")
 
 
 def jacrev(fun: Callable, argnums=0) -> Callable:
@@ -310,7 +319,7 @@ def jacrev(fun: Callable, argnums=0) -> Callable:
       rows = vmap(pullrow)(pnp.eye(m, dtype=aval_of(y).dtype))
     return pnp.reshape(rows, yshape + aval_of(x).shape)
   one.fun = fun
-  return _per_argnum(one, argnums)
+  return _per_argnum(one, argnums, "jacrev")
 
 
 def hessian(fun: Callable, argnums=0) -> Callable:

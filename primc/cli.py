@@ -98,7 +98,8 @@ def _warmup(args) -> int:
     try:
       fn(*example_args(sig))
       after = primc.cache_stats()
-      compiled = after.get("numba_compiles", 0) > before.get("numba_compiles", 0)
+      built = lambda s: s.get("numba_compiles", 0) + s.get("worker_compiles", 0)
+      compiled = built(after) > built(before)
       status = "compiled" if compiled else "cached"
     except Exception as e:  # reported in the summary, exit code non-zero
       status = f"failed: {type(e).__name__}: {e}"

@@ -81,6 +81,7 @@ class Jitted:
     self._fast: dict = {}  # (shape, strides, dtype) per flat ndarray argument ->
                            # (executable, output builder)
     self._hot = None       # the runner of the last fast call (see Executable.runner)
+    self._kernels: set[str] = set()  # kernel sources its programs ran (their variants)
     functools.update_wrapper(self, fun)
 
   def _split(self, args):
@@ -173,7 +174,10 @@ class Jitted:
 
   def _compile(self, static, leaves, tree):
     traced, out_tree = self._trace(static, leaves, tree)
-    return load_executable(traced, self.tiered), out_tree
+    exe = load_executable(traced, self.tiered, frozenset(self._kernels),
+                          getattr(self.fun, "__qualname__", None) or "a function")
+    self._kernels.update(exe.plan.kernels)  # later sizes keep these variants
+    return exe, out_tree
 
   def wait_compiled(self, timeout: float | None = None) -> bool:
     """Waits (at most `timeout` seconds each) for the background compiles of this
@@ -182,10 +186,10 @@ class Jitted:
                if hasattr(exe, "wait"))
 
 
-def build_plan(traced):
+def build_plan(traced, prefer=frozenset()):
   optimized = passes.optimize(traced)
   fused = passes.fuse(optimized)
-  plan = backend().module.build(fused)
+  plan = backend().module.build(fused, prefer)
   show = passes.print_after_names()
   for stage, value in (("fuse", fused), ("codegen", plan.source)):
     if stage in show:
@@ -193,19 +197,21 @@ def build_plan(traced):
   return optimized, fused, plan
 
 
-def load_executable(traced: Program, tiered: bool | None = None):
+def load_executable(traced: Program, tiered: bool | None = None, prefer=frozenset(),
+                    label: str = "a program"):
   """The executable of a traced program, its run plan from the plan cache if this program
   (and this environment) was compiled before, else built by the passes, fusion and
   codegen: its compiled kernels; or, while a kernel was never compiled into the cache
   and tiering is on (`tiered`, None: `config.tiered`), the interpreter until a background
   process has compiled it; or the interpreter alone (`config.interpret`, or
-  NUMBA_DISABLE_JIT=1)."""
+  NUMBA_DISABLE_JIT=1). `prefer`: kernels the caller ran at other sizes of this program
+  (see `codegen.module.build`); `label`: what a long compile says it compiles."""
   codegen = backend()
   st = codegen.store.current()
   key = codegen.cache.program_key(traced)
   plan, optimized = st.read_entry("plan", key, codegen.plan.Plan.from_bytes), None
   if plan is None:
-    optimized, _, plan = build_plan(traced)
+    optimized, _, plan = build_plan(traced, prefer)
     st.write_entry("plan", key, plan.to_bytes())
   interpret_only = config.interpret or codegen.jit_disabled()
   if interpret_only or (config.tiered if tiered is None else tiered) and not all(
@@ -214,10 +220,11 @@ def load_executable(traced: Program, tiered: bool | None = None):
     if job is not None or interpret_only:
       program = passes.optimize(traced) if optimized is None else optimized
       return codegen.tiered.Tiered(plan, program, job, key)
-  return codegen.executor.Executable.load(plan)
+  return codegen.executor.Executable.load(plan, label)
 
 
 _executables: "collections.OrderedDict[str, object]" = collections.OrderedDict()
+_eager_kernels: set[str] = set()  # kernels the eager tape's programs ran (their variants)
 
 
 def executable(program: Program):
@@ -226,7 +233,8 @@ def executable(program: Program):
   key = backend().cache.program_key(program)
   exe = _executables.get(key)
   if exe is None:
-    exe = _executables[key] = load_executable(program)
+    exe = _executables[key] = load_executable(program, prefer=_eager_kernels)
+    _eager_kernels.update(exe.plan.kernels)
     if len(_executables) > PROGRAMS_KEPT:
       _executables.popitem(last=False)
   else:

@@ -188,6 +188,43 @@ def test_float_constants_are_not_code():
   assert a == b
 
 
+from primc.tree import tree_flatten  # noqa: E402
+
+
+def _mlp_loss(params, x, y):
+  h = x
+  for w, b in params[:-1]:
+    h = pnp.tanh(h @ w + b)
+  w, b = params[-1]
+  return pnp.mean((h @ w + b - y) ** 2)
+
+
+@pytest.mark.parametrize("sizes", [(64, 100, 7, 1, 33, 256, 3, 17, 1000, 5),
+                                   (3, 1, 7, 6, 17, 33, 64, 100, 150, 5)])
+def test_ten_batch_sizes_of_a_training_step_compile_once(sizes):
+  # a training step (mean over the batch, products that are small at some sizes and not
+  # at others, in both directions): only the first size compiles; every size is right.
+  # (Not 2: the mean of squares' 2/n is then 1, and x * 1 simplifies; and a product
+  # first summed inline compiles its product variant past 2^17 multiply-adds, at 228
+  # rows here: see the README.)
+  params = [(f32(a, b) * 0.5, f32(b)) for a, b in [(2, 24), (24, 24), (24, 1)]]
+  step = primc.jit(primc.value_and_grad(_mlp_loss))
+  compiles = lambda: sum(primc.cache_stats().get(k, 0)
+                         for k in ("numba_compiles", "worker_compiles"))
+  for i, n in enumerate(sizes):
+    x, y = f32(n, 2), f32(n, 1)
+    before = compiles()
+    value, grads = step(params, x, y)
+    if i:
+      assert compiles() == before, f"batch size {n} compiled a kernel"
+    want_value, want_grads = primc.value_and_grad(_mlp_loss)(
+        [(w.astype(np.float64), b.astype(np.float64)) for w, b in params],
+        x.astype(np.float64), y.astype(np.float64))
+    np.testing.assert_allclose(value, want_value, rtol=1e-4)
+    for got, want in zip(tree_flatten(grads)[0], tree_flatten(want_grads)[0]):
+      np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-5)
+
+
 def _numba_counts():
   from primc.codegen import cache
   counts = cache.stats()
