@@ -364,7 +364,11 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
     index, in_names, out_names, setup = [f"i{k}" for k in range(len(domain))], ins, outs, []
     bounds = list(dims) if rows is None else [f"{rows[0]}, {rows[1]}"] + dims[1:]
   heads = lambda: [f"for {i} in range({b}):" for i, b in zip(index, bounds)]
-  nest = _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
+  # a loop that starts at a row block's first row: its index is said to be >= 0, or the
+  # wrap-around of negative indices numba emits for every access stays in the loop and
+  # it does not vectorize (W1 at 10^6: 8.4 ms -> 1.0 ms on one core)
+  known = [f"{index[0]} = NONNEG({index[0]})"] if rows is not None else []
+  nest = known + _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
   checks = list(ctx.range_checks)
   limit = SINCOS_LIMIT[_dtype_of(program)]
   count = lambda var: [f"{var} += 1 if abs({c}) > {limit} else 0" for c in checks]
@@ -375,7 +379,7 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   code.nest(heads(), nest + count("nbig"))
   if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
     ctx.precise = True
-    again = _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
+    again = known + _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
     with code.block("if nbig > 0:"):
       code(*init)
       code.nest(heads(), again)

@@ -45,6 +45,18 @@ F = np.float32
 D = np.float64
 
 
+@intrinsic
+def NONNEG(typingctx, x):
+  """`x`, with LLVM told that it is >= 0 (`llvm.assume`): kernels mark loop indices that
+  start at a run-time row, so numba's wrap-around of negative indices folds away."""
+  def codegen(context, builder, signature, args):
+    assume = builder.module.declare_intrinsic(
+        "llvm.assume", fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(1)]))
+    builder.call(assume, [builder.icmp_signed(">=", args[0], ir.Constant(args[0].type, 0))])
+    return args[0]
+  return x(x), codegen
+
+
 # ---------------------------------------------------------------------------------------
 # exp and expm1: x = n*ln2 + r, |r| <= ln2/2, e^r by its Taylor polynomial, 2^n by bits
 # (as two factors, so results down to the denormal range and up to overflow are right).
