@@ -76,7 +76,7 @@ def program_key(program: Program, options: str = "") -> str:
 
   def atom(a):
     if isinstance(a, Lit):
-      return f"L{a.aval}:{a.value.tobytes().hex()}"
+      return f"{'S' if a.sized else 'L'}{a.aval}:{a.value.tobytes().hex()}"
     return f"v{ids[a]}:{a.aval}"
 
   for v in program.inputs:

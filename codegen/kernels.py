@@ -641,15 +641,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   else:
     rows_code = (_loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs, rows=("r0", "r1"))
                  if fuse_rows else None)
-    if gemm:
-      whole = gemm(0, "mr", "nc", "kc", ("pa", "q * mr * kc"), ("pb", "q * kc * nc"),
-                   ("pc", "q * mr * nc"))
-      rows = gemm(0, "r1 - r0", "nc", "kc", ("pa", "(q * mr + r0) * kc"),
-                  ("pb", "q * kc * nc"), ("pc", "(q * mr + r0) * nc"))
-    else:  # integer products: loops over views
-      whole = f"matmul_loops({a}[q], {b}[q], c3[q], False)"
-      rows = f"matmul_loops({a}[q, r0:r1], {b}[q], c3[q, r0:r1], False)"
-    phases = _row_blocks(whole, rows, views, rows_code)
+    phases = _row_blocks(*_products(gemm, a, b), views, rows_code)
   phases[0] = copies.lines + phases[0]
   if epilogue and not fuse_rows:
     init, setup, code = _loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs)
@@ -657,6 +649,17 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   ctx.prologue[:0] = views.lines  # before the epilogue's views (which may read cv)
   return Kernel(_source(ctx, program, phases), tuple(ctx.sizes), threaded, 2 in phases,
                 tuple(ctx.scratch))
+
+
+def _products(gemm, a: str, b: str) -> tuple[str, str]:
+  """The calls that compute the q-th product (c3[q] = a[q] @ b[q]) and its rows r0:r1."""
+  if gemm is None:  # integer products: loops over views
+    return (f"matmul_loops({a}[q], {b}[q], c3[q], False)",
+            f"matmul_loops({a}[q, r0:r1], {b}[q], c3[q, r0:r1], False)")
+  return (gemm(0, "mr", "nc", "kc", ("pa", "q * mr * kc"), ("pb", "q * kc * nc"),
+               ("pc", "q * mr * nc")),
+          gemm(0, "r1 - r0", "nc", "kc", ("pa", "(q * mr + r0) * kc"),
+               ("pb", "q * kc * nc"), ("pc", "(q * mr + r0) * nc")))
 
 
 class _Gemm:

@@ -86,107 +86,144 @@ def _trampoline(mod: ir.Module) -> None:
 
 def _runner(mod: ir.Module) -> None:
   """`primc_run(p)`: the loop over the steps described in the module docstring."""
-  parallel_for = ir.Function(mod, ir.FunctionType(ir.VoidType(), [PTR] * 5 + [I64] * 3),
-                             "numba_parallel_for")
-  num_threads = ir.Function(mod, ir.FunctionType(I32, []), "get_num_threads")
-  fn = ir.Function(mod, ir.FunctionType(I64, [PTR.as_pointer()]), "primc_run")
-  (p,) = fn.args
-  blocks = {name: fn.append_basic_block(name) for name in (
-      "entry", "step", "load", "fill", "filled", "tasks", "threads", "serial", "finish", "next",
-      "index_error", "failed", "done")}
-  b = ir.IRBuilder(blocks["entry"])
-  words = b.bitcast(b.load(p), I64.as_pointer())
-  err = b.load(b.gep(p, [_c(1)]))
-  word = lambda k: b.load(b.gep(words, [k]))
-  nsteps, trampoline, longest = word(_c(0)), word(_c(1)), word(_c(2))
-  table = b.alloca(PTR, longest)
-  ctx = b.alloca(I64, _c(3))      # {kernel, &table, failed}: the trampoline's data
-  first = b.alloca(PTR)           # parallel_for's args[0]: task 0 (null), step 1
-  count, stride = b.alloca(I64), b.alloca(I64)
-  table_slot = b.alloca(PTR.as_pointer())
-  b.store(ir.Constant(PTR, None), first)
-  b.store(_c(1), stride)
-  b.store(table, table_slot)
-  step_i, pos, j = b.alloca(I64), b.alloca(I64), b.alloca(I64)
-  b.store(_c(0), step_i)
-  b.store(_c(HEADER), pos)
-  b.branch(blocks["step"])
+  w = _RunnerWriter(mod)
+  w.next_step()
+  w.load_step()
+  w.fill_table()
+  w.setup()
+  w.tasks()
+  w.threads()
+  w.serial()
+  w.finish()
+  w.exits()
 
-  # one step: its kernel table, then its phases
-  b.position_at_end(blocks["step"])
-  b.cbranch(b.icmp_signed("<", b.load(step_i), nsteps), blocks["load"], blocks["done"])
 
-  b.position_at_end(blocks["load"])
-  at = b.load(pos)
-  kernel = b.inttoptr(word(at), KERNEL.as_pointer())
-  flags, site = word(b.add(at, _c(1))), word(b.add(at, _c(2)))
-  offset, n = word(b.add(at, _c(3))), word(b.add(at, _c(4)))
-  b.store(b.bitcast(b.gep(words, [offset]), PTR), table)
-  b.store(err, b.gep(table, [_c(1)]))
-  b.store(_c(0), j)
-  b.branch(blocks["fill"])
+class _RunnerWriter:
+  """Writes `primc_run` block by block; a step's values (loaded in `load_step`, the task
+  count in `setup`) are kept here for the blocks after them."""
 
-  b.position_at_end(blocks["fill"])  # table[2 + j] = p[indices[j]]
-  k = b.load(j)
-  with b.if_then(b.icmp_signed("<", k, n)):
-    index = word(b.add(b.add(at, _c(STEP)), k))
-    b.store(b.load(b.gep(p, [index])), b.gep(table, [b.add(k, _c(2))]))
-    b.store(b.add(k, _c(1)), j)
-    b.branch(blocks["fill"])
-  b.branch(blocks["filled"])
+  BLOCKS = ("entry", "step", "load", "fill", "filled", "tasks", "threads", "serial",
+            "finish", "next", "index_error", "failed", "done")
 
-  b.position_at_end(blocks["filled"])
-  r = b.call(kernel, [_c(0), _c(0), _c(0), table])
-  with b.if_then(b.icmp_signed("<", r, _c(0)), likely=False):
-    b.branch(blocks["index_error"])
-  with b.if_then(b.icmp_signed("==", r, _c(0)), likely=False):
-    b.branch(blocks["failed"])
-  ntasks = b.sub(r, _c(1))
-  b.cbranch(b.icmp_signed(">", ntasks, _c(0)), blocks["tasks"], blocks["finish"])
+  def __init__(self, mod: ir.Module):
+    self.parallel_for = ir.Function(
+        mod, ir.FunctionType(ir.VoidType(), [PTR] * 5 + [I64] * 3), "numba_parallel_for")
+    self.num_threads = ir.Function(mod, ir.FunctionType(I32, []), "get_num_threads")
+    fn = ir.Function(mod, ir.FunctionType(I64, [PTR.as_pointer()]), "primc_run")
+    (self.p,) = fn.args
+    self.blocks = {name: fn.append_basic_block(name) for name in self.BLOCKS}
+    b = self.b = ir.IRBuilder(self.blocks["entry"])
+    self.words = b.bitcast(b.load(self.p), I64.as_pointer())
+    self.err = b.load(b.gep(self.p, [_c(1)]))
+    self.nsteps, self.trampoline, longest = (self.word(_c(k)) for k in range(3))
+    self.table = b.alloca(PTR, longest)
+    self.ctx = b.alloca(I64, _c(3))     # {kernel, &table, failed}: the trampoline's data
+    self.first = b.alloca(PTR)          # parallel_for's args[0]: task 0 (null), step 1
+    self.count, self.stride = b.alloca(I64), b.alloca(I64)
+    self.table_slot = b.alloca(PTR.as_pointer())
+    b.store(ir.Constant(PTR, None), self.first)
+    b.store(_c(1), self.stride)
+    b.store(self.table, self.table_slot)
+    self.step_i, self.pos, self.j = b.alloca(I64), b.alloca(I64), b.alloca(I64)
+    b.store(_c(0), self.step_i)
+    b.store(_c(HEADER), self.pos)
+    b.branch(self.blocks["step"])
 
-  b.position_at_end(blocks["tasks"])
-  threaded = b.and_(b.icmp_unsigned("!=", b.and_(flags, _c(THREADED)), _c(0)),
-                    b.icmp_signed(">", ntasks, _c(1)))
-  b.cbranch(threaded, blocks["threads"], blocks["serial"])
+  def word(self, k):
+    return self.b.load(self.b.gep(self.words, [k]))
 
-  b.position_at_end(blocks["threads"])
-  nthreads = b.sext(b.call(num_threads, []), I64)
-  with b.if_then(b.icmp_signed("<", nthreads, _c(2))):
-    b.branch(blocks["serial"])
-  b.store(b.ptrtoint(kernel, I64), ctx)
-  b.store(b.ptrtoint(table_slot, I64), b.gep(ctx, [_c(1)]))
-  b.store(_c(0), b.gep(ctx, [_c(2)]))
-  b.store(ntasks, count)
-  # the tasks run without the GIL (a kernel that fails takes it to print its error)
-  state = b.call(b.inttoptr(_c(_capi("PyEval_SaveThread")), SAVE.as_pointer()), [])
-  b.call(parallel_for, [b.inttoptr(trampoline, PTR), b.bitcast(first, PTR),
-                        b.bitcast(count, PTR), b.bitcast(stride, PTR), b.bitcast(ctx, PTR),
-                        _c(0), _c(1), nthreads])
-  b.call(b.inttoptr(_c(_capi("PyEval_RestoreThread")), RESTORE.as_pointer()), [state])
-  with b.if_then(b.icmp_signed("!=", b.load(b.gep(ctx, [_c(2)])), _c(0)), likely=False):
-    b.branch(blocks["failed"])
-  b.branch(blocks["finish"])
+  def at(self, name: str) -> ir.IRBuilder:
+    self.b.position_at_end(self.blocks[name])
+    return self.b
 
-  b.position_at_end(blocks["serial"])
-  ok = b.call(kernel, [_c(1), _c(0), ntasks, table])
-  b.cbranch(b.icmp_signed("==", ok, _c(0)), blocks["failed"], blocks["finish"])
+  def next_step(self) -> None:
+    b = self.at("step")
+    b.cbranch(b.icmp_signed("<", b.load(self.step_i), self.nsteps), self.blocks["load"],
+              self.blocks["done"])
 
-  b.position_at_end(blocks["finish"])
-  with b.if_then(b.icmp_unsigned("!=", b.and_(flags, _c(FINISH)), _c(0))):
-    ok = b.call(kernel, [_c(2), _c(0), _c(0), table])
-    with b.if_then(b.icmp_signed("==", ok, _c(0)), likely=False):
-      b.branch(blocks["failed"])
-  b.branch(blocks["next"])
+  def load_step(self) -> None:
+    """The step's kernel, flags, site, words and table size; the table's first entries."""
+    b = self.at("load")
+    self.pos_now = at = b.load(self.pos)
+    self.kernel = b.inttoptr(self.word(at), KERNEL.as_pointer())
+    self.flags, self.site = self.word(b.add(at, _c(1))), self.word(b.add(at, _c(2)))
+    offset, self.n = self.word(b.add(at, _c(3))), self.word(b.add(at, _c(4)))
+    b.store(b.bitcast(b.gep(self.words, [offset]), PTR), self.table)
+    b.store(self.err, b.gep(self.table, [_c(1)]))
+    b.store(_c(0), self.j)
+    b.branch(self.blocks["fill"])
 
-  b.position_at_end(blocks["next"])
-  b.store(b.add(b.load(step_i), _c(1)), step_i)
-  b.store(b.add(b.add(at, _c(STEP)), n), pos)
-  b.branch(blocks["step"])
+  def fill_table(self) -> None:
+    """table[2 + j] = p[indices[j]] for the step's n arrays."""
+    b = self.at("fill")
+    k = b.load(self.j)
+    with b.if_then(b.icmp_signed("<", k, self.n)):
+      index = self.word(b.add(b.add(self.pos_now, _c(STEP)), k))
+      b.store(b.load(b.gep(self.p, [index])), b.gep(self.table, [b.add(k, _c(2))]))
+      b.store(b.add(k, _c(1)), self.j)
+      b.branch(self.blocks["fill"])
+    b.branch(self.blocks["filled"])
 
-  b.position_at_end(blocks["index_error"])
-  b.store(site, b.bitcast(err, I64.as_pointer()))
-  b.ret(_c(2))
-  b.position_at_end(blocks["failed"])
-  b.ret(_c(3))
-  b.position_at_end(blocks["done"])
-  b.ret(_c(1))
+  def setup(self) -> None:
+    """Phase 0: the task count, or an index error, or a failure."""
+    b = self.at("filled")
+    r = b.call(self.kernel, [_c(0), _c(0), _c(0), self.table])
+    with b.if_then(b.icmp_signed("<", r, _c(0)), likely=False):
+      b.branch(self.blocks["index_error"])
+    with b.if_then(b.icmp_signed("==", r, _c(0)), likely=False):
+      b.branch(self.blocks["failed"])
+    self.ntasks = b.sub(r, _c(1))
+    b.cbranch(b.icmp_signed(">", self.ntasks, _c(0)), self.blocks["tasks"],
+              self.blocks["finish"])
+
+  def tasks(self) -> None:
+    b = self.at("tasks")
+    threaded = b.and_(b.icmp_unsigned("!=", b.and_(self.flags, _c(THREADED)), _c(0)),
+                      b.icmp_signed(">", self.ntasks, _c(1)))
+    b.cbranch(threaded, self.blocks["threads"], self.blocks["serial"])
+
+  def threads(self) -> None:
+    """Phase 1 on numba's thread pool, without the GIL (a kernel that fails takes it to
+    print its error)."""
+    b = self.at("threads")
+    nthreads = b.sext(b.call(self.num_threads, []), I64)
+    with b.if_then(b.icmp_signed("<", nthreads, _c(2))):
+      b.branch(self.blocks["serial"])
+    b.store(b.ptrtoint(self.kernel, I64), self.ctx)
+    b.store(b.ptrtoint(self.table_slot, I64), b.gep(self.ctx, [_c(1)]))
+    b.store(_c(0), b.gep(self.ctx, [_c(2)]))
+    b.store(self.ntasks, self.count)
+    state = b.call(b.inttoptr(_c(_capi("PyEval_SaveThread")), SAVE.as_pointer()), [])
+    b.call(self.parallel_for, [b.inttoptr(self.trampoline, PTR), b.bitcast(self.first, PTR),
+                               b.bitcast(self.count, PTR), b.bitcast(self.stride, PTR),
+                               b.bitcast(self.ctx, PTR), _c(0), _c(1), nthreads])
+    b.call(b.inttoptr(_c(_capi("PyEval_RestoreThread")), RESTORE.as_pointer()), [state])
+    with b.if_then(b.icmp_signed("!=", b.load(b.gep(self.ctx, [_c(2)])), _c(0)),
+                   likely=False):
+      b.branch(self.blocks["failed"])
+    b.branch(self.blocks["finish"])
+
+  def serial(self) -> None:
+    b = self.at("serial")
+    ok = b.call(self.kernel, [_c(1), _c(0), self.ntasks, self.table])
+    b.cbranch(b.icmp_signed("==", ok, _c(0)), self.blocks["failed"], self.blocks["finish"])
+
+  def finish(self) -> None:
+    """Phase 2 where the flags ask for it, then the next step."""
+    b = self.at("finish")
+    with b.if_then(b.icmp_unsigned("!=", b.and_(self.flags, _c(FINISH)), _c(0))):
+      ok = b.call(self.kernel, [_c(2), _c(0), _c(0), self.table])
+      with b.if_then(b.icmp_signed("==", ok, _c(0)), likely=False):
+        b.branch(self.blocks["failed"])
+    b.branch(self.blocks["next"])
+    b = self.at("next")
+    b.store(b.add(b.load(self.step_i), _c(1)), self.step_i)
+    b.store(b.add(b.add(self.pos_now, _c(STEP)), self.n), self.pos)
+    b.branch(self.blocks["step"])
+
+  def exits(self) -> None:
+    b = self.at("index_error")
+    b.store(self.site, b.bitcast(self.err, I64.as_pointer()))
+    b.ret(_c(2))
+    self.at("failed").ret(_c(3))
+    self.at("done").ret(_c(1))

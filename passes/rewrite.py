@@ -45,6 +45,8 @@ class Rewriter:
     """The scalar value if `a` is a constant with all elements equal, else None."""
     a = self.read(a)
     if isinstance(a, Lit):
+      if a.sized:  # a value that depends on sizes decides nothing (see core.Lit)
+        return None
       flat = a.value.reshape(-1)
       if flat.size and (flat == flat[0]).all() and not np.isnan(flat[0]):
         return flat[0]

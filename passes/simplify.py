@@ -20,9 +20,9 @@ ELEMENTWISE = P.with_trait("elementwise")
 FOLD_LIMIT = 64  # literal-only results up to this many elements become literals
 
 
-def splat(r: Rewriter, value, aval):
+def splat(r: Rewriter, value, aval, sized: bool = False):
   """A constant of `aval` with every element `value` (a broadcast scalar literal)."""
-  lit = Lit.of(np.asarray(value, aval.dtype))
+  lit = Lit.of(np.asarray(value, aval.dtype), sized=sized)
   return lit if aval.shape == () else r.emit(P.broadcast_in_dim_p, [lit], shape=aval.shape,
                                              broadcast_dimensions=())
 
@@ -79,7 +79,7 @@ def sum_of_broadcast(r, x, *, axes):
   y = operand if r.read(operand).aval.shape == out_shape and dims == tuple(range(len(dims))) \
       else r.emit(P.broadcast_in_dim_p, [operand], shape=out_shape, broadcast_dimensions=dims)
   count = int(np.prod([shape[a] for a in axes]))
-  return y if count == 1 else r.emit(P.mul_p, [y, splat(r, count, r.read(y).aval)])
+  return r.emit(P.mul_p, [y, splat(r, count, r.read(y).aval, sized=True)])
 
 
 def dot_of_transpose(r, x, y, *, dimension_numbers):
@@ -167,9 +167,13 @@ def fold_literals(r, eqn):
     return None
   if eqn.outputs[0].aval.size > FOLD_LIMIT or eqn.prim.multiple_results:
     return None
+  if eqn.outputs[0].aval.size > 1 and all(r.read(a).aval.ndim == 0 for a in eqn.inputs):
+    return None  # scalars spread over a shape stay a splat: else small sizes fold, large
+                 # ones do not, and a new size changes the program
   with np.errstate(all="ignore"):
     value = impl_rules[eqn.prim](*(r.read(a).value for a in eqn.inputs), **eqn.kw)
-  return Lit.of(np.asarray(value, eqn.outputs[0].aval.dtype))
+  return Lit.of(np.asarray(value, eqn.outputs[0].aval.dtype),
+                sized=any(r.read(a).sized for a in eqn.inputs))
 
 
 def _neg_of(r, a):

@@ -21,7 +21,7 @@ import numpy as np
 from primc import prims as P
 from primc.core import (Eqn, Lit, Primitive, PrimcError, Program, ShapedArray, Var, results,
                         run)
-from primc.trace import aval_of, eval_program, trace_flat
+from primc.trace import aval_of, eval_program, literal, trace_flat
 
 jvp_rules: dict[Primitive, Callable] = {}        # (primals, tangents, **params) -> (out, t_out)
 transpose_rules: dict[Primitive, Callable] = {}  # (ct, *invals, **params) -> [ct | None, ...]
@@ -343,7 +343,7 @@ def jvp_eval(program: Program, primals: Sequence, tangents: Sequence) -> tuple[l
     return results(eqn, jvp_rules[eqn.prim](xs, ts, **eqn.kw))
 
   outs = run(program, list(zip(primals, tangents, strict=True)), apply,
-             lit=lambda a: (a.value, Zero(a.aval)))
+             lit=lambda a: (literal(a), Zero(a.aval)))
   return [x for x, _ in outs], [t for _, t in outs]
 
 
@@ -432,7 +432,7 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
 
   def fn(*args):
     consts = dict(zip(const_in, args[:len(const_in)], strict=True))
-    read = lambda a: a.value if isinstance(a, Lit) else consts[a]
+    read = lambda a: literal(a) if isinstance(a, Lit) else consts[a]
     linear_eqns = []
     for eqn in program.eqns:
       if eqn.outputs[0] in linear_vars:

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 from primc import prims as P
 from primc.core import Primitive, Program, ShapedArray, results, run
-from primc.trace import aval_of, trace_flat
+from primc.trace import aval_of, literal, trace_flat
 
 batch_rules: dict[Primitive, Callable] = {}
 
@@ -135,7 +135,7 @@ def batch_program(program: Program, batched: Sequence[bool], size: int) -> Progr
 
   def fn(*args):
     pairs = [(x, 0 if b else None) for x, b in zip(args, batched, strict=True)]
-    outs = run(program, pairs, apply, lit=lambda a: (a.value, None))
+    outs = run(program, pairs, apply, lit=lambda a: (literal(a), None))
     return [materialize(x, d, size) for x, d in outs]
 
   avals = [((size,) + v.aval.shape if b else v.aval.shape, v.aval.dtype)

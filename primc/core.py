@@ -97,18 +97,23 @@ class Var:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Lit:
-  """A constant array (read-only), compared by value so it can enter CSE and cache keys."""
+  """A constant array (read-only), compared by value so it can enter CSE and cache keys.
+
+  `sized`: a value computed from the program's sizes (a mean's 1/n): its value never
+  decides a rewrite (`x * 1/n` stays a product at n = 1), so a program's structure, and
+  its kernels, are the same at every size."""
   value: np.ndarray
   aval: ShapedArray
+  sized: bool = False
 
   @staticmethod
-  def of(value, dtype=None) -> "Lit":
+  def of(value, dtype=None, sized: bool = False) -> "Lit":
     arr = np.array(value, dtype=dtype)
     arr.setflags(write=False)
-    return Lit(arr, ShapedArray(arr.shape, arr.dtype.name))
+    return Lit(arr, ShapedArray(arr.shape, arr.dtype.name), sized)
 
   def _key(self):
-    return (self.aval, self.value.tobytes())
+    return (self.aval, self.value.tobytes(), self.sized)
 
   def __eq__(self, other):
     return isinstance(other, Lit) and self._key() == other._key()

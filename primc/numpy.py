@@ -17,7 +17,7 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import FLOAT_DTYPES, PrimcError, PrimcIndexError, ShapeError, index_error
-from primc.trace import Tracer, as_array, aval_of, locate, user_op, user_source
+from primc.trace import Tracer, as_array, aval_of, locate, size_constant, user_op, user_source
 
 float32, float64, int32, int64, bool_ = (np.float32, np.float64, np.int32, np.int64, np.bool_)
 pi, e, inf, nan = np.pi, np.e, np.inf, np.nan
@@ -688,7 +688,12 @@ def mean(x, axis=None, keepdims=False):
   a = aval_of(x)
   axes = _axes(axis, a.ndim)
   count = int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
-  return divide(sum(x, axis, keepdims), float(count))
+  total = sum(x, axis, keepdims)
+  shape, dtype = aval_of(total).shape, aval_of(total).dtype
+  divisor = size_constant(count, dtype)  # not a value rewrites read: sizes are not code
+  if shape:
+    divisor = P.broadcast_in_dim(divisor, shape, [])
+  return P.div(total, divisor)
 
 
 @_op

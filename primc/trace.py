@@ -60,7 +60,7 @@ class Builder:
         return self.captured[id(x)][1]
       raise PrimcError(f"a tracer of shape {x.aval} escaped the function that made it "
                        "(it was stored outside a traced function and used later)")
-    return Lit.of(x)
+    return x if isinstance(x, Lit) else Lit.of(x)
 
 
 class Tracer:
@@ -140,7 +140,7 @@ def locate(error: PrimcError, message: str) -> PrimcError:
 
 
 def aval_of(x) -> ShapedArray:
-  if isinstance(x, Tracer):
+  if isinstance(x, (Tracer, Lit)):
     return x.aval
   if isinstance(x, np.ndarray):
     return ShapedArray(x.shape, x.dtype)
@@ -157,9 +157,18 @@ def _describe(prim: Primitive, avals, params) -> str:
   return f"{head} on ({shapes}){extra}"
 
 
+def size_constant(value, dtype: str):
+  """A scalar computed from sizes (a mean's divisor): a literal that no rewrite reads as
+  a value while tracing (`core.Lit.sized`), a plain 0-d array otherwise."""
+  arr = np.asarray(value, dtype)
+  return Lit.of(arr, sized=True) if _state.builders else arr
+
+
 def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
+  if not _state.builders:  # eager: size constants are their values
+    args = [a.value if isinstance(a, Lit) else a for a in args]
   for a in args:
-    if not isinstance(a, (Tracer, np.ndarray)):
+    if not isinstance(a, (Tracer, np.ndarray, Lit)):
       raise locate(PrimcError(), f"{prim.name}: expected arrays, got {type(a).__name__}")
   avals = [aval_of(a) for a in args]
   for a in avals:
@@ -202,9 +211,9 @@ def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray]) -> tuple[Program, 
     leaves, out_tree = tree_flatten(out)
     out_atoms = []
     for x in leaves:
-      if not isinstance(x, (Tracer, np.ndarray)) and not np.isscalar(x):
+      if not isinstance(x, (Tracer, np.ndarray, Lit)) and not np.isscalar(x):
         raise PrimcError(f"a traced function returned {type(x).__name__}, expected arrays")
-      out_atoms.append(builder.atom(x if isinstance(x, Tracer) else np.asarray(x)))
+      out_atoms.append(builder.atom(x if isinstance(x, (Tracer, Lit)) else np.asarray(x)))
   finally:
     _state.builders.pop()
   captured = [t for t, _ in builder.captured.values()]
@@ -212,9 +221,16 @@ def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray]) -> tuple[Program, 
   return Program(inputs, tuple(builder.eqns), tuple(out_atoms)), captured, out_tree
 
 
+def literal(a: Lit):
+  """A literal of a program being run again: its value, or, while tracing, the literal
+  itself where it is a size (`Lit.sized`), so the program made keeps it a size."""
+  return a if a.sized and _state.builders else a.value
+
+
 def eval_program(program: Program, *args) -> list:
   """Runs a program by binding each equation: eager on arrays, staged while tracing."""
-  return run(program, args, lambda eqn, xs: results(eqn, eqn.prim.bind(*xs, **eqn.kw)))
+  return run(program, args, lambda eqn, xs: results(eqn, eqn.prim.bind(*xs, **eqn.kw)),
+             lit=literal)
 
 
 def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:

@@ -199,14 +199,13 @@ def _mlp_loss(params, x, y):
   return pnp.mean((h @ w + b - y) ** 2)
 
 
-@pytest.mark.parametrize("sizes", [(64, 100, 7, 1, 33, 256, 3, 17, 1000, 5),
-                                   (3, 1, 7, 6, 17, 33, 64, 100, 150, 5)])
+@pytest.mark.parametrize("sizes", [(64, 100, 7, 1, 33, 256, 2, 17, 1000, 5),
+                                   (3, 1, 7, 2, 17, 33, 64, 100, 150, 5)])
 def test_ten_batch_sizes_of_a_training_step_compile_once(sizes):
-  # a training step (mean over the batch, products that are small at some sizes and not
-  # at others, in both directions): only the first size compiles; every size is right.
-  # (Not 2: the mean of squares' 2/n is then 1, and x * 1 simplifies; and a product
-  # first summed inline compiles its product variant past 2^17 multiply-adds, at 228
-  # rows here: see the README.)
+  # a training step (mean over the batch, whose gradient's 2/n is 1 at n = 2; products
+  # that are small at some sizes and not at others, in both directions): only the first
+  # size compiles; every size is right. (A product first summed inline compiles its
+  # product variant past 2^17 multiply-adds, at 228 rows here: see the README.)
   params = [(f32(a, b) * 0.5, f32(b)) for a, b in [(2, 24), (24, 24), (24, 1)]]
   step = primc.jit(primc.value_and_grad(_mlp_loss))
   compiles = lambda: sum(primc.cache_stats().get(k, 0)
@@ -223,6 +222,31 @@ def test_ten_batch_sizes_of_a_training_step_compile_once(sizes):
     np.testing.assert_allclose(value, want_value, rtol=1e-4)
     for got, want in zip(tree_flatten(grads)[0], tree_flatten(want_grads)[0]):
       np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-5)
+
+
+def test_a_training_step_shares_the_kernels_of_its_gradient():
+  # kernels are cached by their own structure: the step (gradient + SGD update) compiles
+  # only what the gradient did not have
+  params = [(f32(a, b) * 0.5, f32(b)) for a, b in [(2, 24), (24, 24), (24, 1)]]
+  x, y = f32(40, 2), f32(40, 1)
+  grad = primc.jit(primc.grad(_mlp_loss))
+  grad(params, x, y)
+
+  def step(params, x, y):
+    g = primc.grad(_mlp_loss)(params, x, y)
+    return [(w - 0.1 * gw, b - 0.1 * gb) for (w, b), (gw, gb) in zip(params, g)]
+  compiles = lambda: sum(primc.cache_stats().get(k, 0)
+                         for k in ("numba_compiles", "worker_compiles"))
+  before = compiles()
+  step_jit = primc.jit(step)
+  new = step_jit(params, x, y)
+  np.testing.assert_allclose(new[0][0], params[0][0] - 0.1 * grad(params, x, y)[0][0],
+                             rtol=1e-5, atol=1e-6)
+  (g_exe, _), = grad._compiled.values()
+  (s_exe, _), = step_jit._compiled.values()
+  shared = set(g_exe.plan.kernels) & set(s_exe.plan.kernels)
+  assert len(shared) >= len(g_exe.plan.kernels) // 2, (len(shared), len(g_exe.plan.kernels))
+  assert compiles() - before <= len(s_exe.plan.kernels) - len(shared)
 
 
 def _numba_counts():
