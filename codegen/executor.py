@@ -195,7 +195,7 @@ class Executable:
     the arguments (`run(*args)`) that returns the outputs built into `tree` (a TreeDef;
     None: a list), or None when they are not C-contiguous aligned arrays of the compiled
     dtypes and shapes (the caller then takes the general path). None before the first
-    call (which compiles the driver).
+    call (which compiles or loads the kernels).
 
     Where every output is small, the arena fits on the stack and the outputs form a leaf
     or a flat tuple or list, the runner is a native entry (codegen.native) that allocates

@@ -55,7 +55,7 @@ class EntrySpec:
   stack_arena: bool                                   # the arena on the stack, else arguments
   views: tuple[tuple[int, int], ...]                  # (buffer, byte offset) per arena view
   sizes: int                                          # data address of the sizes array
-  driver: int                                         # the cfunc's address
+  driver: int                                         # the runner's address
   result: str                                         # "leaf" | "tuple" | "list" | "ok"
   on_error: int = 0  # address of a callable(site, index, size) that raises the index error
 

@@ -285,8 +285,9 @@ def jit(fun=None, *, static_argnums=(), warmup=(), tiered=None):
   """Compiles `fun` to native code per input signature.
 
   Each new signature (pytree structure, shapes, dtypes, static arguments) traces `fun`,
-  optimizes and fuses the program and generates one numba kernel per region plus a
-  driver; kernels read sizes at run time, so a new batch size only re-traces.
+  optimizes and fuses the program and generates one numba kernel per region and a plan
+  of steps for the runner; kernels read sizes at run time, so a new batch size only
+  re-traces and plans (see `codegen.module.build` for the one choice sizes make).
 
   Args:
     fun: the function (arrays, or pytrees of arrays, in and out).
