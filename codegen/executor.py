@@ -64,13 +64,12 @@ class Executable:
     module's seal); kernels no cache holds yet are compiled by parallel processes first."""
     t0 = time.perf_counter()
     st = store.current()
-    libraries = [m for m in loader.library(any(m.DIRECTORY is None for m in self.modules))
-                 if m.DIRECTORY is not None]
+    in_memory = any(m.DIRECTORY is None for m in self.modules)
+    libraries = [m for m in loader.library(in_memory) if m.DIRECTORY is not None]
     with st.lock("library"):
       for lib in libraries:
         st.prepare_library(lib.DIRECTORY, lib.KEY)
-      if loader.link_library(self.plan.kernels,
-                             any(m.DIRECTORY is None for m in self.modules)):
+      if loader.link_library(self.plan.kernels, in_memory):
         for lib in libraries:  # before compile workers read them
           st.seal(lib.DIRECTORY, lib.KEY)
     new = [m for m in self.modules if loader.compiled_kernel(m) is None

@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from primc import prims as P
-from primc.core import Lit, Primitive, Printer, Program, Var, pp_lit, pp_param, pp_program
+from primc.core import Eqn, Lit, Primitive, Printer, Program, Var, pp_lit, pp_param, pp_program
 from primc.codegen.mathlib import SINCOS_LIMIT
 from primc.codegen.writer import Writer
 
@@ -542,15 +542,21 @@ def _lhs_view(ctx, name, aval, groups, swapped, views, copies):
   return _as_matrices(ctx, name, aval, groups, views, copies), False
 
 
+def _product(program: Program) -> tuple[Eqn, int, int]:
+  """A dot region's dot_general, its contraction length and its multiply-adds."""
+  dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
+  (lc, _), _ = dot.kw["dimension_numbers"]
+  k = int(np.prod([dot.inputs[0].aval.shape[d] for d in lc], dtype=np.int64))
+  return dot, k, dot.outputs[0].aval.size * k
+
+
 def _inline_dot(program: Program) -> bool | None:
   """Whether the sizes prefer the region's product summed inline (small products); None
   when it cannot be (an operand is computed in the region)."""
-  dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
+  dot, k, macs = _product(program)
   if not all(isinstance(a, Var) and a in program.inputs for a in dot.inputs):
     return None
-  (lc, _), _ = dot.kw["dimension_numbers"]
-  k = int(np.prod([dot.inputs[0].aval.shape[d] for d in lc], dtype=np.int64))
-  return k <= INLINE_DOT_K and dot.outputs[0].aval.size * k <= INLINE_DOT_MACS
+  return k <= INLINE_DOT_K and macs <= INLINE_DOT_MACS
 
 
 # A product of more multiply-adds never runs summed inline (slower than product calls
@@ -567,11 +573,8 @@ def dot_variants(name: str, program: Program) -> list[Kernel]:
   inline = _inline_dot(program)
   if inline is None:
     return [emit_dot_kernel(name, program, False)]
-  dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
-  (lc, _), _ = dot.kw["dimension_numbers"]
-  k = int(np.prod([dot.inputs[0].aval.shape[d] for d in lc], dtype=np.int64))
   variants = [emit_dot_kernel(name, program, inline)]
-  if inline or dot.outputs[0].aval.size * k <= INLINE_FALLBACK_MACS:
+  if inline or _product(program)[2] <= INLINE_FALLBACK_MACS:
     variants.append(emit_dot_kernel(name, program, not inline))
   return variants
 
@@ -590,12 +593,10 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   Small products (INLINE_DOT_MACS, INLINE_DOT_K: `inline` None asks the sizes) are a
   loop kernel over the product's output instead, each element summed in place
   (`_dot_sum_lines`)."""
-  dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
+  dot, _, macs = _product(program)
   (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
   x, y = dot.inputs
   out = dot.outputs[0]
-  k = int(np.prod([x.aval.shape[d] for d in lc], dtype=np.int64))
-  macs = out.aval.size * k
   if inline is None:
     inline = bool(_inline_dot(program))
   if inline:

@@ -28,6 +28,8 @@ def _site(eqn: Eqn) -> tuple:
 
 def _kernel(region: Program, kind: str, name: str, prefer) -> kernels.Kernel:
   if kind == "dot":  # the variant the program ran before at other sizes, if any
+    if not prefer:
+      return kernels.emit_dot_kernel(name, region)
     variants = kernels.dot_variants(name, region)
     return next((v for v in variants if module_source(v) in prefer), variants[0])
   if kind == "gather":

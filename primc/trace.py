@@ -165,9 +165,7 @@ def size_constant(value, dtype: str):
 
 
 def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
-  if not _state.builders:  # eager: size constants are their values
-    args = [a.value if isinstance(a, Lit) else a for a in args]
-  for a in args:
+  for a in args:  # (a Lit only while tracing: `size_constant`, `literal`)
     if not isinstance(a, (Tracer, np.ndarray, Lit)):
       raise locate(PrimcError(), f"{prim.name}: expected arrays, got {type(a).__name__}")
   avals = [aval_of(a) for a in args]
