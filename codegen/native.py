@@ -328,11 +328,12 @@ class _EntryWriter:
                            ir.Constant(I32, dtype.num)),
              b.icmp_unsigned("!=", self.field(descr, DESCR_BYTEORDER, I8),
                              ir.Constant(I8, ord(">")))]
-    if ndim:
-      dims = b.bitcast(self.field(obj, DIMS, PTR), I64.as_pointer())
-      conds += [b.icmp_signed("==", b.load(b.gep(dims, [_i64(d)])), self.word())
-                for d in range(ndim)]
     self.require(functools.reduce(b.and_, conds))
+    if ndim:  # read only once the rank matches (a 0-d array may have no dims at all)
+      dims = b.bitcast(self.field(obj, DIMS, PTR), I64.as_pointer())
+      self.require(functools.reduce(b.and_, [
+          b.icmp_signed("==", b.load(b.gep(dims, [_i64(d)])), self.word())
+          for d in range(ndim)]))
     return self.field(obj, DATA, PTR)
 
   def output(self, alloc: bool, ndim: int, given):

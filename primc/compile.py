@@ -63,6 +63,11 @@ class Lowered:
                 "source": self.source}[name])
 
 
+# argument types the fast path takes: arrays, and scalars it makes 0-d arrays of (`as_array`)
+_SCALAR_TYPES = frozenset({np.ndarray, float, int, bool, np.float32, np.float64, np.int32,
+                           np.int64, np.bool_})
+
+
 class Jitted:
   """A function compiled per input signature (pytree structure, shapes, dtypes).
 
@@ -117,7 +122,8 @@ class Jitted:
   def __call__(self, *args, out=None):
     # Hot path: the arguments of the last fast call again (its native entry checks their
     # types, dtypes, shapes and layout, and returns None for others). Then the fast path: flat
-    # ndarray arguments whose signature (with C-contiguous strides) was compiled before.
+    # ndarray arguments whose signature (with C-contiguous strides) was compiled before;
+    # scalars (Python or numpy) become the 0-d arrays the general path would make of them.
     # Anything else takes the general path (`_call`).
     try:
       if out is None:
@@ -126,11 +132,16 @@ class Jitted:
           result = hot(*args)
           if result is not None:
             return result
-        try:
-          entry = self._fast.get(tuple([(a.shape, a.strides, a.dtype) for a in args]))
-        except AttributeError:
-          entry = None
-        if entry is not None and all([type(a) is np.ndarray for a in args]):
+        if not all([type(a) is np.ndarray for a in args]):
+          if not all([type(a) in _SCALAR_TYPES for a in args]):
+            return self._call(args, out)
+          args = tuple([a if type(a) is np.ndarray else as_array(a) for a in args])
+          if hot is not None:
+            result = hot(*args)
+            if result is not None:
+              return result
+        entry = self._fast.get(tuple([(a.shape, a.strides, a.dtype) for a in args]))
+        if entry is not None:
           if entry[2] is None:
             entry[2] = entry[0].runner(entry[1])
           result = None if entry[2] is None else entry[2](*args)
@@ -154,12 +165,13 @@ class Jitted:
       self._compiled[key] = entry
       if len(self._compiled) > SIGNATURES_KEPT:
         self._forget(self._compiled.popitem(last=False)[1])
-      if not static and all(type(a) is np.ndarray for a in args) and len(leaves) == len(args):
-        c_strides = lambda a: np.empty(a.shape, a.dtype).strides  # as numpy lays them out
-        self._fast[tuple((a.shape, c_strides(a), a.dtype) for a in args)] = \
-            [entry[0], entry[1], None]  # the runner, once compiled
     else:
       self._compiled.move_to_end(key)
+    if not static and len(leaves) == len(args) and all(type(a) in _SCALAR_TYPES for a in args):
+      c_strides = lambda a: np.empty(a.shape, a.dtype).strides  # as numpy lays them out
+      fast_key = tuple((x.shape, c_strides(x), x.dtype) for x in leaves)
+      if fast_key not in self._fast:  # however the signature was first called
+        self._fast[fast_key] = [entry[0], entry[1], None]  # the runner, once compiled
     executable, out_tree = entry  # it converts arguments its native entry does not take
     outs = None if out is None else _out_leaves(out, executable)
     return tree_unflatten(out_tree, executable(leaves, outs))

@@ -166,3 +166,58 @@ def test_integer_arrays_of_an_equal_but_distinct_c_type():
   longlong = np.array([0, 5, 2], dtype="q")
   exe = next(e for e, _ in f._compiled.values() if e.plan.in_avals[0].dtype == "int64")
   np.testing.assert_allclose(exe([longlong, x])[0], x[longlong] * 2, rtol=1e-6)
+
+
+def _argument_forms():
+  """Every kind of argument a caller may pass one after another: arrays of each rank
+  (0-d included) and of equal sizes in other shapes, dtypes, strided and byte-swapped
+  views, numpy and Python scalars."""
+  from hypothesis import strategies as st
+  shapes = st.sampled_from([(), (1,), (3,), (1, 3), (3, 1), (2, 3), (1, 1, 1)])
+  dtypes = st.sampled_from([np.float32, np.float64, np.int32])
+  arrays = st.builds(lambda s, d, seed: np.random.default_rng(seed).uniform(-3, 3, s).astype(d),
+                     shapes, dtypes, st.integers(0, 9))
+  views = arrays.map(lambda a: np.repeat(a[..., None], 2, -1)[..., 0] if a.ndim else a)
+  swapped = arrays.map(lambda a: a.astype(a.dtype.newbyteorder(">")))
+  scalars = st.one_of(st.floats(-3, 3).map(np.float32), st.floats(-3, 3).map(np.float64),
+                      st.floats(-3, 3), st.integers(-3, 3), st.integers(-3, 3).map(np.int32))
+  return st.one_of(arrays, views, swapped, scalars)
+
+
+_SEQUENCE_FN = primc.jit(lambda x: (x * x + x, pnp.sum(x * 2)))
+
+
+def test_any_sequence_of_argument_forms_gives_numpys_results():
+  """The hot entry of one call meets the next call's arguments, whatever they are (a 0-d
+  array after a (1,) one used to crash the entry reading dims it does not have)."""
+  from hypothesis import HealthCheck, given, settings
+  from hypothesis import strategies as st
+
+  @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+  @given(st.lists(_argument_forms(), min_size=2, max_size=6))
+  def run(args):
+    for x in args:
+      a = np.asarray(x).astype(np.asarray(x).dtype.newbyteorder("="))
+      want_dtype = primc.trace.as_array(x).dtype.newbyteorder("=")
+      for _ in range(2):  # the second call takes the fast path
+        y, s = _SEQUENCE_FN(x)
+        assert type(y) is np.ndarray and y.shape == a.shape and y.dtype == want_dtype
+        w = a.astype(np.float64)
+        np.testing.assert_allclose(y, w * w + w, rtol=1e-6, atol=1e-5)
+        np.testing.assert_allclose(s, np.sum(w * 2), rtol=1e-5, atol=1e-4)
+
+  run()
+
+
+@pytest.mark.parametrize("x", [np.float32(0.5), np.float64(0.5), 0.5, np.array(0.5)],
+                         ids=["np.float32", "np.float64", "float", "0-d"])
+def test_scalars_and_0d_arrays_take_the_native_entry(x, monkeypatch):
+  f = primc.jit(primc.grad(primc.grad(lambda t: pnp.tanh(t * 1.0))))
+  want = f(x)
+  f(np.ones((1,), np.asarray(want).dtype))  # another signature's entry in between
+  f(x)
+  monkeypatch.setattr(f, "_call", lambda *a: pytest.fail("took the general path"))
+  for _ in range(3):
+    got = f(x)
+    assert type(got) is np.ndarray and got.shape == () and got.dtype == want.dtype
+    assert got == want
