@@ -1,5 +1,6 @@
-"""The benchmark workloads W1-W7: for each, primc and peer implementations with the same
-inputs (float32, fixed seed). A peer is None where it has no implementation."""
+"""The benchmark workloads W1-W7 (and variants as users call them: a numpy scalar, closed-over
+weights, a dense Hessian of n variables): for each, primc and peer implementations with
+the same inputs (float32, fixed seed). A peer is None where it has no implementation."""
 from __future__ import annotations
 
 import os
@@ -42,6 +43,13 @@ def _w1_numpy(x):
 def w1(n):
   x = rng().uniform(-2, 2, n).astype(np.float32)
   return dict(args=(x,), primc=lambda: _w1(primc.grad, pnp, primc.jit),
+              numpy=lambda: _w1_numpy,
+              jax=(lambda: _w1(jax.grad, jnp, jax.jit)) if jax else None)
+
+
+def w1_scalar():
+  """W1 as users call it on one number: a numpy scalar, not a (1,) array."""
+  return dict(args=(np.float32(0.5),), primc=lambda: _w1(primc.grad, pnp, primc.jit),
               numpy=lambda: _w1_numpy,
               jax=(lambda: _w1(jax.grad, jnp, jax.jit)) if jax else None)
 
@@ -124,6 +132,35 @@ def w4():
               jax=(lambda: jax.jit(jax.hessian(f(jnp)))) if jax else None)
 
 
+def w4_closed():
+  """W4 with the weights closed over (constants of the program), the input the only
+  argument: as a model's Hessian is usually written."""
+  w = w4()
+  x, w1_, b1, w2_, b2 = w["args"]
+  f = lambda np_: (lambda x: np_.sum(np_.tanh(w2_ @ np_.tanh(w1_ @ x + b1) + b2)))
+  return dict(args=(x,), primc=lambda: primc.jit(primc.hessian(f(pnp))),
+              numpy=lambda: (lambda x: w["numpy"]()(x, w1_, b1, w2_, b2)),
+              jax=(lambda: jax.jit(jax.hessian(f(jnp)))) if jax else None)
+
+
+# --- Hessian of Rosenbrock's function (a dense n x n Hessian of a chain) -------------------
+
+def rosenbrock_hessian(n):
+  x = rng().uniform(-1, 2, n).astype(np.float32)
+  f = lambda np_: (lambda x: np_.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2))
+
+  def numpy_hessian(x):
+    h = np.zeros((n, n), x.dtype)
+    i = np.arange(n - 1)
+    h[i, i] = 1200 * x[:-1] ** 2 - 400 * x[1:] + 2
+    h[i + 1, i + 1] += 200
+    h[i, i + 1] = h[i + 1, i] = -400 * x[:-1]
+    return h
+  return dict(args=(x,), primc=lambda: primc.jit(primc.hessian(f(pnp))),
+              numpy=lambda: numpy_hessian,
+              jax=(lambda: jax.jit(jax.hessian(f(jnp)))) if jax else None)
+
+
 # --- W5: gradient over 1e7 elements --------------------------------------------------------
 
 def w5(n):
@@ -175,6 +212,10 @@ def w7(n):
 
 
 WORKLOADS = {
-    "W1 (1,)": lambda: w1(1), "W1 1e6": lambda: w1(10 ** 6), "W2": w2, "W3": w3, "W4": w4,
+    "W1 (1,)": lambda: w1(1), "W1 scalar": w1_scalar, "W1 1e6": lambda: w1(10 ** 6),
+    "W2": w2, "W3": w3, "W4": w4, "W4 closed-over": w4_closed,
     "W5": lambda: w5(10 ** 7), "W6": w6, "W7 n=6": lambda: w7(6),
+    "Hessian n=100": lambda: rosenbrock_hessian(100),
+    "Hessian n=1000": lambda: rosenbrock_hessian(1000),
+    "Hessian n=3000": lambda: rosenbrock_hessian(3000),
 }

@@ -35,6 +35,7 @@ from primc import prims as P
 from primc.core import Eqn, Lit, Primitive, Printer, Program, Var, pp_lit, pp_param, pp_program
 from primc.codegen.mathlib import SINCOS_LIMIT
 from primc.codegen.writer import Writer
+from primc.passes.fusion import lazy_eqns
 
 lower_rules: dict[Primitive, Callable] = {}   # (ctx, eqn, *operand expressions) -> expr
 SIGNATURE = "int64(int64, int64, int64, CPointer(voidptr))"
@@ -110,47 +111,51 @@ lower_rules[P.iota_p] = lambda ctx, e: (
     f"{_np(e.outputs[0].aval.dtype)}({ctx.index[e.kw['dimension']]})")
 
 
-# Index maps read a region input at a position derived from the loop index.
+# Index maps read an operand at a position derived from the loop index: a region input
+# from memory, or a value the region recomputes there (`passes.fusion.lazy_eqns`). `load`
+# gives the operand's element at an index (`load(k, idx, safe)`: `safe` is the index
+# clamped into the operand, where `idx` may be outside it and the element is only used
+# when it is not: a recomputed value is computed before the choice).
 
-def _load_broadcast(ctx, e, names):
-  name = names[0]
+def _load_broadcast(ctx, e, load):
   x = e.inputs[0].aval
   dims = e.kw["broadcast_dimensions"]
   idx = [("0" if x.shape[j] == 1 and e.outputs[0].aval.shape[d] != 1 else ctx.index[d])
          for j, d in enumerate(dims)]
-  return ctx.element(name, idx)
+  return load(0, idx)
 
 
-def _load_transpose(ctx, e, names):
-  name = names[0]
+def _load_transpose(ctx, e, load):
   perm = e.kw["permutation"]
   idx = [None] * len(perm)
   for k, p in enumerate(perm):
     idx[p] = ctx.index[k]
-  return ctx.element(name, idx)
+  return load(0, idx)
 
 
-def _load_reshape(ctx, e, names):
-  name = names[0]
+def _load_reshape(ctx, e, load):
   shape = e.outputs[0].aval.shape
-  view = ctx.fresh("rs")
-  ctx.prologue.append(f"{view} = {ctx.reshaped(name, [ctx.size(n) for n in shape] or ['1'])}")
+  view = ctx.fresh("rs")  # fusion reshapes region inputs only (a view of their memory)
+  ctx.prologue.append(f"{view} = {ctx.reshaped(load.name(0), [ctx.size(n) for n in shape] or ['1'])}")
   return ctx.element(view, ctx.index) if shape else f"{view}[0]"
 
 
-def _load_slice(ctx, e, names):
-  name = names[0]
+def _load_slice(ctx, e, load):
   idx = []
   for k, (lo, st) in enumerate(zip(e.kw["start_indices"], e.kw["strides"])):
     base = ctx.index[k] if st == 1 else f"{ctx.index[k]} * {st}"
     idx.append(f"{ctx.size(lo)} + {base}")
-  return ctx.element(name, idx)
+  return load(0, idx)
 
 
-def _load_pad(ctx, e, names):
-  name = names[0]
+def _clamped(ctx, t: str, n: int) -> str:
+  return f"min(max({t}, 0), {ctx.size(n)} - 1)"
+
+
+def _load_pad(ctx, e, load):
   conds, idx = [], []
-  for k, ((lo, _, interior), n) in enumerate(zip(e.kw["padding_config"], e.inputs[0].aval.shape)):
+  shape = e.inputs[0].aval.shape
+  for k, ((lo, _, interior), n) in enumerate(zip(e.kw["padding_config"], shape)):
     t = f"({ctx.index[k]} - {ctx.size(lo)})"
     if interior:
       conds.append(f"{t} % {interior + 1} == 0")
@@ -158,33 +163,35 @@ def _load_pad(ctx, e, names):
     conds.append(f"0 <= {t} < {ctx.size(n)}")
     idx.append(t)
   zero = const(0, e.outputs[0].aval.dtype)
-  return f"({ctx.element(name, idx)} if ({' and '.join(conds)}) else {zero})"
+  safe = [_clamped(ctx, t, n) for t, n in zip(idx, shape)]
+  return f"({load(0, idx, safe)} if ({' and '.join(conds)}) else {zero})"
 
 
-def _load_concatenate(ctx, e, names):
+def _load_concatenate(ctx, e, load):
   d = e.kw["dimension"]
   expr = None
   offset = "0"
   parts = []
-  for name, a in zip(names, e.inputs):
+  for k, a in enumerate(e.inputs):
     idx = list(ctx.index)
     idx[d] = f"{ctx.index[d]} - ({offset})" if offset != "0" else ctx.index[d]
+    safe = list(idx)
+    safe[d] = _clamped(ctx, idx[d], a.aval.shape[d])
     end = ctx.size(a.aval.shape[d]) if offset == "0" else f"{offset} + {ctx.size(a.aval.shape[d])}"
-    parts.append((end, ctx.element(name, idx)))
+    parts.append((end, load(k, idx, safe)))
     offset = end
   for end, value in reversed(parts):
     expr = value if expr is None else f"({value} if {ctx.index[d]} < {end} else {expr})"
   return expr
 
 
-def _load_rev(ctx, e, names):
-  name = names[0]
+def _load_rev(ctx, e, load):
   shape, dims = e.inputs[0].aval.shape, e.kw["dimensions"]
-  return ctx.element(name, [f"{ctx.size(shape[k])} - 1 - {i}" if k in dims else i
-                            for k, i in enumerate(ctx.index)])
+  return load(0, [f"{ctx.size(shape[k])} - 1 - {i}" if k in dims else i
+                  for k, i in enumerate(ctx.index)])
 
 
-# index maps: (ctx, eqn, names of its operands) -> the element at the loop index
+# index maps: (ctx, eqn, load of its operands) -> the element at the loop index
 INDEX_LOADS = {P.broadcast_in_dim_p: _load_broadcast, P.transpose_p: _load_transpose,
                P.reshape_p: _load_reshape, P.slice_p: _load_slice, P.pad_p: _load_pad,
                P.rev_p: _load_rev, P.concatenate_p: _load_concatenate}
@@ -219,6 +226,7 @@ class KernelContext:
     self.program = program
     # the kernel's run-time words (its `sz`): sizes, and float constants as their bits
     self.sizes: list[int] = []
+    self.size_words: list[int] = []  # which words of `sizes` are sizes (not float bits)
     self.prologue: list[str] = []
     self.index: list[str] = []
     self.range_checks: list[str] = []
@@ -263,8 +271,14 @@ class KernelContext:
     return self.array(f"s{len(self.scratch) - 1}", (elements,), dtype)
 
   def size(self, value: int) -> str:
+    """A size of the program, read once into a local (`z3 = sz[3]`) before any loop: a
+    word read from memory in a loop could change with any store the loop makes (the table
+    is memory like the arrays), so an address computed from it inside the loop would keep
+    the loop from vectorizing. Sizes, offsets and counts are >= 0, and said to be."""
+    assert value >= 0, value
     self.sizes.append(int(value))
-    return f"sz[{len(self.sizes) - 1}]"
+    self.size_words.append(len(self.sizes) - 1)
+    return f"z{len(self.sizes) - 1}"
 
   def value(self, value, dtype: str) -> str:
     """A constant of the program: a float one is read at run time (its bits are a word of
@@ -304,6 +318,7 @@ def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) 
   with w.block(f"def {ctx.name}(phase, lo, hi, p):"):
     w(*("# " + line for line in abstract_ir(program).splitlines()))
     w(f"sz = carray(p[0], ({max(1, len(ctx.sizes))},), np.int64)")
+    w(*(f"z{k} = NONNEG(sz[{k}])" for k in ctx.size_words))
     if ctx.literals:
       w(f"kl = carray(p[0], ({len(ctx.sizes)},), np.float64)")
     w(*(["err = carray(p[1], (4,), np.int64)"] if ctx.err else []), *ctx.table, *ctx.prologue)
@@ -388,34 +403,76 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
 
 
 def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> list[str]:
-  """The statements computing one element of every equation of a loop region."""
+  """The statements computing one element of every equation of a loop region; a value
+  the region recomputes (`lazy_eqns`) is computed where an index map reads it, at the
+  index it reads (once per distinct index)."""
   ctx.index = index
   names = dict(zip(program.inputs, in_names))
-  values: dict = {v: ctx.element(names[v], index) for v in program.inputs
-                  if v.aval.shape == domain}
-  read = lambda a: (ctx.value(a.value, a.aval.dtype) if isinstance(a, Lit) and
-                    a.aval.shape == () else values[a])
-  lines = []
+  values: dict = {}
+  lazy = lazy_eqns(program)
+  producer = {v: e for e in lazy for v in e.outputs}
+  lines: list[str] = []
+  at: dict = {}  # (lazy value, its index) -> the variable holding it
+
+  def lazy_value(v, idx):
+    key = (v, tuple(idx))
+    if key not in at:
+      # the index maps build on these: composite expressions parenthesized
+      outer, ctx.index = ctx.index, [i if i.isidentifier() else f"({i})" for i in idx]
+      at[key] = compute(producer[v], v)
+      ctx.index = outer
+    return at[key]
+
+  def read(a):
+    if isinstance(a, Lit) and a.aval.shape == ():
+      return ctx.value(a.value, a.aval.dtype)
+    if a in producer:
+      return lazy_value(a, ctx.index)
+    return ctx.element(names[a], ctx.index) if a in names else values[a]
+
+  def compute(e, out) -> str:
+    var = ctx.fresh("v")
+    if e.prim is P.dot_general_p:  # a small product: its sum, at this index
+      lines.extend(_dot_sum_lines(ctx, e, [names[a] for a in e.inputs], var))
+      return var
+    if is_splat(e):
+      expr = ctx.value(e.inputs[0].value, out.aval.dtype)
+    elif e.prim in INDEX_LOADS:
+      expr = INDEX_LOADS[e.prim](ctx, e, _Operands(ctx, e, names, lazy_value))
+    else:
+      expr = lower_rules[e.prim](ctx, e, *map(read, e.inputs))
+    lines.append(f"{var} = {expr}")
+    return var
+
   for e in program.eqns:
+    if e in lazy:
+      continue
     out = e.outputs[0]
     if e.prim in (P.reduce_sum_p, P.reduce_max_p):
       lines.extend(_accumulate(ctx, e, read(e.inputs[0]), index))
       continue
-    var = ctx.fresh("v")
-    if e.prim is P.dot_general_p:  # a small product: its sum, at this index
-      lines.extend(_dot_sum_lines(ctx, e, [names[a] for a in e.inputs], var))
-    else:
-      if is_splat(e):
-        expr = ctx.value(e.inputs[0].value, out.aval.dtype)
-      elif e.prim in INDEX_LOADS:  # fusion guarantees the operands are region inputs
-        expr = INDEX_LOADS[e.prim](ctx, e, [names[a] for a in e.inputs])
-      else:
-        expr = lower_rules[e.prim](ctx, e, *map(read, e.inputs))
-      lines.append(f"{var} = {expr}")
-    values[out] = var
+    values[out] = compute(e, out)
     if out in out_index:
-      lines.append(f"{ctx.element(out_names[out_index[out]], index)} = {var}")
+      lines.append(f"{ctx.element(out_names[out_index[out]], index)} = {values[out]}")
   return lines
+
+
+class _Operands:
+  """The operands of an index map in a loop body: `self(k, idx, safe)` is operand k's
+  element at `idx` (a region input read there, or a recomputed value computed at `safe`,
+  an index always inside it); `name(k)` is a region input's name."""
+
+  def __init__(self, ctx, e, names, lazy_value):
+    self.ctx, self.e, self.names, self.lazy_value = ctx, e, names, lazy_value
+
+  def name(self, k: int) -> str:
+    return self.names[self.e.inputs[k]]
+
+  def __call__(self, k: int, idx, safe=None) -> str:
+    a = self.e.inputs[k]
+    if a in self.names:
+      return self.ctx.element(self.names[a], idx)
+    return self.lazy_value(a, idx if safe is None else safe)
 
 
 def is_splat(e) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 from primc import prims as P
 from primc.core import Eqn, Lit, Program, ShapedArray, Var
 from primc.passes.fusion import OPAQUE, FusedProgram
-from primc.passes.fusion import domain as fusion_domain
+from primc.passes.fusion import domain as fusion_domain, lazy_eqns
 from primc.codegen import cache, kernels, runner, store
 from primc.codegen.plan import Buffer, Plan
 
@@ -34,7 +34,8 @@ def _kernel(region: Program, kind: str, name: str, prefer) -> kernels.Kernel:
     return next((v for v in variants if module_source(v) in prefer), variants[0])
   if kind == "gather":
     return kernels.emit_gather_kernel(name, region)
-  domain = max((fusion_domain(e) for e in region.eqns), key=len, default=())
+  lazy = lazy_eqns(region)  # computed where they are read, at other indices
+  domain = max((fusion_domain(e) for e in region.eqns if e not in lazy), key=len, default=())
   return kernels.emit_loop_kernel(name, region, domain)
 
 

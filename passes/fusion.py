@@ -3,8 +3,9 @@ kernel.
 
 Region kinds:
   loop    elementwise ops over one iteration domain (a shape), index maps (broadcast,
-          reshape, transpose, slice, pad, concatenate) applied to values the region reads
-          from memory, and reductions over the domain at the end; several outputs.
+          reshape, transpose, slice, pad, concatenate, rev) applied to values the region
+          reads from memory or recomputes (below), and reductions over the domain at the
+          end; several outputs.
   dot     one dot_general, plus an epilogue over its output: elementwise ops and
           reductions at the end (no prologue: operands are read from memory).
   gather  one gather or scatter_add.
@@ -13,9 +14,13 @@ Legality (`fusion_blockers`: every reason an equation may not join a region) is 
 apart from profitability (`unprofitable`: a legal fusion that would not pay) and from the
 placement policy (`fuse`): equations are placed greedily in program order into the latest
 region they may join, trying the region of their producers first (vertical fusion), then
-later regions of the same domain (horizontal fusion of siblings). Work is never
-duplicated, except constants (splats, `full`, `iota`), which are recomputed in each region
-that reads them. Every region boundary keeps the reasons of every region it could not
+later regions of the same domain (horizontal fusion of siblings). Then a loop region
+whose values one other loop region reads only through index maps moves into it and is
+recomputed there, at the indices read (`lazy_eqns`), where that adds at most
+RECOMPUTE_FACTOR times its own work (index arithmetic, comparisons and constants count
+as free): a sliced identity, padded terms added, a transposed result stop crossing
+memory. Otherwise work is never duplicated, except constants (splats, `full`, `iota`),
+which are recomputed in each region that reads them. Every region boundary keeps the reasons of every region it could not
 join (`FusedProgram.reasons`; logged at DEBUG on `primc.fusion`; `primc show --stage
 fusion`).
 """
@@ -116,6 +121,118 @@ def unprofitable(region: _Region, eqn: Eqn) -> list[str]:
   return []
 
 
+# A loop region read by one other loop region only through index maps (a slice, pad,
+# transpose... of its values) is recomputed there, at the indices the maps read, when that
+# costs little: an identity matrix sliced, padded results added, a transposed result
+# then no longer cross memory. Limits: the work added to the reader at most
+# RECOMPUTE_FACTOR times the producer's own (both over their domains), at most
+# MAX_RECOMPUTED evaluations per element.
+RECOMPUTE_FACTOR = 2
+MAX_RECOMPUTED = 256
+CHEAP = GENERATORS | INDEX_MAPS | {P.convert_p, P.select_p} | P.with_trait("comparison")
+
+
+def lazy_eqns(program: Program) -> set[Eqn]:
+  """The equations of a loop region computed only where an index map reads them (at the
+  index it reads), not at the loop's index: those whose values are read only by index
+  maps or by other such equations, and are not outputs of the region."""
+  users: dict[Var, list[Eqn]] = {}
+  for e in program.eqns:
+    for a in e.inputs:
+      if isinstance(a, Var):
+        users.setdefault(a, []).append(e)
+  outs = set(program.outputs)
+  lazy: set[Eqn] = set()
+  for e in reversed(program.eqns):
+    uses = [u for v in e.outputs for u in users.get(v, ())]
+    if (uses and not outs.intersection(e.outputs) and e.prim not in REDUCTIONS
+        and e.prim not in OPAQUE and e.prim is not P.dot_general_p
+        and all(u in lazy or (u.prim in INDEX_MAPS and u.prim is not P.reshape_p)
+                for u in uses)):
+      lazy.add(e)
+  return lazy
+
+
+def _work(eqn: Eqn) -> int:
+  """Rough cost of one element of `eqn`: index arithmetic and constants are free."""
+  if eqn.prim in CHEAP or _is_constant(eqn):
+    return 0
+  return 1 if eqn.prim.linear is not None else 4
+
+
+def _recomputed_work(eqns: list[Eqn]) -> tuple[int, int] | None:
+  """(work, evaluations) per element of the lazy equations of a region made of `eqns`:
+  each is computed once per distinct chain of index maps that reads it. None when an
+  index map would read a lazy value it cannot (a reshape)."""
+  outs = [v for e in eqns for v in e.outputs]  # every value: only lazy_eqns' test matters
+  lazy = lazy_eqns(Program((), tuple(eqns), tuple(v for v in outs if not _read(v, eqns))))
+  producer = {v: e for e in lazy for v in e.outputs}
+  seen: set = set()
+
+  def visit(e, path):
+    if (e, path) in seen:
+      return
+    seen.add((e, path))
+    for a in e.inputs:
+      if a in producer:
+        visit(producer[a], path + (e,) if e.prim in INDEX_MAPS else path)
+
+  for e in eqns:
+    if e not in lazy:
+      for a in e.inputs:
+        if a in producer:
+          if e.prim is P.reshape_p:
+            return None
+          visit(producer[a], (e,) if e.prim in INDEX_MAPS else ())
+  return sum(_work(e) for e, _ in seen), len(seen)
+
+
+def _size(shape) -> int:
+  n = 1
+  for d in shape:
+    n *= d
+  return n
+
+
+def _read(v: Var, eqns: list[Eqn]) -> bool:
+  return any(v in e.inputs for e in eqns)
+
+
+def _recompute_in_consumers(regions: list[_Region], reasons: list[str], outputs):
+  """Moves each loop region whose values one later loop region reads, only through
+  index maps, into that region (see `lazy_eqns`) when the recomputation is cheap.
+  Returns the regions left and the reason each starts."""
+  alive = list(regions)
+  why = {id(r): text for r, text in zip(regions, reasons)}
+  for r in regions:
+    if (r.kind != "loop" or r.reduced or set(outputs) & r.defined
+        or any(e.prim in OPAQUE or e.prim is P.dot_general_p for e in r.eqns)
+        or all(e.prim is P.reshape_p for e in r.eqns)):  # a view: costs nothing
+      continue
+    readers = [c for c in alive if c is not r and any(
+        a in r.defined for e in c.eqns for a in e.inputs)]
+    if len(readers) != 1 or readers[0].kind != "loop":
+      continue
+    c = readers[0]
+    if not all(e.prim in INDEX_MAPS and e.prim is not P.reshape_p for e in c.eqns
+               if any(a in r.defined for a in e.inputs)):
+      continue
+    before = _recomputed_work(c.eqns)
+    after = _recomputed_work(r.eqns + c.eqns)
+    own = sum(_work(e) for e in r.eqns) * _size(r.domain)
+    if (before is None or after is None or after[1] > MAX_RECOMPUTED
+        or (after[0] - before[0]) * _size(c.domain) > RECOMPUTE_FACTOR * own):
+      continue
+    c.eqns[:0] = r.eqns
+    c.defined |= r.defined
+    alive.remove(r)
+    why[id(c)] += (f" | recomputes {why.pop(id(r)).split(':')[0]}, which it reads only "
+                   f"through index maps")
+  for k, r in enumerate(alive):
+    r.index = k
+  return alive, [why[id(r)] for r in alive]
+
+
 def _is_constant(eqn: Eqn) -> bool:
   return eqn.prim in GENERATORS or (
       eqn.prim is P.broadcast_in_dim_p and isinstance(eqn.inputs[0], Lit))
@@ -177,6 +294,7 @@ def fuse(program: Program) -> FusedProgram:
     execution order; `.regions` are their sub-programs, `.reasons` why each region starts.
   """
   regions, reasons = _place(program)
+  regions, reasons = _recompute_in_consumers(regions, reasons, program.outputs)
   defs = {v: e for e in program.eqns for v in e.outputs}
   used_later: set[Var] = {a for a in program.outputs if isinstance(a, Var)}
   for r in regions:

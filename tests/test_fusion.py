@@ -130,3 +130,98 @@ def test_expensive_work_is_never_duplicated():
   expensive = {"tanh", "exp", "sin", "cos", "log", "dot_general", "reduce_sum"}
   count = lambda eqns: sum(e.prim.name in expensive for e in eqns)
   assert sum(count(r.eqns) for r in out.regions) == count(program.eqns)
+
+
+# --- values recomputed through index maps (`fusion.lazy_eqns`) ---------------------------
+
+def _index_map_steps():
+  """Random chains: an elementwise step (cheap or not), then an index map of its result
+  (slice, pad, transpose, rev, reshape, concatenate, broadcast), repeated; every shape."""
+  from hypothesis import strategies as st
+  from primc import prims as P
+
+  @st.composite
+  def steps(draw):
+    out = []
+    for _ in range(draw(st.integers(1, 4))):
+      elementwise = draw(st.sampled_from(["mul", "tanh", "iota", "none"]))
+      kind = draw(st.sampled_from(["slice", "pad", "transpose", "rev", "reshape",
+                                   "concatenate", "broadcast"]))
+      out.append((elementwise, kind, draw(st.integers(0, 10 ** 6))))
+    return out
+
+  def apply(x, chain):
+    for elementwise, kind, seed in chain:
+      r = np.random.default_rng(seed)
+      shape = x.aval.shape if hasattr(x, "aval") else np.shape(x)
+      if elementwise == "mul":
+        x = x * 1.5 + 0.25
+      elif elementwise == "tanh":
+        x = pnp.tanh(x) - x
+      elif elementwise == "iota":  # an identity-like pattern, built from indices
+        x = x * P.convert(P.iota(shape, len(shape) - 1, "int32") >= P.iota(shape, 0, "int32"), "float32")
+      if kind == "slice":
+        starts = [int(r.integers(0, max(1, n - 1))) for n in shape]
+        steps = [int(r.integers(1, 3)) for _ in shape]
+        x = P.slice_(x, starts, list(shape), steps)
+      elif kind == "pad":
+        x = P.pad(x, [(int(r.integers(0, 3)), int(r.integers(0, 3)), int(r.integers(0, 2)))
+                      for _ in shape])
+      elif kind == "transpose":
+        x = P.transpose(x, list(r.permutation(len(shape))))
+      elif kind == "rev":
+        x = P.rev(x, [d for d in range(len(shape)) if r.integers(0, 2)])
+      elif kind == "reshape":
+        x = P.reshape(x, (int(np.prod(shape)),)) if len(shape) > 1 else P.reshape(x, (1, *shape))
+      elif kind == "concatenate":
+        d = int(r.integers(0, len(shape)))
+        x = P.concatenate([x, P.rev(x * 2.0, [d])], d)
+      else:
+        x = P.broadcast_in_dim(x, (2, *shape), tuple(range(1, len(shape) + 1)))
+    return x
+  return steps(), apply
+
+
+_STEPS, _APPLY = _index_map_steps()
+
+
+def test_index_maps_of_computed_values_compile_to_the_interpreters_values():
+  """The class of programs where a region's values are read only through index maps by
+  one other region and are recomputed there: every chain computes what the interpreter
+  does, its gradient too (whose transposes are pads, slices and reversals)."""
+  from hypothesis import HealthCheck, given, settings
+
+  @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+  @given(_STEPS)
+  def run(chain):
+    x = R.standard_normal((3, 4)).astype(np.float32)
+    f = lambda x: _APPLY(x, chain)
+    fused(f, x)  # the fused program (interpreted) equals the optimized one
+    program = primc.make_program(f)(x)
+    want = primc.interpret(program, x)[0]
+    np.testing.assert_allclose(primc.jit(f)(x), want, rtol=2e-6, atol=2e-6)
+    w = R.standard_normal(want.shape).astype(np.float32)
+    g = primc.grad(lambda x: pnp.sum(f(x) * w))
+    want_g = primc.interpret(primc.make_program(g)(x), x)[0]
+    np.testing.assert_allclose(primc.jit(g)(x), want_g, rtol=2e-5, atol=2e-5)
+
+  run()
+
+
+def test_an_identity_sliced_padded_and_transposed_is_one_kernel():
+  # the Hessian of a chain (Rosenbrock): its identity basis, the tangents' slices, the
+  # pads of the transposed products and the final transpose are recomputed where read
+  rosen = lambda x: pnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+  x = R.uniform(-1, 2, 50).astype(np.float32)
+  out = fused(primc.hessian(rosen), x)
+  assert [r.outputs[0].aval.shape for r in out.regions][-1] == (50, 50)
+  assert sum(r.outputs[0].aval.shape == (50, 50) or any(
+      e.outputs[0].aval.shape[:1] == (50,) and len(e.outputs[0].aval.shape) == 2
+      for e in r.eqns) for r in out.regions) == 1  # one region touches the 50x50 values
+  h = primc.jit(primc.hessian(rosen))(x).astype(np.float64)
+  x64 = x.astype(np.float64)
+  want = np.zeros((50, 50))  # the Rosenbrock Hessian, by hand
+  want[np.arange(49), np.arange(49)] += 1200 * x64[:-1] ** 2 - 400 * x64[1:] + 2
+  want[np.arange(1, 50), np.arange(1, 50)] += 200
+  want[np.arange(49), np.arange(1, 50)] = want[np.arange(1, 50), np.arange(49)] = -400 * x64[:-1]
+  np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-3)
