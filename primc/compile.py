@@ -63,9 +63,12 @@ class Lowered:
                 "source": self.source}[name])
 
 
-# argument types the fast path takes: arrays, and scalars it makes 0-d arrays of (`as_array`)
-_SCALAR_TYPES = frozenset({np.ndarray, float, int, bool, np.float32, np.float64, np.int32,
-                           np.int64, np.bool_})
+# argument types the fast path takes: arrays, and scalars, as the 0-d arrays `as_array`
+# makes of them (Python floats float32, ints int32)
+_AS_0D = {float: lambda a: np.asarray(a, np.float32), int: lambda a: np.asarray(a, np.int32),
+          bool: np.asarray, np.float32: np.asarray, np.float64: np.asarray,
+          np.int32: np.asarray, np.int64: np.asarray, np.bool_: np.asarray}
+_SCALAR_TYPES = frozenset({np.ndarray, *_AS_0D})
 
 
 class Jitted:
@@ -135,7 +138,7 @@ class Jitted:
         if not all([type(a) is np.ndarray for a in args]):
           if not all([type(a) in _SCALAR_TYPES for a in args]):
             return self._call(args, out)
-          args = tuple([a if type(a) is np.ndarray else as_array(a) for a in args])
+          args = tuple([a if type(a) is np.ndarray else _AS_0D[type(a)](a) for a in args])
           if hot is not None:
             result = hot(*args)
             if result is not None:
