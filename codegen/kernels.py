@@ -85,6 +85,29 @@ def _math(name):
 
 for _name in ("exp", "log", "tanh", "sin", "cos"):
   lower_rules[getattr(P, f"{_name}_p")] = _math(_name)
+
+
+def _libm(call: str):
+  """A primitive computed by libm through numba's `math` (scalar calls: right, not
+  vectorized), rounded to the result's dtype; `call` formats the operands."""
+  def rule(ctx, e, *xs):
+    return f"{_np(e.outputs[0].aval.dtype)}({call.format(*xs)})"
+  return rule
+
+
+for _prim, _call in ((P.tan_p, "math.tan({})"), (P.sinh_p, "math.sinh({})"),
+                     (P.cosh_p, "math.cosh({})"), (P.arcsin_p, "math.asin({})"),
+                     (P.arccos_p, "math.acos({})"), (P.arctan_p, "math.atan({})"),
+                     (P.arcsinh_p, "math.asinh({})"), (P.arccosh_p, "math.acosh({})"),
+                     (P.arctanh_p, "math.atanh({})"), (P.log1p_p, "math.log1p({})"),
+                     (P.expm1_p, "math.expm1({})"), (P.log2_p, "math.log2({})"),
+                     (P.log10_p, "math.log10({})"), (P.exp2_p, "2.0 ** {}"),
+                     (P.arctan2_p, "math.atan2({}, {})"), (P.hypot_p, "math.hypot({}, {})"),
+                     # equal operands (infinities too) give x + log 2, as numpy's
+                     (P.logaddexp_p, "({0} + 0.6931471805599453 if {0} == {1} else "
+                                     "({0} if {0} > {1} else {1}) + "
+                                     "math.log1p(math.exp(-abs({0} - {1}))))")):
+  lower_rules[_prim] = _libm(_call)
 lower_rules[P.add_p] = _binop("+")
 lower_rules[P.sub_p] = _binop("-")
 lower_rules[P.mul_p] = _binop("*")

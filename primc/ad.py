@@ -118,6 +118,39 @@ defjvp(P.cos_p, lambda t, out, x: P.neg(P.mul(t, P.sin(x))))
 defjvp(P.tanh_p, lambda t, out, x: P.mul(t, P.sub(_one(out), P.mul(out, out))))
 defjvp(P.sqrt_p, lambda t, out, x: P.div(t, P.mul(_one(out, 2), out)))
 defjvp(P.abs_p, lambda t, out, x: P.mul(t, P.sign(x)))
+
+
+def _one_minus_sq(x):  # (1 - x)(1 + x): 1 - x*x without its cancellation near |x| = 1
+  return P.mul(P.sub(_one(x), x), P.add(_one(x), x))
+
+
+defjvp(P.tan_p, lambda t, out, x: P.mul(t, P.add(_one(out), P.mul(out, out))))
+defjvp(P.sinh_p, lambda t, out, x: P.mul(t, P.cosh(x)))
+defjvp(P.cosh_p, lambda t, out, x: P.mul(t, P.sinh(x)))
+defjvp(P.arcsin_p, lambda t, out, x: P.div(t, P.sqrt(_one_minus_sq(x))))
+defjvp(P.arccos_p, lambda t, out, x: P.neg(P.div(t, P.sqrt(_one_minus_sq(x)))))
+defjvp(P.arctan_p, lambda t, out, x: P.div(t, P.add(_one(x), P.mul(x, x))))
+defjvp(P.arcsinh_p, lambda t, out, x: P.div(t, P.sqrt(P.add(_one(x), P.mul(x, x)))))
+defjvp(P.arccosh_p, lambda t, out, x: P.div(
+    t, P.sqrt(P.mul(P.sub(x, _one(x)), P.add(x, _one(x))))))
+defjvp(P.arctanh_p, lambda t, out, x: P.div(t, _one_minus_sq(x)))
+defjvp(P.log1p_p, lambda t, out, x: P.div(t, P.add(_one(x), x)))
+defjvp(P.expm1_p, lambda t, out, x: P.mul(t, P.add(out, _one(out))))
+defjvp(P.log2_p, lambda t, out, x: P.div(t, P.mul(x, _one(x, np.log(2.0)))))
+defjvp(P.log10_p, lambda t, out, x: P.div(t, P.mul(x, _one(x, np.log(10.0)))))
+defjvp(P.exp2_p, lambda t, out, x: P.mul(t, P.mul(out, _one(out, np.log(2.0)))))
+
+
+def _sum_of_squares(x, y):
+  return P.add(P.mul(x, x), P.mul(y, y))
+
+
+defjvp(P.arctan2_p, lambda t, out, y, x: P.mul(t, P.div(x, _sum_of_squares(x, y))),
+       lambda t, out, y, x: P.neg(P.mul(t, P.div(y, _sum_of_squares(x, y)))))
+defjvp(P.hypot_p, lambda t, out, x, y: P.mul(t, P.div(x, out)),
+       lambda t, out, x, y: P.mul(t, P.div(y, out)))
+defjvp(P.logaddexp_p, lambda t, out, x, y: P.mul(t, P.exp(P.sub(x, out))),
+       lambda t, out, x, y: P.mul(t, P.exp(P.sub(y, out))))
 defjvp(P.add_p, lambda t, out, x, y: t, lambda t, out, x, y: t)
 defjvp(P.sub_p, lambda t, out, x, y: t, lambda t, out, x, y: P.neg(t))
 defjvp(P.div_p, lambda t, out, x, y: P.div(t, y),

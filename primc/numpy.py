@@ -158,6 +158,35 @@ negative = _unary(P.neg, "negative", to_float=False)
 abs = _unary(P.abs_, "abs", to_float=False)
 absolute = abs
 sign = _unary(P.sign, "sign", to_float=False)
+tan = _unary(P.tan_p.bind, "tan")
+sinh = _unary(P.sinh_p.bind, "sinh")
+cosh = _unary(P.cosh_p.bind, "cosh")
+arcsin = asin = _unary(P.arcsin_p.bind, "arcsin")
+arccos = acos = _unary(P.arccos_p.bind, "arccos")
+arctan = atan = _unary(P.arctan_p.bind, "arctan")
+arcsinh = asinh = _unary(P.arcsinh_p.bind, "arcsinh")
+arccosh = acosh = _unary(P.arccosh_p.bind, "arccosh")
+arctanh = atanh = _unary(P.arctanh_p.bind, "arctanh")
+log1p = _unary(P.log1p_p.bind, "log1p")
+expm1 = _unary(P.expm1_p.bind, "expm1")
+log2 = _unary(P.log2_p.bind, "log2")
+log10 = _unary(P.log10_p.bind, "log10")
+exp2 = _unary(P.exp2_p.bind, "exp2")
+
+
+@_op
+def deg2rad(x):
+  x = _float(x)
+  return P.mul(x, P.scalar_like(np.pi / 180, x))
+
+
+@_op
+def rad2deg(x):
+  x = _float(x)
+  return P.mul(x, P.scalar_like(180 / np.pi, x))
+
+
+radians, degrees = deg2rad, rad2deg
 
 
 def _binary(prim_fn, name):
@@ -188,6 +217,33 @@ def divide(x, y):
 
 
 true_divide = divide
+
+
+def _binary_float(prim, name):
+  def fn(x, y):
+    x, y = _promote(x, y)
+    return prim.bind(_float(x), _float(y))
+  fn.__name__ = name
+  return _op(fn)
+
+
+arctan2 = atan2 = _binary_float(P.arctan2_p, "arctan2")
+hypot = _binary_float(P.hypot_p, "hypot")
+logaddexp = _binary_float(P.logaddexp_p, "logaddexp")
+
+
+@_op
+def clip(a, a_min=None, a_max=None):
+  """numpy's clip: `minimum(maximum(a, a_min), a_max)`, either bound None; the gradient is
+  that of maximum and minimum (1 inside, 0 outside, at a bound the bound's)."""
+  if a_min is None and a_max is None:
+    raise PrimcError("clip needs a_min or a_max (both are None)")
+  out = as_array(a)
+  if a_min is not None:
+    out = maximum(out, a_min)
+  if a_max is not None:
+    out = minimum(out, a_max)
+  return out
 
 
 @_op
@@ -1017,3 +1073,18 @@ def _wrap_ops():
 
 
 _wrap_ops()
+
+
+def __getattr__(name: str):
+  """A numpy name primc does not have raises an error that names it (not AttributeError's
+  bare message), with what exists in its place where there is something."""
+  if name.startswith("__") or not hasattr(np, name):
+    raise AttributeError(f"module 'primc.numpy' has no attribute {name!r}")
+  raise NotSupportedError(
+      f"primc.numpy.{name} (numpy.{name}) is not supported yet; the README's compatibility "
+      f"section lists what is, and primc.numpy's functions can be combined in its place")
+
+
+class NotSupportedError(PrimcError, AttributeError):
+  """A numpy name primc.numpy does not have (an AttributeError too, so `hasattr` and
+  `getattr(pnp, name, default)` keep working)."""

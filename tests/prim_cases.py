@@ -39,6 +39,10 @@ def away_from_zero(*shape):
   return lambda rng: rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 2.0, shape)
 
 
+def uniform(lo, hi, *shape):
+  return lambda rng: rng.uniform(lo, hi, shape)
+
+
 def args(*makers):
   return lambda rng: tuple(m(rng) for m in makers)
 
@@ -67,6 +71,23 @@ CASES = [
     Case(P.abs_p, P.abs_, args(away_from_zero(3, 4)), np.abs),
     Case(P.sign_p, P.sign, args(away_from_zero(3, 4)), np.sign),
     Case(P.stop_gradient_p, P.stop_gradient, args(normal(3, 4)), lambda x: x),
+    Case(P.tan_p, P.tan_p.bind, args(uniform(-1.2, 1.2, 3, 4)), np.tan),
+    Case(P.sinh_p, P.sinh, args(normal(3, 4)), np.sinh),
+    Case(P.cosh_p, P.cosh, args(normal(3, 4)), np.cosh),
+    Case(P.arcsin_p, P.arcsin_p.bind, args(uniform(-0.9, 0.9, 3, 4)), np.arcsin),
+    Case(P.arccos_p, P.arccos_p.bind, args(uniform(-0.9, 0.9, 3, 4)), np.arccos),
+    Case(P.arctan_p, P.arctan_p.bind, args(normal(3, 4)), np.arctan),
+    Case(P.arcsinh_p, P.arcsinh_p.bind, args(normal(3, 4)), np.arcsinh),
+    Case(P.arccosh_p, P.arccosh_p.bind, args(uniform(1.2, 3.0, 3, 4)), np.arccosh),
+    Case(P.arctanh_p, P.arctanh_p.bind, args(uniform(-0.9, 0.9, 3, 4)), np.arctanh),
+    Case(P.log1p_p, P.log1p_p.bind, args(uniform(-0.5, 2.0, 3, 4)), np.log1p),
+    Case(P.expm1_p, P.expm1_p.bind, args(normal(3, 4)), np.expm1),
+    Case(P.log2_p, P.log2_p.bind, args(positive(3, 4)), np.log2),
+    Case(P.log10_p, P.log10_p.bind, args(positive(3, 4)), np.log10),
+    Case(P.exp2_p, P.exp2_p.bind, args(normal(3, 4)), np.exp2),
+    Case(P.arctan2_p, P.arctan2_p.bind, args(normal(3, 4), positive(3, 4)), np.arctan2),
+    Case(P.hypot_p, P.hypot_p.bind, args(away_from_zero(3, 4), away_from_zero(3, 4)), np.hypot),
+    Case(P.logaddexp_p, P.logaddexp_p.bind, args(normal(3, 4), normal(3, 4)), np.logaddexp),
     Case(P.add_p, P.add, args(normal(3, 4), normal(3, 4)), np.add, linear=(0, 1)),
     Case(P.sub_p, P.sub, args(normal(3, 4), normal(3, 4)), np.subtract, linear=(0, 1)),
     Case(P.mul_p, P.mul, args(normal(3, 4), normal(3, 4)), np.multiply, linear=(0, 1), bilinear=True),
