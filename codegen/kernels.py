@@ -27,6 +27,7 @@ task's loop runs again with libm's versions.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Callable
 
 import numpy as np
@@ -334,17 +335,27 @@ class KernelContext:
 PARALLEL_MIN = 1 << 14  # elements: below this a parallel launch costs more than it saves
 
 
+_SIZE_NAME = re.compile(r"\bz(\d+)\b")
+
+
 def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) -> str:
   """A kernel's source: its table, its prologue (run by every phase), then the phases
   (0 returns its task count, 2 is optional, 1 runs the tasks [lo, hi))."""
   w = Writer()
+  # sizes the phases use are locals (see KernelContext.size); the others, read once by
+  # the table and the prologue, stay words (a local each costs numba ~1% of a kernel)
+  used = {int(k) for lines in phases.values() for line in lines
+          for k in _SIZE_NAME.findall(line)}
+  word = lambda line: _SIZE_NAME.sub(
+      lambda m: m.group(0) if int(m.group(1)) in used else f"sz[{m.group(1)}]", line)
   with w.block(f"def {ctx.name}(phase, lo, hi, p):"):
     w(*("# " + line for line in abstract_ir(program).splitlines()))
     w(f"sz = carray(p[0], ({max(1, len(ctx.sizes))},), np.int64)")
-    w(*(f"z{k} = NONNEG(sz[{k}])" for k in ctx.size_words))
+    w(*(f"z{k} = NONNEG(sz[{k}])" for k in ctx.size_words if k in used))
     if ctx.literals:
       w(f"kl = carray(p[0], ({len(ctx.sizes)},), np.float64)")
-    w(*(["err = carray(p[1], (4,), np.int64)"] if ctx.err else []), *ctx.table, *ctx.prologue)
+    w(*(["err = carray(p[1], (4,), np.int64)"] if ctx.err else []),
+      *map(word, ctx.table), *map(word, ctx.prologue))
     with w.block("if phase == 0:"):
       w(*phases[0])
     if 2 in phases:
