@@ -773,9 +773,17 @@ amin = min
 
 
 @_op
-def var(x, axis=None, keepdims=False):
+def var(x, axis=None, keepdims=False, ddof=0):
   d = subtract(x, mean(x, axis, keepdims=True))
-  return mean(multiply(d, d), axis, keepdims)
+  if not ddof:
+    return mean(multiply(d, d), axis, keepdims)
+  a = aval_of(d)
+  count = int(np.prod([a.shape[i] for i in _axes(axis, a.ndim)], dtype=np.int64)) - int(ddof)
+  total = sum(multiply(d, d), axis, keepdims)
+  divisor = size_constant(count, aval_of(total).dtype)  # count <= 0: inf or nan, as numpy
+  if aval_of(total).shape:
+    divisor = P.broadcast_in_dim(divisor, aval_of(total).shape, [])
+  return P.div(total, divisor)
 
 
 @_op
@@ -1072,7 +1080,344 @@ def _wrap_ops():
       g[name] = _front_end_aware(value)
 
 
-_wrap_ops()
+
+
+# ---------------------------------------------------------------------------------------
+# More of numpy's array functions, composed of primitives: their derivatives (any order),
+# batching and compiled code come from those of the primitives.
+
+def _slice_axis(x, axis, start, stop):
+  shape = aval_of(x).shape
+  starts = [0] * len(shape)
+  limits = list(shape)
+  starts[axis], limits[axis] = start, stop
+  return P.slice_(x, starts, limits)
+
+
+def _pad_axis(x, axis, before, after):
+  return P.pad(x, [(before, after, 0) if d == axis else (0, 0, 0)
+                   for d in range(aval_of(x).ndim)])
+
+
+def _one_axis(axis, ndim):
+  return _axes(axis, ndim)[0]
+
+
+@_op
+def ravel(a):
+  return reshape(a, (-1,))
+
+
+flatten = ravel
+
+
+@_op
+def flip(m, axis=None):
+  m = as_array(m)
+  axes = _axes(axis, aval_of(m).ndim)
+  return P.rev(m, axes) if axes else m
+
+
+def flipud(m):
+  return flip(m, 0)
+
+
+def fliplr(m):
+  return flip(m, 1)
+
+
+@_op
+def rot90(m, k=1, axes=(0, 1)):
+  m = as_array(m)
+  nd = aval_of(m).ndim
+  a0, a1 = (a % nd for a in axes)
+  if a0 == a1 or nd < 2:
+    raise ShapeError(f"rot90 needs two different axes of an array of rank >= 2, got {axes}")
+  perm = list(range(nd))
+  perm[a0], perm[a1] = perm[a1], perm[a0]
+  k %= 4
+  if k == 0:
+    return m
+  if k == 2:
+    return flip(m, (a0, a1))
+  return transpose(flip(m, a1), perm) if k == 1 else flip(transpose(m, perm), a1)
+
+
+@_op
+def roll(a, shift, axis=None):
+  a = as_array(a)
+  if axis is None:
+    return reshape(roll(ravel(a), shift, 0), aval_of(a).shape)
+  shifts = (shift,) if isinstance(shift, (int, np.integer)) else tuple(shift)
+  axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+  if len(shifts) != len(axes):
+    shifts = shifts * len(axes) if len(shifts) == 1 else shifts
+  if len(shifts) != len(axes):
+    raise ShapeError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
+  for s, ax in zip(shifts, axes):
+    ax = _one_axis(ax, aval_of(a).ndim)
+    n = aval_of(a).shape[ax]
+    s = int(s) % n if n else 0
+    if s:
+      a = P.concatenate([_slice_axis(a, ax, n - s, n), _slice_axis(a, ax, 0, n - s)], ax)
+  return a
+
+
+@_op
+def pad(array, pad_width, mode="constant", constant_values=0):
+  """numpy.pad with mode="constant" (a scalar constant); other modes are not supported."""
+  x = as_array(array)
+  if mode != "constant":
+    raise NotSupportedError(f"pad with mode={mode!r} is not supported (mode='constant' is)")
+  if np.ndim(constant_values) != 0:
+    raise NotSupportedError("pad with per-axis constant_values is not supported (a scalar is)")
+  nd = aval_of(x).ndim
+  widths = np.broadcast_to(np.asarray(pad_width, np.int64), (nd, 2))
+  if (widths < 0).any():
+    raise ShapeError(f"pad widths must be non-negative, got {pad_width}")
+  config = [(int(b), int(e), 0) for b, e in widths]
+  out = P.pad(x, config)
+  if constant_values != 0:
+    border = P.sub(P.scalar_like(1, out), P.pad(P.full(aval_of(x).shape, 1, aval_of(x).dtype),
+                                                config))
+    out = add(out, multiply(border, constant_values))
+  return out
+
+
+@_op
+def tile(A, reps):
+  A = as_array(A)
+  reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
+  shape = aval_of(A).shape
+  nd = builtins.max(len(shape), len(reps))
+  shape = (1,) * (nd - len(shape)) + shape
+  reps = (1,) * (nd - len(reps)) + reps
+  A = reshape(A, shape)
+  spread = [d for r, n in zip(reps, shape) for d in (r, n)]
+  wide = P.broadcast_in_dim(A, spread, tuple(range(1, 2 * nd, 2)))
+  return reshape(wide, [r * n for r, n in zip(reps, shape)])
+
+
+@_op
+def repeat(a, repeats, axis=None):
+  a = as_array(a)
+  if not isinstance(repeats, (int, np.integer)):
+    raise NotSupportedError("repeat with an array of repeats is not supported (an int is)")
+  if axis is None:
+    a, axis = ravel(a), 0
+  shape = aval_of(a).shape
+  axis = _one_axis(axis, len(shape))
+  spread = list(shape[:axis + 1]) + [int(repeats)] + list(shape[axis + 1:])
+  dims = tuple(d if d <= axis else d + 1 for d in range(len(shape)))
+  wide = P.broadcast_in_dim(a, spread, dims)
+  return reshape(wide, shape[:axis] + (shape[axis] * int(repeats),) + shape[axis + 1:])
+
+
+def _triangle(m, k, lower: bool):
+  m = as_array(m)
+  shape = aval_of(m).shape
+  if len(shape) < 2:
+    raise ShapeError(f"{'tril' if lower else 'triu'} needs an array of rank >= 2, got {shape}")
+  rows, cols = P.iota(shape, len(shape) - 2), P.iota(shape, len(shape) - 1)
+  keep = (less_equal if lower else greater_equal)(subtract(cols, rows), int(k))
+  return where(keep, m, zeros_like(m))
+
+
+@_op
+def tril(m, k=0):
+  return _triangle(m, k, lower=True)
+
+
+@_op
+def triu(m, k=0):
+  return _triangle(m, k, lower=False)
+
+
+@_op
+def diagonal(a, offset=0):
+  """The diagonal of a matrix (offset k: above for k > 0), as numpy (2-D arrays)."""
+  a = as_array(a)
+  shape = aval_of(a).shape
+  if len(shape) != 2:
+    raise NotSupportedError(f"diagonal of a rank-{len(shape)} array is not supported (2-D is)")
+  n, m = shape
+  k = int(offset)
+  length = builtins.max(0, builtins.min(n, m - k) if k >= 0 else builtins.min(n + k, m))
+  i = np.arange(length)
+  flat = (i * m + i + k) if k >= 0 else ((i - k) * m + i)
+  return take(ravel(a), flat.astype(np.int32))
+
+
+@_op
+def diag(v, k=0):
+  """A 1-D array's diagonal matrix (k: which diagonal), or a matrix's diagonal."""
+  v = as_array(v)
+  shape = aval_of(v).shape
+  if len(shape) == 2:
+    return diagonal(v, k)
+  if len(shape) != 1:
+    raise ShapeError(f"diag needs a 1-D or 2-D array, got shape {shape}")
+  k = int(k)
+  size = shape[0] + builtins.abs(k)
+  padded = P.pad(v, [(0, builtins.abs(k), 0)])
+  along = 0 if k >= 0 else 1  # row r holds v[r] (k >= 0); column c holds v[c] (k < 0)
+  values = P.broadcast_in_dim(padded, (size, size), (along,))
+  rows, cols = P.iota((size, size), 0), P.iota((size, size), 1)
+  return where(equal(subtract(cols, rows), k), values, zeros_like(values))
+
+
+@_op
+def trace(a, offset=0):
+  return sum(diagonal(a, offset))
+
+
+def _atleast(a, nd):
+  a = as_array(a)
+  shape = aval_of(a).shape
+  if len(shape) >= nd:
+    return a
+  return reshape(a, (1,) * (nd - len(shape)) + shape if nd == 2 or not shape
+                 else (1,) + shape + (1,))
+
+
+@_op
+def vstack(tup):
+  return concatenate([_atleast(a, 2) for a in tup], 0)
+
+
+row_stack = vstack
+
+
+@_op
+def hstack(tup):
+  arrays = [_atleast(a, 1) for a in tup]
+  return concatenate(arrays, 0 if aval_of(arrays[0]).ndim == 1 else 1)
+
+
+@_op
+def column_stack(tup):
+  cols = []
+  for a in tup:
+    a = as_array(a)
+    cols.append(reshape(a, (aval_of(a).shape[0], 1)) if aval_of(a).ndim == 1 else _atleast(a, 2))
+  return concatenate(cols, 1)
+
+
+@_op
+def append(arr, values, axis=None):
+  if axis is None:
+    return concatenate([ravel(arr), ravel(values)], 0)
+  return concatenate([arr, values], axis)
+
+
+@_op
+def diff(a, n=1, axis=-1):
+  a = as_array(a)
+  axis = _one_axis(axis, aval_of(a).ndim)
+  for _ in range(int(n)):
+    m = aval_of(a).shape[axis]
+    a = subtract(_slice_axis(a, axis, 1, m), _slice_axis(a, axis, 0, builtins.max(0, m - 1)))
+  return a
+
+
+def _scan(a, axis, combine, identity):
+  """Inclusive prefix scan by doubling (Hillis-Steele): log2(n) steps, each combining the
+  partial results with a copy shifted by the step (pad and slice; the positions shifted
+  in hold `identity`)."""
+  n = aval_of(a).shape[axis]
+  step = 1
+  while step < n:
+    shifted = _pad_axis(_slice_axis(a, axis, 0, n - step), axis, step, 0)
+    if identity:
+      shifted = add(shifted, _border(a, axis, step, identity))
+    a = combine(a, shifted)
+    step *= 2
+  return a
+
+
+def _border(a, axis, step, fill):
+  """`fill` at the first `step` positions along `axis`, 0 elsewhere."""
+  shape = aval_of(a).shape
+  idx = P.iota(shape, axis)
+  return where(less(idx, step), P.full(shape, fill, aval_of(a).dtype),
+               P.full(shape, 0, aval_of(a).dtype))
+
+
+def _scan_input(a, axis, dtype):
+  a = asarray(a, dtype)
+  if aval_of(a).dtype == "bool":
+    a = P.convert(a, "int32")
+  if axis is None:
+    return ravel(a), 0
+  return a, _one_axis(axis, aval_of(a).ndim)
+
+
+@_op
+def cumsum(a, axis=None, dtype=None):
+  a, axis = _scan_input(a, axis, dtype)
+  return _scan(a, axis, add, 0)
+
+
+@_op
+def cumprod(a, axis=None, dtype=None):
+  a, axis = _scan_input(a, axis, dtype)
+  return _scan(a, axis, multiply, 1)
+
+
+@_op
+def prod(a, axis=None, keepdims=False, dtype=None):
+  """Products by halving: pairs multiplied, log2(n) steps (no division: zeros are fine)."""
+  a = asarray(a, dtype)
+  if aval_of(a).dtype == "bool":
+    a = P.convert(a, "int32")
+  shape = aval_of(a).shape
+  axes = _axes(axis, len(shape))
+  for ax in axes:
+    while aval_of(a).shape[ax] > 1:
+      n = aval_of(a).shape[ax]
+      if n % 2:
+        a = P.concatenate([a, P.full(aval_of(a).shape[:ax] + (1,) + aval_of(a).shape[ax + 1:],
+                                     1, aval_of(a).dtype)], ax)
+        n += 1
+      a = multiply(_slice_axis(a, ax, 0, n // 2), _slice_axis(a, ax, n // 2, n))
+    if aval_of(a).shape[ax] == 0:
+      a = P.full(aval_of(a).shape[:ax] + (1,) + aval_of(a).shape[ax + 1:], 1, aval_of(a).dtype)
+  out = reshape(a, [n for i, n in enumerate(shape) if i not in axes])
+  return _keep(out, shape, axes) if keepdims else out
+
+
+@_op
+def std(a, axis=None, ddof=0, keepdims=False):
+  return sqrt(var(a, axis, keepdims, ddof=ddof))
+
+
+def _arg_extreme(a, axis, reduce_fn):
+  a = as_array(a)
+  if axis is None:
+    a, axis = ravel(a), 0
+  shape = aval_of(a).shape
+  axis = _one_axis(axis, len(shape))
+  n = shape[axis]
+  if n == 0:
+    raise ShapeError(f"attempt to get the arg{'max' if reduce_fn is max else 'min'} of an "
+                     f"empty sequence")
+  best = reduce_fn(a, axis, keepdims=True)
+  hit = equal(a, best)
+  if aval_of(a).is_float:  # a NaN is the extreme (numpy): the first NaN wins
+    hit = where(not_equal(best, best), not_equal(a, a), hit)
+  rank_from_end = subtract(n - 1, P.iota(shape, axis, "int64"))
+  first = P.reduce_max(where(hit, rank_from_end, P.full(shape, -1, "int64")), (axis,))
+  return subtract(n - 1, first)
+
+
+@_op
+def argmax(a, axis=None):
+  return _arg_extreme(a, axis, max)
+
+
+@_op
+def argmin(a, axis=None):
+  return _arg_extreme(a, axis, min)
 
 
 def __getattr__(name: str):
@@ -1088,3 +1433,14 @@ def __getattr__(name: str):
 class NotSupportedError(PrimcError, AttributeError):
   """A numpy name primc.numpy does not have (an AttributeError too, so `hasattr` and
   `getattr(pnp, name, default)` keep working)."""
+
+
+# ndarray methods of the functions above (not `.var`: a traced value's `var` is its IR variable)
+_MORE_METHODS = {"ravel": ravel, "flatten": ravel, "squeeze": squeeze, "prod": prod,
+                 "cumsum": cumsum, "cumprod": cumprod, "std": std,
+                 "argmax": argmax, "argmin": argmin, "clip": clip, "diagonal": diagonal,
+                 "trace": trace, "repeat": repeat}
+_TRACER_METHODS.update(_MORE_METHODS)
+for _name, _fn in _MORE_METHODS.items():
+  setattr(Tracer, _name, _fn)
+_wrap_ops()
