@@ -22,5 +22,5 @@ from primc.settings import config, raw_transforms
 from primc.compile import cache_stats, jit
 from primc import eager
 from primc.eager import GradManager, Tensor, to_tensor
-from primc import autograd, functional, nn, optimizer, static
+from primc import autograd, functional, nn, optimizer, static, tree_util
 from primc.nn import seed

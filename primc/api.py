@@ -136,9 +136,13 @@ def grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   return _named("grad", fun, grad_fn)
 
 
-def jvp(fun: Callable, primals: Sequence, tangents: Sequence):
+def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
   """Forward mode: `(fun(*primals), J @ tangents)`. Tangents match primals' structure;
-  integer primals take (ignored) integer tangents; non-float outputs get zero tangents."""
+  integer primals take (ignored) integer tangents; non-float outputs get zero tangents.
+  With `has_aux`, fun returns `(output, aux)` and jvp `(output, tangent, aux)`."""
+  if has_aux:
+    (out, aux), (t_out, _) = jvp(lambda *a: _checked_pair(fun(*a), "jvp"), primals, tangents)
+    return out, t_out, aux
   program, leaves, captured, in_tree, out_tree = _trace(fun, primals)
   t_leaves, t_tree = tree_flatten(list(tangents))
   if t_tree != in_tree:
@@ -275,17 +279,32 @@ def _with_arg(fun, args, i):
   return lambda x: fun(*args[:i], x, *args[i + 1:])
 
 
-def _per_argnum(jac_one, argnums, name):
+def _checked_pair(out, what):
+  if not isinstance(out, (tuple, list)) or len(out) != 2:
+    raise PrimcError(f"{what}(has_aux=True) needs the function to return a pair "
+                     "(output, aux)")
+  return tuple(out)
+
+
+def _per_argnum(jac_one, argnums, name, has_aux=False):
+  """The Jacobians of `jac_one.fun` for `argnums`; with `has_aux` the function returns
+  `(output, aux)`: the Jacobians are of the output, and `(jacobians, aux)` is returned
+  (aux from the function's value at the arguments)."""
   def jac(*args):
     nums = _argnums(argnums, len(args))
-    jacs = [jac_one(_with_arg(jac_one.fun, args, i), as_array(args[i])) for i in nums]
-    return jacs[0] if isinstance(argnums, int) else tuple(jacs)
+    fun = jac_one.fun
+    if has_aux:
+      fun = lambda *a: _checked_pair(jac_one.fun(*a), name)[0]
+    jacs = [jac_one(_with_arg(fun, args, i), as_array(args[i])) for i in nums]
+    out = jacs[0] if isinstance(argnums, int) else tuple(jacs)
+    return (out, _checked_pair(jac_one.fun(*args), name)[1]) if has_aux else out
   return _named(name, jac_one.fun, jac)
 
 
-def jacfwd(fun: Callable, argnums=0) -> Callable:
+def jacfwd(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   """The Jacobian by forward mode, all basis tangents pushed through one batched program.
-  Shape: output shape + input shape (a tuple of Jacobians for tuple argnums)."""
+  Shape: output shape + input shape (a tuple of Jacobians for tuple argnums); with
+  `has_aux`, fun returns `(output, aux)` and so does the Jacobian function."""
   def one(f, x):
     n = aval_of(x).size
     shape = aval_of(x).shape
@@ -298,12 +317,13 @@ def jacfwd(fun: Callable, argnums=0) -> Callable:
         pnp.reshape(pnp.moveaxis(y, 0, -1), aval_of(y).shape[1:] + shape)
         for y in tree_flatten(ys)[0]])
   one.fun = fun
-  return _per_argnum(one, argnums, "jacfwd")
+  return _per_argnum(one, argnums, "jacfwd", has_aux)
 
 
-def jacrev(fun: Callable, argnums=0) -> Callable:
+def jacrev(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   """The Jacobian by reverse mode, all basis cotangents pulled back in one batched program.
-  Shape: output shape + input shape (single-array outputs)."""
+  Shape: output shape + input shape (single-array outputs); with `has_aux`, fun returns
+  `(output, aux)` and so does the Jacobian function."""
   def one(f, x):
     y, pullback = vjp(f, x)
     if not isinstance(y, (Tracer, np.ndarray)):
@@ -319,7 +339,7 @@ def jacrev(fun: Callable, argnums=0) -> Callable:
       rows = vmap(pullrow)(pnp.eye(m, dtype=aval_of(y).dtype))
     return pnp.reshape(rows, yshape + aval_of(x).shape)
   one.fun = fun
-  return _per_argnum(one, argnums, "jacrev")
+  return _per_argnum(one, argnums, "jacrev", has_aux)
 
 
 def hessian(fun: Callable, argnums=0) -> Callable:

@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import functools
 import gc
+import inspect
 import os
 import re
 import sys
@@ -80,7 +81,8 @@ class Jitted:
 
   def __init__(self, fun, static_argnums=(), warmup=(), tiered=None):
     self.fun = fun
-    self.static_argnums = tuple(static_argnums)
+    self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
+                           else tuple(static_argnums))
     self.warmup = tuple(warmup)
     self.tiered = tiered
     # signature -> (executable, out_tree), least recently compiled first; at most
@@ -122,14 +124,31 @@ class Jitted:
     assert not captured
     return traced, out_tree
 
-  def __call__(self, *args, out=None):
+  def __call__(self, *args, out=None, **kwargs):
+    if kwargs:  # bound to the function's parameters: the signature is positional
+      args = self._bind(args, kwargs)
+    return self._call_positional(args, out)
+
+  def _bind(self, args, kwargs):
+    try:
+      bound = inspect.signature(self.fun).bind(*args, **kwargs)
+    except TypeError as e:
+      raise PrimcError(f"{getattr(self.fun, '__qualname__', 'a jitted function')}: {e}") from None
+    bound.apply_defaults()
+    if bound.kwargs:
+      raise PrimcError("jit: keyword-only or **kwargs parameters are not supported; pass "
+                       f"{sorted(bound.kwargs)} positionally")
+    return bound.args
+
+  def _call_positional(self, args, out):
     # Hot path: the arguments of the last fast call again (its native entry checks their
     # types, dtypes, shapes and layout, and returns None for others). Then the fast path: flat
     # ndarray arguments whose signature (with C-contiguous strides) was compiled before;
     # scalars (Python or numpy) become the 0-d arrays the general path would make of them.
-    # Anything else takes the general path (`_call`).
+    # Anything else takes the general path (`_call`), as do functions with static
+    # arguments (Python values: a static scalar must stay a scalar).
     try:
-      if out is None:
+      if out is None and not self.static_argnums:
         hot = self._hot
         if hot is not None:
           result = hot(*args)
@@ -296,7 +315,7 @@ def example_args(signature) -> list:
   return [parse_arg_spec(a) if isinstance(a, str) else np.asarray(a) for a in signature]
 
 
-def jit(fun=None, *, static_argnums=(), warmup=(), tiered=None):
+def jit(fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=None):
   """Compiles `fun` to native code per input signature.
 
   Each new signature (pytree structure, shapes, dtypes, static arguments) traces `fun`,
@@ -307,6 +326,8 @@ def jit(fun=None, *, static_argnums=(), warmup=(), tiered=None):
   Args:
     fun: the function (arrays, or pytrees of arrays, in and out).
     static_argnums: positions of arguments passed as Python values (hashable).
+    static_argnames: names of such arguments (positional or keyword). Calls may pass any
+      argument by keyword: they are bound to `fun`'s parameters first.
     warmup: signatures to compile ahead of time with `primc warmup`, each a sequence of
       argument specs such as `("f32[2,2]", "f32[2]")` (flat array arguments).
     tiered: a signature whose native code is not in the cache yet runs on the
@@ -318,5 +339,19 @@ def jit(fun=None, *, static_argnums=(), warmup=(), tiered=None):
     like the outputs) to write results into existing arrays.
   """
   if fun is None:
-    return lambda f: Jitted(f, static_argnums, warmup, tiered)
-  return Jitted(fun, static_argnums, warmup, tiered)
+    return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
+                         warmup=warmup, tiered=tiered)
+  return Jitted(fun, _static_positions(fun, static_argnums, static_argnames), warmup, tiered)
+
+
+def _static_positions(fun, static_argnums, static_argnames) -> tuple[int, ...]:
+  nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+  names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+  if not names:
+    return nums
+  params = list(inspect.signature(fun).parameters)
+  missing = [n for n in names if n not in params]
+  if missing:
+    raise PrimcError(f"jit: static_argnames {missing} are not parameters of "
+                     f"{getattr(fun, '__qualname__', fun)} ({', '.join(params)})")
+  return tuple(sorted(set(nums) | {params.index(n) for n in names}))

@@ -1,18 +1,19 @@
-"""Pytrees: nested tuples, lists and dicts (and None) of array leaves.
+"""Pytrees: nested containers of array leaves: tuples, lists, dicts, None, namedtuples,
+dataclasses, and classes registered with `register_pytree_node`.
 
-A small local implementation: primc only needs flatten/unflatten over the standard
-containers, with a hashable tree definition that enters compile-cache keys.
+flatten/unflatten with a hashable tree definition that enters compile-cache keys (so a
+registered class's auxiliary data must be hashable). `primc.tree_util` is the public face.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclasses.dataclass(frozen=True)
 class TreeDef:
-  kind: str                 # "leaf" | "none" | "tuple" | "list" | "dict"
-  meta: Any                 # dict keys (sorted) or None
+  kind: str                 # "leaf" | "none" | "tuple" | "list" | "dict" | "node"
+  meta: Any                 # dict keys (sorted); (class, aux data) of a node; or None
   children: tuple["TreeDef", ...]
 
   @property
@@ -30,10 +31,54 @@ def tree_flatten(tree) -> tuple[list, TreeDef]:
   return leaves, _flatten(tree, leaves)
 
 
+# class -> (flatten: obj -> (children, aux), unflatten: (aux, children) -> obj)
+_NODES: dict[type, tuple[Callable, Callable]] = {}
+
+
+def register_pytree_node(cls: type, flatten: Callable, unflatten: Callable) -> None:
+  """Makes instances of `cls` pytrees: `flatten(obj)` returns `(children, aux)` (children
+  a sequence of pytrees, aux hashable data kept in the tree definition) and
+  `unflatten(aux, children)` rebuilds the object."""
+  if cls in _NODES:
+    raise ValueError(f"{cls.__name__} is already registered as a pytree node")
+  _NODES[cls] = (flatten, unflatten)
+
+
+def _node_of(tree):
+  """(flatten, unflatten) for a registered class, a namedtuple or a dataclass instance."""
+  cls = type(tree)
+  if cls in _NODES:
+    return _NODES[cls]
+  if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+    return (lambda t: (tuple(t), None)), (lambda aux, c: cls(*c))
+  if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+    return _dataclass_flatten, _dataclass_unflatten(cls)
+  return None
+
+
+def _dataclass_flatten(obj):
+  """A dataclass's `init` fields: strings (names, modes) are auxiliary data, the rest
+  children; aux = (data field names, (meta name, value) pairs)."""
+  data, meta = [], []
+  for f in dataclasses.fields(obj):
+    if f.init:
+      value = getattr(obj, f.name)
+      (meta if isinstance(value, (str, bytes)) else data).append((f.name, value))
+  return tuple(v for _, v in data), (tuple(n for n, _ in data), tuple(meta))
+
+
+def _dataclass_unflatten(cls):
+  return lambda aux, children: cls(**dict(zip(aux[0], children)), **dict(aux[1]))
+
+
 def _flatten(tree, leaves) -> TreeDef:
   if tree is None:
     return TreeDef("none", None, ())
-  if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
+  node = _node_of(tree)
+  if node is not None:
+    children, aux = node[0](tree)
+    return TreeDef("node", (type(tree), aux), tuple(_flatten(c, leaves) for c in children))
+  if isinstance(tree, (tuple, list)):
     kind = "tuple" if isinstance(tree, tuple) else "list"
     return TreeDef(kind, None, tuple(_flatten(c, leaves) for c in tree))
   if isinstance(tree, dict):
@@ -81,7 +126,29 @@ def _unflatten(td: TreeDef, it):
     return tuple(children)
   if td.kind == "list":
     return children
+  if td.kind == "node":
+    cls, aux = td.meta
+    return _node_of_class(cls)(aux, children)
   return dict(zip(td.meta, children, strict=True))
+
+
+def _node_of_class(cls: type) -> Callable:
+  if cls in _NODES:
+    return _NODES[cls][1]
+  if issubclass(cls, tuple):  # a namedtuple
+    return lambda aux, c: cls(*c)
+  return _dataclass_unflatten(cls)
+
+
+def tree_map(fn: Callable, tree, *rest):
+  """`fn` applied to the leaves of `tree` (and the matching leaves of `rest`, of the same
+  structure), in a tree of that structure."""
+  leaves, td = tree_flatten(tree)
+  others = [tree_flatten(r) for r in rest]
+  for leaves_r, td_r in others:
+    if td_r != td:
+      raise ValueError(f"tree_map: trees of different structures: {td} and {td_r}")
+  return tree_unflatten(td, [fn(*xs) for xs in zip(leaves, *(l for l, _ in others))])
 
 
 
