@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from primc import contraction
 from primc import prims as P
 from primc.core import FLOAT_DTYPES, PrimcError, PrimcIndexError, ShapeError, index_error
 from primc.trace import Tracer, as_array, aval_of, locate, size_constant, user_op, user_source
@@ -844,6 +845,34 @@ def dot(a, b):
     return matmul(a, b)
   a, b = _promote_list([a, b])  # a's last axis with b's second-to-last (or only) axis
   return P.dot_general(a, b, (((len(sa) - 1,), (builtins.max(len(sb) - 2, 0),)), ((), ())))
+
+
+@_op
+def einsum(subscripts, *operands, optimize="greedy"):
+  """numpy.einsum with a subscripts string (explicit or implicit output, ellipses,
+  repeated indices); the contraction order is opt_einsum's (`optimize`: its strategy)."""
+  if not isinstance(subscripts, str):
+    raise NotSupportedError("einsum with (operand, sublist) arguments is not supported; "
+                            "pass a subscripts string")
+  return contraction.einsum(subscripts, *_promote_list(operands), optimize=optimize)
+
+
+@_op
+def tensordot(a, b, axes=2):
+  return contraction.tensordot(*_promote_list([a, b]), axes)
+
+
+@_op
+def inner(a, b):
+  a, b = _promote_list([a, b])
+  if not aval_of(a).ndim or not aval_of(b).ndim:
+    return multiply(a, b)
+  return contraction.tensordot(a, b, ([-1], [-1]))
+
+
+@_op
+def kron(a, b):
+  return contraction.kron(*_promote_list([a, b]))
 
 
 @_op
