@@ -15,7 +15,7 @@ FOLDERS = {"primc": "primc", "passes": "primc.passes", "codegen": "primc.codegen
 LAYERS = [
     ("IR", ["primc.core", "primc.tree", "primc.trace", "primc.prims", "primc.interpreter",
             "primc.settings"]),
-    ("transforms and ops", ["primc.ad", "primc.batching", "primc.numpy"]),
+    ("transforms and ops", ["primc.ad", "primc.batching", "primc.numpy", "primc.contraction"]),
     ("passes", ["primc.passes"]),
     ("codegen", ["primc.codegen"]),
     ("compile and the functional API", ["primc.compile", "primc.api"]),
