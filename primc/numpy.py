@@ -1087,6 +1087,7 @@ def register_front_end(cls: type, apply: Callable, fallback: Callable) -> None:
     else:
       op = _front_end_aware(fn)
       setattr(cls, name, (lambda op: lambda self, *a, **k: op(self, *a, **k))(op))
+  cls.at = property(_At)  # functional updates, recorded as the op `index_update`
   cls.__array_ufunc__ = lambda self, ufunc, method, *args, **kwargs: _numpy_dispatch(
       ufunc, method, args, kwargs, lambda: fallback(getattr(ufunc, method), args, kwargs))
   cls.__array_function__ = lambda self, func, types, args, kwargs: _numpy_dispatch(
@@ -1449,6 +1450,83 @@ def argmin(a, axis=None):
   return _arg_extreme(a, axis, min)
 
 
+# ---------------------------------------------------------------------------------------
+# Functional updates: x.at[idx].set(v) / .add(v) / .multiply(v) (traced arrays are
+# immutable). The positions come from numpy's own indexing of an arange, so every constant
+# index numpy takes (ints, slices, None, ..., integer and boolean arrays) means what it
+# means there, and one out of bounds is numpy's IndexError.
+
+class _At:
+  def __init__(self, x):
+    self.x = x
+
+  def __getitem__(self, idx):
+    return _IndexUpdate(self.x, idx)
+
+
+class _IndexUpdate:
+  """`x.at[idx]`: `.set(v)`, `.add(v)`, `.multiply(v)` return new arrays; `.get()` is
+  `x[idx]`."""
+
+  def __init__(self, x, idx):
+    self.x, self.idx = x, idx
+
+  def get(self):
+    return getitem(self.x, self.idx)
+
+  def set(self, values):
+    return index_update(self.x, self.idx, values, "set")
+
+  def add(self, values):
+    return index_update(self.x, self.idx, values, "add")
+
+  def multiply(self, values):
+    return index_update(self.x, self.idx, values, "multiply")
+
+
+@_op
+def index_update(x, idx, values, how="set"):
+  """`x` with `values` set at, added at or multiplied into `x[idx]` (`x.at[idx]`):
+  `set` keeps the last value where an index repeats (numpy's assignment), `add`
+  accumulates repeats, `multiply` refuses them."""
+  x = as_array(x)
+  shape, dtype = aval_of(x).shape, np.dtype(aval_of(x).dtype)
+  leaves = idx if isinstance(idx, tuple) else (idx,)
+  if any(isinstance(i, Tracer) for i in leaves):
+    raise NotSupportedError("x.at[...] with traced indices is not supported (constant "
+                            "indices are: ints, slices, integer or boolean arrays)")
+  pos = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[idx]
+  values = broadcast_to(asarray(values, dtype.name), pos.shape)
+  flat = pos.reshape(-1)
+  if how == "add":
+    return _scatter_flat(x, flat, values)
+  if how == "multiply":
+    if len(np.unique(flat)) != flat.size:
+      raise NotSupportedError("x.at[idx].multiply with a repeated index is not supported")
+    return multiply(x, _scatter_flat(P.full(shape, 1, dtype.name), flat, subtract(values, 1)))
+  if how != "set":
+    raise PrimcError(f"index_update: how must be 'set', 'add' or 'multiply', not {how!r}")
+  last = {p: k for k, p in enumerate(flat)}  # position -> its last occurrence
+  keep = np.array(sorted(last.values()), np.int64)
+  untouched = np.ones(int(np.prod(shape, dtype=np.int64)), bool)
+  untouched[flat] = False
+  cleared = multiply(x, untouched.reshape(shape).astype(dtype))
+  v = reshape(values, (-1,))
+  if len(keep) != flat.size:
+    v = take(v, keep.astype(np.int32))
+  return _scatter_flat(cleared, flat[keep], v)
+
+
+def _scatter_flat(x, flat, values):
+  """x with `values` (in the order of the flat positions) added at those positions."""
+  if flat.size == 0:
+    return x
+  shape = aval_of(x).shape
+  out = P.scatter_add(reshape(x, (-1,)), np.asarray(flat, np.int32),
+                      reshape(values, (-1,)), 0)
+  return reshape(out, shape)
+
+
 def __getattr__(name: str):
   """A numpy name primc does not have raises an error that names it (not AttributeError's
   bare message), with what exists in its place where there is something."""
@@ -1472,4 +1550,5 @@ _MORE_METHODS = {"ravel": ravel, "flatten": ravel, "squeeze": squeeze, "prod": p
 _TRACER_METHODS.update(_MORE_METHODS)
 for _name, _fn in _MORE_METHODS.items():
   setattr(Tracer, _name, _fn)
+Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 _wrap_ops()
