@@ -221,7 +221,8 @@ INDEX_LOADS = {P.broadcast_in_dim_p: _load_broadcast, P.transpose_p: _load_trans
                P.rev_p: _load_rev, P.concatenate_p: _load_concatenate}
 # primitives a kernel computes by its region kind's emitter, not by a rule of their own
 REGION_EMITTED = {"reduction": "accumulated by loop kernels (_accumulate)",
-                  "contraction": "emit_dot_kernel", "indexing": "emit_gather_kernel"}
+                  "contraction": "emit_dot_kernel", "indexing": "emit_gather_kernel",
+                  "sorting": "emit_sort_kernel"}
 
 
 def emits(prim: Primitive) -> bool:
@@ -865,3 +866,21 @@ def emit_gather_kernel(name: str, program: Program) -> Kernel:
   w("return 1")
   return Kernel(_source(ctx, program, {0: w.lines, 1: []}), tuple(ctx.sizes), False, False,
                 tuple(ctx.scratch))
+
+
+def emit_sort_kernel(name: str, program: Program) -> Kernel:
+  """argsort along the last axis, one row per task (numba's stable merge sort: NaNs
+  last, as numpy's)."""
+  ctx = KernelContext(name, program)
+  (e,) = program.eqns
+  ins, outs = ctx.arrays(program)
+  shape = e.inputs[0].aval.shape
+  rows = " * ".join(ctx.size(n) for n in shape[:-1]) or "1"
+  n = ctx.size(shape[-1])
+  ctx.prologue += [f"rows = {rows}", f"x2 = {ctx.reshaped(ins[0], ['rows', n])}",
+                   f"o2 = {ctx.reshaped(outs[0], ['rows', n])}"]
+  tasks = Writer()
+  with tasks.block("for r in range(lo, hi):"):
+    tasks("o2[r, :] = np.argsort(x2[r], kind='mergesort')")
+  return Kernel(_source(ctx, program, {0: ["return rows + 1"], 1: tasks.lines}),
+                tuple(ctx.sizes), False, False, tuple(ctx.scratch))

@@ -34,6 +34,8 @@ def _kernel(region: Program, kind: str, name: str, prefer) -> kernels.Kernel:
     return next((v for v in variants if module_source(v) in prefer), variants[0])
   if kind == "gather":
     return kernels.emit_gather_kernel(name, region)
+  if kind == "sort":
+    return kernels.emit_sort_kernel(name, region)
   lazy = lazy_eqns(region)  # computed where they are read, at other indices
   domain = max((fusion_domain(e) for e in region.eqns if e not in lazy), key=len, default=())
   return kernels.emit_loop_kernel(name, region, domain)

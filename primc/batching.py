@@ -97,6 +97,12 @@ def _scatter_add_rule(args, dims, *, axis, batch_dims):
   return P.scatter_add(x, materialize(idx, di, n), upd, axis + 1, batch_dims + 1), 0
 
 
+def _argsort_rule(args, dims):
+  (x,), (dx,) = args, dims  # the batch moves to the front; the sorted axis stays last
+  return P.argsort(moveaxis(x, dx, 0)), 0
+
+
+batch_rules[P.argsort_p] = _argsort_rule
 batch_rules[P.gather_p] = _gather_rule
 batch_rules[P.scatter_add_p] = _scatter_add_rule
 

@@ -136,6 +136,7 @@ TRAITS = {
     "contraction": "a sum of products over contracted dims (dot_general)",
     "indexing": "reads or writes at indices held in an array (gather, scatter)",
     "generator": "makes an array from its parameters alone",
+    "sorting": "orders its operand along its last axis (argsort)",
     "nondifferentiable": "zero derivative by definition",
 }
 

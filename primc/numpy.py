@@ -1450,6 +1450,32 @@ def argmin(a, axis=None):
   return _arg_extreme(a, axis, min)
 
 
+
+def _last_axis(a, axis):
+  a = as_array(a)
+  if axis is None or aval_of(a).ndim == 0:
+    return ravel(a), 0
+  return a, _one_axis(axis, aval_of(a).ndim)
+
+
+@_op
+def argsort(a, axis=-1, kind=None, stable=None):
+  """The indices that sort `a` along `axis` (stable whatever `kind` says; NaNs last), as
+  numpy's int64."""
+  a, axis = _last_axis(a, axis)
+  order = P.argsort(moveaxis(a, axis, -1))
+  return P.convert(moveaxis(order, -1, axis), "int64")
+
+
+@_op
+def sort(a, axis=-1, kind=None, stable=None):
+  """`a` sorted along `axis` (NaNs last): the elements gathered by `argsort`, so the
+  gradient flows back through the permutation (to each element from its place)."""
+  a, axis = _last_axis(a, axis)
+  moved = moveaxis(a, axis, -1)
+  nd = aval_of(moved).ndim
+  return moveaxis(P.gather(moved, P.argsort(moved), nd - 1, nd - 1), -1, axis)
+
 # ---------------------------------------------------------------------------------------
 # Functional updates: x.at[idx].set(v) / .add(v) / .multiply(v) (traced arrays are
 # immutable). The positions come from numpy's own indexing of an arange, so every constant
@@ -1544,6 +1570,7 @@ class NotSupportedError(PrimcError, AttributeError):
 
 # ndarray methods of the functions above (not `.var`: a traced value's `var` is its IR variable)
 _MORE_METHODS = {"ravel": ravel, "flatten": ravel, "squeeze": squeeze, "prod": prod,
+                 "argsort": argsort,
                  "cumsum": cumsum, "cumprod": cumprod, "std": std,
                  "argmax": argmax, "argmin": argmin, "clip": clip, "diagonal": diagonal,
                  "trace": trace, "repeat": repeat}

@@ -466,6 +466,18 @@ def _iota_impl(*, shape, dimension, dtype):
 abstract_rules[iota_p] = _iota_rule
 impl_rules[iota_p] = _iota_impl
 
+# the permutation that sorts the last axis (stable; NaNs last, as numpy), as int32 indices
+argsort_p = Primitive("argsort", traits=("sorting", "nondifferentiable"))
+
+
+def _argsort_rule(x):
+  _check(x.ndim >= 1, "argsort needs an array of rank >= 1")
+  return ShapedArray(x.shape, "int32")
+
+
+abstract_rules[argsort_p] = _argsort_rule
+impl_rules[argsort_p] = lambda x: np.argsort(x, axis=-1, kind="stable").astype(np.int32)
+
 convert_p = Primitive("convert", traits=("elementwise",), linear=(0,))
 abstract_rules[convert_p] = lambda x, *, new_dtype: ShapedArray(x.shape, new_dtype)
 impl_rules[convert_p] = lambda x, *, new_dtype: np.asarray(x).astype(new_dtype)
@@ -514,6 +526,7 @@ def scatter_add(x, idx, upd, axis, batch_dims=0):
 
 
 def concatenate(xs, dimension): return concatenate_p.bind(*xs, dimension=int(dimension))
+def argsort(x): return argsort_p.bind(x)
 
 
 def broadcast_in_dim(x, shape, dims):

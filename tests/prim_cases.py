@@ -71,6 +71,8 @@ CASES = [
     Case(P.abs_p, P.abs_, args(away_from_zero(3, 4)), np.abs),
     Case(P.sign_p, P.sign, args(away_from_zero(3, 4)), np.sign),
     Case(P.stop_gradient_p, P.stop_gradient, args(normal(3, 4)), lambda x: x),
+    Case(P.argsort_p, P.argsort, args(normal(3, 4)),
+         lambda x: np.argsort(x, -1, kind="stable").astype(np.int32)),
     Case(P.tan_p, P.tan_p.bind, args(uniform(-1.2, 1.2, 3, 4)), np.tan),
     Case(P.sinh_p, P.sinh, args(normal(3, 4)), np.sinh),
     Case(P.cosh_p, P.cosh, args(normal(3, 4)), np.cosh),

@@ -10,8 +10,7 @@ from primc.core import FLOAT_DTYPES
 
 from prim_cases import CASES, case_id
 
-NON_DIFFERENTIABLE = {P.sign_p, P.stop_gradient_p, P.eq_p, P.ne_p, P.lt_p, P.le_p, P.gt_p,
-                      P.ge_p, P.full_p, P.iota_p}
+NON_DIFFERENTIABLE = P.with_trait("nondifferentiable")
 # every differentiable elementwise primitive, unary and binary, from its traits (convert's
 # case rounds through float32: finite differences of order 3 see only its rounding)
 ELEMENTWISE = {p for p in P.with_trait("elementwise")
