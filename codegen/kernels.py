@@ -222,7 +222,7 @@ INDEX_LOADS = {P.broadcast_in_dim_p: _load_broadcast, P.transpose_p: _load_trans
 # primitives a kernel computes by its region kind's emitter, not by a rule of their own
 REGION_EMITTED = {"reduction": "accumulated by loop kernels (_accumulate)",
                   "contraction": "emit_dot_kernel", "indexing": "emit_gather_kernel",
-                  "sorting": "emit_sort_kernel"}
+                  "sorting": "emit_sort_kernel", "linalg": "emit_linalg_kernel"}
 
 
 def emits(prim: Primitive) -> bool:
@@ -883,4 +883,35 @@ def emit_sort_kernel(name: str, program: Program) -> Kernel:
   with tasks.block("for r in range(lo, hi):"):
     tasks("o2[r, :] = np.argsort(x2[r], kind='mergesort')")
   return Kernel(_source(ctx, program, {0: ["return rows + 1"], 1: tasks.lines}),
+                tuple(ctx.sizes), False, False, tuple(ctx.scratch))
+
+
+def emit_linalg_kernel(name: str, program: Program) -> Kernel:
+  """inv, solve, det or slogdet of each matrix of the batch (the leading axes), one
+  matrix per task, by numba's LAPACK calls (serial: one call already uses BLAS)."""
+  ctx = KernelContext(name, program)
+  (e,) = program.eqns
+  ins, outs = ctx.arrays(program)
+  a = e.inputs[0].aval
+  n = ctx.size(a.shape[-1])
+  ctx.prologue += [f"nb = {' * '.join(ctx.size(d) for d in a.shape[:-2]) or '1'}",
+                   f"a3 = {ctx.reshaped(ins[0], ['nb', n, n])}"]
+  if e.prim is P.inv_p:
+    ctx.prologue.append(f"o3 = {ctx.reshaped(outs[0], ['nb', n, n])}")
+    body = ["o3[q, :, :] = np.linalg.inv(a3[q])"]
+  elif e.prim is P.solve_p:
+    k = ctx.size(e.inputs[1].aval.shape[-1])
+    ctx.prologue += [f"b3 = {ctx.reshaped(ins[1], ['nb', n, k])}",
+                     f"o3 = {ctx.reshaped(outs[0], ['nb', n, k])}"]
+    body = ["o3[q, :, :] = np.linalg.solve(a3[q], b3[q])"]
+  elif e.prim is P.det_p:
+    ctx.prologue.append(f"o1 = {ctx.reshaped(outs[0], ['nb'])}")
+    body = ["o1[q] = np.linalg.det(a3[q])"]
+  else:
+    ctx.prologue.append(f"o2 = {ctx.reshaped(outs[0], ['nb', '2'])}")
+    body = ["sg, la = np.linalg.slogdet(a3[q])", "o2[q, 0] = sg", "o2[q, 1] = la"]
+  tasks = Writer()
+  with tasks.block("for q in range(lo, hi):"):
+    tasks(*body)
+  return Kernel(_source(ctx, program, {0: ["return nb + 1"], 1: tasks.lines}),
                 tuple(ctx.sizes), False, False, tuple(ctx.scratch))

@@ -36,6 +36,8 @@ def _kernel(region: Program, kind: str, name: str, prefer) -> kernels.Kernel:
     return kernels.emit_gather_kernel(name, region)
   if kind == "sort":
     return kernels.emit_sort_kernel(name, region)
+  if kind == "linalg":
+    return kernels.emit_linalg_kernel(name, region)
   lazy = lazy_eqns(region)  # computed where they are read, at other indices
   domain = max((fusion_domain(e) for e in region.eqns if e not in lazy), key=len, default=())
   return kernels.emit_loop_kernel(name, region, domain)

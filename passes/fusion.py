@@ -10,6 +10,7 @@ Region kinds:
           reductions at the end (no prologue: operands are read from memory).
   gather  one gather or scatter_add.
   sort    one argsort.
+  linalg  one inv, solve, det or slogdet.
 
 Legality (`fusion_blockers`: every reason an equation may not join a region) is kept
 apart from profitability (`unprofitable`: a legal fusion that would not pay) and from the
@@ -63,7 +64,8 @@ REDUCTIONS = P.with_trait("reduction")
 # primitives with a region (and a kernel emitter) of their own
 OPAQUE = {**{p: "dot" for p in P.with_trait("contraction")},
           **{p: "gather" for p in P.with_trait("indexing")},
-          **{p: "sort" for p in P.with_trait("sorting")}}
+          **{p: "sort" for p in P.with_trait("sorting")},
+          **{p: "linalg" for p in P.with_trait("linalg")}}
 MAX_REGION_EQNS = 400  # profitability: very large kernels compile slowly
 
 
@@ -89,7 +91,7 @@ def fusion_blockers(region: _Region, eqn: Eqn) -> list[str]:
   name = eqn.prim.name
   if eqn.prim in OPAQUE:
     return [f"{name} gets a region of its own"]
-  if region.kind in ("gather", "sort"):
+  if region.kind in ("gather", "sort", "linalg"):
     return [f"a {region.eqns[0].prim.name} region holds nothing else"]
   reasons = []
   if domain(eqn) != region.domain:

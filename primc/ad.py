@@ -186,6 +186,58 @@ defjvp(P.min_p, lambda t, out, x, y: P.mul(t, _max_weight(x, y, P.lt)),
 for _p in P.with_trait("nondifferentiable"):
   defjvp(_p)  # zero derivative by definition
 
+# ---------------------------------------------------------------------------------------
+# Linear algebra: d inv = -inv da inv; d solve(a, b) = solve(a, db - da x);
+# d log|det a| = trace(solve(a, da)); d det = det * that. The rules are written in the
+# primitives themselves, so every order follows.
+
+def _bmm(x, y):
+  """Batched matrix product over the last two axes."""
+  nd = aval_of(x).ndim
+  batch = tuple(range(nd - 2))
+  return P.dot_general(x, y, (((nd - 1,), (nd - 2,)), (batch, batch)))
+
+
+def _trace_last2(x):
+  shape = aval_of(x).shape
+  nd = len(shape)
+  on_diagonal = P.eq(P.iota(shape, nd - 2), P.iota(shape, nd - 1))
+  return P.reduce_sum(P.select(on_diagonal, x, P.full(shape, 0, aval_of(x).dtype)),
+                      (nd - 2, nd - 1))
+
+
+def _dlogdet(t, a):
+  return _trace_last2(P.solve_p.bind(a, t))
+
+
+defjvp(P.inv_p, lambda t, out, a: P.neg(_bmm(_bmm(out, t), out)))
+defjvp(P.solve_p, lambda t, out, a, b: P.neg(P.solve_p.bind(a, _bmm(t, out))),
+       lambda t, out, a, b: P.solve_p.bind(a, t))
+defjvp(P.det_p, lambda t, out, a: P.mul(out, _dlogdet(t, a)))
+
+
+def _solve_transpose(ct, a, b):
+  """solve(a, .) is linear in b: its transpose solves with a's transpose."""
+  if is_undefined(a):
+    raise PrimcError("solve is not linear in its matrix")
+  nd = aval_of(a).ndim
+  perm = list(range(nd - 2)) + [nd - 1, nd - 2]
+  return [None, P.solve_p.bind(P.transpose(a, perm), ct)]
+
+
+transpose_rules[P.solve_p] = _solve_transpose
+
+
+def _slogdet_jvp(t, out, a):
+  d = _dlogdet(t, a)  # the sign's derivative is zero
+  shape = aval_of(out).shape
+  return P.concatenate([P.full(shape[:-1] + (1,), 0, aval_of(out).dtype),
+                        P.reshape(d, shape[:-1] + (1,))], len(shape) - 1)
+
+
+defjvp(P.slogdet_p, _slogdet_jvp)
+
+
 deflinear(P.neg_p, lambda ct, x: [P.neg(ct)])
 transpose_rules[P.add_p] = lambda ct, x, y: [ct if is_undefined(x) else None,
                                              ct if is_undefined(y) else None]

@@ -147,3 +147,18 @@ def batch_program(program: Program, batched: Sequence[bool], size: int) -> Progr
   avals = [((size,) + v.aval.shape if b else v.aval.shape, v.aval.dtype)
            for v, b in zip(program.inputs, batched)]
   return trace_flat(fn, [ShapedArray(*a) for a in avals])[0]
+
+
+def _leading(x, d, n):
+  return materialize(x, None, n) if d is None else moveaxis(x, d, 0)
+
+
+def _linalg_rule(prim):
+  def rule(args, dims, **params):  # leading axes are a batch already: put it first
+    n = _size(args, dims)
+    return prim.bind(*[_leading(x, d, n) for x, d in zip(args, dims)], **params), 0
+  return rule
+
+
+for _p in P.with_trait("linalg"):
+  batch_rules[_p] = _linalg_rule(_p)

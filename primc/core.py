@@ -137,6 +137,7 @@ TRAITS = {
     "indexing": "reads or writes at indices held in an array (gather, scatter)",
     "generator": "makes an array from its parameters alone",
     "sorting": "orders its operand along its last axis (argsort)",
+    "linalg": "a LAPACK routine on the matrices of its last two axes (batched)",
     "nondifferentiable": "zero derivative by definition",
 }
 

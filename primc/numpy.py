@@ -1477,6 +1477,59 @@ def sort(a, axis=-1, kind=None, stable=None):
   return moveaxis(P.gather(moved, P.argsort(moved), nd - 1, nd - 1), -1, axis)
 
 # ---------------------------------------------------------------------------------------
+# numpy.linalg (primc.numpy.linalg): primitives over the last two axes, batched over the
+# leading ones, with derivative rules of every order (primc/ad.py)
+
+def _linalg_op(fn):
+  fn.__name__ = "linalg." + fn.__name__.strip("_")  # errors name linalg.solve, ...
+  return _op(fn)
+
+
+@_linalg_op
+def _inv(a):
+  return P.inv_p.bind(_float(a))
+
+
+@_linalg_op
+def _solve(a, b):
+  a, b = _promote_list([_float(a), _float(b)])
+  if aval_of(b).ndim == 1:  # numpy 2: a 1-D b is one vector (for every matrix of a)
+    n = aval_of(b).shape[0]
+    batch = aval_of(a).shape[:-2]
+    col = broadcast_to(reshape(b, (n, 1)), batch + (n, 1))
+    return reshape(P.solve_p.bind(a, col), batch + (n,))
+  batch = broadcast_shapes(aval_of(a).shape[:-2], aval_of(b).shape[:-2])
+  a = broadcast_to(a, batch + aval_of(a).shape[-2:])
+  b = broadcast_to(b, batch + aval_of(b).shape[-2:])
+  return P.solve_p.bind(a, b)
+
+
+@_linalg_op
+def _det(a):
+  return P.det_p.bind(_float(a))
+
+
+@_linalg_op
+def _slogdet(a):
+  out = P.slogdet_p.bind(_float(a))
+  return getitem(out, (Ellipsis, 0)), getitem(out, (Ellipsis, 1))
+
+
+class _Linalg:
+  """`primc.numpy.linalg`: inv, solve, det, slogdet (LAPACK, batched over leading axes,
+  derivatives of every order) and norm; other numpy.linalg names raise
+  NotSupportedError."""
+
+  def __init__(self, **functions):
+    self.__dict__.update(functions)
+
+  def __getattr__(self, name):
+    if name.startswith("__") or not hasattr(np.linalg, name):
+      raise AttributeError(f"module 'primc.numpy.linalg' has no attribute {name!r}")
+    raise NotSupportedError(f"primc.numpy.linalg.{name} (numpy.linalg.{name}) is not "
+                            f"supported yet")
+
+# ---------------------------------------------------------------------------------------
 # Functional updates: x.at[idx].set(v) / .add(v) / .multiply(v) (traced arrays are
 # immutable). The positions come from numpy's own indexing of an arange, so every constant
 # index numpy takes (ints, slices, None, ..., integer and boolean arrays) means what it
@@ -1579,3 +1632,6 @@ for _name, _fn in _MORE_METHODS.items():
   setattr(Tracer, _name, _fn)
 Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 _wrap_ops()
+linalg = _Linalg(inv=_front_end_aware(_inv), solve=_front_end_aware(_solve),
+                 det=_front_end_aware(_det), slogdet=_front_end_aware(_slogdet),
+                 norm=norm)

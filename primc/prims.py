@@ -478,6 +478,54 @@ def _argsort_rule(x):
 abstract_rules[argsort_p] = _argsort_rule
 impl_rules[argsort_p] = lambda x: np.argsort(x, axis=-1, kind="stable").astype(np.int32)
 
+# ---------------------------------------------------------------------------------------
+# Linear algebra over the last two axes (leading axes are a batch), LAPACK through numpy
+# (interpreter) and numba (kernels).
+
+def _square(x, name):
+  _check(x.ndim >= 2 and x.shape[-1] == x.shape[-2],
+         f"{name} needs square matrices in the last two axes, got shape {x.shape}")
+  _check(x.is_float, f"{name} needs a float array, got {x.dtype}")
+
+
+def _inv_rule(a):
+  _square(a, "inv")
+  return ShapedArray(a.shape, a.dtype)
+
+
+def _solve_rule(a, b):
+  _square(a, "solve")
+  _check(b.ndim == a.ndim and b.shape[:-2] == a.shape[:-2] and b.shape[-2] == a.shape[-1]
+         and b.dtype == a.dtype,
+         f"solve of {a.shape} {a.dtype} and {b.shape} {b.dtype}: b must be (..., n, k) "
+         f"with a's batch, n and dtype")
+  return ShapedArray(b.shape, b.dtype)
+
+
+def _slogdet_rule(a):
+  _square(a, "slogdet")
+  return ShapedArray(a.shape[:-2] + (2,), a.dtype)
+
+
+def _slogdet_impl(a):
+  sign, logabs = np.linalg.slogdet(a)
+  return np.stack([sign, logabs], -1).astype(a.dtype)
+
+
+inv_p = Primitive("inv", traits=("linalg",))
+solve_p = Primitive("solve", traits=("linalg",), linear=(1,))  # linear in b
+slogdet_p = Primitive("slogdet", traits=("linalg",))  # [..., 0] the sign, [..., 1] log|det|
+det_p = Primitive("det", traits=("linalg",))
+abstract_rules[inv_p] = _inv_rule
+abstract_rules[solve_p] = _solve_rule
+abstract_rules[slogdet_p] = _slogdet_rule
+abstract_rules[det_p] = lambda a: (_square(a, "det"), ShapedArray(a.shape[:-2], a.dtype))[1]
+impl_rules[inv_p] = lambda a: np.linalg.inv(a).astype(a.dtype)
+impl_rules[solve_p] = lambda a, b: np.linalg.solve(a, b).astype(a.dtype)
+impl_rules[slogdet_p] = _slogdet_impl
+impl_rules[det_p] = lambda a: np.asarray(np.linalg.det(a), a.dtype)
+
+
 convert_p = Primitive("convert", traits=("elementwise",), linear=(0,))
 abstract_rules[convert_p] = lambda x, *, new_dtype: ShapedArray(x.shape, new_dtype)
 impl_rules[convert_p] = lambda x, *, new_dtype: np.asarray(x).astype(new_dtype)

@@ -43,6 +43,11 @@ def uniform(lo, hi, *shape):
   return lambda rng: rng.uniform(lo, hi, shape)
 
 
+def matrices(*shape):
+  """Well-conditioned square matrices (batched over leading axes)."""
+  return lambda rng: rng.standard_normal(shape) + shape[-1] * np.eye(shape[-1])
+
+
 def args(*makers):
   return lambda rng: tuple(m(rng) for m in makers)
 
@@ -71,6 +76,12 @@ CASES = [
     Case(P.abs_p, P.abs_, args(away_from_zero(3, 4)), np.abs),
     Case(P.sign_p, P.sign, args(away_from_zero(3, 4)), np.sign),
     Case(P.stop_gradient_p, P.stop_gradient, args(normal(3, 4)), lambda x: x),
+    Case(P.inv_p, P.inv_p.bind, args(matrices(2, 3, 3)), np.linalg.inv),
+    Case(P.solve_p, P.solve_p.bind, args(matrices(2, 3, 3), normal(2, 3, 2)), np.linalg.solve,
+         linear=(1,)),
+    Case(P.det_p, P.det_p.bind, args(matrices(2, 3, 3)), np.linalg.det),
+    Case(P.slogdet_p, P.slogdet_p.bind, args(matrices(3, 3)),
+         lambda a: np.stack(np.linalg.slogdet(a), -1)),
     Case(P.argsort_p, P.argsort, args(normal(3, 4)),
          lambda x: np.argsort(x, -1, kind="stable").astype(np.int32)),
     Case(P.tan_p, P.tan_p.bind, args(uniform(-1.2, 1.2, 3, 4)), np.tan),
