@@ -191,7 +191,7 @@ def test_index_maps_of_computed_values_compile_to_the_interpreters_values():
   does, its gradient too (whose transposes are pads, slices and reversals)."""
   from hypothesis import HealthCheck, given, settings
 
-  @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+  @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
   @given(_STEPS)
   def run(chain):
     x = R.standard_normal((3, 4)).astype(np.float32)

@@ -73,6 +73,9 @@ ARRAY_FUNCTIONS = [
     ("argsort_0_method", lambda x: x.argsort(0), lambda x: np.argsort(x, 0, kind="stable")),
 ]
 NONDIFFERENTIABLE = {"argmax", "argmin_1", "argsort", "argsort_0_method"}
+COMPILED_GRADS = {"rot90_1", "roll_axes", "pad_value", "tile", "repeat_axis", "triu_1",
+                  "diff_2_0", "cumsum_1", "cumprod_0", "prod_1_keep",
+                  "std_ddof", "sort_0"}
 POS = lambda *s: np.abs(N(*s)) + 0.5
 IDX = np.array([2, 0, 1, 2], np.int32)
 
@@ -261,7 +264,8 @@ def test_array_functions_derivatives_by_finite_differences(name, op):
   primc.check_grads(op, (x,), order=2, modes=("fwd", "rev"))
   w = np.random.default_rng(4).standard_normal(np.shape(_leaves(op(x))[0]))
   g = primc.grad(lambda x: pnp.sum(_leaves_traced(op(x))[0] * w))
-  np.testing.assert_allclose(primc.jit(g)(x), g(x), rtol=1e-10, atol=1e-12)
+  if name in COMPILED_GRADS:  # a representative set compiled (each is a compile)
+    np.testing.assert_allclose(primc.jit(g)(x), g(x), rtol=1e-10, atol=1e-12)
   xs = np.stack([x, x[::-1] * 2.0])  # batched: vmap equals a loop
   for got, want in zip(_leaves(primc.vmap(op)(xs)),
                        zip(*[_leaves(op(b)) for b in xs]), strict=True):
