@@ -168,8 +168,9 @@ def _recomputed_work(eqns: list[Eqn]) -> tuple[int, int] | None:
   """(work, evaluations) per element of the lazy equations of a region made of `eqns`:
   each is computed once per distinct chain of index maps that reads it. None when an
   index map would read a lazy value it cannot (a reshape)."""
-  outs = [v for e in eqns for v in e.outputs]  # every value: only lazy_eqns' test matters
-  lazy = lazy_eqns(Program((), tuple(eqns), tuple(v for v in outs if not _read(v, eqns))))
+  read = {a for e in eqns for a in e.inputs}  # values no equation reads: the outputs
+  lazy = lazy_eqns(Program((), tuple(eqns), tuple(v for e in eqns for v in e.outputs
+                                                  if v not in read)))
   producer = {v: e for e in lazy for v in e.outputs}
   seen: set = set()
 
@@ -196,10 +197,6 @@ def _size(shape) -> int:
   for d in shape:
     n *= d
   return n
-
-
-def _read(v: Var, eqns: list[Eqn]) -> bool:
-  return any(v in e.inputs for e in eqns)
 
 
 def _recompute_in_consumers(regions: list[_Region], reasons: list[str], outputs):

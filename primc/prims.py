@@ -507,6 +507,11 @@ def _slogdet_rule(a):
   return ShapedArray(a.shape[:-2] + (2,), a.dtype)
 
 
+def _det_rule(a):
+  _square(a, "det")
+  return ShapedArray(a.shape[:-2], a.dtype)
+
+
 def _slogdet_impl(a):
   sign, logabs = np.linalg.slogdet(a)
   return np.stack([sign, logabs], -1).astype(a.dtype)
@@ -519,7 +524,7 @@ det_p = Primitive("det", traits=("linalg",))
 abstract_rules[inv_p] = _inv_rule
 abstract_rules[solve_p] = _solve_rule
 abstract_rules[slogdet_p] = _slogdet_rule
-abstract_rules[det_p] = lambda a: (_square(a, "det"), ShapedArray(a.shape[:-2], a.dtype))[1]
+abstract_rules[det_p] = _det_rule
 impl_rules[inv_p] = lambda a: np.linalg.inv(a).astype(a.dtype)
 impl_rules[solve_p] = lambda a, b: np.linalg.solve(a, b).astype(a.dtype)
 impl_rules[slogdet_p] = _slogdet_impl
