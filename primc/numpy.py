@@ -1116,14 +1116,6 @@ def _wrap_ops():
 # More of numpy's array functions, composed of primitives: their derivatives (any order),
 # batching and compiled code come from those of the primitives.
 
-def _slice_axis(x, axis, start, stop):
-  shape = aval_of(x).shape
-  starts = [0] * len(shape)
-  limits = list(shape)
-  starts[axis], limits[axis] = start, stop
-  return P.slice_(x, starts, limits)
-
-
 def _pad_axis(x, axis, before, after):
   return P.pad(x, [(before, after, 0) if d == axis else (0, 0, 0)
                    for d in range(aval_of(x).ndim)])
@@ -1346,7 +1338,8 @@ def diff(a, n=1, axis=-1):
   axis = _one_axis(axis, aval_of(a).ndim)
   for _ in range(int(n)):
     m = aval_of(a).shape[axis]
-    a = subtract(_slice_axis(a, axis, 1, m), _slice_axis(a, axis, 0, builtins.max(0, m - 1)))
+    a = subtract(_slice_axis(a, axis, builtins.min(1, m), m),
+                 _slice_axis(a, axis, 0, builtins.max(0, m - 1)))
   return a
 
 
