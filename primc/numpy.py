@@ -75,6 +75,17 @@ def asarray(x, dtype=None):
   return x
 
 
+def array(obj, dtype=None):
+  """numpy.array of traced values too: nested lists and tuples of arrays and scalars are
+  stacked (their dtypes promoted as numpy does), anything else is `asarray`."""
+  if isinstance(obj, (list, tuple)):
+    if not obj:
+      return asarray(np.zeros((0,), dtype or np.float64))
+    out = stack([array(item) for item in obj])
+    return out if dtype is None else asarray(out, dtype)
+  return asarray(obj, dtype)
+
+
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
   ndim = builtins.max((len(s) for s in shapes), default=0)
   out = []
