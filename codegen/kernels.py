@@ -879,10 +879,16 @@ def emit_sort_kernel(name: str, program: Program) -> Kernel:
   n = ctx.size(shape[-1])
   ctx.prologue += [f"rows = {rows}", f"x2 = {ctx.reshaped(ins[0], ['rows', n])}",
                    f"o2 = {ctx.reshaped(outs[0], ['rows', n])}"]
+  return _per_item_kernel(ctx, program, "rows",
+                          ["o2[q, :] = np.argsort(x2[q], kind='mergesort')"])
+
+
+def _per_item_kernel(ctx, program, count: str, body) -> Kernel:
+  """A serial kernel of `count` tasks, task q running `body`."""
   tasks = Writer()
-  with tasks.block("for r in range(lo, hi):"):
-    tasks("o2[r, :] = np.argsort(x2[r], kind='mergesort')")
-  return Kernel(_source(ctx, program, {0: ["return rows + 1"], 1: tasks.lines}),
+  with tasks.block("for q in range(lo, hi):"):
+    tasks(*body)
+  return Kernel(_source(ctx, program, {0: [f"return {count} + 1"], 1: tasks.lines}),
                 tuple(ctx.sizes), False, False, tuple(ctx.scratch))
 
 
@@ -910,8 +916,4 @@ def emit_linalg_kernel(name: str, program: Program) -> Kernel:
   else:
     ctx.prologue.append(f"o2 = {ctx.reshaped(outs[0], ['nb', '2'])}")
     body = ["sg, la = np.linalg.slogdet(a3[q])", "o2[q, 0] = sg", "o2[q, 1] = la"]
-  tasks = Writer()
-  with tasks.block("for q in range(lo, hi):"):
-    tasks(*body)
-  return Kernel(_source(ctx, program, {0: ["return nb + 1"], 1: tasks.lines}),
-                tuple(ctx.sizes), False, False, tuple(ctx.scratch))
+  return _per_item_kernel(ctx, program, "nb", body)

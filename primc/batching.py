@@ -97,12 +97,7 @@ def _scatter_add_rule(args, dims, *, axis, batch_dims):
   return P.scatter_add(x, materialize(idx, di, n), upd, axis + 1, batch_dims + 1), 0
 
 
-def _argsort_rule(args, dims):
-  (x,), (dx,) = args, dims  # the batch moves to the front; the sorted axis stays last
-  return P.argsort(moveaxis(x, dx, 0)), 0
-
-
-batch_rules[P.argsort_p] = _argsort_rule
+elementwise(P.argsort_p)  # the batch is a leading axis; the sorted axis stays last
 batch_rules[P.gather_p] = _gather_rule
 batch_rules[P.scatter_add_p] = _scatter_add_rule
 
@@ -149,16 +144,7 @@ def batch_program(program: Program, batched: Sequence[bool], size: int) -> Progr
   return trace_flat(fn, [ShapedArray(*a) for a in avals])[0]
 
 
-def _leading(x, d, n):
-  return materialize(x, None, n) if d is None else moveaxis(x, d, 0)
 
-
-def _linalg_rule(prim):
-  def rule(args, dims, **params):  # leading axes are a batch already: put it first
-    n = _size(args, dims)
-    return prim.bind(*[_leading(x, d, n) for x, d in zip(args, dims)], **params), 0
-  return rule
-
-
+# linear algebra (leading axes are a batch already): the elementwise rule's shape
 for _p in P.with_trait("linalg"):
-  batch_rules[_p] = _linalg_rule(_p)
+  elementwise(_p)

@@ -19,7 +19,7 @@ import numpy as np
 from primc import passes
 from primc.settings import config
 from primc.core import PrimcError, PrimcIndexError, Program
-from primc.trace import Tracer, aval_of, as_array, trace_flat, tracing
+from primc.trace import SCALAR_ARRAYS, Tracer, aval_of, as_array, trace_flat, tracing
 from primc.tree import tree_flatten, tree_unflatten
 
 SIGNATURES_KEPT = 64  # compiled signatures per jitted function (least recently used go)
@@ -64,12 +64,8 @@ class Lowered:
                 "source": self.source}[name])
 
 
-# argument types the fast path takes: arrays, and scalars, as the 0-d arrays `as_array`
-# makes of them (Python floats float32, ints int32)
-_AS_0D = {float: lambda a: np.asarray(a, np.float32), int: lambda a: np.asarray(a, np.int32),
-          bool: np.asarray, np.float32: np.asarray, np.float64: np.asarray,
-          np.int32: np.asarray, np.int64: np.asarray, np.bool_: np.asarray}
-_SCALAR_TYPES = frozenset({np.ndarray, *_AS_0D})
+# argument types the fast path takes: arrays, and scalars (as `as_array` converts them)
+_SCALAR_TYPES = frozenset({np.ndarray, *SCALAR_ARRAYS})
 
 
 class Jitted:
@@ -81,8 +77,7 @@ class Jitted:
 
   def __init__(self, fun, static_argnums=(), warmup=(), tiered=None):
     self.fun = fun
-    self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
-                           else tuple(static_argnums))
+    self.static_argnums = tuple(static_argnums)  # `jit` normalizes them
     self.warmup = tuple(warmup)
     self.tiered = tiered
     # signature -> (executable, out_tree), least recently compiled first; at most
@@ -157,7 +152,7 @@ class Jitted:
         if not all([type(a) is np.ndarray for a in args]):
           if not all([type(a) in _SCALAR_TYPES for a in args]):
             return self._call(args, out)
-          args = tuple([a if type(a) is np.ndarray else _AS_0D[type(a)](a) for a in args])
+          args = tuple([a if type(a) is np.ndarray else SCALAR_ARRAYS[type(a)](a) for a in args])
           if hot is not None:
             result = hot(*args)
             if result is not None:

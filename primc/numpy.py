@@ -1309,8 +1309,7 @@ def _atleast(a, nd):
   shape = aval_of(a).shape
   if len(shape) >= nd:
     return a
-  return reshape(a, (1,) * (nd - len(shape)) + shape if nd == 2 or not shape
-                 else (1,) + shape + (1,))
+  return reshape(a, (1,) * (nd - len(shape)) + shape)  # numpy's atleast_1d/2d
 
 
 @_op

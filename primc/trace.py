@@ -262,10 +262,22 @@ def plain_array(x: np.ndarray) -> np.ndarray:
   return x.view(np.ndarray)
 
 
+# scalars of these exact types as 0-d arrays: Python floats float32, ints int32 (weak
+# types, as in JAX); numpy scalars keep their dtype. The compiled call's fast path uses
+# the same table.
+SCALAR_ARRAYS = {float: lambda a: np.asarray(a, np.float32),
+                 int: lambda a: np.asarray(a, np.int32), bool: np.asarray,
+                 np.float32: np.asarray, np.float64: np.asarray, np.int32: np.asarray,
+                 np.int64: np.asarray, np.bool_: np.asarray}
+
+
 def as_array(x):
   """Arguments are arrays; Python scalars become 0-d arrays (float32 / int32 / bool)."""
   if isinstance(x, Tracer):
     return x
+  convert = SCALAR_ARRAYS.get(type(x))
+  if convert is not None:
+    return convert(x)
   if isinstance(x, np.ndarray):
     if type(x) is not np.ndarray:
       return as_array(plain_array(x))
