@@ -893,27 +893,73 @@ def _per_item_kernel(ctx, program, count: str, body) -> Kernel:
 
 
 def emit_linalg_kernel(name: str, program: Program) -> Kernel:
-  """inv, solve, det or slogdet of each matrix of the batch (the leading axes), one
-  matrix per task, by numba's LAPACK calls (serial: one call already uses BLAS)."""
+  """One linalg primitive (prims.with_trait("linalg")) of each matrix of the batch (the
+  leading axes), one matrix per task: numba's LAPACK calls, and substitution loops for
+  triangular_solve (serial: one call already uses BLAS). A matrix it fails on (singular,
+  not positive definite, not finite: numba's LAPACK calls refuse infs and nans) returns -1
+  with the failure in err[1] and the matrix's index in the batch in err[2]."""
   ctx = KernelContext(name, program)
   (e,) = program.eqns
   ins, outs = ctx.arrays(program)
+  names = dict(zip(program.inputs, ins))  # solve(a, a) reads one input twice
   a = e.inputs[0].aval
-  n = ctx.size(a.shape[-1])
+  m, n = ctx.size(a.shape[-2]), ctx.size(a.shape[-1])
   ctx.prologue += [f"nb = {' * '.join(ctx.size(d) for d in a.shape[:-2]) or '1'}",
-                   f"a3 = {ctx.reshaped(ins[0], ['nb', n, n])}"]
-  if e.prim is P.inv_p:
-    ctx.prologue.append(f"o3 = {ctx.reshaped(outs[0], ['nb', n, n])}")
-    body = ["o3[q, :, :] = np.linalg.inv(a3[q])"]
-  elif e.prim is P.solve_p:
+                   f"a3 = {ctx.reshaped(names[e.inputs[0]], ['nb', m, n])}"]
+  if e.prim in (P.solve_p, P.triangular_solve_p):
     k = ctx.size(e.inputs[1].aval.shape[-1])
-    ctx.prologue += [f"b3 = {ctx.reshaped(ins[1], ['nb', n, k])}",
-                     f"o3 = {ctx.reshaped(outs[0], ['nb', n, k])}"]
-    body = ["o3[q, :, :] = np.linalg.solve(a3[q], b3[q])"]
-  elif e.prim is P.det_p:
-    ctx.prologue.append(f"o1 = {ctx.reshaped(outs[0], ['nb'])}")
-    body = ["o1[q] = np.linalg.det(a3[q])"]
-  else:
-    ctx.prologue.append(f"o2 = {ctx.reshaped(outs[0], ['nb', '2'])}")
-    body = ["sg, la = np.linalg.slogdet(a3[q])", "o2[q, 0] = sg", "o2[q, 1] = la"]
+    ctx.prologue.append(f"b3 = {ctx.reshaped(names[e.inputs[1]], ['nb', n, k])}")
+  out_shape = [ctx.size(d) for d in e.outputs[0].aval.shape[len(a.shape) - 2:]]
+  ctx.prologue.append(f"o = {ctx.reshaped(outs[0], ['nb'] + out_shape)}")
+  ctx.err = True
+  body = ["try:", *("  " + line for line in _LINALG_BODIES[e.prim](e, m, n)),
+          "except Exception:",  # err[1]: 1 the op's own failure, 2 a matrix not finite
+          "  err[1] = 1 if np.all(np.isfinite(a3[q])) else 2", "  err[2] = q", "  return -1"]
   return _per_item_kernel(ctx, program, "nb", body)
+
+
+def _eigh_body(e, m, n):
+  """Eigenvalues in row 0, eigenvectors below, signs as prims.flip_signs sets them."""
+  return ["w, v = np.linalg.eigh(a3[q])", "o[q, 0, :] = w", f"for j in range({n}):",
+          "  big = 0", f"  for i in range({n}):",
+          "    if abs(v[i, j]) > abs(v[big, j]):", "      big = i",
+          "  sg = -1.0 if v[big, j] < 0 else 1.0",
+          f"  for i in range({n}):", "    o[q, 1 + i, j] = sg * v[i, j]"]
+
+
+def _qr_body(e, m, n):
+  """Q then R, along the axis prims.qr_shapes names (the source differs between the two,
+  so a kernel never serves the other case)."""
+  if P.qr_shapes(*e.inputs[0].aval.shape[-2:])[2] == -2:
+    q_at, r_at = f":{m}, :", f"{m}:, :"
+  else:
+    q_at, r_at = f":, :{m}", f":, {m}:"
+  return ["qq, rr = np.linalg.qr(a3[q])", f"o[q, {q_at}] = qq", f"o[q, {r_at}] = rr"]
+
+
+def _triangular_solve_body(e, m, n):
+  """Forward or back substitution over b's columns, reading one triangle of a (a^T when
+  transpose_a: its element (i, j) is a[j, i]); a zero pivot raises as LAPACK's solve."""
+  lower, trans = e.kw["lower"], e.kw["transpose_a"]
+  at = (lambda i, j: f"a3[q, {j}, {i}]") if trans else (lambda i, j: f"a3[q, {i}, {j}]")
+  rows, inner = ((f"range({n})", "range(i)") if lower != trans else
+                 (f"range({n} - 1, -1, -1)", f"range(i + 1, {n})"))
+  return [f"for i in {rows}:",
+          f"  d = {at('i', 'i')}",
+          "  if d == 0:", "    raise np.linalg.LinAlgError('Singular matrix')",
+          "  for c in range(b3.shape[2]):", "    s = b3[q, i, c]",
+          f"    for j in {inner}:", f"      s -= {at('i', 'j')} * o[q, j, c]",
+          "    o[q, i, c] = s / d"]
+
+
+_LINALG_BODIES = {
+    P.inv_p: lambda e, m, n: ["o[q, :, :] = np.linalg.inv(a3[q])"],
+    P.solve_p: lambda e, m, n: ["o[q, :, :] = np.linalg.solve(a3[q], b3[q])"],
+    P.det_p: lambda e, m, n: ["o[q] = np.linalg.det(a3[q])"],
+    P.slogdet_p: lambda e, m, n: ["sg, la = np.linalg.slogdet(a3[q])", "o[q, 0] = sg",
+                                  "o[q, 1] = la"],
+    P.cholesky_p: lambda e, m, n: ["o[q, :, :] = np.linalg.cholesky(a3[q])"],
+    P.eigh_p: _eigh_body,
+    P.qr_p: _qr_body,
+    P.triangular_solve_p: _triangular_solve_body,
+}

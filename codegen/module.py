@@ -23,7 +23,10 @@ from primc.codegen.plan import Buffer, Plan
 
 
 def _site(eqn: Eqn) -> tuple:
-  return (eqn.prim.name, eqn.kw["axis"], str(eqn.inputs[0].aval))
+  """What a failure in the step names: the primitive, the axis it indexes ("linalg" for
+  a linalg primitive) and its operand."""
+  axis = "linalg" if "linalg" in eqn.prim.traits else eqn.kw["axis"]
+  return (eqn.prim.name, axis, str(eqn.inputs[0].aval))
 
 
 def _kernel(region: Program, kind: str, name: str, prefer) -> kernels.Kernel:
@@ -115,7 +118,7 @@ def build(fused: FusedProgram, prefer=frozenset()) -> Plan:
       args.append(("view", len(view_slots) - 1))
     arena.release(scratch)
     site = -1
-    if eqn.kw["kind"] == "gather":  # checks its indices: a failure names its site
+    if eqn.kw["kind"] in ("gather", "linalg"):  # may fail: a failure names its site
       sites.append(_site(region.eqns[0]))
       site = len(sites) - 1
     steps.append((index, kernel, site, args))

@@ -13,6 +13,13 @@ import numpy as np
 from primc.core import PrimcIndexError, ShapedArray, index_error
 
 
+# why a linalg primitive fails on a finite matrix (numpy raises LinAlgError there too)
+LINALG_FAILURES = {"inv": "is singular", "solve": "is singular",
+                   "triangular_solve": "is singular (a zero on the diagonal)",
+                   "cholesky": "is not positive definite", "eigh": "did not converge",
+                   "qr": "did not converge"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Buffer:
   dtype: str
@@ -43,9 +50,14 @@ class Plan:
     separate modules of the cache, shared by every program that has them)."""
     return "\n\n".join(self.kernels) + "\n\n" + self.listing
 
-  def index_error(self, site: int, index: int, size: int) -> PrimcIndexError:
-    """The error of a failed index check (the driver returned 2 with `err` set)."""
+  def index_error(self, site: int, index: int, size: int) -> Exception:
+    """The error of a failed index check or linalg step (the driver returned 2 with `err`
+    set: the index and the axis size, or a linalg failure and the matrix's index)."""
     prim, axis, operand = self.sites[site]
+    if axis == "linalg":
+      why = LINALG_FAILURES.get(prim, "failed") if index == 1 else "has infs or nans"
+      return np.linalg.LinAlgError(f"{prim} of {operand} in a compiled program: matrix "
+                                   f"{size} of the batch {why}")
     error = index_error(index, axis, size)
     return PrimcIndexError(f"{error} ({prim} of {operand} in a compiled program)")
 

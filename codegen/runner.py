@@ -15,7 +15,8 @@ and runs the kernel's phases (`codegen.kernels`):
 
     r = kernel(0, 0, 0, t)     setup: returns 1 + its number of tasks, -1 for an index
                                out of bounds (err[1:3] set), 0 if it failed
-    kernel(1, lo, hi, t)       tasks [lo, hi): on numba's thread pool (`numba_parallel_for`,
+    kernel(1, lo, hi, t)       tasks [lo, hi) (serial ones may return -1, err[1:3] set,
+                               as setup): on numba's thread pool (`numba_parallel_for`,
                                through the trampoline) when the step's flags say threaded
                                and there are several tasks and threads, else in one call
     kernel(2, 0, 0, t)         finish, when the flags ask for it
@@ -206,6 +207,8 @@ class _RunnerWriter:
   def serial(self) -> None:
     b = self.at("serial")
     ok = b.call(self.kernel, [_c(1), _c(0), self.ntasks, self.table])
+    with b.if_then(b.icmp_signed("<", ok, _c(0)), likely=False):  # a linalg failure
+      b.branch(self.blocks["index_error"])
     b.cbranch(b.icmp_signed("==", ok, _c(0)), self.blocks["failed"], self.blocks["finish"])
 
   def finish(self) -> None:

@@ -238,6 +238,102 @@ def _slogdet_jvp(t, out, a):
 defjvp(P.slogdet_p, _slogdet_jvp)
 
 
+# cholesky, eigh, qr, triangular_solve. Matrices reaching cholesky_p and eigh_p are
+# symmetric (primc.numpy builds them from the lower triangle, as LAPACK reads them), so
+# their tangents are too. Formulas: dL = L phi(L^-1 dA L^-T) (phi: the lower triangle,
+# its diagonal halved); dw = diag(V^T dA V), dV = V (F * V^T dA V) with
+# F_ij = 1 / (w_j - w_i) off the diagonal (infinite at repeated eigenvalues, as in every
+# framework); QR (m >= n): C = Q^T dA R^-1, O = tril(C, -1) - tril(C, -1)^T,
+# dQ = Q (O - C) + dA R^-1, dR = (C - O) R.
+
+def _mT(x):
+  nd = aval_of(x).ndim
+  return P.transpose(x, list(range(nd - 2)) + [nd - 1, nd - 2])
+
+
+def _rows_cols(x):
+  shape = aval_of(x).shape
+  return P.iota(shape, len(shape) - 2), P.iota(shape, len(shape) - 1)
+
+
+def _where(mask, x, value=0):
+  return P.select(mask, x, P.full(aval_of(x).shape, value, aval_of(x).dtype))
+
+
+def _trisolve(a, b, lower, transpose_a=False):
+  return P.triangular_solve_p.bind(a, b, lower=lower, transpose_a=transpose_a)
+
+
+def _cholesky_jvp(t, out, a):
+  row, col = _rows_cols(out)
+  x = _trisolve(out, _mT(_trisolve(out, t, True)), True)  # L^-1 dA L^-T
+  phi = _where(P.gt(row, col), x, 0)
+  phi = P.add(phi, _where(P.eq(row, col), P.mul(x, _one(x, 0.5)), 0))
+  return _bmm(out, phi)
+
+
+def _eigh_jvp(t, out, a):
+  shape = aval_of(out).shape
+  nd, n = len(shape), shape[-1]
+  w = P.slice_(out, (0,) * nd, shape[:-2] + (1, n))            # (..., 1, n)
+  v = P.slice_(out, (0,) * (nd - 2) + (1, 0), shape)           # (..., n, n)
+  m = _bmm(_mT(v), _bmm(t, v))
+  row, col = _rows_cols(m)
+  diagonal = P.eq(row, col)
+  dw = P.reduce_sum(_where(diagonal, m), (nd - 2,))
+  wj = P.broadcast_in_dim(P.reshape(w, shape[:-2] + (n,)), aval_of(m).shape,
+                         tuple(range(nd - 2)) + (nd - 1,))
+  gap = P.sub(wj, _mT(wj))  # w_j - w_i
+  f = P.select(diagonal, P.zeros(aval_of(m)),
+               P.div(_one(gap), P.select(diagonal, _one(gap), gap)))
+  dv = _bmm(v, P.mul(f, m))
+  return P.concatenate([P.reshape(dw, shape[:-2] + (1, n)), dv], nd - 2)
+
+
+def _qr_jvp(t, out, a):
+  shape = aval_of(a).shape
+  nd, (m, n) = len(shape), shape[-2:]
+  if m < n:
+    raise PrimcError(f"the derivative of qr needs a matrix with at least as many rows as "
+                     f"columns, got {shape}")
+  start = (0,) * nd
+  q = P.slice_(out, start, shape[:-2] + (m, n))
+  r = P.slice_(out, start[:-2] + (m, 0), shape[:-2] + (m + n, n))
+  x = _mT(_trisolve(r, _mT(t), False, True))  # dA R^-1
+  c = _bmm(_mT(q), x)
+  row, col = _rows_cols(c)
+  low = _where(P.gt(row, col), c)
+  omega = P.sub(low, _mT(low))
+  dq = P.add(_bmm(q, P.sub(omega, c)), x)
+  dr = _bmm(P.sub(c, omega), r)
+  return P.concatenate([dq, dr], nd - 2)
+
+
+def _triangle(a, lower):
+  row, col = _rows_cols(a)
+  outside = P.gt(col, row) if lower else P.gt(row, col)
+  return P.select(outside, P.zeros(aval_of(a)), a)
+
+
+def _trisolve_da(t, out, a, b, *, lower, transpose_a):
+  da = _triangle(t, lower)
+  return P.neg(_trisolve(a, _bmm(_mT(da) if transpose_a else da, out), lower, transpose_a))
+
+
+def _trisolve_transpose(ct, a, b, *, lower, transpose_a):
+  if is_undefined(a):
+    raise PrimcError("triangular_solve is not linear in its matrix")
+  return [None, _trisolve(a, ct, lower, not transpose_a)]
+
+
+defjvp(P.cholesky_p, _cholesky_jvp)
+defjvp(P.eigh_p, _eigh_jvp)
+defjvp(P.qr_p, _qr_jvp)
+defjvp(P.triangular_solve_p, _trisolve_da,
+       lambda t, out, a, b, **p: P.triangular_solve_p.bind(a, t, **p))
+transpose_rules[P.triangular_solve_p] = _trisolve_transpose
+
+
 deflinear(P.neg_p, lambda ct, x: [P.neg(ct)])
 transpose_rules[P.add_p] = lambda ct, x, y: [ct if is_undefined(x) else None,
                                              ct if is_undefined(y) else None]

@@ -9,6 +9,7 @@ with an integer array gives float32. Names follow numpy, with the seeds' aliases
 from __future__ import annotations
 
 import builtins
+import collections
 import functools
 import math
 from typing import Callable, Sequence
@@ -800,15 +801,67 @@ def var(x, axis=None, keepdims=False, ddof=0):
 
 @_op
 def norm(x, ord=None, axis=None, keepdims=False, p=None):
-  """The 2-norm (numpy's default for vectors, Frobenius for matrices); `p=2` is Paddle's name.
+  """numpy.linalg.norm. Vector norms (an int `axis`, or axis=None on a 1-D array): ord None
+  or 2, inf, -inf, 0 (the count of nonzeros), 1, any other p (sum |x|^p)^(1/p). Matrix
+  norms (a pair `axis`, or axis=None on a 2-D array): None or 'fro', 1, -1, inf, -inf;
+  2, -2 and 'nuc' need singular values and raise NotSupportedError. ord=None with
+  axis=None is the 2-norm of all elements, at any rank. Paddle's `p=` (with axis=None:
+  the norm of the flattened array) is accepted too.
 
-  Its derivative at 0 is nan-free only off zero; at an all-zero input it is nan (as in numpy
-  math: d sqrt(s) / ds at s = 0 is infinite)."""
-  order = p if p is not None else ord
-  if order not in (None, 2, "fro", 2.0):
-    raise PrimcError(f"norm: only p=2 (and the default) are supported, got {order!r}")
+  The derivative of a 2-norm at an all-zero input is nan (d sqrt(s) / ds at s = 0 is
+  infinite)."""
   x = _float(x)
-  return sqrt(sum(multiply(x, x), axis, keepdims))
+  nd = aval_of(x).ndim
+  if p is not None:  # Paddle: p applies to the flattened array when axis is None
+    ord = None if p == "fro" else p
+    if axis is None:
+      return norm(reshape(x, (-1,)), ord, keepdims=False) if not keepdims else \
+          reshape(norm(reshape(x, (-1,)), ord), (1,) * nd)
+  if axis is None and ord is None:
+    return sqrt(sum(multiply(x, x), None, keepdims))
+  if axis is None:
+    if nd not in (1, 2):
+      raise ShapeError(f"norm with ord={ord!r} and axis=None needs a 1-D or 2-D array, "
+                       f"got shape {aval_of(x).shape}")
+    axis = tuple(range(nd))
+  axes = tuple(_axes(a, nd)[0] for a in ((axis,) if isinstance(axis, int) else axis))
+  if len(axes) == 1:
+    return _vector_norm(x, ord, axes[0], keepdims)
+  if len(axes) == 2 and axes[0] != axes[1]:
+    return _matrix_norm(x, ord, axes, keepdims)
+  raise ShapeError(f"norm: axis must name one or two distinct axes, got {axis!r}")
+
+
+def _vector_norm(x, ord, axis, keepdims):
+  if ord is None or ord == 2:
+    return sqrt(sum(multiply(x, x), axis, keepdims))
+  if isinstance(ord, str):
+    raise ValueError(f"norm: invalid order {ord!r} for vectors")
+  if ord == np.inf:
+    return max(abs(x), axis, keepdims)
+  if ord == -np.inf:
+    return min(abs(x), axis, keepdims)
+  if ord == 0:
+    return sum(P.convert(not_equal(x, 0), aval_of(x).dtype), axis, keepdims)
+  if ord == 1:
+    return sum(abs(x), axis, keepdims)
+  return power(sum(power(abs(x), float(ord)), axis, keepdims), 1.0 / float(ord))
+
+
+def _matrix_norm(x, ord, axes, keepdims):
+  row, col = axes
+  if ord is None or ord == "fro":
+    return sqrt(sum(multiply(x, x), axes, keepdims))
+  if ord in (2, -2, "nuc"):
+    raise NotSupportedError(f"norm with ord={ord!r} of a matrix needs singular values "
+                            f"(svd), which are not supported yet")
+  if ord not in (1, -1, np.inf, -np.inf):
+    raise ValueError(f"norm: invalid order {ord!r} for matrices")
+  # 1: the largest column sum of |x|; inf: the largest row sum; negative: the smallest
+  summed, over = (row, col) if ord in (1, -1) else (col, row)
+  best = max if ord > 0 else min
+  out = best(sum(abs(x), summed, True), over, True)
+  return out if keepdims else squeeze(out, axes)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1493,18 +1546,26 @@ def _inv(a):
   return P.inv_p.bind(_float(a))
 
 
-@_linalg_op
-def _solve(a, b):
-  a, b = _promote_list([_float(a), _float(b)])
-  if aval_of(b).ndim == 1:  # numpy 2: a 1-D b is one vector (for every matrix of a)
+def _batched_solve(solve, a, b):
+  """solve(a, b) for numpy.linalg.solve's operand shapes: b is (..., n, k) with leading axes
+  broadcast against a's, or (n,): one vector for every matrix of a (numpy 2)."""
+  if aval_of(a).ndim < 2:
+    raise ShapeError(f"needs square matrices in the last two axes, got shape {aval_of(a).shape}")
+  if aval_of(b).ndim == 1:
     n = aval_of(b).shape[0]
     batch = aval_of(a).shape[:-2]
     col = broadcast_to(reshape(b, (n, 1)), batch + (n, 1))
-    return reshape(P.solve_p.bind(a, col), batch + (n,))
+    return reshape(solve(a, col), batch + (n,))
   batch = broadcast_shapes(aval_of(a).shape[:-2], aval_of(b).shape[:-2])
   a = broadcast_to(a, batch + aval_of(a).shape[-2:])
   b = broadcast_to(b, batch + aval_of(b).shape[-2:])
-  return P.solve_p.bind(a, b)
+  return solve(a, b)
+
+
+@_linalg_op
+def _solve(a, b):
+  a, b = _promote_list([_float(a), _float(b)])
+  return _batched_solve(P.solve_p.bind, a, b)
 
 
 @_linalg_op
@@ -1516,6 +1577,82 @@ def _det(a):
 def _slogdet(a):
   out = P.slogdet_p.bind(_float(a))
   return getitem(out, (Ellipsis, 0)), getitem(out, (Ellipsis, 1))
+
+
+def _mT(a):
+  return moveaxis(a, -1, -2)
+
+
+def _symmetric(a, uplo="L"):
+  """The symmetric matrix LAPACK's symmetric routines see: one triangle of `a`, mirrored
+  (the other triangle is not read, and its derivative is zero, as in numpy's values)."""
+  if uplo not in ("L", "U"):
+    raise ValueError(f"UPLO must be 'L' or 'U', got {uplo!r}")
+  a = _float(a)
+  half = tril(a) if uplo == "L" else triu(a)
+  return add(half, _mT(tril(a, -1) if uplo == "L" else triu(a, 1)))
+
+
+EighResult = collections.namedtuple("EighResult", "eigenvalues eigenvectors")
+QRResult = collections.namedtuple("QRResult", "Q R")
+
+
+@_linalg_op
+def _cholesky(a, upper=False):
+  """The lower factor L (a = L L^T) of a symmetric positive definite matrix, read from its
+  lower triangle (numpy); upper=True returns L^T."""
+  low = P.cholesky_p.bind(_symmetric(a))
+  return _mT(low) if upper else low
+
+
+@_linalg_op
+def _eigh(a, UPLO="L"):
+  """Eigenvalues (ascending) and eigenvectors (columns) of a symmetric matrix read from one
+  triangle. Each eigenvector's sign makes its largest-magnitude entry positive (numpy
+  leaves the sign to LAPACK); derivatives need distinct eigenvalues."""
+  out = P.eigh_p.bind(_symmetric(a, UPLO))
+  return EighResult(getitem(out, (Ellipsis, 0, builtins.slice(None))),
+                    getitem(out, (Ellipsis, builtins.slice(1, None), builtins.slice(None))))
+
+
+@_linalg_op
+def _eigvalsh(a, UPLO="L"):
+  return _eigh(a, UPLO).eigenvalues
+
+
+@_linalg_op
+def _qr(a, mode="reduced"):
+  """numpy.linalg.qr, modes 'reduced' (Q, R), 'r' (R) and 'complete' where it equals
+  'reduced' (rows <= columns). Derivatives need rows >= columns."""
+  a = _float(a)
+  m, n = aval_of(a).shape[-2:] if aval_of(a).ndim >= 2 else (0, 0)
+  if mode not in ("reduced", "r", "complete") or (mode == "complete" and m > n):
+    raise NotSupportedError(f"linalg.qr mode {mode!r} of a {aval_of(a).shape} array is not "
+                            f"supported ('reduced', 'r', and 'complete' for rows <= columns)")
+  out = P.qr_p.bind(a)
+  (_, k), _, axis = P.qr_shapes(m, n)
+  cut = (builtins.slice(None, m), builtins.slice(None)) if axis == -2 else (builtins.slice(None), builtins.slice(None, k))
+  rest = (builtins.slice(m, None), builtins.slice(None)) if axis == -2 else (builtins.slice(None), builtins.slice(k, None))
+  r = getitem(out, (Ellipsis,) + rest)
+  return r if mode == "r" else QRResult(getitem(out, (Ellipsis,) + cut), r)
+
+
+@_linalg_op
+def _solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False):
+  """x with op(a) x = b for a triangular `a` (scipy.linalg.solve_triangular's signature:
+  trans 0/'N' op(a) = a, 1/'T' or 2/'C' a^T; only the `lower` or upper triangle is read;
+  unit_diagonal: the diagonal is taken as ones). `b` is (..., n) or (..., n, k); leading
+  axes broadcast."""
+  transpose = {0: False, "N": False, 1: True, "T": True, 2: True, "C": True}.get(trans)
+  if transpose is None:
+    raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
+  a, b = _promote_list([_float(a), _float(b)])
+  if unit_diagonal:
+    shape = aval_of(a).shape
+    a = where(P.eq(P.iota(shape, len(shape) - 2), P.iota(shape, len(shape) - 1)),
+              ones_like(a), a)
+  solve = lambda a, b: P.triangular_solve_p.bind(a, b, lower=bool(lower), transpose_a=transpose)
+  return _batched_solve(solve, a, b)
 
 
 class _Linalg:
@@ -1635,6 +1772,6 @@ for _name, _fn in _MORE_METHODS.items():
   setattr(Tracer, _name, _fn)
 Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 _wrap_ops()
-linalg = _Linalg(inv=_front_end_aware(_inv), solve=_front_end_aware(_solve),
-                 det=_front_end_aware(_det), slogdet=_front_end_aware(_slogdet),
+linalg = _Linalg(**{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in (
+    _inv, _solve, _det, _slogdet, _cholesky, _eigh, _eigvalsh, _qr, _solve_triangular)},
                  norm=norm)

@@ -531,6 +531,78 @@ impl_rules[slogdet_p] = _slogdet_impl
 impl_rules[det_p] = lambda a: np.asarray(np.linalg.det(a), a.dtype)
 
 
+def _cholesky_rule(a):
+  _square(a, "cholesky")
+  return ShapedArray(a.shape, a.dtype)
+
+
+def _eigh_rule(a):
+  _square(a, "eigh")
+  return ShapedArray(a.shape[:-2] + (a.shape[-1] + 1, a.shape[-1]), a.dtype)
+
+
+def qr_shapes(m: int, n: int) -> tuple[tuple[int, int], tuple[int, int], int]:
+  """Reduced QR of an m x n matrix: Q's shape, R's shape, and the axis (-2 rows, -1
+  columns) along which qr_p packs them: Q then R."""
+  k = min(m, n)
+  return (m, k), (k, n), (-2 if m >= n else -1)
+
+
+def _qr_rule(a):
+  _check(a.ndim >= 2 and a.is_float, f"qr needs float matrices in the last two axes, "
+         f"got {a.shape} {a.dtype}")
+  (m, k), (_, n), axis = qr_shapes(*a.shape[-2:])
+  packed = (m + k, k) if axis == -2 else (m, k + n)
+  return ShapedArray(a.shape[:-2] + packed, a.dtype)
+
+
+def _triangular_solve_rule(a, b, *, lower, transpose_a):
+  _square(a, "triangular_solve")
+  return _solve_rule(a, b)
+
+
+def flip_signs(v: np.ndarray) -> np.ndarray:
+  """Eigenvectors (columns of v) with the sign that makes each one's largest-magnitude
+  entry (the first, on a tie) positive: a convention every path follows, so results do not
+  depend on which LAPACK build computed them."""
+  rows = np.argmax(np.abs(v), axis=-2)[..., None, :]
+  return v * np.where(np.take_along_axis(v, rows, -2) < 0, -1, 1).astype(v.dtype)
+
+
+def _eigh_impl(a):
+  w, v = np.linalg.eigh(a)
+  return np.concatenate([w[..., None, :], flip_signs(v)], -2).astype(a.dtype)
+
+
+def _qr_impl(a):
+  q, r = np.linalg.qr(a)
+  return np.concatenate([q, r], qr_shapes(*a.shape[-2:])[2]).astype(a.dtype)
+
+
+def _triangular_solve_impl(a, b, *, lower, transpose_a):
+  tri = np.tril(a) if lower else np.triu(a)  # the other triangle is not read
+  return np.linalg.solve(np.swapaxes(tri, -1, -2) if transpose_a else tri, b).astype(a.dtype)
+
+
+# cholesky: the lower factor of a symmetric positive definite matrix (read from its lower
+# triangle); eigh: [..., 0, :] the eigenvalues (ascending), [..., 1:, :] the eigenvectors
+# (columns, signs by flip_signs) of a symmetric matrix; qr: reduced Q and R packed along
+# the axis qr_shapes names; triangular_solve: x with op(a) x = b, op(a) = a or a^T, a
+# lower or upper triangular (the other triangle is not read).
+cholesky_p = Primitive("cholesky", traits=("linalg",))
+eigh_p = Primitive("eigh", traits=("linalg",))
+qr_p = Primitive("qr", traits=("linalg",))
+triangular_solve_p = Primitive("triangular_solve", traits=("linalg",), linear=(1,))
+abstract_rules[cholesky_p] = _cholesky_rule
+abstract_rules[eigh_p] = _eigh_rule
+abstract_rules[qr_p] = _qr_rule
+abstract_rules[triangular_solve_p] = _triangular_solve_rule
+impl_rules[cholesky_p] = lambda a: np.linalg.cholesky(a).astype(a.dtype)
+impl_rules[eigh_p] = _eigh_impl
+impl_rules[qr_p] = _qr_impl
+impl_rules[triangular_solve_p] = _triangular_solve_impl
+
+
 convert_p = Primitive("convert", traits=("elementwise",), linear=(0,))
 abstract_rules[convert_p] = lambda x, *, new_dtype: ShapedArray(x.shape, new_dtype)
 impl_rules[convert_p] = lambda x, *, new_dtype: np.asarray(x).astype(new_dtype)

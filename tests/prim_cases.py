@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 from primc import prims as P
+from primc.trace import aval_of
 
 
 @dataclasses.dataclass
@@ -48,6 +49,20 @@ def matrices(*shape):
   return lambda rng: rng.standard_normal(shape) + shape[-1] * np.eye(shape[-1])
 
 
+def _sym(a):
+  """The symmetric part of a (cholesky_p and eigh_p take symmetric matrices)."""
+  nd = aval_of(a).ndim
+  at = P.transpose(a, list(range(nd - 2)) + [nd - 1, nd - 2])
+  return P.mul(P.add(a, at), P.full(aval_of(a).shape, 0.5, aval_of(a).dtype))
+
+
+def _eigh_oracle(a):
+  """Eigenvalues (row 0) over eigenvectors whose largest-magnitude entry is positive."""
+  w, v = np.linalg.eigh((a + np.swapaxes(a, -1, -2)) / 2)
+  big = np.take_along_axis(v, np.argmax(np.abs(v), -2)[..., None, :], -2)
+  return np.concatenate([w[..., None, :], v * np.sign(big)], -2)
+
+
 def args(*makers):
   return lambda rng: tuple(m(rng) for m in makers)
 
@@ -82,6 +97,18 @@ CASES = [
     Case(P.det_p, P.det_p.bind, args(matrices(2, 3, 3)), np.linalg.det),
     Case(P.slogdet_p, P.slogdet_p.bind, args(matrices(3, 3)),
          lambda a: np.stack(np.linalg.slogdet(a), -1)),
+    Case(P.cholesky_p, lambda a: P.cholesky_p.bind(_sym(a)), args(matrices(2, 3, 3)),
+         lambda a: np.linalg.cholesky((a + np.swapaxes(a, -1, -2)) / 2)),
+    Case(P.eigh_p, lambda a: P.eigh_p.bind(_sym(a)), args(matrices(2, 3, 3)), _eigh_oracle),
+    Case(P.qr_p, P.qr_p.bind, args(normal(2, 4, 3)),
+         lambda a: np.concatenate(np.linalg.qr(a), -2)),
+    Case(P.triangular_solve_p, lambda a, b: P.triangular_solve_p.bind(
+        a, b, lower=True, transpose_a=False), args(matrices(2, 3, 3), normal(2, 3, 2)),
+         lambda a, b: np.linalg.solve(np.tril(a), b), linear=(1,)),
+    Case(P.triangular_solve_p, lambda a, b: P.triangular_solve_p.bind(
+        a, b, lower=False, transpose_a=True), args(matrices(3, 3), normal(3, 1)),
+         lambda a, b: np.linalg.solve(np.triu(a).T, b), linear=(1,),
+         name="triangular_solve_upper_transposed"),
     Case(P.argsort_p, P.argsort, args(normal(3, 4)),
          lambda x: np.argsort(x, -1, kind="stable").astype(np.int32)),
     Case(P.tan_p, P.tan_p.bind, args(uniform(-1.2, 1.2, 3, 4)), np.tan),

@@ -1,7 +1,9 @@
-"""primc.numpy.linalg (inv, solve, det, slogdet): values against numpy traced, eager and
-compiled, batched; derivatives by finite differences at orders 1-2 and compiled; vmap."""
+"""primc.numpy.linalg (inv, solve, det, slogdet, cholesky, eigh, eigvalsh, qr,
+solve_triangular, norm): values against numpy (scipy for solve_triangular) traced, eager
+and compiled, batched; derivatives by finite differences at orders 1-2 and compiled; vmap."""
 import numpy as np
 import pytest
+import scipy.linalg
 
 import primc
 import primc.numpy as pnp
@@ -28,6 +30,72 @@ CASES = [
 ]
 
 
+def _spd(*shape):
+  x = R.standard_normal(shape)
+  return x @ np.swapaxes(x, -1, -2) + shape[-1] * np.eye(shape[-1])
+
+
+def _signed(v):
+  """Eigenvectors (columns) with their largest-magnitude entry positive (primc's sign)."""
+  out = v.copy()
+  for index in np.ndindex(v.shape[:-2]):
+    for j in range(v.shape[-1]):
+      col = out[index][:, j]
+      out[index][:, j] = col if col[np.argmax(np.abs(col))] > 0 else -col
+  return out
+
+
+def _per_matrix(fn):
+  """scipy's unbatched function over the leading axes."""
+  def batched(a, b, **kw):
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2] if b.ndim > 1 else ())
+    a = np.broadcast_to(a, lead + a.shape[-2:])
+    b = np.broadcast_to(b, lead + b.shape[-(2 if b.ndim > 1 else 1):])
+    return np.stack([fn(a[i], b[i], **kw) for i in np.ndindex(lead)]).reshape(
+        lead + b.shape[len(lead):])
+  return batched
+
+
+S, TALL, WIDE = _spd(2, 3, 3), R.standard_normal((2, 4, 3)), R.standard_normal((3, 4))
+GENERAL = R.standard_normal((3, 3))  # not symmetric: the lower triangle is read
+solve_tri = _per_matrix(scipy.linalg.solve_triangular)
+CASES += [
+    ("cholesky", pnp.linalg.cholesky, np.linalg.cholesky, (S,)),
+    ("cholesky_upper_triangle_ignored", pnp.linalg.cholesky, np.linalg.cholesky,
+     (np.tril(S[0]) + np.triu(GENERAL, 1),)),
+    ("eigh", lambda a: tuple(pnp.linalg.eigh(a)),
+     lambda a: (np.linalg.eigh(a)[0], _signed(np.linalg.eigh(a)[1])), (S + np.tril(GENERAL),)),
+    ("eigh_upper", lambda a: pnp.linalg.eigh(a, UPLO="U").eigenvectors,
+     lambda a: _signed(np.linalg.eigh(a, UPLO="U")[1]), (S[1] + np.triu(GENERAL),)),
+    ("eigvalsh", pnp.linalg.eigvalsh, np.linalg.eigvalsh, (S + GENERAL,)),
+    ("qr_tall_q", lambda a: pnp.linalg.qr(a).Q, lambda a: np.linalg.qr(a)[0], (TALL,)),
+    ("qr_tall_r", lambda a: pnp.linalg.qr(a).R, lambda a: np.linalg.qr(a)[1], (TALL,)),
+    ("qr_square", lambda a: tuple(pnp.linalg.qr(a)), lambda a: tuple(np.linalg.qr(a)), (A1,)),
+    ("qr_r_mode", lambda a: pnp.linalg.qr(a, mode="r"),
+     lambda a: np.linalg.qr(a, mode="r"), (TALL,)),
+    ("solve_triangular_lower", lambda a, b: pnp.linalg.solve_triangular(a, b, lower=True),
+     lambda a, b: solve_tri(a, b, lower=True), (A, R.standard_normal((2, 3, 2)))),
+    ("solve_triangular_upper_trans",
+     lambda a, b: pnp.linalg.solve_triangular(a, b, trans="T"),
+     lambda a, b: solve_tri(a, b, trans="T"), (A, R.standard_normal((3, 2)))),
+    ("solve_triangular_vector_unit",
+     lambda a, b: pnp.linalg.solve_triangular(a, b, trans=1, lower=True, unit_diagonal=True),
+     lambda a, b: solve_tri(a, b, trans=1, lower=True, unit_diagonal=True),
+     (A1, R.standard_normal(4))),
+]
+NORMS = [(None, None, False), (np.inf, 1, False), (-np.inf, 0, True), (1, -1, False),
+         (3, 1, True), (0.5, 0, False), ("fro", (0, 2), False), (1, (0, 1), True),
+         (-1, (2, 1), False), (np.inf, (1, 2), False), (-np.inf, (2, 0), True)]
+X3 = R.standard_normal((2, 3, 4))
+CASES += [(f"norm_{o}_{ax}_{kd}".replace(" ", ""),
+           lambda x, o=o, ax=ax, kd=kd: pnp.linalg.norm(x, o, ax, kd),
+           lambda x, o=o, ax=ax, kd=kd: np.linalg.norm(x, o, ax, kd), (X3,))
+          for o, ax, kd in NORMS]
+CASES += [(f"norm_matrix_{o}", lambda x, o=o: pnp.linalg.norm(x, o),
+           lambda x, o=o: np.linalg.norm(x, o), (GENERAL,)) for o in ("fro", 1, -np.inf)]
+COMPILED = {"norm_inf_1_False", "norm_1_(0,1)_True", "norm_matrix_-inf"}  # norms: a sample
+
+
 def _leaves(x):
   return list(x) if isinstance(x, tuple) else [x]
 
@@ -36,7 +104,9 @@ def _leaves(x):
 def test_values_traced_eager_compiled(name, op, ref, args):
   want = _leaves(ref(*args))
   program = primc.make_program(lambda *a: _leaves(op(*a)))(*args)
-  for got in (_leaves(op(*args)), primc.interpret(program, *args), _leaves(primc.jit(op)(*args))):
+  compiled = not name.startswith("norm_") or name in COMPILED
+  paths = [_leaves(op(*args)), primc.interpret(program, *args)]
+  for got in paths + ([_leaves(primc.jit(op)(*args))] if compiled else []):
     for g, w in zip(got, want, strict=True):
       np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
   if name in ("inv", "solve_matrix", "slogdet"):  # float32 kernels: a representative set
@@ -51,7 +121,8 @@ def test_derivatives_every_path(name, op, ref, args):
   primc.check_grads(f, args, order=2, modes=("fwd", "rev"))
   nums = tuple(range(len(args)))
   g = primc.grad(lambda *a: pnp.sum(f(*a) * 0.5), argnums=nums)
-  if name in ("inv", "solve_vector", "det", "slogdet"):  # compiled: a representative set
+  if name in ("inv", "solve_vector", "det", "slogdet", "cholesky", "eigh", "qr_tall_q",
+              "solve_triangular_upper_trans", "norm_-inf_0_True"):  # compiled: a sample
     for got, want in zip(primc.jit(g)(*args), g(*args), strict=True):
       np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
   batched = [np.stack([a, a * 1.1]) for a in args]  # vmap equals a loop
@@ -68,13 +139,41 @@ def test_hessian_of_log_det():
   np.testing.assert_allclose(h, -np.einsum("li,jk->ijkl", inv, inv), rtol=1e-9, atol=1e-12)
 
 
-def test_errors(monkeypatch):
-  monkeypatch.setattr("sys.unraisablehook", lambda info: None)  # numba reports LAPACK's
+def test_errors():
   with pytest.raises(primc.ShapeError, match="square"):
     pnp.linalg.inv(np.ones((2, 3)))
   with pytest.raises(np.linalg.LinAlgError):
     pnp.linalg.inv(np.ones((3, 3)))  # singular: numpy's error
-  with pytest.raises(RuntimeError, match="failed"):  # compiled: LAPACK's, reported
-    primc.jit(pnp.linalg.inv)(np.ones((3, 3)))
-  with pytest.raises(pnp.NotSupportedError, match="linalg.eigh"):
-    pnp.linalg.eigh
+  with pytest.raises(pnp.NotSupportedError, match="linalg.svd"):
+    pnp.linalg.svd
+  with pytest.raises(pnp.NotSupportedError, match="ord=2"):
+    pnp.linalg.norm(A1, 2)
+  with pytest.raises(primc.PrimcError, match="qr.*at least as many rows"):
+    primc.grad(lambda a: pnp.sum(pnp.linalg.qr(a).R))(WIDE)
+  with pytest.raises(pnp.NotSupportedError, match="complete"):
+    pnp.linalg.qr(TALL, mode="complete")
+
+
+SINGULAR = np.array([[[1.0, 0, 0], [0, 2, 0], [0, 0, 3]], [[1, 2, 3], [2, 4, 6], [0, 0, 1]]])
+FAILING = [  # (op, batch, the matrix numpy fails on, what the compiled error says)
+    ("inv", pnp.linalg.inv, SINGULAR, "matrix 1 of the batch is singular"),
+    ("solve", lambda a: pnp.linalg.solve(a, a), SINGULAR, "matrix 1 of the batch is singular"),
+    ("cholesky", pnp.linalg.cholesky, SINGULAR * np.array([1, -1, 1]),
+     "matrix 0 of the batch is not positive definite"),
+    ("triangular_solve", lambda a: pnp.linalg.solve_triangular(a, a[..., :1]),
+     np.stack([np.eye(3), np.triu(SINGULAR[1]) * [1, 0, 1]]), "matrix 1 .* zero on the diagonal"),
+    ("inv", pnp.linalg.inv, np.stack([np.eye(3), np.full((3, 3), np.nan)]),
+     "matrix 1 of the batch has infs or nans"),
+]
+
+
+@pytest.mark.parametrize("prim,op,a,message", FAILING, ids=[f[0] + str(i) for i, f in
+                                                           enumerate(FAILING)])
+def test_failures_raise_linalg_error_naming_the_matrix(prim, op, a, message):
+  """numpy raises LinAlgError (interpreted); compiled, the same error names the op, the
+  operand and which matrix of the batch (never a crash or a wrong number)."""
+  if "nan" not in message:
+    with pytest.raises(np.linalg.LinAlgError):
+      op(a)
+  with pytest.raises(np.linalg.LinAlgError, match=f"{prim} of f64.*{message}"):
+    primc.jit(op)(a)

@@ -1,4 +1,7 @@
 """Every primc.numpy op, traced and interpreted (and run eagerly), equals numpy."""
+import pathlib
+import re
+
 import numpy as np
 import pytest
 
@@ -260,6 +263,23 @@ def test_every_numpy_name_exists_or_raises_naming_it():
   assert "unique" in missing and "sort" not in missing and hasattr(pnp, "fft") is False
   with pytest.raises(AttributeError, match="no attribute 'not_a_numpy_name'"):
     pnp.not_a_numpy_name
+
+
+def test_readme_compatibility_table_matches_the_module():
+  """Each name of the README's table is in primc.numpy (or its linalg) in the column it is
+  listed in: supported names exist, the others raise NotSupportedError naming them."""
+  readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+  rows = [line for line in readme.read_text().splitlines()
+          if line.startswith("| ") and line.count("|") == 4 and "`" in line]
+  assert len(rows) >= 5
+  for row in rows:
+    group, supported, missing = [re.sub(r"\(.*?\)", "", cell) for cell in row.split("|")[1:4]]
+    module = pnp.linalg if "linalg" in group else pnp
+    for name in re.findall(r"`(\w+)`", supported):
+      assert callable(getattr(module, name)), name
+    for name in re.findall(r"`(\w+)`", missing):
+      with pytest.raises(pnp.NotSupportedError, match=name):
+        getattr(module, name)
 
 
 
