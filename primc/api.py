@@ -17,7 +17,8 @@ from primc import numpy as pnp
 from primc.settings import config
 from primc import prims as P
 from primc.core import PrimcError, Program, ShapedArray
-from primc.trace import (Tracer, as_array, aval_of, eval_program, trace_flat, user_source)
+from primc.trace import (Tracer, as_array, aval_of, eval_program, trace_flat, user_source,
+                         weak_leaves)
 from primc.tree import tree_flatten, tree_unflatten
 
 stop_gradient = pnp.stop_gradient
@@ -32,12 +33,13 @@ def optimize(program: Program) -> Program:
 def _trace(fn: Callable, args: Sequence) -> tuple[Program, list, list, Any, Any]:
   """Traces fn(*args) with every array leaf of args as a program input."""
   leaves, in_tree = tree_flatten(list(args))
+  weak = weak_leaves(leaves)
   leaves = [as_array(x) for x in leaves]
 
   def flat_fn(*xs):
     return fn(*tree_unflatten(in_tree, xs))
 
-  program, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves])
+  program, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves], weak)
   return optimize(program), leaves, captured, in_tree, out_tree
 
 

@@ -19,7 +19,8 @@ import numpy as np
 from primc import passes
 from primc.settings import config
 from primc.core import PrimcError, PrimcIndexError, Program
-from primc.trace import SCALAR_ARRAYS, Tracer, aval_of, as_array, trace_flat, tracing
+from primc.trace import (SCALAR_ARRAYS, Tracer, aval_of, as_array, trace_flat, tracing,
+                         weak_leaves)
 from primc.tree import tree_flatten, tree_unflatten
 
 SIGNATURES_KEPT = 64  # compiled signatures per jitted function (least recently used go)
@@ -86,6 +87,7 @@ class Jitted:
     self._fast: dict = {}  # (shape, strides, dtype) per flat ndarray argument ->
                            # (executable, output builder)
     self._hot = None       # the runner of the last fast call (see Executable.runner)
+    self._hot_weak = None  # which of its arguments were Python scalars (None: none)
     self._kernels: set[str] = set()  # kernel sources its programs ran (their variants)
     functools.update_wrapper(self, fun)
 
@@ -93,8 +95,8 @@ class Jitted:
     static = tuple((i, args[i]) for i in self.static_argnums)
     dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
     leaves, tree = tree_flatten(dyn)
-    leaves = [as_array(x) for x in leaves]
-    return static, leaves, tree
+    weak = weak_leaves(leaves)  # Python scalars: traced as weak values
+    return static, [as_array(x) for x in leaves], (tree, weak)
 
   def _key(self, static, leaves, tree):
     return (static, tree, tuple((x.shape, x.dtype.str) for x in leaves))
@@ -106,8 +108,9 @@ class Jitted:
     optimized, fused, plan = build_plan(traced)
     return Lowered(traced, optimized, fused, plan.source)
 
-  def _trace(self, static, leaves, tree):
+  def _trace(self, static, leaves, tree_weak):
     static_map = dict(static)
+    tree, weak = tree_weak
 
     def flat_fn(*xs):
       full, dyn = [], iter(tree_unflatten(tree, list(xs)))
@@ -115,7 +118,7 @@ class Jitted:
         full.append(static_map[i] if i in static_map else next(dyn))
       return self.fun(*full)
 
-    traced, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves])
+    traced, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves], weak)
     assert not captured
     return traced, out_tree
 
@@ -142,28 +145,37 @@ class Jitted:
     # scalars (Python or numpy) become the 0-d arrays the general path would make of them.
     # Anything else takes the general path (`_call`), as do functions with static
     # arguments (Python values: a static scalar must stay a scalar).
+    # Python scalars are weak (`weak_leaves`): the runners they ran are kept apart, keyed
+    # by which arguments were Python scalars (`self._hot_weak`, the fast keys' last entry).
     try:
       if out is None and not self.static_argnums:
         hot = self._hot
-        if hot is not None:
+        weak = None
+        if hot is not None and self._hot_weak is None:
           result = hot(*args)
           if result is not None:
             return result
         if not all([type(a) is np.ndarray for a in args]):
           if not all([type(a) in _SCALAR_TYPES for a in args]):
             return self._call(args, out)
-          args = tuple([a if type(a) is np.ndarray else SCALAR_ARRAYS[type(a)](a) for a in args])
-          if hot is not None:
-            result = hot(*args)
+          weak = weak_leaves(args)
+          if not any(weak):
+            weak = None
+          arrays = tuple([a if type(a) is np.ndarray else SCALAR_ARRAYS[type(a)](a)
+                          for a in args])
+          if hot is not None and self._hot_weak == weak:
+            result = hot(*arrays)
             if result is not None:
               return result
-        entry = self._fast.get(tuple([(a.shape, a.strides, a.dtype) for a in args]))
+        else:
+          arrays = args
+        entry = self._fast.get((*[(a.shape, a.strides, a.dtype) for a in arrays], weak))
         if entry is not None:
           if entry[2] is None:
             entry[2] = entry[0].runner(entry[1])
-          result = None if entry[2] is None else entry[2](*args)
+          result = None if entry[2] is None else entry[2](*arrays)
           if result is not None:
-            self._hot = entry[2]
+            self._hot, self._hot_weak = entry[2], weak
             return result
       return self._call(args, out)
     except PrimcIndexError as e:  # found by the compiled code: name the function too
@@ -186,7 +198,8 @@ class Jitted:
       self._compiled.move_to_end(key)
     if not static and len(leaves) == len(args) and all(type(a) in _SCALAR_TYPES for a in args):
       c_strides = lambda a: np.empty(a.shape, a.dtype).strides  # as numpy lays them out
-      fast_key = tuple((x.shape, c_strides(x), x.dtype) for x in leaves)
+      weak = tree[1] if any(tree[1]) else None
+      fast_key = (*[(x.shape, c_strides(x), x.dtype) for x in leaves], weak)
       if fast_key not in self._fast:  # however the signature was first called
         self._fast[fast_key] = [entry[0], entry[1], None]  # the runner, once compiled
     executable, out_tree = entry  # it converts arguments its native entry does not take

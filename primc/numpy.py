@@ -1,10 +1,16 @@
 """numpy-style user ops, built from primitives while tracing (or run eagerly on arrays).
 
-Semantics follow numpy: broadcasting is resolved into explicit `broadcast_in_dim`, mixed
-array dtypes are promoted with `np.result_type` and an explicit `convert`. Python scalars
-are weak-typed: `x * 2.0` keeps `x`'s dtype (float32 stays float32); a Python float mixed
-with an integer array gives float32. Names follow numpy, with the seeds' aliases
-(`concat`, `index_select`, `multiply`, `scale`, `assign`, ...).
+Semantics follow numpy (2, NEP 50): broadcasting is resolved into explicit
+`broadcast_in_dim`, mixed array dtypes are promoted with `np.result_type` and an explicit
+`convert`. Python scalars are weak: `x * 2.0` keeps `x`'s dtype (float32 stays float32),
+a Python float mixed with an integer or bool array gives float64, and Python scalars alone
+are float64 / int64 (`sqrt(2.0)` is float64). A Python scalar passed to a transform (`jit`,
+`grad`, ...) is traced as a weak value (`Tracer.weak`), so it means inside what it means to
+numpy: arithmetic operators on weak values alone give weak values (Python arithmetic),
+functions give strong ones (`sqrt(lr)` is a numpy float64). Integer operands of float functions
+(`sqrt`, `divide`, ...) become float64, as in numpy. Creation functions (`zeros`, `ones`,
+`full`, `eye`) default to float32, as in Paddle and JAX. Names follow numpy, with the
+seeds' aliases (`concat`, `index_select`, `multiply`, `scale`, `assign`, ...).
 """
 from __future__ import annotations
 
@@ -55,18 +61,44 @@ def _describe_args(args) -> str:
   return ", ".join(one(a) for a in args)
 
 
-def _is_weak(x) -> bool:
+def _is_python_scalar(x) -> bool:
   return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
 
 
+def _is_weak(x) -> bool:
+  """A Python scalar, or a traced value standing for one (`Tracer.weak`)."""
+  return _is_python_scalar(x) or (isinstance(x, Tracer) and x.weak)
+
+
+def _weak_kind(x) -> str:
+  """'f', 'i' or 'b': the kind of a weak value."""
+  if isinstance(x, Tracer):
+    return np.dtype(aval_of(x).dtype).kind.replace("u", "i")
+  return "b" if isinstance(x, bool) else "i" if isinstance(x, int) else "f"
+
+
 def _with_weak(dtype: str, x) -> str:
-  """The dtype after mixing a weak Python scalar in: it never widens an array's dtype,
-  except that a float scalar makes an integer or bool array float32."""
-  if isinstance(x, float) and dtype not in FLOAT_DTYPES:
-    return "float32"
-  if isinstance(x, int) and not isinstance(x, bool) and dtype == "bool":
-    return "int32"
+  """The dtype after mixing a weak value in (numpy's rule for Python scalars): it never
+  widens an array's dtype, except that a float makes an integer or bool array float64
+  and an int makes a bool array int64."""
+  kind = _weak_kind(x)
+  if kind == "f" and dtype not in FLOAT_DTYPES:
+    return "float64"
+  if kind == "i" and dtype == "bool":
+    return "int64"
   return dtype
+
+
+def _python_arithmetic(fn):
+  """An operator of traced values: on weak values alone its result is weak too, as Python
+  arithmetic on Python scalars gives a Python scalar (`lr * 0.5`; numpy's functions, like
+  `sqrt(lr)`, give a numpy scalar, which is not weak)."""
+  def op(*operands):
+    out = fn(*operands)
+    if isinstance(out, Tracer) and builtins.all(_is_weak(a) for a in operands):
+      out.weak = True
+    return out
+  return op
 
 
 def asarray(x, dtype=None):
@@ -126,17 +158,23 @@ def _promote(*args):
     for a in args:
       if _is_weak(a):
         dtype = _with_weak(dtype, a)
-  else:  # only Python scalars: float32 if any is a float, else int32 (or bool)
-    dtype = ("float32" if builtins.any(isinstance(a, float) for a in args) else
-             "int32" if builtins.any(not isinstance(a, bool) for a in args) else "bool")
-  arrays = [np.asarray(a, dtype) if _is_weak(a) else asarray(a, dtype) for a in args]
+  else:  # only weak values: numpy's float64 if any is a float, else int64 (or bool)
+    kinds = {_weak_kind(a) for a in args}
+    dtype = "float64" if "f" in kinds else "int64" if "i" in kinds else "bool"
+    tracers = [aval_of(a).dtype for a in args if isinstance(a, Tracer)]
+    if tracers and np.dtype(dtype).kind == np.dtype(np.result_type(*tracers)).kind:
+      dtype = np.result_type(*tracers).name  # weak traced values keep theirs
+  arrays = [np.asarray(a, dtype) if _is_python_scalar(a) else asarray(a, dtype) for a in args]
   shape = broadcast_shapes(*(aval_of(a).shape for a in arrays))
   return [broadcast_to(a, shape) for a in arrays]
 
 
 def _float(x):
+  """x as a float array: integers and bools become float64 (numpy's rule)."""
   x = as_array(x)
-  return x if aval_of(x).dtype in FLOAT_DTYPES else P.convert(x, "float32")
+  if aval_of(x).dtype in FLOAT_DTYPES:
+    return x
+  return P.convert(x, "float64")
 
 
 def _axes(axis, ndim) -> tuple[int, ...]:
@@ -224,7 +262,7 @@ greater_equal = _binary(lambda x, y: P.ge_p.bind(x, y), "greater_equal")
 
 @_op
 def divide(x, y):
-  """True division: integer operands give float32 (numpy gives float64)."""
+  """True division: integer operands give float64 (numpy's rule)."""
   x, y = _promote(x, y)
   return P.div(_float(x), _float(y))
 
@@ -269,12 +307,21 @@ def floor_divide(x, y):
 
 @_op
 def power(x, y):
-  """x ** y for float x (a Python integer exponent keeps x's dtype)."""
-  if _is_weak(y) and not _is_weak(x):
-    x = _float(x)
-    y = np.asarray(y, aval_of(x).dtype)
+  """x ** y with numpy's dtypes: a Python exponent keeps a float x's dtype; an integer x
+  to a constant non-negative integer power stays an integer (exact, by repeated
+  squaring); other integer powers need a float operand."""
+  exponent = y
   x, y = _promote(x, y)
-  return P.pow_(_float(x), _float(y))
+  if aval_of(x).dtype in FLOAT_DTYPES:
+    return P.pow_(x, y)
+  if isinstance(exponent, (int, np.integer)) and not isinstance(exponent, bool) and exponent >= 0:
+    out, base, n = ones_like(x), x, int(exponent)
+    while n:
+      out, base, n = (P.mul(out, base) if n & 1 else out), P.mul(base, base), n >> 1
+    return out
+  raise NotSupportedError(f"power of an integer array to {type(exponent).__name__} "
+                          f"exponent: only a constant non-negative integer is supported; "
+                          f"convert to float first")
 
 
 pow = power
@@ -812,11 +859,10 @@ def norm(x, ord=None, axis=None, keepdims=False, p=None):
   infinite)."""
   x = _float(x)
   nd = aval_of(x).ndim
-  if p is not None:  # Paddle: p applies to the flattened array when axis is None
+  if p is not None:  # Paddle: p applies to all elements when axis is None
     ord = None if p == "fro" else p
     if axis is None:
-      return norm(reshape(x, (-1,)), ord, keepdims=False) if not keepdims else \
-          reshape(norm(reshape(x, (-1,)), ord), (1,) * nd)
+      return _vector_norm(x, ord, tuple(range(nd)), keepdims)
   if axis is None and ord is None:
     return sqrt(sum(multiply(x, x), None, keepdims))
   if axis is None:
@@ -1044,12 +1090,15 @@ def _swap(fn):
   return lambda self, other: fn(other, self)
 
 
-_TRACER_METHODS = {
+_ARITHMETIC = {
     "__add__": add, "__radd__": _swap(add), "__sub__": subtract, "__rsub__": _swap(subtract),
     "__mul__": multiply, "__rmul__": _swap(multiply), "__truediv__": divide,
     "__rtruediv__": _swap(divide), "__pow__": power, "__rpow__": _swap(power),
-    "__matmul__": matmul, "__rmatmul__": _swap(matmul), "__neg__": negative,
-    "__pos__": lambda self: self, "__abs__": abs, "__floordiv__": floor_divide,
+    "__neg__": negative, "__abs__": abs, "__floordiv__": floor_divide,
+}
+_TRACER_METHODS = {
+    **{name: _python_arithmetic(fn) for name, fn in _ARITHMETIC.items()},
+    "__matmul__": matmul, "__rmatmul__": _swap(matmul), "__pos__": lambda self: self,
     "__lt__": less, "__le__": less_equal, "__gt__": greater, "__ge__": greater_equal,
     "__eq__": equal, "__ne__": not_equal, "__getitem__": getitem,
     "T": property(lambda self: transpose(self)), "reshape": reshape, "sum": sum, "mean": mean,

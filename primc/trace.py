@@ -65,12 +65,13 @@ class Builder:
 
 class Tracer:
   """A traced array value. Operators and methods dispatch to `primc.numpy`."""
-  __slots__ = ("builder", "var")
+  __slots__ = ("builder", "var", "weak")
   __array_priority__ = 1000
 
   def __init__(self, builder: Builder, var: Var):
     self.builder = builder
     self.var = var
+    self.weak = False  # stands for a Python scalar: mixed with an array it takes its dtype
 
   @property
   def aval(self) -> ShapedArray:
@@ -194,8 +195,19 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
 core.binder[0] = bind  # Primitive.bind calls it
 
 
-def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray]) -> tuple[Program, list, Any]:
-  """Traces `fn(*flat_tracers)` (returning a pytree of arrays) into a Program.
+def weak_leaves(leaves: Sequence) -> tuple[bool, ...]:
+  """Which arguments are Python scalars (float, int, bool): traced as weak values
+  (`Tracer.weak`)."""
+  return tuple([type(x) in WEAK_TYPES for x in leaves])
+
+
+WEAK_TYPES = (float, int, bool)
+
+
+def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray],
+               weak: Sequence[bool] = ()) -> tuple[Program, list, Any]:
+  """Traces `fn(*flat_tracers)` (returning a pytree of arrays) into a Program; the inputs
+  flagged in `weak` stand for Python scalars (`weak_leaves`).
 
   Returns:
     (program, captured, out_tree): the program's inputs are the given avals followed by one
@@ -205,6 +217,8 @@ def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray]) -> tuple[Program, 
   _state.builders.append(builder)
   try:
     args = [builder.new_input(a) for a in in_avals]
+    for arg, is_weak in zip(args, weak):
+      arg.weak = is_weak
     out = fn(*args)
     leaves, out_tree = tree_flatten(out)
     out_atoms = []
@@ -241,6 +255,7 @@ def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
     static = {i: args[i] for i in static_argnums}
     dyn = [a for i, a in enumerate(args) if i not in static]
     leaves, in_tree = tree_flatten(dyn)
+    weak = weak_leaves(leaves)
     leaves = [as_array(x) for x in leaves]
 
     def flat_fn(*xs):
@@ -248,7 +263,7 @@ def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
       full = [static[i] if i in static else next(it) for i in range(len(args))]
       return fn(*full)
 
-    program, _, _ = trace_flat(flat_fn, [aval_of(x) for x in leaves])
+    program, _, _ = trace_flat(flat_fn, [aval_of(x) for x in leaves], weak)
     return program
   return build
 
@@ -262,17 +277,18 @@ def plain_array(x: np.ndarray) -> np.ndarray:
   return x.view(np.ndarray)
 
 
-# scalars of these exact types as 0-d arrays: Python floats float32, ints int32 (weak
-# types, as in JAX); numpy scalars keep their dtype. The compiled call's fast path uses
-# the same table.
-SCALAR_ARRAYS = {float: lambda a: np.asarray(a, np.float32),
-                 int: lambda a: np.asarray(a, np.int32), bool: np.asarray,
+# scalars of these exact types as 0-d arrays: Python floats float64, ints int64 (numpy's
+# defaults; traced, they stay weak: `weak_leaves`); numpy scalars keep their dtype. The
+# compiled call's fast path uses the same table.
+SCALAR_ARRAYS = {float: lambda a: np.asarray(a, np.float64),
+                 int: lambda a: np.asarray(a, np.int64), bool: np.asarray,
                  np.float32: np.asarray, np.float64: np.asarray, np.int32: np.asarray,
                  np.int64: np.asarray, np.bool_: np.asarray}
 
 
 def as_array(x):
-  """Arguments are arrays; Python scalars become 0-d arrays (float32 / int32 / bool)."""
+  """Arguments are arrays; Python scalars become 0-d arrays (float64 / int64 / bool, as
+  numpy makes them)."""
   if isinstance(x, Tracer):
     return x
   convert = SCALAR_ARRAYS.get(type(x))
@@ -290,7 +306,7 @@ def as_array(x):
   if isinstance(x, bool):
     return np.asarray(x)
   if isinstance(x, int):
-    return np.asarray(x, np.int32)
+    return np.asarray(x, np.int64)
   if isinstance(x, float):
-    return np.asarray(x, np.float32)
+    return np.asarray(x, np.float64)
   raise locate(PrimcError(), f"expected an array argument, got {type(x).__name__} ({x!r:.60})")

@@ -138,7 +138,7 @@ OPS = [
     ("prod_odd", lambda x: pnp.prod(x, 0), lambda x: np.prod(x, 0), (N(7, 2),)),
     ("array_of_values", lambda x: (pnp.array([x[0], x[1] * 2]), pnp.array([[x[0, 0], 1.0]]),
                                    pnp.array((x, x), dtype=np.int32)),
-     lambda x: (np.array([x[0], x[1] * 2]), np.array([[x[0, 0], 1.0]], np.float32),
+     lambda x: (np.array([x[0], x[1] * 2]), np.array([[x[0, 0], 1.0]]),  # float64
                 np.array((x, x), dtype=np.int32)), (N(2, 3),)),
     ("empty_axis", lambda x: (pnp.diff(x, axis=0), pnp.cumsum(x, 0), pnp.prod(x, 0),
                               pnp.roll(x, 1, 0), pnp.flip(x, 0)),
@@ -211,8 +211,8 @@ def test_op_traced_and_eager_match_numpy(name, op, ref, args):
     assert len(got_list) == len(want)
     for got, w in zip(got_list, want):
       assert got.shape == w.shape, (got.shape, w.shape)
-      if w.dtype.kind == "f":
-        assert got.dtype == np.float32
+      if w.dtype.kind == "f":  # numpy's own result dtype
+        assert got.dtype == w.dtype, (got.dtype, w.dtype)
       np.testing.assert_allclose(got, w, rtol=2e-6, atol=2e-6)
 
 
@@ -238,10 +238,51 @@ def test_python_scalars_are_weak_typed():
   assert primc.make_program(lambda x: 1 + x)(x32.astype(np.float64)).outputs[0].aval.dtype == "float64"
   ints = np.arange(3, dtype=np.int32)
   assert primc.make_program(lambda x: x * 2)(ints).outputs[0].aval.dtype == "int32"
-  assert primc.make_program(lambda x: x * 2.5)(ints).outputs[0].aval.dtype == "float32"
+  assert primc.make_program(lambda x: x * 2.5)(ints).outputs[0].aval.dtype == "float64"
   # mixed array dtypes promote like numpy, with an explicit convert
   p = primc.make_program(lambda x, y: x + y)(x32, x32.astype(np.float64))
   assert p.outputs[0].aval.dtype == "float64" and p.eqns[0].prim.name == "convert"
+
+
+# Operands of every kind numpy types differently: Python scalars (weak), numpy scalars and
+# 0-d arrays (strong), arrays of each dtype.
+OPERANDS = {"py_float": 1.5, "py_int": 3, "py_bool": True, "np_f32": np.float32(1.25),
+            "np_f64": np.float64(0.75), "zero_d_f64": np.asarray(0.5), "f32": N(2),
+            "f64": N(2).astype(np.float64), "i32": np.arange(1, 3, dtype=np.int32),
+            "i64": np.arange(1, 3), "bool": np.array([True, False])}
+PROGRAMS = {  # numpy's and primc's spelling of the same computation
+    "add": lambda m, a, b: a + b, "mul": lambda m, a, b: a * b,
+    "truediv": lambda m, a, b: a / (b + 1), "sub_scaled": lambda m, a, b: (a * 0.5) - b,
+    "fn_add": lambda m, a, b: m.add(a, b), "sqrt_mul": lambda m, a, b: m.sqrt(a) * b,
+    "power": lambda m, a, b: (a + 0) ** 2 * b,
+}
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_promotion_follows_numpy_in_every_path(program):
+  """The result dtype (and value) of numpy's promotion (NEP 50) for every pair of operand
+  kinds: eager, traced with the operands as arguments (Python scalars traced weak), and
+  compiled. The oracle is numpy itself."""
+  fn = PROGRAMS[program]
+  boolean = {"py_bool", "bool"}  # bool + bool (numpy's logical or) is refused, clearly
+  pairs = [(a, b) for a in OPERANDS for b in OPERANDS
+           if (not (a.startswith("py") and b.startswith("py")) or program == "sqrt_mul")
+           and not {a, b} <= boolean]
+  jitted = primc.jit(lambda a, b: fn(pnp, a, b))
+  compiled = {("f32", "py_float"), ("py_int", "i32"), ("np_f64", "f32"), ("py_float", "py_int")}
+  for a, b in pairs:
+    x, y = OPERANDS[a], OPERANDS[b]
+    with np.errstate(all="ignore"):
+      want = np.asarray(fn(np, x, y))
+    if program == "sqrt_mul" and a in boolean:  # numpy's float of a bool is float16,
+      continue                                  # primc's float64 (it has no float16)
+    program_out = primc.make_program(lambda a, b: fn(pnp, a, b))(x, y).outputs[0].aval.dtype
+    got = {"eager": np.asarray(fn(pnp, x, y)).dtype.name, "traced": program_out}
+    if (a, b) in compiled:
+      out = jitted(x, y)
+      got["jit"] = out.dtype.name
+      np.testing.assert_allclose(out, want, rtol=1e-6)
+    assert set(got.values()) == {want.dtype.name}, (a, b, got, want.dtype)
 
 
 def test_numpy_broadcasting_becomes_explicit_broadcast_in_dim():
