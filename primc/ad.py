@@ -521,7 +521,8 @@ def jvp_eval(program: Program, primals: Sequence, tangents: Sequence) -> tuple[l
     xs, ts = zip(*pairs) if pairs else ((), ())
     if eqn.prim not in jvp_rules:
       raise PrimcError(f"primitive {eqn.prim.name} has no JVP rule")
-    return results(eqn, jvp_rules[eqn.prim](xs, ts, **eqn.kw))
+    out, t_out = jvp_rules[eqn.prim](xs, ts, **eqn.kw)
+    return list(zip(out, t_out, strict=True)) if eqn.prim.multiple_results else [(out, t_out)]
 
   outs = run(program, list(zip(primals, tangents, strict=True)), apply,
              lit=lambda a: (literal(a), Zero(a.aval)))
@@ -619,7 +620,8 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
       if eqn.outputs[0] in linear_vars:
         linear_eqns.append(eqn)
       else:
-        consts[eqn.outputs[0]] = eqn.prim.bind(*map(read, eqn.inputs), **eqn.kw)
+        outs = results(eqn, eqn.prim.bind(*map(read, eqn.inputs), **eqn.kw))
+        consts.update(zip(eqn.outputs, outs, strict=True))
     cts: dict[Var, object] = {}
 
     def accum(v, ct):
@@ -629,9 +631,15 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
       if isinstance(a, Var) and a in linear_vars:
         accum(a, ct)
     for eqn in reversed(linear_eqns):
-      ct = cts.pop(eqn.outputs[0], None)
-      if ct is None:
-        continue
+      if eqn.prim.multiple_results:  # one cotangent per output, Zero where none came
+        ct = [cts.pop(v, None) for v in eqn.outputs]
+        if all(c is None for c in ct):
+          continue
+        ct = [Zero(v.aval) if c is None else c for c, v in zip(ct, eqn.outputs)]
+      else:
+        ct = cts.pop(eqn.outputs[0], None)
+        if ct is None:
+          continue
       invals = [UndefinedPrimal(a.aval) if isinstance(a, Var) and a in linear_vars else read(a)
                 for a in eqn.inputs]
       if eqn.prim not in transpose_rules:

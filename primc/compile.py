@@ -19,6 +19,7 @@ import numpy as np
 from primc import passes
 from primc.settings import config
 from primc.core import PrimcError, PrimcIndexError, Program
+from primc.custom import inline_calls
 from primc.trace import (SCALAR_ARRAYS, Tracer, aval_of, as_array, trace_flat, tracing,
                          weak_leaves)
 from primc.tree import tree_flatten, tree_unflatten
@@ -229,7 +230,7 @@ class Jitted:
 
 
 def build_plan(traced, prefer=frozenset()):
-  optimized = passes.optimize(traced)
+  optimized = passes.optimize(inline_calls(traced))
   fused = passes.fuse(optimized)
   plan = backend().module.build(fused, prefer)
   show = passes.print_after_names()
@@ -250,6 +251,7 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
   (see `codegen.module.build`); `label`: what a long compile says it compiles."""
   codegen = backend()
   st = codegen.store.current()
+  traced = inline_calls(traced)  # custom rules are done with: the functions' programs
   key = codegen.cache.program_key(traced)
   plan, optimized = st.read_entry("plan", key, codegen.plan.Plan.from_bytes), None
   if plan is None:
@@ -272,6 +274,7 @@ _eager_kernels: set[str] = set()  # kernels the eager tape's programs ran (their
 def executable(program: Program):
   """The executable of a traced program, kept by its key (at most PROGRAMS_KEPT, least
   recently used first): the eager tape runs its backward programs through it."""
+  program = inline_calls(program)
   key = backend().cache.program_key(program)
   exe = _executables.get(key)
   if exe is None:

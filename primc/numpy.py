@@ -1175,14 +1175,20 @@ def _mentions(args, kwargs, cls) -> bool:
   return False
 
 
+def on_front_ends(fn, args, kwargs):
+  """fn(*args, **kwargs), handed to a front end (the eager tape, static programs) when an
+  argument is one of its values."""
+  for cls, apply in _front_ends:
+    if _mentions(args, kwargs, cls):
+      return apply(fn, args, kwargs)
+  return fn(*args, **kwargs)
+
+
 def _front_end_aware(fn):
   """`fn` that hands a call on a front end's values to that front end."""
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
-    for cls, apply in _front_ends:
-      if _mentions(args, kwargs, cls):
-        return apply(fn, args, kwargs)
-    return fn(*args, **kwargs)
+    return on_front_ends(fn, args, kwargs)
   wrapped.__wrapped_op__ = fn
   return wrapped
 
@@ -1216,7 +1222,7 @@ def refuse_numpy(what: str) -> Callable:
 def _wrap_ops():
   g = globals()
   skip = {"asarray", "broadcast_shapes", "register_front_end", "refuse_numpy",
-          "operator_index"}
+          "operator_index", "on_front_ends"}
   for name, value in list(g.items()):
     if (callable(value) and not name.startswith("_") and name not in skip
         and getattr(value, "__module__", None) == __name__ and not isinstance(value, type)):

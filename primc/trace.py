@@ -180,16 +180,19 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
     out_aval = abstract_rules[prim](*avals, **params)
   except ShapeError as e:
     raise locate(e, f"{_describe(prim, avals, params)}: {e}") from None
+  out_avals = list(out_aval) if prim.multiple_results else [out_aval]
   if not _state.builders:
-    out = np.asarray(impl_rules[prim](*args, **params))  # numpy gives scalars for 0-d
-    assert out.shape == out_aval.shape and out.dtype.name == out_aval.dtype, (
-        prim, out.shape, out.dtype, out_aval)
-    return out
+    out = impl_rules[prim](*args, **params)
+    outs = [np.asarray(o) for o in (out if prim.multiple_results else [out])]  # 0-d: arrays
+    for o, a in zip(outs, out_avals, strict=True):
+      assert o.shape == a.shape and o.dtype.name == a.dtype, (prim, o.shape, o.dtype, a)
+    return outs if prim.multiple_results else outs[0]
   builder = _state.builders[-1]
   inputs = tuple(builder.atom(a) for a in args)
-  out = Var(out_aval)
-  builder.eqns.append(Eqn(prim, inputs, make_params(params), (out,), user_source()))
-  return Tracer(builder, out)
+  outs = tuple(Var(a) for a in out_avals)
+  builder.eqns.append(Eqn(prim, inputs, make_params(params), outs, user_source()))
+  tracers = [Tracer(builder, v) for v in outs]
+  return tracers if prim.multiple_results else tracers[0]
 
 
 core.binder[0] = bind  # Primitive.bind calls it

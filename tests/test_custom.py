@@ -1,0 +1,196 @@
+"""custom_jvp and custom_vjp: the user's rule is the one every transform uses, in every
+path (interpreted, jit, vmap, the eager tape, the static program), at every order.
+
+Oracles: the rules' formulas written in numpy, finite differences in float64 where the rule
+is the true derivative, and the transpose identity between a custom_jvp's forward and
+reverse modes."""
+import numpy as np
+import pytest
+
+import primc
+import primc.numpy as pnp
+
+R = np.random.default_rng(5)
+
+
+@primc.custom_jvp
+def log1pexp(x):
+  return pnp.log(1.0 + pnp.exp(x))
+
+
+@log1pexp.defjvp
+def _log1pexp_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  return log1pexp(x), t * (1.0 - 1.0 / (1.0 + pnp.exp(x)))  # stable where exp(x) overflows
+
+
+def _sigmoid(x):
+  return 1 / (1 + np.exp(-x))
+
+
+@primc.custom_jvp
+def scaled_sin(x, y):
+  """sin(x) * y with a rule that is deliberately not its derivative (3x its x part), so a
+  test can tell the rule ran."""
+  return pnp.sin(x) * y
+
+
+@scaled_sin.defjvp
+def _scaled_sin_jvp(primals, tangents):
+  (x, y), (tx, ty) = primals, tangents
+  return scaled_sin(x, y), 3.0 * pnp.cos(x) * y * tx + pnp.sin(x) * ty
+
+
+@primc.custom_vjp
+def clip_gradient(x, lo, hi):
+  return x
+
+
+def _clip_fwd(x, lo, hi):
+  return x, (lo, hi)
+
+
+def _clip_bwd(res, g):
+  lo, hi = res
+  return pnp.clip(g, lo, hi), None, None
+
+
+clip_gradient.defvjp(_clip_fwd, _clip_bwd)
+
+
+@primc.custom_vjp
+def cube(x):
+  return x * x * x
+
+
+def _cube_fwd(x):
+  return cube(x), x
+
+
+def _cube_bwd(x, g):
+  return (3.0 * x * x * g,)  # the true derivative: higher orders differentiate bwd
+
+
+cube.defvjp(_cube_fwd, _cube_bwd)
+
+
+def test_custom_jvp_values_and_the_rule_at_every_order():
+  x = np.array([-3.0, 0.5, 40.0, 800.0])  # exp(800) overflows: the naive derivative is nan
+  np.testing.assert_allclose(log1pexp(x[:3]), np.log1p(np.exp(x[:3])), rtol=1e-12)
+  want = _sigmoid(x)
+  g = primc.grad(lambda x: pnp.sum(log1pexp(x)))
+  for got in (g(x), primc.jit(g)(x), primc.vmap(primc.grad(log1pexp))(x),
+              primc.jacfwd(log1pexp)(x).diagonal(), primc.jacrev(log1pexp)(x).diagonal()):
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+  # second order differentiates the rule: d sigmoid = sigmoid (1 - sigmoid)
+  h = primc.grad(primc.grad(log1pexp))
+  for got in (primc.vmap(h)(x[:3]), primc.jit(primc.vmap(h))(x[:3])):
+    np.testing.assert_allclose(got, want[:3] * (1 - want[:3]), rtol=1e-10, atol=1e-15)
+
+
+def test_custom_jvp_rule_is_used_not_the_function():
+  x, y = R.standard_normal(3), R.standard_normal(3)
+  tx, ty = R.standard_normal(3), R.standard_normal(3)
+  rule = 3 * np.cos(x) * y * tx + np.sin(x) * ty
+  _, t = primc.jvp(scaled_sin, (x, y), (tx, ty))
+  np.testing.assert_allclose(t, rule, rtol=1e-12)
+  # reverse mode is the rule transposed: <vjp(ct), t> == <ct, jvp(t)>
+  ct = R.standard_normal(3)
+  _, pullback = primc.vjp(scaled_sin, x, y)
+  cx, cy = pullback(ct)
+  np.testing.assert_allclose(np.dot(cx, tx) + np.dot(cy, ty), np.dot(ct, rule), rtol=1e-10)
+  gx = primc.jit(primc.grad(lambda x, y: pnp.sum(scaled_sin(x, y)), argnums=(0, 1)))(x, y)
+  np.testing.assert_allclose(gx[0], 3 * np.cos(x) * y, rtol=1e-12)
+  np.testing.assert_allclose(gx[1], np.sin(x), rtol=1e-12)
+
+
+def test_custom_jvp_true_rule_passes_finite_differences():
+  x = R.standard_normal((2, 3))
+  primc.check_grads(lambda x: log1pexp(x) * x, (x,), order=2, modes=("fwd", "rev"))
+
+
+def test_custom_vjp_bwd_is_used_in_reverse_mode_every_path():
+  x = np.array([-2.0, 0.5, 3.0])
+  f = lambda x: pnp.sum(clip_gradient(x * 10.0, -1.0, 1.0))  # d/dx would be 10
+  want = np.clip(np.full(3, 1.0), -1, 1) * 10.0  # bwd clips the cotangent 1 -> 1, then x10
+  g = primc.grad(f)
+  for got in (g(x), primc.jit(g)(x), primc.vmap(primc.grad(
+      lambda x: clip_gradient(x * 10.0, -1.0, 1.0)))(x)):
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+  f2 = lambda x: pnp.sum(clip_gradient(x, -0.5, 0.5) * 4.0)  # cotangent 4 clipped to 0.5
+  np.testing.assert_allclose(primc.grad(f2)(x), np.full(3, 0.5), rtol=1e-12)
+
+
+def test_custom_vjp_higher_orders_differentiate_bwd():
+  x = np.array([0.5, -1.5, 2.0])
+  np.testing.assert_allclose(cube(x), x ** 3, rtol=1e-12)
+  g2 = primc.grad(lambda x: pnp.sum(primc.grad(lambda x: pnp.sum(cube(x)))(x)))
+  np.testing.assert_allclose(g2(x), 6 * x, rtol=1e-12)
+  np.testing.assert_allclose(primc.jit(g2)(x), 6 * x, rtol=1e-12)
+  np.testing.assert_allclose(primc.jacrev(cube)(x), np.diag(3 * x * x), rtol=1e-12)
+
+
+def test_custom_vjp_forward_mode_is_a_clear_error():
+  with pytest.raises(primc.PrimcError, match="custom_vjp.*cube.*reverse-mode rule only"):
+    primc.jvp(cube, (np.ones(2),), (np.ones(2),))
+  with pytest.raises(primc.PrimcError, match="reverse-mode rule only"):
+    primc.jit(primc.jacfwd(cube))(np.ones(2))
+
+
+def test_closing_over_a_differentiated_value_is_an_error():
+  def f(x):
+    @primc.custom_jvp
+    def g(y):
+      return y * x
+
+    g.defjvp(lambda p, t: (g(*p), t[0] * x))
+    return pnp.sum(g(np.ones(2)))
+  with pytest.raises(primc.PrimcError, match="enclosing scope"):
+    primc.grad(f)(np.ones(2))
+
+
+def test_rule_errors_name_the_function():
+  @primc.custom_jvp
+  def f(x):
+    return x
+
+  with pytest.raises(primc.PrimcError, match="no rule"):
+    f(np.ones(2))
+  f.defjvp(lambda p, t: (f(*p), (t[0], t[0])))
+  with pytest.raises(primc.PrimcError, match="jvp rule of .*f returned"):
+    primc.jvp(f, (np.ones(2),), (np.ones(2),))
+
+
+def test_nondiff_argnums_pass_python_values_first():
+  def power(n, x):
+    return x ** n
+
+  f = primc.custom_jvp(power, nondiff_argnums=(0,))
+  f.defjvp(lambda n, p, t: (f(n, *p), n * p[0] ** (n - 1) * t[0]))
+  x = np.array([1.5, 2.0])
+  np.testing.assert_allclose(primc.grad(lambda x: pnp.sum(f(3, x)))(x), 3 * x ** 2)
+  np.testing.assert_allclose(primc.jit(primc.grad(lambda x: pnp.sum(f(4, x))))(x), 4 * x ** 3)
+
+
+def test_eager_tape_uses_the_rule():
+  x = np.array([1.0, 800.0])
+  t = primc.to_tensor(x, stop_gradient=False)
+  y = log1pexp(t)
+  (g,) = primc.eager.grad([y.sum()], [t])
+  np.testing.assert_allclose(g.numpy(), _sigmoid(x), rtol=1e-12)
+  c = primc.to_tensor(np.array([0.5, 2.0]), stop_gradient=False)
+  (gc,) = primc.eager.grad([(clip_gradient(c, -1.0, 1.0) * 5.0).sum()], [c])
+  np.testing.assert_allclose(gc.numpy(), [1.0, 1.0])
+
+
+def test_static_program_uses_the_rule():
+  from primc import autograd, static
+  static.enable_static()
+  try:
+    static.reset()
+    x = static.data("x", shape=(2,), dtype="float64")
+    (g,) = autograd.grad([pnp.sum(log1pexp(x))], [x])
+    got = static.Executor().run(feed={"x": np.array([1.0, 800.0])}, fetch_list=[g])[0]
+  finally:
+    static.disable_static()
+  np.testing.assert_allclose(got, _sigmoid(np.array([1.0, 800.0])), rtol=1e-12)
