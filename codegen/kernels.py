@@ -104,6 +104,9 @@ for _prim, _call in ((P.tan_p, "math.tan({})"), (P.sinh_p, "math.sinh({})"),
                      (P.expm1_p, "math.expm1({})"), (P.log2_p, "math.log2({})"),
                      (P.log10_p, "math.log10({})"), (P.exp2_p, "2.0 ** {}"),
                      (P.arctan2_p, "math.atan2({}, {})"), (P.hypot_p, "math.hypot({}, {})"),
+                     (P.fmod_p, "np.fmod({}, {})"), (P.floor_p, "np.floor({})"),
+                     (P.ceil_p, "np.ceil({})"), (P.trunc_p, "np.trunc({})"),
+                     (P.rint_p, "np.rint({})"),
                      # equal operands (infinities too) give x + log 2, as numpy's
                      (P.logaddexp_p, "({0} + 0.6931471805599453 if {0} == {1} else "
                                      "({0} if {0} > {1} else {1}) + "

@@ -147,6 +147,9 @@ def _sum_of_squares(x, y):
 
 defjvp(P.arctan2_p, lambda t, out, y, x: P.mul(t, P.div(x, _sum_of_squares(x, y))),
        lambda t, out, y, x: P.neg(P.mul(t, P.div(y, _sum_of_squares(x, y)))))
+# fmod(x, y) = x - q y with q = trunc(x / y) piecewise constant: d/dx = 1, d/dy = -q
+defjvp(P.fmod_p, lambda t, out, x, y: t,
+       lambda t, out, x, y: P.neg(P.mul(t, P.div(P.sub(x, out), y))))
 defjvp(P.hypot_p, lambda t, out, x, y: P.mul(t, P.div(x, out)),
        lambda t, out, x, y: P.mul(t, P.div(y, out)))
 defjvp(P.logaddexp_p, lambda t, out, x, y: P.mul(t, P.exp(P.sub(x, out))),

@@ -299,10 +299,120 @@ def clip(a, a_min=None, a_max=None):
 
 @_op
 def floor_divide(x, y):
+  """numpy's floor division: of floats as numpy computes it (from fmod, so the quotient
+  is exact: floor_divide(1, 0.1) is 9, as 0.1 is a little above 1/10); derivative zero."""
+  x, y = _promote(x, y)
+  if aval_of(x).dtype not in FLOAT_DTYPES:
+    return P.div(x, y)
+  return _float_divmod(x, y)[0]
+
+
+def _and(a, b):
+  return P.select(a, b, a)
+
+
+def _float_divmod(x, y):
+  """(floor(x / y), x mod y) as numpy computes them for floats: from r = fmod(x, y)
+  (exact), the quotient (x - r) / y moved down by one where r's sign is not y's, and
+  rounded; y = 0 gives numpy's nan / inf."""
+  zero = zeros_like(x)
+  r = P.fmod_p.bind(x, y)
+  moved = _and(P.ne_p.bind(r, zero), P.ne_p.bind(P.lt(r, zero), P.lt(y, zero)))
+  mod = where(moved, P.add(r, y), r)
+  div = P.div(P.sub(x, r), y)
+  div = where(moved, P.sub(div, ones_like(div)), div)
+  q = P.floor_p.bind(div)
+  q = where(P.gt(P.sub(div, q), full_like(q, 0.5)), P.add(q, ones_like(q)), q)
+  q = where(P.eq(y, zero), P.div(x, y), q)
+  return q, mod
+
+
+@_op
+def mod(x, y):
+  """numpy.mod / remainder / `%`: the result has the divisor's sign (floats from fmod, so
+  exact); d/dx = 1, d/dy = -floor(x / y)."""
   x, y = _promote(x, y)
   if aval_of(x).dtype in FLOAT_DTYPES:
-    raise PrimcError(f"floor_divide of floats is not supported")
-  return P.div(x, y)
+    return _float_divmod(x, y)[1]
+  return P.sub(x, P.mul(P.div(x, y), y))
+
+
+remainder = mod
+
+
+@_op
+def fmod(x, y):
+  """numpy.fmod: C's remainder, with the dividend's sign."""
+  x, y = _promote(x, y)
+  if aval_of(x).dtype in FLOAT_DTYPES:
+    return P.fmod_p.bind(x, y)
+  r = mod(x, y)
+  differ = _and(P.ne_p.bind(r, zeros_like(r)),
+                P.ne_p.bind(P.lt(x, zeros_like(x)), P.lt(y, zeros_like(y))))
+  return where(differ, P.sub(r, y), r)
+
+
+@_op
+def divmod_(x, y):
+  return floor_divide(x, y), mod(x, y)
+
+
+divmod = divmod_
+
+
+def _rounding(prim, name):
+  def fn(x):
+    x = as_array(x)
+    if aval_of(x).dtype not in FLOAT_DTYPES:  # numpy 2: integers are already whole
+      return x if prim is not P.rint_p else P.convert(x, "float64")
+    return prim.bind(x)
+  fn.__name__ = name
+  return _op(fn)
+
+
+floor = _rounding(P.floor_p, "floor")
+ceil = _rounding(P.ceil_p, "ceil")
+trunc = fix = _rounding(P.trunc_p, "trunc")
+rint = _rounding(P.rint_p, "rint")
+
+
+@_op
+def round_(a, decimals=0):
+  """numpy.round: halves to even, at `decimals` places (scaled by 10**decimals)."""
+  a = as_array(a)
+  if aval_of(a).dtype not in FLOAT_DTYPES:
+    if decimals >= 0:
+      return a
+    raise NotSupportedError("round of integers to negative decimals is not supported")
+  if not decimals:
+    return P.rint_p.bind(a)
+  scale = full_like(a, 10.0 ** decimals)
+  return P.div(P.rint_p.bind(P.mul(a, scale)), scale)
+
+
+round = around = round_
+
+
+@_op
+def modf(x):
+  """(fractional part, integral part), each with x's sign."""
+  x = _float(x)
+  return P.fmod_p.bind(x, ones_like(x)), P.trunc_p.bind(x)
+
+
+@_op
+def sinc(x):
+  """sin(pi x) / (pi x), 1 at 0. Near 0 (|pi x| < 1e-3) its Taylor polynomial to x^8, so
+  derivatives of orders 1-7 are right at 0 too (a guarded division would make them 0)."""
+  x = _float(x)
+  px = P.mul(x, full_like(x, np.pi))
+  small = P.lt(P.abs_(px), full_like(x, 1e-3))
+  safe = where(small, ones_like(x), px)
+  z = P.mul(px, px)
+  series = ones_like(x)
+  for k in (9 * 8, 7 * 6, 5 * 4, 3 * 2):  # 1 - z/3! + z^2/5! - z^3/7! + z^4/9!, nested
+    series = P.sub(ones_like(x), P.mul(P.div(z, full_like(x, float(k))), series))
+  return where(small, series, P.div(P.sin(safe), safe))
 
 
 @_op
@@ -527,8 +637,46 @@ def split(x, indices_or_sections=None, axis=0, num_or_sections=None):
     points = [n // k * i for i in range(1, k)]
   else:
     points = [int(p) for p in indices_or_sections]
-  bounds = [0] + points + [n]
-  return [_slice_axis(x, axis, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+  return _split_at(x, axis, points)
+
+
+def _split_at(x, axis, points):
+  """The pieces x[lo:hi] along `axis` between consecutive points (Python's slice rules,
+  as numpy: points past the end give empty pieces)."""
+  bounds = [0] + list(points) + [None]
+  lead = (builtins.slice(None),) * axis
+  return [getitem(x, lead + (builtins.slice(lo, hi),)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+@_op
+def array_split(x, indices_or_sections, axis=0):
+  """numpy.array_split: like split, but k sections need not be equal (the first n % k are
+  one longer)."""
+  x = as_array(x)
+  axis = _axes(axis, aval_of(x).ndim)[0]
+  if not isinstance(indices_or_sections, (int, np.integer)):
+    return _split_at(x, axis, [int(p) for p in indices_or_sections])
+  n, k = aval_of(x).shape[axis], int(indices_or_sections)
+  if k <= 0:
+    raise ShapeError(f"array_split needs a positive number of sections, got {k}")
+  sizes = [n // k + 1] * (n % k) + [n // k] * (k - n % k)
+  return _split_at(x, axis, [int(p) for p in np.cumsum(sizes)[:-1]])
+
+
+def _split_along(name, axis_of, min_ndim):
+  def fn(x, indices_or_sections):
+    x = as_array(x)
+    nd = aval_of(x).ndim
+    if nd < min_ndim:
+      raise ShapeError(f"{name} needs an array of rank >= {min_ndim}, got {aval_of(x).shape}")
+    return split(x, indices_or_sections, axis_of(nd))
+  fn.__name__ = name
+  return _op(fn)
+
+
+hsplit = _split_along("hsplit", lambda nd: 1 if nd > 1 else 0, 1)
+vsplit = _split_along("vsplit", lambda nd: 0, 2)
+dsplit = _split_along("dsplit", lambda nd: 2, 3)
 
 
 def split_sizes(x, sizes, axis=0):
@@ -1095,6 +1243,7 @@ _ARITHMETIC = {
     "__mul__": multiply, "__rmul__": _swap(multiply), "__truediv__": divide,
     "__rtruediv__": _swap(divide), "__pow__": power, "__rpow__": _swap(power),
     "__neg__": negative, "__abs__": abs, "__floordiv__": floor_divide,
+    "__rfloordiv__": _swap(floor_divide), "__mod__": mod, "__rmod__": _swap(mod),
 }
 _TRACER_METHODS = {
     **{name: _python_arithmetic(fn) for name, fn in _ARITHMETIC.items()},
@@ -1586,6 +1735,38 @@ def sort(a, axis=-1, kind=None, stable=None):
   moved = moveaxis(a, axis, -1)
   nd = aval_of(moved).ndim
   return moveaxis(P.gather(moved, P.argsort(moved), nd - 1, nd - 1), -1, axis)
+
+class _Concatenator:
+  """numpy's `r_` (items joined along axis 0) and `c_` (as columns, along the last axis):
+  arrays, nested lists, scalars (weak: they take the arrays' dtype, as numpy) and slices
+  (`0:3`, `0:1:5j`: numpy's ranges, constants). A leading directive string is not
+  supported."""
+
+  def __init__(self, name: str, columns: bool):
+    self.name, self.columns = name, columns
+
+  def __getitem__(self, key):
+    items = key if isinstance(key, tuple) else (key,)
+    if items and isinstance(items[0], str):
+      raise NotSupportedError(f"{self.name}[{items[0]!r}, ...]: directive strings are not "
+                              f"supported; use concatenate or stack")
+    items = [np.r_[it] if isinstance(it, builtins.slice) else
+             array(it) if isinstance(it, (list, tuple)) else it for it in items]
+    strong = [aval_of(as_array(it)).dtype for it in items if not _is_python_scalar(it)]
+    dtype = np.result_type(*strong).name if strong else None
+    for it in items:
+      if _is_python_scalar(it) and dtype is not None:
+        dtype = _with_weak(dtype, it)
+    arrays = [asarray(it, dtype) for it in items]
+    if self.columns:
+      arrays = [reshape(a, (-1, 1)) if aval_of(a).ndim < 2 else a for a in arrays]
+      return concatenate(arrays, -1)
+    return concatenate([_atleast(a, 1) for a in arrays], 0)
+
+
+r_ = _Concatenator("r_", columns=False)
+c_ = _Concatenator("c_", columns=True)
+
 
 # ---------------------------------------------------------------------------------------
 # numpy.linalg (primc.numpy.linalg): primitives over the last two axes, batched over the

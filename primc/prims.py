@@ -123,6 +123,11 @@ log10_p = def_unary("log10", np.log10, ieee=True)
 exp2_p = def_unary("exp2", np.exp2, ieee=True)
 abs_p = def_unary("abs", np.abs, unary_numeric)
 sign_p = def_unary("sign", np.sign, unary_numeric, traits=("nondifferentiable",))
+# rounding: piecewise constant, so their derivative is zero wherever it exists
+floor_p = def_unary("floor", np.floor, traits=("nondifferentiable",))
+ceil_p = def_unary("ceil", np.ceil, traits=("nondifferentiable",))
+trunc_p = def_unary("trunc", np.trunc, traits=("nondifferentiable",))
+rint_p = def_unary("rint", np.rint, traits=("nondifferentiable",))  # halves to even
 stop_gradient_p = def_unary("stop_gradient", lambda x: x, lambda x: x,
                             traits=("nondifferentiable",))
 
@@ -133,6 +138,7 @@ div_p = def_binary("div", _int_div, ieee=True, linear=(0,))
 ufunc_rules[div_p] = np.divide  # on floats (integers floor-divide)
 pow_p = def_binary("pow", np.power, binary_float, ieee=True)
 arctan2_p = def_binary("arctan2", np.arctan2, binary_float, ieee=True)
+fmod_p = def_binary("fmod", np.fmod, binary_float, ieee=True)  # C's: the dividend's sign
 hypot_p = def_binary("hypot", np.hypot, binary_float, ieee=True, traits=("commutative",))
 logaddexp_p = def_binary("logaddexp", np.logaddexp, binary_float, ieee=True,
                          traits=("commutative",))
