@@ -109,6 +109,11 @@ CASES = [
         a, b, lower=False, transpose_a=True), args(matrices(3, 3), normal(3, 1)),
          lambda a, b: np.linalg.solve(np.triu(a).T, b), linear=(1,),
          name="triangular_solve_upper_transposed"),
+    Case(P.fmod_p, P.fmod_p.bind, args(lambda rng: 4 * rng.standard_normal((3, 4)),
+                                       away_from_zero(3, 4)), np.fmod),
+    *[Case(prim, prim.bind, args(lambda rng: 3 * rng.standard_normal((3, 4))), fn)
+      for prim, fn in ((P.floor_p, np.floor), (P.ceil_p, np.ceil), (P.trunc_p, np.trunc),
+                       (P.rint_p, np.rint))],
     Case(P.argsort_p, P.argsort, args(normal(3, 4)),
          lambda x: np.argsort(x, -1, kind="stable").astype(np.int32)),
     Case(P.tan_p, P.tan_p.bind, args(uniform(-1.2, 1.2, 3, 4)), np.tan),
