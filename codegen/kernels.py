@@ -955,6 +955,26 @@ def _triangular_solve_body(e, m, n):
           "    o[q, i, c] = s / d"]
 
 
+def _pinv_cutoff(e, m, n) -> str:
+  """prims.pinv_cutoff in the kernel: numpy's default from the sizes, not a literal of
+  them (a kernel serves every size)."""
+  rcond = e.kw["rcond"]
+  eps = float(np.finfo(e.inputs[0].aval.dtype).eps)
+  return repr(float(rcond)) if rcond is not None else f"max({m}, {n}) * {eps!r}"
+
+
+def _svd_body(e, m, n):
+  """U, the singular values, V: each pair of singular vectors with the sign
+  prims.column_signs gives V's column."""
+  return ["uu, ss, vh = np.linalg.svd(a3[q], full_matrices=False)",
+          "for j in range(ss.shape[0]):", "  big = 0", f"  for i in range({n}):",
+          "    if abs(vh[j, i]) > abs(vh[j, big]):", "      big = i",
+          "  sg = -1.0 if vh[j, big] < 0 else 1.0",
+          f"  for i in range({m}):", "    o[q, i, j] = sg * uu[i, j]",
+          f"  o[q, {m}, j] = ss[j]",
+          f"  for i in range({n}):", f"    o[q, {m} + 1 + i, j] = sg * vh[j, i]"]
+
+
 _LINALG_BODIES = {
     P.inv_p: lambda e, m, n: ["o[q, :, :] = np.linalg.inv(a3[q])"],
     P.solve_p: lambda e, m, n: ["o[q, :, :] = np.linalg.solve(a3[q], b3[q])"],
@@ -965,4 +985,6 @@ _LINALG_BODIES = {
     P.eigh_p: _eigh_body,
     P.qr_p: _qr_body,
     P.triangular_solve_p: _triangular_solve_body,
+    P.svd_p: _svd_body,
+    P.pinv_p: lambda e, m, n: [f"o[q, :, :] = np.linalg.pinv(a3[q], {_pinv_cutoff(e, m, n)})"],
 }

@@ -17,7 +17,8 @@ from primc.core import PrimcIndexError, ShapedArray, index_error
 LINALG_FAILURES = {"inv": "is singular", "solve": "is singular",
                    "triangular_solve": "is singular (a zero on the diagonal)",
                    "cholesky": "is not positive definite", "eigh": "did not converge",
-                   "qr": "did not converge"}
+                   "qr": "did not converge", "svd": "did not converge",
+                   "pinv": "did not converge"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -329,6 +329,56 @@ def _trisolve_transpose(ct, a, b, *, lower, transpose_a):
   return [None, _trisolve(a, ct, lower, not transpose_a)]
 
 
+def _scale_columns(x, w):
+  """x (..., r, k) with column j multiplied by w[..., j] (w: (..., k))."""
+  shape = aval_of(x).shape
+  nd = len(shape)
+  return P.mul(x, P.broadcast_in_dim(w, shape, tuple(range(nd - 2)) + (nd - 1,)))
+
+
+def _svd_jvp(t, out, a):
+  """Reduced SVD, distinct nonzero singular values: with dP = U^T dA V, ds = diag(dP),
+  F_ij = 1 / (s_j^2 - s_i^2) off the diagonal,
+  dU = U (F o (dP S + S dP^T)) + (dA V - U dP) S^-1,
+  dV = V (F o (S dP + dP^T S)) + (dA^T U - V dP^T) S^-1."""
+  shape = aval_of(a).shape
+  nd, (m, n) = len(shape), shape[-2:]
+  lead = shape[:-2]
+  rows, k = P.svd_shapes(m, n)
+  start = (0,) * nd
+  u = P.slice_(out, start, lead + (m, k))
+  s = P.reshape(P.slice_(out, start[:-2] + (m, 0), lead + (m + 1, k)), lead + (k,))
+  v = P.slice_(out, start[:-2] + (m + 1, 0), lead + (rows, k))
+  dp = _bmm(_mT(u), _bmm(t, v))
+  row, col = _rows_cols(dp)
+  diagonal = P.eq(row, col)
+  ds = P.reduce_sum(_where(diagonal, dp), (nd - 2,))
+  s2 = P.mul(s, s)
+  sj = P.broadcast_in_dim(s2, aval_of(dp).shape, tuple(range(nd - 2)) + (nd - 1,))
+  gap = P.sub(sj, _mT(sj))
+  f = P.select(diagonal, P.zeros(aval_of(dp)), P.div(_one(gap), P.select(diagonal, _one(gap), gap)))
+  dp_s, s_dp = _scale_columns(dp, s), _mT(_scale_columns(_mT(dp), s))  # dP S, S dP
+  inv_s = P.div(_one(s), s)
+  du = P.add(_bmm(u, P.mul(f, P.add(dp_s, _mT(dp_s)))),
+             _scale_columns(P.sub(_bmm(t, v), _bmm(u, dp)), inv_s))
+  dv = P.add(_bmm(v, P.mul(f, P.add(s_dp, _mT(s_dp)))),
+             _scale_columns(P.sub(_bmm(_mT(t), u), _bmm(v, _mT(dp))), inv_s))
+  return P.concatenate([du, P.reshape(ds, lead + (1, k)), dv], nd - 2)
+
+
+def _pinv_jvp(t, out, a, *, rcond):
+  """Constant rank: dA+ = -A+ dA A+ + A+ A+^T dA^T (I - A A+) + (I - A+ A) dA^T A+^T A+."""
+  p, dt = out, _mT(t)
+  first = P.neg(_bmm(p, _bmm(t, p)))
+  p_pt = _bmm(p, _mT(p))
+  second = P.sub(_bmm(p_pt, dt), _bmm(_bmm(p_pt, dt), _bmm(a, p)))
+  pt_p = _bmm(_mT(p), p)
+  third = P.sub(_bmm(dt, pt_p), _bmm(_bmm(p, a), _bmm(dt, pt_p)))
+  return P.add(first, P.add(second, third))
+
+
+defjvp(P.svd_p, _svd_jvp)
+defjvp(P.pinv_p, _pinv_jvp)
 defjvp(P.cholesky_p, _cholesky_jvp)
 defjvp(P.eigh_p, _eigh_jvp)
 defjvp(P.qr_p, _qr_jvp)

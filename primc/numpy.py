@@ -998,8 +998,8 @@ def var(x, axis=None, keepdims=False, ddof=0):
 def norm(x, ord=None, axis=None, keepdims=False, p=None):
   """numpy.linalg.norm. Vector norms (an int `axis`, or axis=None on a 1-D array): ord None
   or 2, inf, -inf, 0 (the count of nonzeros), 1, any other p (sum |x|^p)^(1/p). Matrix
-  norms (a pair `axis`, or axis=None on a 2-D array): None or 'fro', 1, -1, inf, -inf;
-  2, -2 and 'nuc' need singular values and raise NotSupportedError. ord=None with
+  norms (a pair `axis`, or axis=None on a 2-D array): None or 'fro', 1, -1, inf, -inf,
+  and from the singular values 2, -2 (largest, smallest) and 'nuc' (their sum). ord=None with
   axis=None is the 2-norm of all elements, at any rank. Paddle's `p=` (with axis=None:
   the norm of the flattened array) is accepted too.
 
@@ -1046,9 +1046,15 @@ def _matrix_norm(x, ord, axes, keepdims):
   row, col = axes
   if ord is None or ord == "fro":
     return sqrt(sum(multiply(x, x), axes, keepdims))
-  if ord in (2, -2, "nuc"):
-    raise NotSupportedError(f"norm with ord={ord!r} of a matrix needs singular values "
-                            f"(svd), which are not supported yet")
+  if ord in (2, -2, "nuc"):  # the largest, smallest or summed singular values
+    rest = [d for d in range(aval_of(x).ndim) if d not in axes]
+    s = _svd_parts(transpose(x, rest + [row, col]))[1]
+    out = {2: max, -2: min, "nuc": sum}[ord](s, -1)
+    if not keepdims:
+      return out
+    for axis in sorted(axes):
+      out = expand_dims(out, axis)
+    return out
   if ord not in (1, -1, np.inf, -np.inf):
     raise ValueError(f"norm: invalid order {ord!r} for matrices")
   # 1: the largest column sum of |x|; inf: the largest row sum; negative: the smallest
@@ -1873,6 +1879,54 @@ def _qr(a, mode="reduced"):
   return r if mode == "r" else QRResult(getitem(out, (Ellipsis,) + cut), r)
 
 
+SVDResult = collections.namedtuple("SVDResult", "U S Vh")
+
+
+def _svd_parts(a):
+  a = _float(a)
+  shape = aval_of(a).shape
+  if len(shape) < 2:
+    raise ShapeError(f"needs matrices in the last two axes, got shape {shape}")
+  m, n = shape[-2:]
+  out = P.svd_p.bind(a)
+  rows = builtins.slice(None)
+  u = getitem(out, (Ellipsis, builtins.slice(0, m), rows))
+  s = getitem(out, (Ellipsis, m, rows))
+  v = getitem(out, (Ellipsis, builtins.slice(m + 1, None), rows))
+  return u, s, v
+
+
+@_linalg_op
+def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+  """numpy.linalg.svd: U, S (descending), Vh, over the leading axes. Each pair of singular
+  vectors takes the sign that makes V's column's largest-magnitude entry positive (numpy
+  leaves it to LAPACK). full_matrices=True of a non-square matrix (a completed basis, not
+  differentiable) raises: pass full_matrices=False. Derivatives need distinct nonzero
+  singular values (the singular values alone: distinct is enough where they are simple)."""
+  u, s, v = _svd_parts(a)
+  if not compute_uv:
+    return s
+  m, n = aval_of(as_array(a)).shape[-2:]
+  if full_matrices and m != n:
+    raise NotSupportedError(f"linalg.svd with full_matrices=True of a {m}x{n} matrix (a "
+                            f"completed basis) is not supported: pass full_matrices=False")
+  return SVDResult(u, s, _mT(v))
+
+
+@_linalg_op
+def _svdvals(x):
+  return _svd_parts(x)[1]
+
+
+@_linalg_op
+def _pinv(a, rcond=None, hermitian=False, *, rtol=None):
+  """numpy.linalg.pinv: singular values below rcond (or rtol) times the largest are cut;
+  the default is numpy's, max(m, n) * eps of the dtype. Its derivative holds where the
+  rank does not change."""
+  cut = rtol if rtol is not None else rcond
+  return P.pinv_p.bind(_float(a), rcond=None if cut is None else float(cut))
+
+
 @_linalg_op
 def _solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False):
   """x with op(a) x = b for a triangular `a` (scipy.linalg.solve_triangular's signature:
@@ -2009,5 +2063,6 @@ for _name, _fn in _MORE_METHODS.items():
 Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 _wrap_ops()
 linalg = _Linalg(**{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in (
-    _inv, _solve, _det, _slogdet, _cholesky, _eigh, _eigvalsh, _qr, _solve_triangular)},
+    _inv, _solve, _det, _slogdet, _cholesky, _eigh, _eigvalsh, _qr, _solve_triangular, _svd,
+    _svdvals, _pinv)},
                  norm=norm)

@@ -567,12 +567,17 @@ def _triangular_solve_rule(a, b, *, lower, transpose_a):
   return _solve_rule(a, b)
 
 
-def flip_signs(v: np.ndarray) -> np.ndarray:
-  """Eigenvectors (columns of v) with the sign that makes each one's largest-magnitude
-  entry (the first, on a tie) positive: a convention every path follows, so results do not
-  depend on which LAPACK build computed them."""
+def column_signs(v: np.ndarray) -> np.ndarray:
+  """+1 or -1 per column of v (shape (..., 1, k)): the sign that makes each column's
+  largest-magnitude entry (the first, on a tie) positive. Eigenvectors and singular vectors
+  take it, a convention every path follows, so results do not depend on which LAPACK build
+  computed them."""
   rows = np.argmax(np.abs(v), axis=-2)[..., None, :]
-  return v * np.where(np.take_along_axis(v, rows, -2) < 0, -1, 1).astype(v.dtype)
+  return np.where(np.take_along_axis(v, rows, -2) < 0, -1, 1).astype(v.dtype)
+
+
+def flip_signs(v: np.ndarray) -> np.ndarray:
+  return v * column_signs(v)
 
 
 def _eigh_impl(a):
@@ -588,6 +593,46 @@ def _qr_impl(a):
 def _triangular_solve_impl(a, b, *, lower, transpose_a):
   tri = np.tril(a) if lower else np.triu(a)  # the other triangle is not read
   return np.linalg.solve(np.swapaxes(tri, -1, -2) if transpose_a else tri, b).astype(a.dtype)
+
+
+def svd_shapes(m: int, n: int) -> tuple[int, int]:
+  """The packed shape of svd_p's result for an m x n matrix: U (m x k), then the k singular
+  values as one row, then V (n x k; not V^T), k = min(m, n)."""
+  k = min(m, n)
+  return m + 1 + n, k
+
+
+def _svd_rule(a):
+  _check(a.ndim >= 2 and a.is_float, f"svd needs float matrices in the last two axes, "
+         f"got {a.shape} {a.dtype}")
+  return ShapedArray(a.shape[:-2] + svd_shapes(*a.shape[-2:]), a.dtype)
+
+
+def _svd_impl(a):
+  u, s, vh = np.linalg.svd(a, full_matrices=False)
+  v = np.swapaxes(vh, -1, -2)
+  signs = column_signs(v)
+  return np.concatenate([u * signs, s[..., None, :], v * signs], -2).astype(a.dtype)
+
+
+def _pinv_rule(a, *, rcond):
+  _check(a.ndim >= 2 and a.is_float, f"pinv needs float matrices in the last two axes, "
+         f"got {a.shape} {a.dtype}")
+  return ShapedArray(a.shape[:-2] + (a.shape[-1], a.shape[-2]), a.dtype)
+
+
+svd_p = Primitive("svd", traits=("linalg",))    # reduced; packed as svd_shapes says
+pinv_p = Primitive("pinv", traits=("linalg",))  # singular values below rcond * max cut
+abstract_rules[svd_p] = _svd_rule
+abstract_rules[pinv_p] = _pinv_rule
+impl_rules[svd_p] = _svd_impl
+def pinv_cutoff(a: np.ndarray, rcond) -> float:
+  """numpy's: `rcond`, or max(m, n) * the dtype's epsilon when None."""
+  return rcond if rcond is not None else max(a.shape[-2:]) * float(np.finfo(a.dtype).eps)
+
+
+impl_rules[pinv_p] = lambda a, *, rcond: np.linalg.pinv(
+    a, rcond=pinv_cutoff(a, rcond)).astype(a.dtype)
 
 
 # cholesky: the lower factor of a symmetric positive definite matrix (read from its lower

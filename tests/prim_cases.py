@@ -63,6 +63,14 @@ def _eigh_oracle(a):
   return np.concatenate([w[..., None, :], v * np.sign(big)], -2)
 
 
+def _svd_oracle(a):
+  """U, the singular values, V, each pair signed so V's column's largest entry is positive."""
+  u, s, vh = np.linalg.svd(a, full_matrices=False)
+  v = np.swapaxes(vh, -1, -2)
+  big = np.take_along_axis(v, np.argmax(np.abs(v), -2)[..., None, :], -2)
+  return np.concatenate([u * np.sign(big), s[..., None, :], v * np.sign(big)], -2)
+
+
 def args(*makers):
   return lambda rng: tuple(m(rng) for m in makers)
 
@@ -102,6 +110,9 @@ CASES = [
     Case(P.eigh_p, lambda a: P.eigh_p.bind(_sym(a)), args(matrices(2, 3, 3)), _eigh_oracle),
     Case(P.qr_p, P.qr_p.bind, args(normal(2, 4, 3)),
          lambda a: np.concatenate(np.linalg.qr(a), -2)),
+    Case(P.svd_p, P.svd_p.bind, args(normal(2, 4, 3)), _svd_oracle),
+    Case(P.pinv_p, lambda a: P.pinv_p.bind(a, rcond=None), args(normal(2, 3, 4)),
+         np.linalg.pinv),
     Case(P.triangular_solve_p, lambda a, b: P.triangular_solve_p.bind(
         a, b, lower=True, transpose_a=False), args(matrices(2, 3, 3), normal(2, 3, 2)),
          lambda a, b: np.linalg.solve(np.tril(a), b), linear=(1,)),

@@ -1,5 +1,5 @@
 """primc.numpy.linalg (inv, solve, det, slogdet, cholesky, eigh, eigvalsh, qr,
-solve_triangular, norm): values against numpy (scipy for solve_triangular) traced, eager
+solve_triangular, svd, pinv, norm): values against numpy (scipy for solve_triangular) traced, eager
 and compiled, batched; derivatives by finite differences at orders 1-2 and compiled; vmap."""
 import numpy as np
 import pytest
@@ -83,6 +83,24 @@ CASES += [
      lambda a, b: solve_tri(a, b, trans=1, lower=True, unit_diagonal=True),
      (A1, R.standard_normal(4))),
 ]
+def _signed_svd(a):
+  """numpy's reduced SVD with each pair of singular vectors signed as primc signs them."""
+  u, s, vh = np.linalg.svd(a, full_matrices=False)
+  v = _signed(np.swapaxes(vh, -1, -2))
+  signs = np.sign(np.sum(v * np.swapaxes(vh, -1, -2), -2, keepdims=True))
+  return u * signs, s, np.swapaxes(v, -1, -2)
+
+
+CASES += [
+    ("svd_tall", lambda a: tuple(pnp.linalg.svd(a, full_matrices=False)), _signed_svd, (TALL,)),
+    ("svd_wide_vh", lambda a: pnp.linalg.svd(a, full_matrices=False).Vh,
+     lambda a: _signed_svd(a)[2], (WIDE,)),
+    ("svd_square_u", lambda a: pnp.linalg.svd(a).U, lambda a: _signed_svd(a)[0], (A1,)),
+    ("svdvals", lambda a: pnp.linalg.svd(a, compute_uv=False),
+     lambda a: np.linalg.svd(a, compute_uv=False), (TALL,)),
+    ("pinv_tall", pnp.linalg.pinv, np.linalg.pinv, (TALL,)),
+    ("pinv_wide", pnp.linalg.pinv, np.linalg.pinv, (WIDE,)),
+]
 NORMS = [(None, None, False), (np.inf, 1, False), (-np.inf, 0, True), (1, -1, False),
          (3, 1, True), (0.5, 0, False), ("fro", (0, 2), False), (1, (0, 1), True),
          (-1, (2, 1), False), (np.inf, (1, 2), False), (-np.inf, (2, 0), True)]
@@ -91,9 +109,16 @@ CASES += [(f"norm_{o}_{ax}_{kd}".replace(" ", ""),
            lambda x, o=o, ax=ax, kd=kd: pnp.linalg.norm(x, o, ax, kd),
            lambda x, o=o, ax=ax, kd=kd: np.linalg.norm(x, o, ax, kd), (X3,))
           for o, ax, kd in NORMS]
+NORMS += [(2, (0, 2), True), (-2, (2, 1), False), ("nuc", (1, 2), False)]
+CASES += [(f"norm_{o}_{ax}_{kd}".replace(" ", ""),
+           lambda x, o=o, ax=ax, kd=kd: pnp.linalg.norm(x, o, ax, kd),
+           lambda x, o=o, ax=ax, kd=kd: np.linalg.norm(x, o, ax, kd), (X3,))
+          for o, ax, kd in NORMS[-3:]]
 CASES += [(f"norm_matrix_{o}", lambda x, o=o: pnp.linalg.norm(x, o),
-           lambda x, o=o: np.linalg.norm(x, o), (GENERAL,)) for o in ("fro", 1, -np.inf)]
-COMPILED = {"norm_inf_1_False", "norm_1_(0,1)_True", "norm_matrix_-inf"}  # norms: a sample
+           lambda x, o=o: np.linalg.norm(x, o), (GENERAL,))
+          for o in ("fro", 1, -np.inf, 2, "nuc")]
+COMPILED = {"norm_inf_1_False", "norm_1_(0,1)_True", "norm_matrix_-inf",
+            "norm_nuc_(1,2)_False"}  # norms: a sample
 
 
 def _leaves(x):
@@ -122,7 +147,8 @@ def test_derivatives_every_path(name, op, ref, args):
   nums = tuple(range(len(args)))
   g = primc.grad(lambda *a: pnp.sum(f(*a) * 0.5), argnums=nums)
   if name in ("inv", "solve_vector", "det", "slogdet", "cholesky", "eigh", "qr_tall_q",
-              "solve_triangular_upper_trans", "norm_-inf_0_True"):  # compiled: a sample
+              "solve_triangular_upper_trans", "norm_-inf_0_True", "svd_tall",
+              "pinv_wide"):  # compiled: a sample
     for got, want in zip(primc.jit(g)(*args), g(*args), strict=True):
       np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
   batched = [np.stack([a, a * 1.1]) for a in args]  # vmap equals a loop
@@ -144,10 +170,10 @@ def test_errors():
     pnp.linalg.inv(np.ones((2, 3)))
   with pytest.raises(np.linalg.LinAlgError):
     pnp.linalg.inv(np.ones((3, 3)))  # singular: numpy's error
-  with pytest.raises(pnp.NotSupportedError, match="linalg.svd"):
-    pnp.linalg.svd
-  with pytest.raises(pnp.NotSupportedError, match="ord=2"):
-    pnp.linalg.norm(A1, 2)
+  with pytest.raises(pnp.NotSupportedError, match="linalg.eig"):
+    pnp.linalg.eig
+  with pytest.raises(pnp.NotSupportedError, match="full_matrices=False"):
+    pnp.linalg.svd(TALL)
   with pytest.raises(primc.PrimcError, match="qr.*at least as many rows"):
     primc.grad(lambda a: pnp.sum(pnp.linalg.qr(a).R))(WIDE)
   with pytest.raises(pnp.NotSupportedError, match="complete"):
