@@ -20,6 +20,7 @@ from primc.ad import jvp_program, linearize_program, transpose_program, vjp_prog
 from primc.batching import batch_program
 from primc.settings import config, raw_transforms
 from primc.custom import custom_jvp, custom_vjp
+from primc import lax
 from primc.compile import cache_stats, jit
 from primc import eager
 from primc.eager import GradManager, Tensor, to_tensor

@@ -20,6 +20,7 @@ from primc import passes
 from primc.settings import config
 from primc.core import PrimcError, PrimcIndexError, Program
 from primc.custom import inline_calls
+from primc.segmented import Segmented, has_control_flow
 from primc.trace import (SCALAR_ARRAYS, Tracer, aval_of, as_array, trace_flat, tracing,
                          weak_leaves)
 from primc.tree import tree_flatten, tree_unflatten
@@ -252,6 +253,9 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
   codegen = backend()
   st = codegen.store.current()
   traced = inline_calls(traced)  # custom rules are done with: the functions' programs
+  if has_control_flow(traced):  # straight-line segments and bodies compiled one by one
+    return Segmented(passes.optimize(traced),
+                     lambda program: load_executable(program, tiered, prefer, label))
   key = codegen.cache.program_key(traced)
   plan, optimized = st.read_entry("plan", key, codegen.plan.Plan.from_bytes), None
   if plan is None:

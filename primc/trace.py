@@ -97,8 +97,9 @@ class Tracer:
 
   def __bool__(self):
     raise PrimcError(f"the truth value of a traced array {self.aval} is not known while "
-                     f"tracing (data-dependent Python control flow is not supported), at "
-                     f"{user_source()}")
+                     f"tracing (a Python `if` or `while` on a traced value): use "
+                     f"primc.lax.cond / switch / while_loop / fori_loop / scan, or "
+                     f"pnp.where, at {user_source()}")
 
   def __array__(self, *a, **k):
     raise PrimcError(f"a traced array {self.aval} cannot be converted to a numpy array while "

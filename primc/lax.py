@@ -1,0 +1,483 @@
+"""Structured control flow (`primc.lax`, JAX's spellings): `cond`, `switch`, `while_loop`,
+`fori_loop`, `scan`.
+
+Each is one equation holding the programs of its branches or body, traced once (values a
+branch or body reads from an enclosing trace become extra operands):
+
+  cond   (index, *operands; branches)                     one branch runs
+  while  (*cond_consts, *body_consts, *carry; cond, body)  carry while cond(carry)
+  scan   (*consts, *carry, *xs; body, length, reverse)     carry, y = body(carry, x) per
+                                                           row of xs; ys stacked
+
+Derivatives: forward mode for all three; reverse mode for `cond` (its tangent equation is a
+`cond` of the branches' tangent programs, transposed branch by branch) and for `scan` (its
+JVP is split into a primal scan that also stacks the residuals of every step and a linear
+scan over them, transposed into a scan running the other way), hence for `fori_loop` with
+constant bounds, which is a scan. A `while_loop`'s trip count is not known ahead, so its
+reverse mode raises (as in JAX). Batching: a batched predicate turns `cond` into a
+select of every branch and `while_loop` into a loop until no example continues.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from primc import ad, batching
+from primc import numpy as pnp
+from primc import prims as P
+from primc.core import (Primitive, PrimcError, PrimcIndexError, Program, ShapedArray, Var,
+                        results, run)
+from primc.prims import abstract_rules, impl_rules
+from primc.trace import Tracer, as_array, aval_of, eval_program, literal, trace_flat
+from primc.tree_util import tree_flatten, tree_unflatten
+
+cond_p = Primitive("cond", multiple_results=True)
+while_p = Primitive("while", multiple_results=True)
+scan_p = Primitive("scan", multiple_results=True)
+CONTROL_FLOW = (cond_p, while_p, scan_p)
+
+
+# ---------------------------------------------------------------------------------------
+# Programs of branches and bodies
+
+def _closed(fn: Callable, avals: Sequence[ShapedArray]) -> tuple[Program, list, object]:
+  """fn traced over `avals`: its program with the values it read from an enclosing trace
+  as extra leading inputs, those values, and its output tree."""
+  program, captured, out_tree = trace_flat(fn, list(avals))
+  n = len(avals)
+  program = Program(program.inputs[n:] + program.inputs[:n], program.eqns, program.outputs)
+  return program, captured, out_tree
+
+
+def _with_inputs(program: Program, before: Sequence[ShapedArray] = (),
+                 after: Sequence[ShapedArray] = ()) -> Program:
+  """`program` taking unused inputs of `before` avals first and of `after` avals last."""
+  return Program(tuple(Var(a) for a in before) + program.inputs + tuple(Var(a) for a in after),
+                 program.eqns, program.outputs)
+
+
+def _reordered(program: Program, order: Sequence[int]) -> Program:
+  return Program(tuple(program.inputs[i] for i in order), program.eqns, program.outputs)
+
+
+def _outputs(program: Program, keep: Sequence[int]) -> Program:
+  return Program(program.inputs, program.eqns, tuple(program.outputs[i] for i in keep))
+
+
+def _avals(values) -> list[ShapedArray]:
+  return [aval_of(v) for v in values]
+
+
+def _check_same(what: str, got, want):
+  if got != want:
+    raise PrimcError(f"{what}: {got} differs from {want}")
+
+
+# ---------------------------------------------------------------------------------------
+# Shape rules and evaluation
+
+def _cond_rule(index, *operands, branches):
+  _check_same("cond's index", (index.shape, index.dtype in ("int32", "int64")), ((), True))
+  return tuple(a.aval for a in branches[0].outputs)
+
+
+def _cond_impl(index, *operands, branches):
+  k = int(index)
+  if not 0 <= k < len(branches):
+    raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(branches)} "
+                          f"branches")
+  return eval_program(branches[k], *operands)
+
+
+def _while_impl(*args, cond, body, n_cond, n_body):
+  consts_c, consts_b, carry = args[:n_cond], args[n_cond:n_cond + n_body], args[n_cond + n_body:]
+  while bool(eval_program(cond, *consts_c, *carry)[0]):
+    carry = eval_program(body, *consts_b, *carry)
+  return list(carry)
+
+
+def _scan_rule(*avals, body, length, reverse, n_consts, n_carry):
+  outs = [a.aval for a in body.outputs]
+  return tuple(outs[:n_carry]) + tuple(ShapedArray((length,) + a.shape, a.dtype)
+                                       for a in outs[n_carry:])
+
+
+def _scan_impl(*args, body, length, reverse, n_consts, n_carry):
+  consts, carry = args[:n_consts], list(args[n_consts:n_consts + n_carry])
+  xs = args[n_consts + n_carry:]
+  ys = [None] * length
+  for i in (range(length - 1, -1, -1) if reverse else range(length)):
+    outs = eval_program(body, *consts, *carry, *[np.asarray(x[i]) for x in xs])
+    carry, ys[i] = list(outs[:n_carry]), outs[n_carry:]
+  y_avals = [a.aval for a in body.outputs[n_carry:]]
+  stacked = [np.stack([np.asarray(y[k]) for y in ys]) if length else np.zeros((0,) + a.shape,
+                                                                               a.dtype)
+             for k, a in enumerate(y_avals)]
+  return carry + stacked
+
+
+abstract_rules[cond_p] = _cond_rule
+abstract_rules[while_p] = lambda *avals, cond, body, n_cond, n_body: tuple(
+    avals[n_cond + n_body:])
+abstract_rules[scan_p] = _scan_rule
+impl_rules[cond_p] = _cond_impl
+impl_rules[while_p] = _while_impl
+impl_rules[scan_p] = _scan_impl
+
+
+# ---------------------------------------------------------------------------------------
+# Forward mode
+
+def _float_mask(values, tangents):
+  return [aval_of(v).is_float and not isinstance(t, ad.Zero) for v, t in zip(values, tangents)]
+
+
+def _cond_jvp(primals, tangents, *, branches):
+  index, ops, t_ops = primals[0], primals[1:], tangents[1:]
+  outs = cond_p.bind(index, *ops, branches=branches)
+  wrt = _float_mask(ops, t_ops)
+  out_avals = [a.aval for a in branches[0].outputs]
+  zeros = [ad.Zero(a) for a in out_avals]
+  if not any(wrt):
+    return outs, zeros
+  n_out = len(out_avals)
+  tangent_branches = []
+  for b in branches:
+    jvp = ad.jvp_program(b, wrt)
+    tangent_branches.append(_outputs(jvp, range(n_out, len(jvp.outputs))))
+  t_in = [t for t, w in zip(t_ops, wrt) if w]
+  t_float = cond_p.bind(index, *ops, *t_in, branches=tuple(tangent_branches))
+  it = iter(t_float)
+  return outs, [next(it) if a.is_float else z for a, z in zip(out_avals, zeros)]
+
+
+def _cond_transpose(cts, index, *operands, branches):
+  linear = [ad.is_undefined(x) for x in operands]
+  known = [x for x in operands if not ad.is_undefined(x)]
+  transposed = tuple(ad.transpose_program(b, linear) for b in branches)
+  cts = [ad.instantiate(c) for c in cts]
+  in_cts = iter(cond_p.bind(index, *known, *cts, branches=transposed))
+  return [None] + [next(in_cts) if lin else None for lin in linear]
+
+
+def _while_jvp(primals, tangents, *, cond, body, n_cond, n_body):
+  consts_c = primals[:n_cond]
+  consts_b, t_consts_b = primals[n_cond:n_cond + n_body], tangents[n_cond:n_cond + n_body]
+  carry = primals[n_cond + n_body:]
+  wrt_b = _float_mask(consts_b, t_consts_b)
+  wrt_k = [aval_of(c).is_float for c in carry]
+  if not any(wrt_b) and all(isinstance(t, ad.Zero) for t in tangents[n_cond + n_body:]):
+    outs = while_p.bind(*primals, cond=cond, body=body, n_cond=n_cond, n_body=n_body)
+    return outs, [ad.Zero(aval_of(o)) for o in outs]
+  jvp = ad.jvp_program(body, wrt_b + wrt_k)
+  nb, nk, ntb = n_body, len(carry), sum(wrt_b)
+  # jvp inputs: consts_b, carry, t_consts_b, t_carry -> consts_b, t_consts_b, carry, t_carry
+  order = (list(range(nb)) + list(range(nb + nk, nb + nk + ntb)) + list(range(nb, nb + nk))
+           + list(range(nb + nk + ntb, len(jvp.inputs))))
+  t_carry_avals = [aval_of(c) for c, w in zip(carry, wrt_k) if w]
+  new_cond = _with_inputs(cond, after=t_carry_avals)
+  t_carry = [ad.instantiate(t) for t, w in zip(tangents[n_cond + n_body:], wrt_k) if w]
+  t_cb = [t for t, w in zip(t_consts_b, wrt_b) if w]
+  outs = while_p.bind(*consts_c, *consts_b, *t_cb, *carry, *t_carry, cond=new_cond,
+                      body=_reordered(jvp, order), n_cond=n_cond, n_body=nb + ntb)
+  it = iter(outs[nk:])
+  return outs[:nk], [next(it) if w else ad.Zero(aval_of(c)) for c, w in zip(carry, wrt_k)]
+
+
+def _while_transpose(cts, *args, **params):
+  raise PrimcError("reverse-mode differentiation of while_loop is not supported (its trip "
+                   "count is not known ahead): use scan, or fori_loop with constant bounds, "
+                   "or forward mode (jvp, jacfwd)")
+
+
+def _scan_jvp(primals, tangents, *, body, length, reverse, n_consts, n_carry):
+  """A primal scan that also stacks each step's residuals, and a linear scan over them."""
+  consts, carry = primals[:n_consts], primals[n_consts:n_consts + n_carry]
+  xs = primals[n_consts + n_carry:]
+  t_consts, t_xs = tangents[:n_consts], tangents[n_consts + n_carry:]
+  wrt_c = _float_mask(consts, t_consts)
+  wrt_k = [aval_of(c).is_float for c in carry]
+  wrt_x = _float_mask(xs, t_xs)
+  params = dict(length=length, reverse=reverse)
+  if not any(wrt_c + wrt_x) and all(isinstance(t, ad.Zero) for t in
+                                     tangents[n_consts:n_consts + n_carry]):
+    outs = scan_p.bind(*primals, body=body, n_consts=n_consts, n_carry=n_carry, **params)
+    return outs, [ad.Zero(aval_of(o)) for o in outs]
+  primal_body, linear_body = ad.linearize_program(body, wrt_c + wrt_k + wrt_x)
+  n_out = len(body.outputs)
+  n_res = len(primal_body.outputs) - n_out
+  outs = scan_p.bind(*primals, body=primal_body, n_consts=n_consts, n_carry=n_carry, **params)
+  residuals = outs[len(outs) - n_res:]
+  outs = outs[:len(outs) - n_res]
+  # linear body inputs: residuals, t_consts, t_carry, t_xs -> t_consts, t_carry, res, t_xs
+  ntc, ntk = sum(wrt_c), sum(wrt_k)
+  order = (list(range(n_res, n_res + ntc + ntk)) + list(range(n_res))
+           + list(range(n_res + ntc + ntk, len(linear_body.inputs))))
+  t_in = ([t for t, w in zip(t_consts, wrt_c) if w]
+          + [ad.instantiate(t) for t, w in zip(tangents[n_consts:n_consts + n_carry], wrt_k) if w]
+          + list(residuals) + [t for t, w in zip(t_xs, wrt_x) if w])
+  t_float = iter(scan_p.bind(*t_in, body=_reordered(linear_body, order), n_consts=ntc,
+                             n_carry=ntk, **params))
+  return outs, [next(t_float) if aval_of(o).is_float else ad.Zero(aval_of(o)) for o in outs]
+
+
+def _scan_transpose(cts, *args, body, length, reverse, n_consts, n_carry):
+  """The scan of the transposed body, run the other way: the carries' cotangents flow back
+  step by step, the constants' are summed over the steps, the xs' are stacked."""
+  consts, carry, xs = (args[:n_consts], args[n_consts:n_consts + n_carry],
+                       args[n_consts + n_carry:])
+  lin_c = [ad.is_undefined(c) for c in consts]
+  lin_x = [ad.is_undefined(x) for x in xs]
+  mask = lin_c + [True] * n_carry + lin_x  # a known carry (zeros) is linear all the same
+  transposed = ad.transpose_program(body, mask)
+  known_c = [c for c, lin in zip(consts, lin_c) if not lin]
+  known_x = [x for x, lin in zip(xs, lin_x) if not lin]
+  c_avals = [c.aval for c, lin in zip(consts, lin_c) if lin]
+  k_avals = [aval_of(c) if not ad.is_undefined(c) else c.aval for c in carry]
+  cts = [ad.instantiate(c) for c in cts]
+  ct_carry, ct_ys = cts[:n_carry], cts[n_carry:]
+  n_kc, n_kx = len(known_c), len(known_x)
+
+  def step(*vals):  # (known consts; acc, ct_carry; known x_i, ct_y_i) -> (acc', ct_carry'; ct_x_i)
+    kc, acc = vals[:n_kc], vals[n_kc:n_kc + len(c_avals)]
+    ct_k = vals[n_kc + len(c_avals):n_kc + len(c_avals) + n_carry]
+    rest = vals[n_kc + len(c_avals) + n_carry:]
+    kx, ct_y = rest[:n_kx], rest[n_kx:]
+    out = eval_program(transposed, *kc, *kx, *ct_k, *ct_y)
+    ct_c, ct_k2, ct_x = (out[:len(c_avals)], out[len(c_avals):len(c_avals) + n_carry],
+                         out[len(c_avals) + n_carry:])
+    return [P.add(a, c) for a, c in zip(acc, ct_c)] + list(ct_k2) + list(ct_x)
+
+  x_avals = [ShapedArray(aval_of(x).shape[1:], aval_of(x).dtype) for x in known_x]
+  y_avals = [ShapedArray(aval_of(c).shape[1:], aval_of(c).dtype) for c in ct_ys]
+  step_program = trace_flat(step, _avals(known_c) + c_avals + k_avals + x_avals + y_avals)[0]
+  outs = scan_p.bind(*known_c, *[P.zeros(a) for a in c_avals], *ct_carry, *known_x, *ct_ys,
+                     body=step_program, length=length, reverse=not reverse, n_consts=n_kc,
+                     n_carry=len(c_avals) + n_carry)
+  ct_c = iter(outs[:len(c_avals)])
+  ct_k = outs[len(c_avals):len(c_avals) + n_carry]
+  ct_x = iter(outs[len(c_avals) + n_carry:])
+  return ([next(ct_c) if lin else None for lin in lin_c]
+          + [ct if ad.is_undefined(c) else None for ct, c in zip(ct_k, carry)]
+          + [next(ct_x) if lin else None for lin in lin_x])
+
+
+ad.jvp_rules[cond_p] = _cond_jvp
+ad.jvp_rules[while_p] = _while_jvp
+ad.jvp_rules[scan_p] = _scan_jvp
+ad.transpose_rules[cond_p] = _cond_transpose
+ad.transpose_rules[while_p] = _while_transpose
+ad.transpose_rules[scan_p] = _scan_transpose
+
+
+# ---------------------------------------------------------------------------------------
+# Batching (values batched at axis 0; every operand materialized batched)
+
+def _batched_program(program: Program, size: int) -> Program:
+  return batching.batch_program(program, [True] * len(program.inputs), size)
+
+
+def _cond_batch(args, dims, *, branches):
+  size = batching._size(args, dims)
+  ops_b = [batching.materialize(x, d, size) for x, d in zip(args[1:], dims[1:])]
+  batched = tuple(_batched_program(b, size) for b in branches)
+  if dims[0] is None:
+    return [(o, 0) for o in cond_p.bind(args[0], *ops_b, branches=batched)]
+  # a batched index: every branch runs, each example takes its own branch's results
+  outs = [eval_program(b, *ops_b) for b in batched]
+  chosen = outs[0]
+  for k in range(1, len(batched)):
+    chosen = [_select_rows(P.eq(args[0], P.full((size,), k, aval_of(args[0]).dtype)), o, c)
+              for o, c in zip(outs[k], chosen)]
+  return [(c, 0) for c in chosen]
+
+
+def _select_rows(mask, on_true, on_false):
+  shape = aval_of(on_true).shape
+  return P.select(P.broadcast_in_dim(mask, shape, (0,)), on_true, on_false)
+
+
+def _materialized(args, dims):
+  size = batching._size(args, dims)
+  return [batching.materialize(x, d, size) for x, d in zip(args, dims)], size
+
+
+def _while_batch(args, dims, *, cond, body, n_cond, n_body):
+  args, size = _materialized(args, dims)
+  cond_b, body_b = _batched_program(cond, size), _batched_program(body, size)
+  consts_c = args[:n_cond]
+  cond_avals = _avals(consts_c) + _avals(args[n_cond + n_body:])
+  body_avals = _avals(args[n_cond:])
+
+  def any_cond(*vals):  # the loop runs while any example's condition holds
+    go = eval_program(cond_b, *vals)[0]
+    return [P.gt(P.reduce_max(P.convert(go, "int32"), (0,)), P.full((), 0, "int32"))]
+
+  def guarded_body(*vals):  # an example whose condition fails keeps its carry
+    kc, kb, carry = vals[:n_cond], vals[n_cond:n_cond + n_body], vals[n_cond + n_body:]
+    go = eval_program(cond_b, *kc, *carry)[0]
+    new = eval_program(body_b, *kb, *carry)
+    return [_select_rows(go, n, c) for n, c in zip(new, carry)]
+
+  new_cond = trace_flat(any_cond, cond_avals)[0]
+  new_body = trace_flat(guarded_body, _avals(args))[0]  # reads the cond's constants too
+  outs = while_p.bind(*consts_c, *args, cond=new_cond, body=new_body, n_cond=n_cond,
+                      n_body=n_cond + n_body)
+  return [(o, 0) for o in outs]
+
+
+def _scan_batch(args, dims, *, body, length, reverse, n_consts, n_carry):
+  args, size = _materialized(args, dims)
+  n_fixed = n_consts + n_carry
+  xs = [batching.moveaxis(x, 0, 1) for x in args[n_fixed:]]  # scanned axis first
+  outs = scan_p.bind(*args[:n_fixed], *xs, body=_batched_program(body, size), length=length,
+                     reverse=reverse, n_consts=n_consts, n_carry=n_carry)
+  return ([(o, 0) for o in outs[:n_carry]]
+          + [(batching.moveaxis(y, 1, 0), 0) for y in outs[n_carry:]])
+
+
+batching.batch_rules[cond_p] = _cond_batch
+batching.batch_rules[while_p] = _while_batch
+batching.batch_rules[scan_p] = _scan_batch
+
+
+# ---------------------------------------------------------------------------------------
+# The user's functions
+
+def _leaves(tree):
+  leaves, treedef = tree_flatten(tree)
+  return [as_array(x) for x in leaves], treedef
+
+
+def _traced(x) -> bool:
+  return isinstance(x, Tracer)
+
+
+def switch(index, branches: Sequence[Callable], *operands):
+  """branches[index](*operands): one branch runs. An index outside [0, len(branches)) is an
+  error (JAX clamps it). Every branch returns the same structure, shapes and dtypes."""
+  branches = list(branches)
+  if not branches:
+    raise PrimcError("switch needs at least one branch")
+  if not _traced(index):  # known now: the branch is chosen here
+    k = int(np.asarray(index))
+    if not 0 <= k < len(branches):
+      raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(branches)} "
+                            f"branches")
+    return branches[k](*operands)
+  leaves, in_tree = _leaves(list(operands))
+  avals = _avals(leaves)
+  traced = []
+  for k, fn in enumerate(branches):
+    program, captured, out_tree = _closed(
+        lambda *xs, fn=fn: fn(*tree_unflatten(in_tree, list(xs))), avals)
+    traced.append((program, captured, out_tree))
+  out_tree = traced[0][2]
+  for k, (program, _, tree) in enumerate(traced):
+    _check_same(f"branch {k}'s output structure", tree, out_tree)
+    _check_same(f"branch {k}'s outputs", program.out_avals, traced[0][0].out_avals)
+  captured = [c for _, cs, _ in traced for c in cs]
+  cap_avals = [[aval_of(c) for c in cs] for _, cs, _ in traced]
+  programs = []
+  for k, (program, cs, _) in enumerate(traced):
+    before = [a for j in range(k) for a in cap_avals[j]]
+    after = [a for j in range(k + 1, len(traced)) for a in cap_avals[j]]
+    # inputs: operands, then every branch's captured values in branch order
+    p = _reordered(program, list(range(len(cs), len(program.inputs))) + list(range(len(cs))))
+    programs.append(Program(p.inputs[:len(leaves)] + tuple(Var(a) for a in before)
+                            + p.inputs[len(leaves):] + tuple(Var(a) for a in after),
+                            p.eqns, p.outputs))
+  index = pnp.asarray(index)
+  if aval_of(index).shape != ():
+    raise PrimcError(f"cond/switch needs a scalar predicate or index, got {aval_of(index)}")
+  index = P.convert(index, "int32") if aval_of(index).dtype != "int32" else index
+  outs = cond_p.bind(index, *leaves, *captured, branches=tuple(programs))
+  return tree_unflatten(out_tree, outs)
+
+
+def cond(pred, true_fun: Callable, false_fun: Callable, *operands):
+  """true_fun(*operands) if pred else false_fun(*operands), with one branch running (a
+  traced `pred` is a scalar; its truth is `pred != 0`)."""
+  pred = pnp.asarray(pred)
+  if aval_of(pred).shape != ():
+    raise PrimcError(f"cond needs a scalar predicate, got {aval_of(pred)}")
+  index = pnp.not_equal(pred, 0) if aval_of(pred).dtype != "bool" else pred
+  return switch(P.convert(index, "int32") if _traced(index) else int(np.asarray(index)),
+                [false_fun, true_fun], *operands)
+
+
+def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
+  """val = body_fun(val) while cond_fun(val); the carry keeps its structure, shapes and
+  dtypes. Forward-mode differentiable; reverse mode needs `scan` or `fori_loop` with
+  constant bounds."""
+  leaves, tree = _leaves(init_val)
+  avals = _avals(leaves)
+  unflat = lambda xs: tree_unflatten(tree, list(xs))
+  cond_prog, cond_cap, _ = _closed(lambda *xs: [pnp.asarray(cond_fun(unflat(xs)))], avals)
+  if cond_prog.out_avals[0].shape != () or cond_prog.out_avals[0].dtype != "bool":
+    if cond_prog.out_avals[0].shape != ():
+      raise PrimcError(f"while_loop's cond_fun must return a scalar, got "
+                       f"{cond_prog.out_avals[0]}")
+    cond_prog, cond_cap, _ = _closed(
+        lambda *xs: [pnp.not_equal(cond_fun(unflat(xs)), 0)], avals)
+  body_prog, body_cap, body_tree = _closed(lambda *xs: body_fun(unflat(xs)), avals)
+  _check_same("while_loop body's output structure", body_tree, tree)
+  _check_same("while_loop body's outputs", body_prog.out_avals, tuple(avals))
+  outs = while_p.bind(*cond_cap, *body_cap, *leaves, cond=cond_prog, body=body_prog,
+                      n_cond=len(cond_cap), n_body=len(body_cap))
+  return unflat(outs)
+
+
+def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = False):
+  """carry, y = f(carry, x) for each x along the leading axis of xs (a pytree; None with
+  `length` for no xs); returns (final carry, ys stacked along a new leading axis).
+  Differentiable in both modes, batchable."""
+  x_leaves, x_tree = _leaves(xs) if xs is not None else ([], None)
+  lengths = {aval_of(x).shape[0] if aval_of(x).shape else None for x in x_leaves}
+  if None in lengths:
+    raise PrimcError("scan's xs must have a leading axis to scan over")
+  if length is not None:
+    lengths.add(int(length))
+  if len(lengths) != 1:
+    raise PrimcError(f"scan needs one length: xs' leading axes and length give {sorted(lengths)}")
+  (n,) = lengths
+  c_leaves, c_tree = _leaves(init)
+  x_avals = [ShapedArray(aval_of(x).shape[1:], aval_of(x).dtype) for x in x_leaves]
+  y_tree = []
+
+  def body(*vals):
+    carry = tree_unflatten(c_tree, list(vals[:len(c_leaves)]))
+    x = tree_unflatten(x_tree, list(vals[len(c_leaves):])) if x_tree is not None else None
+    new, y = f(carry, x)
+    new_leaves, new_tree = tree_flatten(new)
+    _check_same("scan body's carry structure", new_tree, c_tree)
+    y_leaves, tree = tree_flatten(y)
+    y_tree.append(tree)
+    return [pnp.asarray(v) for v in new_leaves] + [pnp.asarray(v) for v in y_leaves]
+
+  program, captured, _ = _closed(body, _avals(c_leaves) + x_avals)
+  _check_same("scan body's carry", program.out_avals[:len(c_leaves)], tuple(_avals(c_leaves)))
+  outs = scan_p.bind(*captured, *c_leaves, *x_leaves, body=program, length=n,
+                     reverse=bool(reverse), n_consts=len(captured), n_carry=len(c_leaves))
+  return (tree_unflatten(c_tree, outs[:len(c_leaves)]),
+          tree_unflatten(y_tree[-1], outs[len(c_leaves):]))
+
+
+def fori_loop(lower, upper, body_fun: Callable, init_val):
+  """val = body_fun(i, val) for i in range(lower, upper). Constant bounds make it a scan
+  (differentiable in both modes); traced bounds a while_loop (forward mode only)."""
+  if not _traced(lower) and not _traced(upper):
+    lo, hi = int(np.asarray(lower)), int(np.asarray(upper))
+
+    def step(carry, _):
+      i, val = carry
+      return (P.add(i, P.full((), 1, "int32")), body_fun(i, val)), None
+
+    (_, out), _ = scan(step, (np.asarray(lo, np.int32), init_val), length=max(hi - lo, 0))
+    return out
+  upper = pnp.asarray(upper)
+  _, _, out = while_loop(lambda c: pnp.less(c[0], c[1]),
+                         lambda c: (pnp.add(c[0], 1), c[1], body_fun(c[0], c[2])),
+                         (pnp.asarray(lower, aval_of(upper).dtype), upper, init_val))
+  return out
