@@ -30,12 +30,14 @@ transpose_rules: dict[Primitive, Callable] = {}  # (ct, *invals, **params) -> [c
 @dataclasses.dataclass(frozen=True)
 class Zero:
   """A symbolic zero tangent or cotangent."""
+  __pytree_leaf__ = True
   aval: ShapedArray
 
 
 @dataclasses.dataclass(frozen=True)
 class UndefinedPrimal:
   """A linear input of an equation being transposed."""
+  __pytree_leaf__ = True
   aval: ShapedArray
 
 

@@ -64,6 +64,7 @@ def dtype_name(dtype) -> str:
 @dataclasses.dataclass(frozen=True)
 class ShapedArray:
   """The abstract value of an array: a static shape and a dtype name."""
+  __pytree_leaf__ = True  # a value of the IR, never a container of values
   shape: tuple[int, ...]
   dtype: str
 
@@ -92,6 +93,7 @@ class ShapedArray:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Var:
   """A program variable. Identity is the variable; the name is made at print time."""
+  __pytree_leaf__ = True  # a value of the IR, never a container of values
   aval: ShapedArray
 
 
@@ -102,6 +104,7 @@ class Lit:
   `sized`: a value computed from the program's sizes (a mean's 1/n): its value never
   decides a rewrite (`x * 1/n` stays a product at n = 1), so a program's structure, and
   its kernels, are the same at every size."""
+  __pytree_leaf__ = True  # a value of the IR, never a container of values
   value: np.ndarray
   aval: ShapedArray
   sized: bool = False
@@ -184,6 +187,7 @@ ufunc_rules: dict[Primitive, np.ufunc] = {}
 @dataclasses.dataclass(frozen=True, eq=False)
 class Eqn:
   """`outputs = prim[params](*inputs)`; params are a sorted tuple of hashable items."""
+  __pytree_leaf__ = True  # a value of the IR, never a container of values
   prim: Primitive
   inputs: tuple[Atom, ...]
   params: tuple[tuple[str, Any], ...]
@@ -204,6 +208,7 @@ def make_params(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Program:
   """A closed SSA program: `inputs`, `eqns` in order, and `outputs` (vars or literals)."""
+  __pytree_leaf__ = True  # a value of the IR, never a container of values
   inputs: tuple[Var, ...]
   eqns: tuple[Eqn, ...]
   outputs: tuple[Atom, ...]

@@ -28,7 +28,7 @@ from primc import numpy as pnp
 from primc.core import Primitive, PrimcError, Program, ShapedArray, results, run
 from primc.prims import abstract_rules, impl_rules
 from primc.trace import as_array, aval_of, eval_program, literal, trace_flat
-from primc.tree_util import tree_flatten, tree_unflatten
+from primc.tree import tree_flatten, tree_unflatten
 
 custom_jvp_call_p = Primitive("custom_jvp_call", multiple_results=True)
 custom_vjp_call_p = Primitive("custom_vjp_call", multiple_results=True)

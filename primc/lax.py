@@ -30,7 +30,7 @@ from primc.core import (Primitive, PrimcError, PrimcIndexError, Program, ShapedA
                         results, run)
 from primc.prims import abstract_rules, impl_rules
 from primc.trace import Tracer, as_array, aval_of, eval_program, literal, trace_flat
-from primc.tree_util import tree_flatten, tree_unflatten
+from primc.tree import tree_flatten, tree_unflatten
 
 cond_p = Primitive("cond", multiple_results=True)
 while_p = Primitive("while", multiple_results=True)

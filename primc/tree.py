@@ -51,7 +51,8 @@ def _node_of(tree):
     return _NODES[cls]
   if isinstance(tree, tuple) and hasattr(tree, "_fields"):
     return (lambda t: (tuple(t), None)), (lambda aux, c: cls(*c))
-  if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+  if (dataclasses.is_dataclass(tree) and not isinstance(tree, type)
+      and not getattr(cls, "__pytree_leaf__", False)):  # the IR's own are leaves
     return _dataclass_flatten, _dataclass_unflatten(cls)
   return None
 

@@ -15,10 +15,11 @@ FOLDERS = {"primc": "primc", "passes": "primc.passes", "codegen": "primc.codegen
 LAYERS = [
     ("IR", ["primc.core", "primc.tree", "primc.trace", "primc.prims", "primc.interpreter",
             "primc.settings"]),
-    ("transforms and ops", ["primc.ad", "primc.batching", "primc.numpy", "primc.contraction"]),
+    ("transforms and ops", ["primc.ad", "primc.batching", "primc.numpy", "primc.contraction",
+                            "primc.custom", "primc.lax"]),
     ("passes", ["primc.passes"]),
     ("codegen", ["primc.codegen"]),
-    ("compile and the functional API", ["primc.compile", "primc.api"]),
+    ("compile and the functional API", ["primc.compile", "primc.api", "primc.segmented"]),
     ("front ends", ["primc.eager", "primc.static", "primc.nn", "primc.optimizer",
                     "primc.autograd", "primc.functional"]),
     ("public API, CLI, pytest plugin", ["primc", "primc.cli", "primc.pytest_plugin"]),

@@ -146,3 +146,22 @@ def test_jit_keyword_and_static_arguments():
     primc.jit(lambda x: x, static_argnames="y")
   with pytest.raises(primc.PrimcError, match="unexpected keyword"):
     scaled(x, bias=1.0)
+
+
+def test_ir_values_are_leaves_not_dataclass_containers():
+  """Dataclasses are pytrees, but the IR's own (avals, literals, variables, symbolic zeros)
+  are values: a literal output of a program (a mean's sized 1/n) once flattened into its
+  fields, giving a transform an extra output."""
+  from primc import ad
+  from primc.core import Lit, ShapedArray, Var
+  aval = ShapedArray((2,), "float64")
+  for leaf in (aval, Var(aval), Lit.of(np.float64(0.5), sized=True), ad.Zero(aval),
+               ad.UndefinedPrimal(aval)):
+    assert primc.tree_util.tree_leaves([leaf]) == [leaf]
+  const = np.array([0.1, 0.2, 0.3])
+  f = lambda x: pnp.sum(pnp.reshape(pnp.mean(const), (1,)) * 0.5) + 0.0 * pnp.sum(x)
+  x = np.ones(3)
+  out, t = primc.jvp(f, (x,), (x,))
+  np.testing.assert_allclose(out, 0.1)
+  np.testing.assert_allclose(t, 0.0)
+  primc.check_grads(f, (x,), order=3, modes=("fwd", "rev"))
