@@ -528,8 +528,23 @@ def eye(n, m=None, dtype="float32"):
   return P.convert(P.eq(P.iota((n, m), 0), P.iota((n, m), 1)), dtype)
 
 
-def arange(n, dtype="int32"):
-  return P.iota((int(n),), 0, dtype)
+def arange(start, stop=None, step=None, dtype=None):
+  """numpy.arange: start + k * step for k < ceil((stop - start) / step), the bounds known
+  while tracing; numpy's dtype (int64 for ints, float64 for floats) unless `dtype`."""
+  for b in (start, stop, step):
+    if isinstance(b, Tracer):
+      raise NotSupportedError("arange of traced bounds (its length would depend on them)")
+  if stop is None:
+    start, stop = 0, start
+  step = 1 if step is None else step
+  if step == 0:
+    raise ValueError("arange: step must not be zero")
+  n = builtins.max(0, int(math.ceil((stop - start) / step)))
+  dtype = np.dtype(dtype or np.result_type(start, stop, step)).name
+  k = P.iota((n,), 0, dtype)
+  if start == 0 and step == 1:
+    return k
+  return P.add(P.mul(k, P.full((n,), step, dtype)), P.full((n,), start, dtype))
 
 
 def _shape(shape):
@@ -1272,7 +1287,7 @@ def _numpy_dispatch(func, method, args, kwargs, fallback):
   """numpy's own functions and ufuncs applied to primc values (`np.tanh(t)`,
   `np.sum(t, axis=0)`): the primc.numpy op of the same name, else `fallback()`."""
   ours = globals().get(_numpy_name(func))
-  plain = method == "__call__" and all(v is None for k, v in kwargs.items()
+  plain = method == "__call__" and builtins.all(v is None for k, v in kwargs.items()
                                        if k in ("out", "where", "casting", "order", "subok"))
   if ours is None or not callable(ours) or isinstance(ours, type) or not plain or \
       getattr(ours, "__module__", None) != __name__:
@@ -1324,7 +1339,7 @@ _front_ends: list[tuple[type, Callable]] = []  # (class, apply(op, args, kwargs)
 def _mentions(args, kwargs, cls) -> bool:
   """Whether an argument, or an element of a list or tuple argument, is a `cls`."""
   for a in (*args, *kwargs.values()):
-    if isinstance(a, cls) or (isinstance(a, (list, tuple)) and any(
+    if isinstance(a, cls) or (isinstance(a, (list, tuple)) and builtins.any(
         isinstance(b, cls) for b in a)):
       return True
   return False
@@ -1377,7 +1392,8 @@ def refuse_numpy(what: str) -> Callable:
 def _wrap_ops():
   g = globals()
   skip = {"asarray", "broadcast_shapes", "register_front_end", "refuse_numpy",
-          "operator_index", "on_front_ends"}
+          "operator_index", "on_front_ends", "shape", "size", "ndim", "result_type",
+          "ascontiguousarray", "linspace", "arange", "empty", "empty_like", "identity"}
   for name, value in list(g.items()):
     if (callable(value) and not name.startswith("_") and name not in skip
         and getattr(value, "__module__", None) == __name__ and not isinstance(value, type)):
@@ -2001,7 +2017,7 @@ def index_update(x, idx, values, how="set"):
   x = as_array(x)
   shape, dtype = aval_of(x).shape, np.dtype(aval_of(x).dtype)
   leaves = idx if isinstance(idx, tuple) else (idx,)
-  if any(isinstance(i, Tracer) for i in leaves):
+  if builtins.any(isinstance(i, Tracer) for i in leaves):
     raise NotSupportedError("x.at[...] with traced indices is not supported (constant "
                             "indices are: ints, slices, integer or boolean arrays)")
   pos = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[idx]
@@ -2051,8 +2067,604 @@ class NotSupportedError(PrimcError, AttributeError):
   `getattr(pnp, name, default)` keep working)."""
 
 
+# ---------------------------------------------------------------------------------------
+# The rest of the numpy names programs use most, composed of the ops above (so their
+# derivatives, batching and kernels come with them). Tests: tests/test_numpy.py.
+
+def _nan_mask(x):
+  x = as_array(x)
+  if aval_of(x).dtype not in FLOAT_DTYPES:
+    return P.full(aval_of(x).shape, False, "bool")
+  return P.ne_p.bind(x, x)
+
+
+@_op
+def isnan(x):
+  return _nan_mask(x)
+
+
+@_op
+def isinf(x):
+  x = as_array(x)
+  if aval_of(x).dtype not in FLOAT_DTYPES:
+    return P.full(aval_of(x).shape, False, "bool")
+  return P.eq(P.abs_(x), full_like(x, np.inf))
+
+
+@_op
+def isfinite(x):
+  return logical_not(logical_or(isnan(x), isinf(x)))
+
+
+def _truth(x):
+  x = as_array(x)
+  return x if aval_of(x).dtype == "bool" else not_equal(x, 0)
+
+
+@_op
+def logical_not(x):
+  x = _truth(x)
+  return P.select(x, P.full(aval_of(x).shape, False, "bool"), P.full(aval_of(x).shape, True, "bool"))
+
+
+@_op
+def logical_and(x, y):
+  x, y = _promote(_truth(x), _truth(y))
+  return P.select(x, y, x)
+
+
+@_op
+def logical_or(x, y):
+  x, y = _promote(_truth(x), _truth(y))
+  return P.select(x, x, y)
+
+
+@_op
+def logical_xor(x, y):
+  x, y = _promote(_truth(x), _truth(y))
+  return P.ne_p.bind(x, y)
+
+
+@_op
+def any(a, axis=None, keepdims=False):
+  a = P.convert(_truth(a), "int32")
+  return P.gt(max(a, axis, keepdims), zeros_like(max(a, axis, keepdims)))
+
+
+@_op
+def all(a, axis=None, keepdims=False):
+  return logical_not(any(logical_not(a), axis, keepdims))
+
+
+@_op
+def count_nonzero(a, axis=None, keepdims=False):
+  return sum(P.convert(_truth(a), "int64"), axis, keepdims)
+
+
+@_op
+def ptp(a, axis=None, keepdims=False):
+  return subtract(max(a, axis, keepdims), min(a, axis, keepdims))
+
+
+@_op
+def fabs(x):
+  return P.abs_(_float(x))
+
+
+def _nan_ignoring(pick, name):
+  def fn(x, y):
+    x, y = _promote(_float(x), _float(y))
+    return where(_nan_mask(y), x, where(_nan_mask(x), y, pick(x, y)))
+  fn.__name__ = name
+  return _op(fn)
+
+
+fmax = _nan_ignoring(maximum, "fmax")
+fmin = _nan_ignoring(minimum, "fmin")
+
+
+@_op
+def logaddexp2(x, y):
+  x, y = _promote(_float(x), _float(y))
+  ln2 = full_like(x, np.log(2.0))
+  return P.div(P.logaddexp_p.bind(P.mul(x, ln2), P.mul(y, ln2)), ln2)
+
+
+@_op
+def heaviside(x1, x2):
+  x1, x2 = _promote(_float(x1), _float(x2))
+  zero = zeros_like(x1)
+  return where(P.lt(x1, zero), zero, where(P.gt(x1, zero), ones_like(x1), x2))
+
+
+@_op
+def float_power(x, y):
+  return power(asarray(x, "float64"), asarray(y, "float64"))
+
+
+@_op
+def cbrt(x):
+  """The real cube root (negative for negative x), as numpy."""
+  x = _float(x)
+  root = P.pow_(P.abs_(x), full_like(x, 1.0 / 3.0))
+  return P.mul(P.sign(x), root)
+
+
+@_op
+def positive(x):
+  return as_array(x)
+
+
+def _real_only(name, fn):
+  def op(x):
+    x = as_array(x)
+    return fn(x)
+  op.__name__ = name
+  return _op(op)
+
+
+conj = conjugate = _real_only("conj", lambda x: x)  # primc's arrays are real
+real = _real_only("real", lambda x: x)
+imag = _real_only("imag", zeros_like)
+
+
+@_op
+def copy(a):
+  return as_array(a)
+
+
+def ascontiguousarray(a, dtype=None):
+  return asarray(a, dtype)
+
+
+def shape(a):
+  return tuple(aval_of(as_array(a)).shape)
+
+
+def size(a, axis=None):
+  s = shape(a)
+  return int(np.prod(s, dtype=np.int64)) if axis is None else s[axis]
+
+
+def ndim(a):
+  return len(shape(a))
+
+
+def result_type(*args):
+  return np.result_type(*[np.dtype(aval_of(as_array(a)).dtype) if not isinstance(
+      a, (type, np.dtype, str)) else a for a in args])
+
+
+dtype, finfo, iinfo, newaxis = np.dtype, np.finfo, np.iinfo, None
+triu_indices, tril_indices, diag_indices = np.triu_indices, np.tril_indices, np.diag_indices
+
+
+def empty(shape, dtype="float32"):
+  """Zeros: numpy leaves the values undefined; primc's are zero."""
+  return zeros(shape, dtype)
+
+
+def empty_like(x, dtype=None):
+  return zeros_like(x, dtype)
+
+
+def identity(n, dtype="float32"):
+  return eye(n, dtype=dtype)
+
+
+@_op
+def swapaxes(x, axis1, axis2):
+  x = as_array(x)
+  nd = aval_of(x).ndim
+  a, b = _axes(axis1, nd)[0], _axes(axis2, nd)[0]
+  perm = list(range(nd))
+  perm[a], perm[b] = perm[b], perm[a]
+  return transpose(x, perm)
+
+
+@_op
+def rollaxis(x, axis, start=0):
+  x = as_array(x)
+  nd = aval_of(x).ndim
+  axis = _axes(axis, nd)[0]
+  if not -nd <= start <= nd:
+    raise ShapeError(f"rollaxis: start {start} is out of bounds for rank {nd}")
+  start = start % (nd + 1) if start < 0 else start
+  if axis < start:
+    start -= 1
+  perm = [d for d in range(nd) if d != axis]
+  perm.insert(start, axis)
+  return transpose(x, perm)
+
+
+@_op
+def atleast_1d(*arys):
+  out = [_atleast(as_array(a), 1) for a in arys]
+  return out[0] if len(out) == 1 else out
+
+
+@_op
+def atleast_2d(*arys):
+  out = [_atleast(as_array(a), 2) for a in arys]
+  return out[0] if len(out) == 1 else out
+
+
+@_op
+def atleast_3d(*arys):
+  """numpy's: (N,) -> (1, N, 1), (M, N) -> (M, N, 1)."""
+  out = []
+  for a in arys:
+    a = as_array(a)
+    s = aval_of(a).shape
+    new = {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}.get(len(s), s)
+    out.append(reshape(a, new))
+  return out[0] if len(out) == 1 else out
+
+
+@_op
+def dstack(tup):
+  return concatenate(atleast_3d(*tup) if len(tup) > 1 else [atleast_3d(*tup)], 2)
+
+
+@_op
+def meshgrid(*xi, indexing="xy"):
+  if indexing not in ("xy", "ij"):
+    raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+  xs = [ravel(as_array(x)) for x in xi]
+  n = len(xs)
+  lengths = [aval_of(x).shape[0] for x in xs]
+  if indexing == "xy" and n >= 2:
+    lengths[0], lengths[1] = lengths[1], lengths[0]
+  out = []
+  for k, x in enumerate(xs):
+    axis = (1 - k if k < 2 else k) if indexing == "xy" and n >= 2 else k
+    out.append(P.broadcast_in_dim(x, tuple(lengths), (axis,)))
+  return out
+
+
+@_op
+def broadcast_arrays(*args):
+  arrays = [as_array(a) for a in args]
+  shape_ = broadcast_shapes(*(aval_of(a).shape for a in arrays))
+  return [broadcast_to(a, shape_) for a in arrays]
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+  """numpy.linspace; of traced start/stop too (then start + k * step, as numpy computes
+  it, with the last sample `stop` exactly when endpoint)."""
+  if not isinstance(start, Tracer) and not isinstance(stop, Tracer):
+    return np.linspace(np.asarray(start), np.asarray(stop), int(num), endpoint=endpoint,
+                       retstep=retstep, dtype=dtype, axis=axis)
+  if axis != 0:
+    raise NotSupportedError("linspace of traced bounds along an axis other than 0")
+  start, stop = _promote(_float(start), _float(stop))
+  num = int(num)
+  div = (num - 1) if endpoint else num
+  shape_ = (num,) + aval_of(start).shape
+  k = P.convert(P.iota(shape_, 0), aval_of(start).dtype)
+  lo = broadcast_to(start, shape_)
+  step = P.div(subtract(stop, start), full_like(start, float(builtins.max(div, 1))))
+  out = P.add(lo, P.mul(k, broadcast_to(step, shape_)))
+  if endpoint and num > 1:
+    last = P.eq(P.iota(shape_, 0), P.full(shape_, num - 1, "int32"))
+    out = P.select(last, broadcast_to(stop, shape_), out)
+  out = out if dtype is None else asarray(out, dtype)
+  return (out, step) if retstep else out
+
+
+@_op
+def vdot(a, b):
+  return sum(multiply(ravel(as_array(a)), ravel(as_array(b))))
+
+
+@_op
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+  """The cross product of 3-vectors along the last axis (or `axis`)."""
+  if axis is not None:
+    axisa = axisb = axisc = axis
+  a, b = moveaxis(as_array(a), axisa, -1), moveaxis(as_array(b), axisb, -1)
+  if aval_of(a).shape[-1] != 3 or aval_of(b).shape[-1] != 3:
+    raise NotSupportedError(f"cross of vectors of {aval_of(a).shape[-1]} and "
+                            f"{aval_of(b).shape[-1]} components (3 are supported)")
+  a, b = _promote(a, b)
+  c = [getitem(v, (Ellipsis, k)) for v in (a, b) for k in range(3)]
+  a0, a1, a2, b0, b1, b2 = c
+  out = stack([subtract(multiply(a1, b2), multiply(a2, b1)),
+               subtract(multiply(a2, b0), multiply(a0, b2)),
+               subtract(multiply(a0, b1), multiply(a1, b0))], -1)
+  return moveaxis(out, -1, axisc)
+
+
+@_op
+def select(condlist, choicelist, default=0):
+  if len(condlist) != len(choicelist):
+    raise ShapeError("select: condlist and choicelist differ in length")
+  out = default
+  for cond_, choice in reversed(list(zip(condlist, choicelist))):
+    out = where(cond_, choice, out)
+  return as_array(out)
+
+
+@_op
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+  x = as_array(x)
+  dt = aval_of(x).dtype
+  if dt not in FLOAT_DTYPES:
+    return x
+  info = np.finfo(dt)
+  x = where(_nan_mask(x), full_like(x, nan), x)
+  x = where(P.eq(x, full_like(x, np.inf)), full_like(x, info.max if posinf is None else posinf), x)
+  return where(P.eq(x, full_like(x, -np.inf)),
+               full_like(x, info.min if neginf is None else neginf), x)
+
+
+def _nan_reduction(name, reduce, fill):
+  def fn(a, axis=None, keepdims=False):
+    a = _float(a)
+    return reduce(where(_nan_mask(a), full_like(a, fill), a), axis, keepdims)
+  fn.__name__ = name
+  return _op(fn)
+
+
+nansum = _nan_reduction("nansum", sum, 0.0)
+nanprod = _nan_reduction("nanprod", prod, 1.0)
+
+
+@_op
+def nanmean(a, axis=None, keepdims=False):
+  a = _float(a)
+  count = sum(P.convert(logical_not(_nan_mask(a)), aval_of(a).dtype), axis, keepdims)
+  return divide(nansum(a, axis, keepdims), count)
+
+
+def _nan_extreme(name, reduce, fill):
+  def fn(a, axis=None, keepdims=False):
+    """All-NaN slices give NaN, as numpy (which also warns)."""
+    a = _float(a)
+    best = reduce(where(_nan_mask(a), full_like(a, fill), a), axis, keepdims)
+    return where(all(_nan_mask(a), axis, keepdims), full_like(best, np.nan), best)
+  fn.__name__ = name
+  return _op(fn)
+
+
+nanmax = _nan_extreme("nanmax", max, -np.inf)
+nanmin = _nan_extreme("nanmin", min, np.inf)
+
+
+@_op
+def average(a, axis=None, weights=None, returned=False, keepdims=False):
+  a = _float(a)
+  if weights is None:
+    avg = mean(a, axis, keepdims)
+    scale = full_like(avg, float(size(a) // builtins.max(size(avg), 1)))
+    return (avg, scale) if returned else avg
+  w = as_array(weights)
+  if aval_of(w).shape != aval_of(a).shape:
+    if axis is None or aval_of(w).ndim != 1:
+      raise ShapeError(f"average: weights of shape {aval_of(w).shape} need axis= and 1-D "
+                       f"weights, or a's shape {aval_of(a).shape}")
+    ax = _axes(axis, aval_of(a).ndim)[0]
+    w = P.broadcast_in_dim(asarray(w, aval_of(a).dtype), aval_of(a).shape, (ax,))
+  a, w = _promote(a, w)
+  total = sum(w, axis, keepdims)
+  avg = divide(sum(multiply(a, w), axis, keepdims), total)
+  return (avg, broadcast_to(total, aval_of(avg).shape)) if returned else avg
+
+
+def _sorted_along(a, axis):
+  a = _float(a)
+  if axis is None:
+    return sort(ravel(a), 0), 0, True
+  ax = _axes(axis, aval_of(a).ndim)
+  if len(ax) != 1:
+    raise NotSupportedError("median/quantile over several axes")
+  return sort(a, ax[0]), ax[0], False
+
+
+def _quantiles(a, qs, axis, keepdims, name):
+  """Linear interpolation between order statistics (numpy's default method), at constant
+  quantiles; a NaN in a slice makes its result NaN (NaNs sort last), as numpy."""
+  original = as_array(a)
+  s, ax, flat = _sorted_along(original, axis)
+  n = aval_of(s).shape[ax]
+  if n == 0:
+    raise ShapeError(f"{name} of an empty axis")
+  outs = []
+  for q in np.atleast_1d(np.asarray(qs, np.float64)).ravel():
+    if not 0 <= q <= 1:
+      raise ValueError(f"{name}: quantiles must be in [0, 1] (percentiles in [0, 100])")
+    pos = q * (n - 1)
+    lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+    frac = pos - lo
+    take_ = lambda i: getitem(s, (builtins.slice(None),) * ax + (i,))
+    v = take_(lo) if hi == lo else add(multiply(take_(lo), 1.0 - frac), multiply(take_(hi), frac))
+    v = where(getitem(_nan_mask(s), (builtins.slice(None),) * ax + (n - 1,)),
+              full_like(v, np.nan), v)
+    if keepdims:
+      v = reshape(v, (1,) * aval_of(original).ndim) if flat else expand_dims(v, ax)
+    outs.append(v)
+  return outs[0] if np.ndim(qs) == 0 else stack(outs, 0)
+
+
+@_op
+def median(a, axis=None, keepdims=False):
+  return _quantiles(a, 0.5, axis, keepdims, "median")
+
+
+@_op
+def quantile(a, q, axis=None, keepdims=False, method="linear"):
+  if method != "linear":
+    raise NotSupportedError(f"quantile method {method!r} (only 'linear')")
+  if isinstance(q, Tracer):
+    raise NotSupportedError("quantile at traced q (q must be known while tracing)")
+  return _quantiles(a, q, axis, keepdims, "quantile")
+
+
+@_op
+def percentile(a, q, axis=None, keepdims=False, method="linear"):
+  if isinstance(q, Tracer):
+    raise NotSupportedError("percentile at traced q (q must be known while tracing)")
+  return quantile(a, np.asarray(q, np.float64) / 100.0, axis, keepdims, method)
+
+
+@_op
+def partition(a, kth, axis=-1):
+  """Sorted along `axis`: a valid partition for every kth (numpy leaves the order
+  around the kth element unspecified)."""
+  return sort(a, axis)
+
+
+@_op
+def take_along_axis(arr, indices, axis):
+  arr = as_array(arr)
+  idx = as_array(indices)
+  if axis is None:
+    return take_along_axis(ravel(arr), idx, 0)
+  nd = aval_of(arr).ndim
+  ax = _axes(axis, nd)[0]
+  if aval_of(idx).ndim != nd:
+    raise ShapeError(f"take_along_axis: indices of rank {aval_of(idx).ndim} for an array of "
+                     f"rank {nd}")
+  shape_ = aval_of(idx).shape
+  key = tuple(idx if d == ax else np.arange(shape_[d]).reshape(
+      [-1 if e == d else 1 for e in range(nd)]) for d in range(nd))
+  return getitem(arr, key)
+
+
+@_op
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+  a, b = _promote(_float(a), _float(b))
+  close = less_equal(abs(subtract(a, b)), add(full_like(a, atol), multiply(full_like(a, rtol), abs(b))))
+  close = logical_or(close, equal(a, b))  # equal infinities
+  if equal_nan:
+    close = logical_or(close, logical_and(_nan_mask(a), _nan_mask(b)))
+  return close
+
+
+@_op
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+  return all(isclose(a, b, rtol, atol, equal_nan))
+
+
+@_op
+def array_equal(a1, a2, equal_nan=False):
+  a1, a2 = as_array(a1), as_array(a2)
+  if aval_of(a1).shape != aval_of(a2).shape:
+    return np.asarray(False)
+  same = equal(a1, a2)
+  if equal_nan:
+    same = logical_or(same, logical_and(_nan_mask(a1), _nan_mask(a2)))
+  return all(same)
+
+
+@_op
+def cov(m, y=None, rowvar=True, bias=False, ddof=None):
+  x = _atleast(_float(m), 2)
+  if not rowvar:
+    x = transpose(x)
+  if y is not None:
+    yy = _atleast(_float(y), 2)
+    x = concatenate([x, yy if rowvar else transpose(yy)], 0)
+  n = aval_of(x).shape[1]
+  dd = ddof if ddof is not None else (0 if bias else 1)
+  centered = subtract(x, mean(x, 1, keepdims=True))
+  c = divide(matmul(centered, transpose(centered)), float(n - dd))
+  return squeeze(c) if aval_of(c).shape == (1, 1) else c
+
+
+@_op
+def corrcoef(x, y=None, rowvar=True):
+  c = cov(x, y, rowvar)
+  if aval_of(c).ndim == 0:
+    return divide(c, c)
+  d = sqrt(diagonal(c))
+  return divide(divide(c, reshape(d, (-1, 1))), reshape(d, (1, -1)))
+
+
+@_op
+def searchsorted(a, v, side="left"):
+  """Insertion points of v into the sorted 1-D a: the count of a's elements below v
+  (at or below, side='right'); int64, as numpy."""
+  a = ravel(as_array(a))
+  v = as_array(v)
+  vs = aval_of(v).shape
+  n = aval_of(a).shape[0]
+  grid = vs + (n,)
+  aa = P.broadcast_in_dim(a, grid, (len(vs),))
+  vv = P.broadcast_in_dim(v, grid, tuple(range(len(vs))))
+  aa, vv = _promote(aa, vv)
+  below = P.lt(aa, vv) if side == "left" else P.le_p.bind(aa, vv)
+  return sum(P.convert(below, "int64"), -1)
+
+
+@_op
+def interp(x, xp, fp, left=None, right=None):
+  """numpy.interp: piecewise-linear through (xp, fp), xp increasing; constant beyond the
+  ends (left/right if given). Differentiable in x and fp."""
+  x, xp, fp = _float(x), ravel(_float(xp)), ravel(_float(fp))
+  n = aval_of(xp).shape[0]
+  i = searchsorted(xp, x, side="right")
+  i = clip(i, 1, n - 1)
+  lo, hi = subtract(i, 1), i
+  x0, x1, y0, y1 = take(xp, lo), take(xp, hi), take(fp, lo), take(fp, hi)
+  t = divide(subtract(x, x0), subtract(x1, x0))
+  out = add(y0, multiply(t, subtract(y1, y0)))
+  first, last = getitem(xp, 0), getitem(xp, n - 1)
+  out = where(less(x, first), getitem(fp, 0) if left is None else left, out)
+  return where(greater(x, last), getitem(fp, n - 1) if right is None else right, out)
+
+
+def _correlate_valid(a, v):
+  """sum_k a[i + k] v[k] for every i where v fits in a."""
+  n, m = aval_of(a).shape[0], aval_of(v).shape[0]
+  terms = [multiply(getitem(a, builtins.slice(k, n - m + 1 + k)), getitem(v, k)) for k in range(m)]
+  out = terms[0]
+  for t in terms[1:]:
+    out = add(out, t)
+  return out
+
+
+def _correlate_mode(a, v, mode, name):
+  a, v = ravel(_float(a)), ravel(_float(v))
+  common = np.result_type(aval_of(a).dtype, aval_of(v).dtype).name
+  a, v = asarray(a, common), asarray(v, common)
+  n, m = aval_of(a).shape[0], aval_of(v).shape[0]
+  if m == 0 or n == 0:
+    raise ShapeError(f"{name} of an empty array")
+  if mode == "valid":
+    if m > n:
+      a, v = v, a
+      n, m = m, n
+    return a, v, 0, 0
+  if mode == "full":
+    return a, v, m - 1, m - 1
+  if mode == "same":
+    return a, v, (m - 1) // 2, m - 1 - (m - 1) // 2
+  raise ValueError(f"{name}: mode must be 'valid', 'same' or 'full', got {mode!r}")
+
+
+@_op
+def correlate(a, v, mode="valid"):
+  """numpy.correlate of 1-D real arrays: the sums of products of shifted copies."""
+  swapped = aval_of(as_array(v)).shape[0] > aval_of(as_array(a)).shape[0] and mode == "valid"
+  a, v, before, after = _correlate_mode(a, v, mode, "correlate")
+  out = _correlate_valid(pad(a, (before, after)), v)
+  return flip(out) if swapped else out
+
+
+@_op
+def convolve(a, v, mode="full"):
+  """numpy.convolve of 1-D real arrays: correlate with v reversed."""
+  a, v = ravel(as_array(a)), ravel(as_array(v))
+  if aval_of(v).shape[0] > aval_of(a).shape[0]:
+    a, v = v, a
+  return correlate(a, flip(v), mode)
+
+
 # ndarray methods of the functions above (not `.var`: a traced value's `var` is its IR variable)
 _MORE_METHODS = {"ravel": ravel, "flatten": ravel, "squeeze": squeeze, "prod": prod,
+                 "swapaxes": swapaxes, "any": any, "all": all, "copy": copy, "conj": conj,
+                 "conjugate": conj, "ptp": ptp,
                  "argsort": argsort,
                  "cumsum": cumsum, "cumprod": cumprod, "std": std,
                  "argmax": argmax, "argmin": argmin, "clip": clip, "diagonal": diagonal,

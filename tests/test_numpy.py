@@ -364,3 +364,60 @@ def test_sinc_derivatives_at_and_near_zero():
   primc.check_grads(pnp.sinc, (x,), order=3, modes=("fwd", "rev"))
   d2 = primc.vmap(primc.grad(primc.grad(pnp.sinc)))(x[:1])
   np.testing.assert_allclose(d2, [-np.pi ** 2 / 3], rtol=1e-12)
+
+
+_G = np.random.default_rng(12)
+_A, _B = _G.uniform(0.3, 1.5, (3, 4)) * np.array([1, -1, 1, -1]), _G.normal(size=(3, 4))
+_V, _W = _G.normal(size=(4, 3)), _G.normal(size=(4, 3))
+MORE = [  # (name, fn(module, *args), args, differentiable): module is numpy or primc.numpy
+    ("fabs", lambda m, a: m.fabs(a), (_A,), True),
+    ("fmax_fmin", lambda m, a, b: (m.fmax(a, b), m.fmin(a, b)), (_A, _B), True),
+    ("logaddexp2", lambda m, a, b: m.logaddexp2(a, b), (_A, _B), True),
+    ("float_power_cbrt", lambda m, a: (m.float_power(m.abs(a), 1.5), m.cbrt(a)), (_A,), True),
+    ("swapaxes_rollaxis", lambda m, a: (m.swapaxes(a[None], 0, 2), m.rollaxis(a[None], 2, 0)),
+     (_A,), True),
+    ("atleast_dstack", lambda m, a, b: (m.atleast_3d(a[0]), m.dstack([a, b])), (_A, _B), True),
+    ("meshgrid_broadcast", lambda m, a: (*m.meshgrid(a[0], a[1, :2]),
+                                         *m.broadcast_arrays(a[:, :1], a[0])), (_A,), True),
+    ("vdot_cross", lambda m, v, w: (m.vdot(v, w), m.cross(v, w)), (_V, _W), True),
+    ("select", lambda m, a, b: m.select([a < -0.5, a > 0.5], [a * b, a * 3], 0.25), (_A, _B), True),
+    ("nan_functions", lambda m, a: (m.nan_to_num(a), m.nansum(a, 1), m.nanmean(a, 0),
+                                    m.nanmax(a, 1), m.nanmin(a)), (_A,), True),
+    ("average", lambda m, a, b: (m.average(a), m.average(a, 1, m.abs(b[0]) + 0.5)), (_A, _B), True),
+    ("median_quantile", lambda m, a: (m.median(a), m.median(a, 1), m.quantile(a, 0.3, 0),
+                                      m.percentile(a, [20, 75], 1, keepdims=True)), (_A,), True),
+    ("take_along_axis", lambda m, a: m.take_along_axis(a, np.argsort(_B, 1), 1), (_A,), True),
+    ("cov_corrcoef", lambda m, a, b: (m.cov(a), m.cov(a[0], b[0]), m.corrcoef(a, rowvar=False)),
+     (_A, _B), True),
+    ("interp", lambda m, x, fp: m.interp(x, np.array([-1.0, 0.2, 0.9, 2.0]), fp),
+     (_B[0] * 0.9, _A[0]), True),
+    ("correlate_convolve", lambda m, a, v: (m.correlate(a, v), m.correlate(a, v, "same"),
+                                            m.convolve(a, v), m.convolve(v, a, "valid")),
+     (_A.ravel(), _B[0, :3]), True),
+    ("linspace_traced", lambda m, a: m.linspace(a[0, 0], a[1, 1], 5), (_A,), True),
+    ("logic_reductions", lambda m, a, b: (m.isnan(a), m.isfinite(a), m.logical_xor(a > 0, b > 0),
+                                          m.any(a > 1, 0), m.all(a > -1, 1), m.count_nonzero(a > 0),
+                                          m.ptp(a, 1), m.isclose(a, a + 1e-9), m.allclose(a, b),
+                                          m.heaviside(b, 0.5)), (_A, _B), False),
+    ("searchsorted_arange", lambda m, a, b: (m.searchsorted(np.sort(a[0]), b[0]),
+                                             m.arange(1, 7, 2), m.arange(0.5, 2.0, 0.25)),
+     (_A, _B), False),
+]
+
+
+@pytest.mark.parametrize("name,fn,args,differentiable", MORE, ids=[c[0] for c in MORE])
+def test_more_numpy_functions_match_numpy_and_finite_differences(name, fn, args, differentiable):
+  """Values and dtypes against numpy itself (eager and traced); derivatives of orders 1-2
+  by finite differences in float64; compiled values for a sample."""
+  want = _leaves(fn(np, *args))
+  program = primc.make_program(lambda *a: _leaves_traced(fn(pnp, *a)))(*args)
+  for got in (_leaves(fn(pnp, *args)), primc.interpret(program, *args)):
+    for g, w in zip(got, want, strict=True):
+      assert np.asarray(g).dtype == np.asarray(w).dtype, (name, g.dtype, w.dtype)
+      np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+  if name in ("median_quantile", "correlate_convolve", "interp", "logic_reductions"):
+    for g, w in zip(primc.jit(lambda *a: _leaves_traced(fn(pnp, *a)))(*args), want):
+      np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+  if differentiable:
+    floats = lambda *a: [x for x in _leaves_traced(fn(pnp, *a)) if pnp.result_type(x).kind == "f"]
+    primc.check_grads(floats, args, order=2, modes=("fwd", "rev"))
