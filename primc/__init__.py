@@ -23,6 +23,6 @@ from primc.custom import custom_jvp, custom_vjp
 from primc import lax
 from primc.compile import cache_stats, jit
 from primc import eager
-from primc.eager import GradManager, Tensor, to_tensor
+from primc.eager import GradManager, PyLayer, PyLayerContext, Tensor, to_tensor
 from primc import autograd, functional, nn, optimizer, static, tree_util
 from primc.nn import seed

@@ -29,6 +29,7 @@ from primc import api
 from primc import compile as compiler
 from primc import numpy as pnp
 from primc.core import PrimcError
+from primc.custom import custom_vjp
 from primc.settings import config
 from primc.trace import Tracer, as_array, make_program, plain_array
 from primc.tree import partial_over_leaves, tree_flatten, tree_unflatten
@@ -463,6 +464,86 @@ def forward_grad(outputs, inputs, grad_inputs=None):
     return list(api.jvp(lambda *v: replay(*v, *others), ins, ts)[1])
 
   return apply(tangents_fn, [*inputs, *extra, *tans], {})
+
+
+# ---------------------------------------------------------------------------------------
+# Paddle's PyLayer: a function with its own backward (a `custom_vjp`)
+
+class PyLayerContext:
+  """What `forward` leaves for `backward`: `save_for_backward(*tensors)` /
+  `saved_tensor()`, and any attribute set on it (functions, numbers)."""
+
+  def save_for_backward(self, *tensors):
+    self._saved = tensors
+
+  def saved_tensor(self):
+    return getattr(self, "_saved", ())
+
+
+class PyLayer:
+  """Paddle's PyLayer: subclass it with static `forward(ctx, *args, **kwargs)` and
+  `backward(ctx, *output_grads)`, and call `apply`:
+
+      class CusTanh(PyLayer):
+        @staticmethod
+        def forward(ctx, x):
+          y = pnp.tanh(x)
+          ctx.save_for_backward(y)
+          return y
+
+        @staticmethod
+        def backward(ctx, dy):
+          (y,) = ctx.saved_tensor()
+          return dy * (1 - pnp.square(y))
+
+      z = CusTanh.apply(x)
+
+  Array arguments (tensors, arrays) are differentiated; the others (functions, numbers)
+  pass through to `forward`. `backward` returns one gradient per array argument (None: a
+  zero one). It is a `primc.custom_vjp`, so the eager tape, `jit`, `grad` and higher
+  reverse orders use it; forward mode raises, as for any custom_vjp."""
+
+  @staticmethod
+  def forward(ctx, *args, **kwargs):
+    raise NotImplementedError("a PyLayer defines forward(ctx, *args)")
+
+  @staticmethod
+  def backward(ctx, *grads):
+    raise NotImplementedError("a PyLayer defines backward(ctx, *output_grads)")
+
+  @classmethod
+  def apply(cls, *args, **kwargs):
+    arrays = [i for i, a in enumerate(args) if isinstance(a, (Tensor, np.ndarray, Tracer))]
+    static = tuple(i for i in range(len(args)) if i not in arrays)
+    contexts = []
+
+    def run_forward(*full):
+      ctx = PyLayerContext()
+      contexts.append(ctx)
+      return ctx, cls.forward(ctx, *full, **kwargs)
+
+    def fwd(*full):
+      ctx, out = run_forward(*full)
+      return out, tuple(ctx.saved_tensor())
+
+    def bwd(*rest):
+      saved, grads = rest[-2], rest[-1]
+      ctx = contexts[-1]
+      ctx._saved = saved
+      got = cls.backward(ctx, *(grads if isinstance(grads, (tuple, list)) else (grads,)))
+      got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+      if len(got) != len(arrays):
+        raise PrimcError(f"{cls.__name__}.backward returned {len(got)} gradients for "
+                         f"{len(arrays)} tensor arguments")
+      return got
+
+    def forward(*full):
+      return run_forward(*full)[1]
+
+    forward.__qualname__ = forward.__name__ = cls.__name__
+    fn = custom_vjp(forward, nondiff_argnums=static)
+    fn.defvjp(fwd, bwd)
+    return fn(*args)
 
 
 # ---------------------------------------------------------------------------------------

@@ -194,3 +194,52 @@ def test_static_program_uses_the_rule():
   finally:
     static.disable_static()
   np.testing.assert_allclose(got, _sigmoid(np.array([1.0, 800.0])), rtol=1e-12)
+
+
+class _CusTanh(primc.eager.PyLayer):
+  """Paddle's documented example, with a factor in backward so a test sees it ran."""
+
+  @staticmethod
+  def forward(ctx, x, func=pnp.tanh, scale=1.0):
+    y = func(x)
+    ctx.save_for_backward(y)
+    ctx.scale = scale
+    return y
+
+  @staticmethod
+  def backward(ctx, dy):
+    (y,) = ctx.saved_tensor()
+    return dy * (1 - pnp.square(y)) * ctx.scale
+
+
+def test_pylayer_backward_is_used_by_the_tape_jit_and_grad():
+  x = np.array([0.3, -1.2, 2.0])
+  want = (1 - np.tanh(x) ** 2) * 3.0
+  t = primc.to_tensor(x, stop_gradient=False)
+  (g,) = primc.eager.grad([_CusTanh.apply(t, scale=3.0).sum()], [t])
+  np.testing.assert_allclose(g.numpy(), want, rtol=1e-12)
+  t2 = primc.to_tensor(x, stop_gradient=False)
+  _CusTanh.apply(t2, pnp.tanh, 3.0).sum().backward()
+  np.testing.assert_allclose(t2.grad.numpy(), want, rtol=1e-12)
+  f = lambda x: pnp.sum(_CusTanh.apply(x, scale=3.0))
+  np.testing.assert_allclose(primc.grad(f)(x), want, rtol=1e-12)
+  np.testing.assert_allclose(primc.jit(primc.grad(f))(x), want, rtol=1e-12)
+  # second order differentiates backward: d/dx [(1 - tanh^2) * 3] = -6 tanh (1 - tanh^2)
+  h = primc.grad(lambda x: pnp.sum(primc.grad(f)(x)))(x)
+  np.testing.assert_allclose(h, -6 * np.tanh(x) * (1 - np.tanh(x) ** 2), rtol=1e-10)
+  with pytest.raises(primc.PrimcError, match="reverse-mode rule only"):
+    primc.jvp(f, (x,), (x,))
+
+
+def test_pylayer_gradient_count_is_checked():
+  class Bad(primc.eager.PyLayer):
+    @staticmethod
+    def forward(ctx, x, y):
+      return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+      return g
+
+  with pytest.raises(primc.PrimcError, match="1 gradients for 2 tensor arguments"):
+    primc.grad(lambda x: pnp.sum(Bad.apply(x, x)))(np.ones(2))
