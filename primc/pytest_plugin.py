@@ -3,7 +3,8 @@ wherever primc is installed).
 
 - `--primc-cache-dir=PATH` gives the session one compiled-kernel cache (PRIMC_CACHE_DIR for
   the tests and the processes they start); `--primc-cache-dir=temp` makes a private one for
-  the session, removed at its end. Without the option nothing changes.
+  the session, removed at its end (pytest-xdist's workers share it). Without the option
+  nothing changes.
 - the `check_grads` fixture: `primc.check_grads` (finite differences in float64, forward
   and reverse, any order), whose failures show the first mismatching entries.
 - `@pytest.mark.primc_both` runs a test twice: compiled, and interpreted (every
@@ -35,9 +36,12 @@ def pytest_configure(config):
   path = config.getoption("--primc-cache-dir")
   if path is None:
     return
-  if path == "temp":
-    path = tempfile.mkdtemp(prefix="primc-test-cache-")
-    config._primc_temp_cache = path
+  if path == "temp":  # one for the session: pytest-xdist's workers share their parent's
+    path = os.environ.get("PRIMC_TEST_SESSION_CACHE")
+    if path is None:
+      path = tempfile.mkdtemp(prefix="primc-test-cache-")
+      os.environ["PRIMC_TEST_SESSION_CACHE"] = path
+      config._primc_temp_cache = path
   os.makedirs(path, exist_ok=True)
   os.chmod(path, stat.S_IRWXU)
   os.environ["PRIMC_CACHE_DIR"] = os.path.abspath(path)
