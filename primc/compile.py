@@ -11,6 +11,7 @@ import functools
 import gc
 import inspect
 import os
+import pickle
 import re
 import sys
 
@@ -91,7 +92,21 @@ class Jitted:
     self._hot = None       # the runner of the last fast call (see Executable.runner)
     self._hot_weak = None  # which of its arguments were Python scalars (None: none)
     self._kernels: set[str] = set()  # kernel sources its programs ran (their variants)
+    self._programs: dict = {}  # signature -> (traced program, out tree): what pickles
     functools.update_wrapper(self, fun)
+
+  def __reduce__(self):
+    """Pickles as the traced programs of the signatures it compiled (custom rules
+    inlined), not the Python function: a process that receives it runs those signatures
+    without the function's code, loading their kernels from the cache where another
+    process compiled them. The function comes along only if pickle can name it (a module
+    function), for signatures not compiled yet."""
+    try:
+      fun = pickle.dumps(self.fun)
+    except Exception:
+      fun = None
+    return _received, (fun, getattr(self.fun, "__qualname__", "a function"),
+                       self.static_argnums, dict(self._programs))
 
   def _split(self, args):
     static = tuple((i, args[i]) for i in self.static_argnums)
@@ -217,17 +232,51 @@ class Jitted:
         del self._fast[k]
 
   def _compile(self, static, leaves, tree):
-    traced, out_tree = self._trace(static, leaves, tree)
+    key = self._key(static, leaves, tree)
+    if key not in self._programs:
+      traced, out_tree = self._trace(static, leaves, tree)
+      self._programs[key] = (inline_calls(traced), out_tree)
+    traced, out_tree = self._programs[key]
     exe = load_executable(traced, self.tiered, frozenset(self._kernels),
                           getattr(self.fun, "__qualname__", None) or "a function")
     self._kernels.update(exe.plan.kernels)  # later sizes keep these variants
     return exe, out_tree
+
+  def precompile(self, *args) -> "Jitted":
+    """Compiles for the signature of these example arguments without running (so a copy
+    sent to another process has its program: see `__reduce__`)."""
+    static, leaves, tree = self._split(args)
+    key = self._key(static, leaves, tree)
+    if key not in self._compiled:
+      self._compiled[key] = self._compile(static, leaves, tree)
+    executable = self._compiled[key][0]
+    if hasattr(executable, "compile"):  # its kernels too, not at the first call
+      executable.compile()
+    return self
 
   def wait_compiled(self, timeout: float | None = None) -> bool:
     """Waits (at most `timeout` seconds each) for the background compiles of this
     function's signatures (see `jit(tiered=True)`); True when every one runs native code."""
     return all(exe.wait(timeout) for exe, _ in self._compiled.values()
                if hasattr(exe, "wait"))
+
+
+def _received(fun_bytes, name, static_argnums, programs):
+  """A `Jitted` unpickled: its compiled signatures' programs, and the function if it came."""
+  fun = None
+  if fun_bytes is not None:
+    try:
+      fun = pickle.loads(fun_bytes)
+    except Exception:  # its module is not importable here: the programs still serve
+      fun = None
+  if fun is None:
+    def fun(*args):
+      raise PrimcError(f"{name} was received compiled for {len(programs)} signature(s), "
+                       f"without its Python code; it cannot trace a new signature here")
+    fun.__qualname__ = fun.__name__ = name
+  jitted = Jitted(fun, static_argnums)
+  jitted._programs.update(programs)
+  return jitted
 
 
 def build_plan(traced, prefer=frozenset()):

@@ -158,13 +158,26 @@ class Primitive:
     self.multiple_results = multiple_results
     self.traits = frozenset(traits)
     self.linear = linear if linear in (None, "all") else tuple(linear)
+    PRIMITIVES.setdefault(name, self)
 
   def __repr__(self):
     return self.name
 
+  def __reduce__(self):  # a pickled program names its primitives
+    return primitive_named, (self.name,)
+
   def bind(self, *args, **params):
     """Applies the primitive: staged while tracing, else run (`primc.trace.bind`)."""
     return binder[0](self, args, params)
+
+
+PRIMITIVES: dict[str, "Primitive"] = {}  # by name: every primitive defined
+
+
+def primitive_named(name: str) -> "Primitive":
+  """The primitive of this name (unpickling a program: importing primc.core imports the
+  package first, whose modules define them all)."""
+  return PRIMITIVES[name]
 
 
 def _no_tracer(prim, args, params):

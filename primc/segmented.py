@@ -97,6 +97,11 @@ class Segmented:
       np.copyto(o, r)
     return list(out)
 
+  def compile(self) -> None:
+    for exe in self._executables:
+      if hasattr(exe, "compile"):
+        exe.compile()
+
   def runner(self, tree=None):
     return None  # no single native entry: calls take the general path
 

@@ -21,7 +21,7 @@ LAYERS = [
     ("codegen", ["primc.codegen"]),
     ("compile and the functional API", ["primc.compile", "primc.api", "primc.segmented"]),
     ("front ends", ["primc.eager", "primc.static", "primc.nn", "primc.optimizer",
-                    "primc.autograd", "primc.functional"]),
+                    "primc.autograd", "primc.functional", "primc.dask"]),
     ("public API, CLI, pytest plugin", ["primc", "primc.cli", "primc.pytest_plugin"]),
 ]
 
