@@ -6,6 +6,7 @@ processes or a cluster's (`dask.distributed`). Dask is optional: `pip install pr
 - `value_and_grad(loss, params, data)`: the loss and its gradient with respect to
   `params`, summed or averaged over the chunks of `data` (rows along axis 0) with a tree
   reduction in Dask's graph; equal to the single-process result (float64: to rounding).
+- `train(loss, params, data, optimizer, steps)`: a `primc.optimizer` stepped on it.
 
 Tasks carry `primc.jit` functions, which pickle as their traced programs (not the Python
 function), and workers load the compiled kernels from the cache (a directory the
@@ -110,7 +111,7 @@ def value_and_grad(loss: Callable, params, data, reduce: str = "mean", compute: 
     raise ValueError(f"reduce must be 'mean' or 'sum', got {reduce!r}")
   if not isinstance(data, da.Array):
     data = da.from_array(np.asarray(data))
-  vg = jit(api.value_and_grad(loss))
+  vg = _compiled_value_and_grad(loss)
   rows = data.shape[0]
   blocks = data.to_delayed().reshape(-1) if data.ndim == 1 else data.to_delayed()[:, 0] \
       if all(len(c) == 1 for c in data.chunks[1:]) else None
@@ -119,12 +120,43 @@ def value_and_grad(loss: Callable, params, data, reduce: str = "mean", compute: 
                      "block)")
   for n in set(data.chunks[0]):  # compiled here once per chunk shape (see map_blocks)
     vg.precompile(params, np.zeros((n,) + data.shape[1:], data.dtype))
+  # one key each for the function and the parameters: shipped once per worker, not per task
+  token = f"{id(vg):x}-{next(_calls)}"
+  vg_key = dask.delayed(vg, name=f"primc-value-and-grad-{token}", traverse=False)
+  params_key = dask.delayed(params, name=f"primc-params-{token}", traverse=False)
   parts = []
   for block, n in zip(blocks, data.chunks[0]):
     weight = n / rows if reduce == "mean" else 1.0
-    parts.append(dask.delayed(_chunk_value_and_grad)(vg, params, block, weight))
+    parts.append(dask.delayed(_chunk_value_and_grad)(vg_key, params_key, block, weight))
   total = dask.delayed(_finish)(_tree_sum(parts))
   return total.compute() if compute else total
+
+
+_calls = itertools.count()
+_compiled: dict = {}  # loss function -> its compiled value-and-gradient
+
+
+def _compiled_value_and_grad(loss) -> Jitted:
+  if loss not in _compiled:
+    _compiled[loss] = jit(api.value_and_grad(loss))
+  return _compiled[loss]
+
+
+def train(loss: Callable, params, data, optimizer, steps: int, reduce: str = "mean"):
+  """`steps` steps of `optimizer` (a `primc.optimizer` instance: SGD, Adam) on the
+  gradient `value_and_grad` reduces over the chunks of `data`. Returns (params, the loss
+  before each step)."""
+  leaves, tree = tree_flatten(params)
+  leaves = [np.asarray(p) for p in leaves]
+  states = [optimizer.initial_state(p) for p in leaves]
+  history = []
+  for _ in range(int(steps)):
+    value, grads = value_and_grad(loss, tree_unflatten(tree, leaves), data, reduce)
+    stepped = [optimizer.update(p, g, s) for p, g, s in
+               zip(leaves, tree_flatten(grads)[0], states)]
+    leaves, states = [p for p, _ in stepped], [s for _, s in stepped]
+    history.append(float(value))
+  return tree_unflatten(tree, leaves), history
 
 
 def _finish(part):

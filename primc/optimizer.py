@@ -41,6 +41,16 @@ class Optimizer:
   def _update(self, param, grad, state):
     raise NotImplementedError
 
+  def initial_state(self, value):
+    """The optimizer's state for a parameter of this value (functional use)."""
+    return self._initial_state(np.asarray(value))
+
+  def update(self, param, grad, state):
+    """(new parameter, new state): one step on arrays, outside any tape (functional use,
+    as `primc.dask.train` steps it)."""
+    new, state = self._update(np.asarray(param), np.asarray(grad), state)
+    return np.asarray(new, np.asarray(param).dtype), state
+
   def _check(self, params):
     for p in params:
       if not (isinstance(p, Parameter) or getattr(p, "kind", None) == "param"):

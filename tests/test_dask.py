@@ -98,3 +98,50 @@ def test_import_primc_does_not_import_dask():
   code = "import sys, primc; print('dask' in sys.modules, 'distributed' in sys.modules)"
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert out.stdout.split() == ["False", "False"]
+
+
+def test_training_steps_match_single_process_training(client):
+  rng = np.random.default_rng(3)
+  params, data = _params(rng), _data(rng, 600)
+  chunks = dask_array.from_array(data, chunks=(256, 3))
+  got, history = pdask.train(_loss, params, chunks, primc.optimizer.Adam(0.05), steps=4)
+  opt, want = primc.optimizer.Adam(0.05), dict(params)
+  states = {k: opt.initial_state(v) for k, v in want.items()}
+  vg = primc.jit(primc.value_and_grad(_loss))
+  for step in range(4):
+    value, grads = vg(want, data)
+    np.testing.assert_allclose(history[step], value, rtol=1e-10)
+    for k in want:
+      want[k], states[k] = opt.update(want[k], grads[k], states[k])
+  for k in want:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-9, atol=1e-12)
+  assert history[-1] < history[0]
+
+
+def _chunk_that_kills_its_worker_once(marker, n, seed):
+  """A chunk whose first computation ends its worker process (as a crash would)."""
+  import os
+  if not os.path.exists(marker):
+    open(marker, "w").close()
+    os._exit(1)
+  return _data(np.random.default_rng(seed), n)
+
+
+def test_a_worker_killed_mid_step_is_retried_and_the_result_is_right(client, tmp_path):
+  import dask
+  rng = np.random.default_rng(4)
+  params = _params(rng)
+  marker = str(tmp_path / "killed-once")
+  blocks = [dask_array.from_delayed(dask.delayed(_chunk_that_kills_its_worker_once)(
+      marker if i == 1 else str(tmp_path / "never"), 200, i), (200, 3), np.float64)
+      for i in range(3)]
+  open(tmp_path / "never", "w").close()
+  data = dask_array.concatenate(blocks)
+  value, grads = pdask.value_and_grad(_loss, params, data)
+  whole = np.concatenate([_data(np.random.default_rng(i), 200) for i in range(3)])
+  want_value, want_grads = primc.value_and_grad(_loss)(params, whole)
+  np.testing.assert_allclose(value, want_value, rtol=1e-10)
+  for k in params:
+    np.testing.assert_allclose(grads[k], want_grads[k], rtol=1e-10, atol=1e-14)
+  import os
+  assert os.path.exists(marker)  # the kill happened
