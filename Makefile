@@ -20,6 +20,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/suite.py
+	$(BIN)/python benchmarks/w9_dask.py
 
 bench-peers: $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib

@@ -74,6 +74,42 @@ def seed_styles():
     print(f"({module.__name__} took {time.perf_counter() - t0:.2f} s)\n")
 
 
+def control_flow_and_custom_rules():
+  """primc.lax loops and a custom derivative rule, compiled."""
+  from primc import lax
+
+  def newton_sqrt(a):  # 8 Newton steps for sqrt(a): a loop, differentiable in reverse
+    return lax.fori_loop(0, 8, lambda i, x: 0.5 * (x + a / x), a)
+
+  a = np.array([2.0, 9.0])
+  t0 = time.perf_counter()
+  print("== fori_loop: Newton's sqrt and its gradient (1 / (2 sqrt a)), compiled")
+  print("  ->", primc.jit(newton_sqrt)(a), primc.jit(primc.grad(
+      lambda a: primc.numpy.sum(newton_sqrt(a))))(a), f"({time.perf_counter() - t0:.2f} s)\n")
+
+
+def on_dask():
+  """primc.dask on a LocalCluster of 2 worker processes: a data-parallel gradient."""
+  import dask.array as da
+  from distributed import Client, LocalCluster
+  from primc import dask as pdask
+  pnp = primc.numpy
+  rng = np.random.default_rng(1)
+  data = rng.uniform(-1, 1, (4096, 3))
+  w = rng.standard_normal(2)
+  loss = lambda w, chunk: pnp.mean((pnp.tanh(chunk[:, :2] @ w) - chunk[:, 2]) ** 2)
+  t0 = time.perf_counter()
+  with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
+      Client(cluster):
+    value, grad = pdask.value_and_grad(loss, w, da.from_array(data, chunks=(1024, 3)))
+  one_value, one_grad = primc.value_and_grad(loss)(w, data)
+  print("== primc.dask: loss and gradient over 4 chunks on 2 worker processes")
+  print("  ->", value, grad, "(one process:", one_value, one_grad, ")",
+        f"({time.perf_counter() - t0:.2f} s)\n")
+
+
 if __name__ == "__main__":
   main()
   seed_styles()
+  control_flow_and_custom_rules()
+  on_dask()
