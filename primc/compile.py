@@ -22,8 +22,8 @@ from primc.settings import config
 from primc.core import PrimcError, PrimcIndexError, Program
 from primc.custom import inline_calls
 from primc.segmented import Segmented, has_control_flow
-from primc.trace import (SCALAR_ARRAYS, Tracer, aval_of, as_array, trace_flat, tracing,
-                         weak_leaves)
+from primc.trace import (SCALAR_ARRAYS, Tracer, aval_of, as_array, eval_program, trace_flat,
+                         tracing, weak_leaves)
 from primc.tree import tree_flatten, tree_unflatten
 
 SIGNATURES_KEPT = 64  # compiled signatures per jitted function (least recently used go)
@@ -202,6 +202,11 @@ class Jitted:
 
   def _call(self, args, out):
     if tracing() or any(isinstance(x, Tracer) for x in tree_flatten(list(args))[0]):
+      if getattr(self.fun, "_primc_received", False):  # no code here: its program instead
+        static, leaves, tree = self._split(args)
+        program, out_tree = self._programs.get(self._key(static, leaves, tree), (None, None))
+        if program is not None:
+          return tree_unflatten(out_tree, eval_program(program, *leaves))
       return self.fun(*args)  # inside a trace, jit traces through (like any function)
     static, leaves, tree = self._split(args)
     key = self._key(static, leaves, tree)
@@ -274,6 +279,7 @@ def _received(fun_bytes, name, static_argnums, programs):
       raise PrimcError(f"{name} was received compiled for {len(programs)} signature(s), "
                        f"without its Python code; it cannot trace a new signature here")
     fun.__qualname__ = fun.__name__ = name
+    fun._primc_received = True
   jitted = Jitted(fun, static_argnums)
   jitted._programs.update(programs)
   return jitted

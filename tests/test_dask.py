@@ -79,6 +79,11 @@ def test_jitted_functions_travel_as_programs(client):
   with pytest.raises(primc.PrimcError, match="without its Python code"):
     g(np.ones(3))
   assert client.submit(lambda fn, v: fn(v), f, x).result() == want
+  # transforms of a received function trace its program (its code is not there)
+  np.testing.assert_allclose(primc.grad(g)(x), np.sin(2 * x), rtol=1e-12)
+  np.testing.assert_allclose(primc.vmap(g)(np.stack([x, 2 * x])), [want, f(2 * x)], rtol=1e-12)
+  vg = client.submit(lambda fn, v: primc.jit(primc.value_and_grad(fn))(v), f, x).result()
+  np.testing.assert_allclose(vg[1], np.sin(2 * x), rtol=1e-12)
 
 
 def test_bad_input_gives_the_local_error(client):
