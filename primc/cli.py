@@ -23,7 +23,8 @@ import time
 import numpy as np
 
 import primc
-from primc import ad
+from primc import ad, passes
+from primc.custom import inline_calls
 from primc.codegen import cache, store
 from primc.compile import Jitted, build_plan, example_args, parse_arg_spec
 
@@ -181,6 +182,8 @@ def _show(args) -> int:
     text = {"traced": lambda: program, "jvp": lambda: ad.jvp_program(program),
             "linearized": lambda: "\n".join(map(str, ad.linearize_program(program))),
             "grad": lambda: ad.vjp_program(program)}[args.stage]()
+  elif args.stage == "optimized":  # whole, control flow included
+    text = passes.optimize(inline_calls(program))
   else:
     optimized, fused, plan = build_plan(program)
     text = {"optimized": optimized, "fused": fused, "source": plan.source,
@@ -222,6 +225,9 @@ def main(argv=None) -> int:
     sub_parser.print_usage(sys.stderr)
     print(f"primc {args.command}: error: {e}", file=sys.stderr)
     return 2
+  except primc.PrimcError as e:  # the user's program: the message says it all
+    print(f"primc {args.command}: {e}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -287,6 +287,10 @@ def _received(fun_bytes, name, static_argnums, programs):
 
 def build_plan(traced, prefer=frozenset()):
   optimized = passes.optimize(inline_calls(traced))
+  if has_control_flow(optimized):
+    raise PrimcError("this program has control flow (cond, while, scan): it is compiled as "
+                     "straight-line segments and bodies, one plan each, not one plan; the "
+                     "optimized and traced stages show it whole")
   fused = passes.fuse(optimized)
   plan = backend().module.build(fused, prefer)
   show = passes.print_after_names()

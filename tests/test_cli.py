@@ -129,3 +129,14 @@ def test_show_fusion_says_why_regions_did_not_fuse(cache):
               "--arg", "f32[2]", "--stage", "fusion", cache=cache).stdout
   assert "region 1 (broadcast_in_dim over [2, 2]): region 0: only an elementwise epilogue" in out
   assert "does not read the dot_general's result" in out  # every reason, not the first
+
+
+def test_show_a_control_flow_program(cache, tmp_path):
+  src = tmp_path / "loops.py"
+  src.write_text("import primc.numpy as pnp\nfrom primc import lax\n\n"
+                 "def f(x):\n  return lax.fori_loop(0, 3, lambda i, v: pnp.sin(v) * 2.0, x)\n")
+  out = primc("show", f"{src}:f", "--arg", "f64[3]", "--stage", "optimized", cache=cache)
+  assert "scan[length=3" in out.stdout
+  bad = primc("show", f"{src}:f", "--arg", "f64[3]", "--stage", "source", cache=cache,
+              check=False)
+  assert bad.returncode == 1 and "has control flow" in bad.stderr and "Traceback" not in bad.stderr

@@ -203,3 +203,10 @@ def test_traced_once_and_not_unrolled():
   assert sizes[3] == sizes[300] == 1
   grad = primc.make_program(primc.grad(lambda xs: pnp.sum(lax.scan(body, np.array(0.0), xs)[1])))
   assert len(grad(np.ones(300)).eqns) < 30
+
+
+def test_one_plan_stages_of_a_control_flow_program_are_a_clear_error():
+  f = primc.jit(lambda x: lax.cond(x[0] > 0, lambda v: v * 2.0, lambda v: v - 1.0, x))
+  with pytest.raises(primc.PrimcError, match="control flow"):
+    f.lower(X)
+  np.testing.assert_allclose(f(X), X * 2.0)  # running it is not affected
