@@ -225,7 +225,26 @@ def _flat_call(fun, args, nondiff_argnums, in_tree, *leaves):
   return fun(*_full_args(args, nondiff_argnums, in_tree, leaves))
 
 
-class custom_jvp:
+class _CustomFunction:
+  """What custom_jvp and custom_vjp share: the function, its non-differentiable argument
+  positions, and a call that binds one equation (handed to a front end on its values)."""
+
+  def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+    self.fun, self.nondiff_argnums = fun, tuple(nondiff_argnums)
+    functools.update_wrapper(self, fun)
+
+  def _missing_rule(self) -> str | None:
+    raise NotImplementedError
+
+  def __call__(self, *args):
+    missing = self._missing_rule()
+    if missing:
+      raise PrimcError(f"{type(self).__name__} function {self.__name__} has no rule: "
+                       f"{missing}")
+    return pnp.on_front_ends(self._bind, args, {})
+
+
+class custom_jvp(_CustomFunction):
   """A function with its own forward-mode rule (JAX's `jax.custom_jvp`):
 
       @primc.custom_jvp
@@ -244,19 +263,15 @@ class custom_jvp:
   """
 
   def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
-    self.fun, self.nondiff_argnums = fun, tuple(nondiff_argnums)
+    super().__init__(fun, nondiff_argnums)
     self.jvp = None
-    functools.update_wrapper(self, fun)
 
   def defjvp(self, jvp: Callable) -> Callable:
     self.jvp = jvp
     return jvp
 
-  def __call__(self, *args):
-    if self.jvp is None:
-      raise PrimcError(f"custom_jvp function {self.__name__} has no rule: decorate one with "
-                       f"@{self.__name__}.defjvp")
-    return pnp.on_front_ends(self._bind, args, {})
+  def _missing_rule(self) -> str | None:
+    return None if self.jvp else f"decorate one with @{self.__name__}.defjvp"
 
   def _bind(self, *args):
     name = getattr(self.fun, "__qualname__", "a custom_jvp function")
@@ -281,7 +296,7 @@ class custom_jvp:
     return tree_unflatten(out_tree, outs)
 
 
-class custom_vjp:
+class custom_vjp(_CustomFunction):
   """A function with its own reverse-mode rule (JAX's `jax.custom_vjp`; Paddle's PyLayer):
 
       @primc.custom_vjp
@@ -302,18 +317,14 @@ class custom_vjp:
   """
 
   def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
-    self.fun, self.nondiff_argnums = fun, tuple(nondiff_argnums)
+    super().__init__(fun, nondiff_argnums)
     self.fwd = self.bwd = None
-    functools.update_wrapper(self, fun)
 
   def defvjp(self, fwd: Callable, bwd: Callable) -> None:
     self.fwd, self.bwd = fwd, bwd
 
-  def __call__(self, *args):
-    if self.fwd is None:
-      raise PrimcError(f"custom_vjp function {self.__name__} has no rule: call "
-                       f"{self.__name__}.defvjp(fwd, bwd)")
-    return pnp.on_front_ends(self._bind, args, {})
+  def _missing_rule(self) -> str | None:
+    return None if self.fwd else f"call {self.__name__}.defvjp(fwd, bwd)"
 
   def _bind(self, *args):
     name = getattr(self.fun, "__qualname__", "a custom_vjp function")
