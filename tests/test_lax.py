@@ -210,3 +210,52 @@ def test_one_plan_stages_of_a_control_flow_program_are_a_clear_error():
   with pytest.raises(primc.PrimcError, match="control flow"):
     f.lower(X)
   np.testing.assert_allclose(f(X), X * 2.0)  # running it is not affected
+
+
+_UNARY = [pnp.sin, pnp.tanh, lambda v: v * v, lambda v: pnp.exp(0.3 * v), lambda v: -v,
+          lambda v: pnp.sqrt(1.0 + v * v)]
+_BINARY = [pnp.add, pnp.multiply, lambda a, b: a / (1.5 + b * b), pnp.maximum,
+           lambda a, b: a - 0.5 * b]
+
+
+@st.composite
+def _bodies(draw):
+  """A random step (carry, x) -> (carry', y) of the ops above, and a random branch pair."""
+  steps = draw(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 30)), min_size=1,
+                        max_size=4))
+
+  def step(c, x):
+    vals = [c, x]
+    for kind, k in steps:
+      a = vals[-1]
+      vals.append(_UNARY[k % len(_UNARY)](a) if kind == 0 else
+                  _BINARY[k % len(_BINARY)](a, vals[k % len(vals)]))
+    return 0.5 * pnp.tanh(pnp.sum(vals[-1])) + 0.5 * c, vals[-1] * x
+  return step, draw(st.integers(1, 4)), draw(st.booleans()), draw(st.integers(0, 1000))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_bodies())
+def test_random_scan_and_cond_bodies_differentiate_like_their_unrolled_loops(body):
+  """The family: any body. Values equal the Python loop; derivatives (orders 1-2, both
+  modes) pass finite differences; cond of two such bodies too."""
+  step, n, reverse, seed = body
+  rng = np.random.default_rng(seed)
+  c0, xs = np.array(rng.uniform(-1, 1)), rng.uniform(-1, 1, (n, 3))
+  f = lambda c, xs: lax.scan(step, c, xs, reverse=reverse)
+
+  def unrolled(c, xs):
+    ys = [None] * n
+    for i in (range(n - 1, -1, -1) if reverse else range(n)):
+      c, ys[i] = step(c, xs[i])
+    return c, pnp.stack(ys)
+
+  for got, want in zip(f(c0, xs), unrolled(c0, xs)):
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+  loss = lambda c, xs: f(c, xs)[0] + pnp.sum(f(c, xs)[1])
+  primc.check_grads(loss, (c0, xs), order=2, modes=("fwd", "rev"), eps=1e-5, atol=1e-4,
+                    rtol=1e-4)
+  branchy = lambda c, xs: lax.cond(c > 0, lambda v: step(v, xs[0])[1],
+                                   lambda v: step(-v, xs[-1])[1], c)
+  primc.check_grads(branchy, (c0, xs), order=2, modes=("fwd", "rev"), eps=1e-5, atol=1e-4,
+                    rtol=1e-4)
