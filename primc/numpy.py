@@ -1393,7 +1393,9 @@ def _wrap_ops():
   g = globals()
   skip = {"asarray", "broadcast_shapes", "register_front_end", "refuse_numpy",
           "operator_index", "on_front_ends", "shape", "size", "ndim", "result_type",
-          "ascontiguousarray", "linspace", "arange", "empty", "empty_like", "identity"}
+          "ascontiguousarray", "linspace", "arange", "empty", "empty_like", "identity",
+          "tri", "logspace", "geomspace", "triu_indices_from", "tril_indices_from",
+          "diag_indices_from", "isrealobj", "iscomplexobj", "isscalar"}
   for name, value in list(g.items()):
     if (callable(value) and not name.startswith("_") and name not in skip
         and getattr(value, "__module__", None) == __name__ and not isinstance(value, type)):
@@ -2659,6 +2661,281 @@ def convolve(a, v, mode="full"):
   if aval_of(v).shape[0] > aval_of(a).shape[0]:
     a, v = v, a
   return correlate(a, flip(v), mode)
+
+
+# ---------------------------------------------------------------------------------------
+# numpy 2 / jax.numpy names that are compositions of the above
+
+@_op
+def cumulative_sum(x, axis=None, dtype=None, include_initial=False):
+  x = as_array(x)
+  if axis is None:
+    if aval_of(x).ndim > 1:
+      raise ShapeError("cumulative_sum of an array of rank > 1 needs axis=")
+    axis = 0
+  out = cumsum(x, axis) if dtype is None else cumsum(asarray(x, dtype), axis)
+  if include_initial:
+    ax = _axes(axis, aval_of(out).ndim)[0]
+    pad_width = [(1, 0) if d == ax else (0, 0) for d in range(aval_of(out).ndim)]
+    out = pad(out, pad_width)
+  return out
+
+
+@_op
+def cumulative_prod(x, axis=None, dtype=None, include_initial=False):
+  x = as_array(x)
+  if axis is None:
+    if aval_of(x).ndim > 1:
+      raise ShapeError("cumulative_prod of an array of rank > 1 needs axis=")
+    axis = 0
+  out = cumprod(x, axis) if dtype is None else cumprod(asarray(x, dtype), axis)
+  if include_initial:
+    ax = _axes(axis, aval_of(out).ndim)[0]
+    pad_width = [(1, 0) if d == ax else (0, 0) for d in range(aval_of(out).ndim)]
+    out = pad(out, pad_width, constant_values=1)
+  return out
+
+
+@_op
+def diagflat(v, k=0):
+  return diag(ravel(as_array(v)), k)
+
+
+def tri(N, M=None, k=0, dtype="float64"):
+  M = N if M is None else M
+  rows, cols = P.iota((N, M), 0), P.iota((N, M), 1)
+  return P.convert(P.le_p.bind(P.sub(cols, rows), P.full((N, M), int(k), "int32")), dtype)
+
+
+def triu_indices_from(arr, k=0):
+  s = shape(arr)
+  return np.triu_indices(s[-2], k, s[-1])
+
+
+def tril_indices_from(arr, k=0):
+  s = shape(arr)
+  return np.tril_indices(s[-2], k, s[-1])
+
+
+def diag_indices_from(arr):
+  s = shape(arr)
+  return np.diag_indices(s[0], len(s))
+
+
+@_op
+def ediff1d(ary, to_end=None, to_begin=None):
+  d = diff(ravel(as_array(ary)))
+  parts = ([ravel(as_array(to_begin))] if to_begin is not None else []) + [d] + (
+      [ravel(as_array(to_end))] if to_end is not None else [])
+  return concatenate(parts, 0) if len(parts) > 1 else d
+
+
+def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
+  exps = linspace(start, stop, num, endpoint=endpoint, axis=axis)
+  out = power(base, exps)
+  return out if dtype is None else asarray(out, dtype)
+
+
+def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
+  if not isinstance(start, Tracer) and not isinstance(stop, Tracer):
+    return np.geomspace(start, stop, num, endpoint=endpoint, dtype=dtype, axis=axis)
+  return logspace(log10(start), log10(stop), num, endpoint, 10.0, dtype, axis)
+
+
+@_op
+def gradient(f, *varargs, axis=None, edge_order=1):
+  """numpy.gradient with scalar spacings: central differences inside, one-sided ones of
+  `edge_order` 1 at the ends (edge_order=2: second-order one-sided, as numpy)."""
+  f = _float(f)
+  nd = aval_of(f).ndim
+  axes = list(range(nd)) if axis is None else list(_axes(axis, nd)) if not isinstance(
+      axis, int) else [_axes(axis, nd)[0]]
+  if len(varargs) == 0:
+    spacings = [1.0] * len(axes)
+  elif len(varargs) == 1:
+    spacings = [varargs[0]] * len(axes)
+  else:
+    spacings = list(varargs)
+  if len(spacings) != len(axes) or not builtins.all(np.ndim(h) == 0 for h in spacings):
+    raise NotSupportedError("gradient with coordinate arrays (scalar spacings are supported)")
+  if edge_order not in (1, 2):
+    raise ValueError("gradient: edge_order must be 1 or 2")
+  outs = []
+  for ax, h in zip(axes, spacings):
+    n = aval_of(f).shape[ax]
+    if n < edge_order + 1:
+      raise ShapeError(f"gradient needs at least {edge_order + 1} points along axis {ax}")
+    take = lambda lo, hi: _slice_axis(f, ax, lo, hi)
+    h = float(h)
+    inner = divide(subtract(take(2, n), take(0, n - 2)), 2.0 * h)
+    if edge_order == 1:
+      first = divide(subtract(take(1, 2), take(0, 1)), h)
+      last = divide(subtract(take(n - 1, n), take(n - 2, n - 1)), h)
+    else:
+      first = divide(add(add(multiply(take(0, 1), -1.5), multiply(take(1, 2), 2.0)),
+                         multiply(take(2, 3), -0.5)), h)
+      last = divide(add(add(multiply(take(n - 3, n - 2), 0.5), multiply(take(n - 2, n - 1), -2.0)),
+                        multiply(take(n - 1, n), 1.5)), h)
+    outs.append(concatenate([first, inner, last], ax))
+  return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+@_op
+def trapezoid(y, x=None, dx=1.0, axis=-1):
+  y = _float(y)
+  ax = _axes(axis, aval_of(y).ndim)[0]
+  n = aval_of(y).shape[ax]
+  mid = multiply(add(_slice_axis(y, ax, 1, n), _slice_axis(y, ax, 0, n - 1)), 0.5)
+  if x is None:
+    return multiply(sum(mid, ax), float(dx))
+  x = _float(x)
+  if aval_of(x).ndim == 1:
+    d = diff(x)
+    shape_ = [1] * aval_of(y).ndim
+    shape_[ax] = n - 1
+    d = reshape(d, shape_)
+  else:
+    d = diff(x, axis=ax)
+  return sum(multiply(mid, d), ax)
+
+
+@_op
+def polyval(p, x):
+  """Horner's rule: p[0] x^(n-1) + ... + p[n-1]."""
+  coeffs = [getitem(as_array(p), k) for k in range(shape(p)[0])] if not isinstance(
+      p, (list, tuple)) else list(p)
+  x = as_array(x)
+  out = zeros_like(_float(x)) if not coeffs else multiply(ones_like(_float(x)), coeffs[0])
+  for c in coeffs[1:]:
+    out = add(multiply(out, x), c)
+  return out
+
+
+@_op
+def vander(x, N=None, increasing=False):
+  x = ravel(as_array(x))
+  n = shape(x)[0] if N is None else int(N)
+  cols = [power(x, k) if k else ones_like(x) for k in range(n)]
+  return stack(cols if increasing else cols[::-1], 1)
+
+
+@_op
+def matrix_transpose(x):
+  x = as_array(x)
+  if aval_of(x).ndim < 2:
+    raise ShapeError(f"matrix_transpose needs rank >= 2, got {aval_of(x).shape}")
+  return swapaxes(x, -1, -2)
+
+
+@_op
+def permute_dims(a, axes=None):
+  return transpose(a, axes)
+
+
+@_op
+def vecdot(x1, x2, axis=-1):
+  return sum(multiply(x1, x2), axis)
+
+
+@_op
+def matvec(x1, x2):
+  return squeeze(matmul(x1, expand_dims(x2, -1)), -1)
+
+
+@_op
+def vecmat(x1, x2):
+  return squeeze(matmul(expand_dims(x1, -2), x2), -2)
+
+
+@_op
+def nanvar(a, axis=None, keepdims=False, ddof=0):
+  a = _float(a)
+  ok = logical_not(_nan_mask(a))
+  count = sum(P.convert(ok, aval_of(a).dtype), axis, True)
+  mean_ = divide(nansum(a, axis, True), count)
+  d = where(ok, subtract(a, mean_), zeros_like(a))
+  out = divide(sum(multiply(d, d), axis, True), subtract(count, float(ddof)))
+  return out if keepdims else squeeze(out, _axes(axis, aval_of(a).ndim))
+
+
+@_op
+def nanstd(a, axis=None, keepdims=False, ddof=0):
+  return sqrt(nanvar(a, axis, keepdims, ddof))
+
+
+@_op
+def nancumsum(a, axis=None):
+  a = _float(a)
+  a = ravel(a) if axis is None else a
+  return cumsum(where(_nan_mask(a), zeros_like(a), a), 0 if axis is None else axis)
+
+
+@_op
+def nancumprod(a, axis=None):
+  a = _float(a)
+  a = ravel(a) if axis is None else a
+  return cumprod(where(_nan_mask(a), ones_like(a), a), 0 if axis is None else axis)
+
+
+@_op
+def nanargmax(a, axis=None):
+  a = _float(a)
+  return argmax(where(_nan_mask(a), full_like(a, -np.inf), a), axis)
+
+
+@_op
+def nanargmin(a, axis=None):
+  a = _float(a)
+  return argmin(where(_nan_mask(a), full_like(a, np.inf), a), axis)
+
+
+@_op
+def isposinf(x):
+  x = as_array(x)
+  return P.eq(x, full_like(x, np.inf)) if aval_of(x).dtype in FLOAT_DTYPES else isinf(x)
+
+
+@_op
+def isneginf(x):
+  x = as_array(x)
+  return P.eq(x, full_like(x, -np.inf)) if aval_of(x).dtype in FLOAT_DTYPES else isinf(x)
+
+
+@_op
+def isreal(x):
+  return P.full(shape(x), True, "bool")
+
+
+@_op
+def iscomplex(x):
+  return P.full(shape(x), False, "bool")
+
+
+def isrealobj(x):
+  return True
+
+
+def iscomplexobj(x):
+  return False
+
+
+def isscalar(element):
+  return np.isscalar(element)
+
+
+@_op
+def unstack(x, axis=0):
+  x = as_array(x)
+  ax = _axes(axis, aval_of(x).ndim)[0]
+  return tuple(getitem(x, (builtins.slice(None),) * ax + (k,)) for k in range(shape(x)[ax]))
+
+
+s_, index_exp, ix_ = np.s_, np.index_exp, np.ix_
+issubdtype, promote_types, can_cast, isdtype = (np.issubdtype, np.promote_types, np.can_cast,
+                                               np.isdtype)
+float_ = double = np.float64
+single = np.float32
+int_ = np.int64
 
 
 # ndarray methods of the functions above (not `.var`: a traced value's `var` is its IR variable)
