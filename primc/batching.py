@@ -35,6 +35,13 @@ def _size(args, dims) -> int:
   return next(aval_of(x).shape[0] for x, d in zip(args, dims) if d is not None)
 
 
+def materialize_all(args, dims) -> tuple[list, int]:
+  """Every argument with a leading batch axis (the rules of equations holding programs,
+  which batch those programs with every input batched), and the batch size."""
+  size = _size(args, dims)
+  return [materialize(x, d, size) for x, d in zip(args, dims)], size
+
+
 def elementwise(prim):
   def rule(args, dims, **params):
     n = _size(args, dims)

@@ -134,17 +134,12 @@ ad.transpose_rules[custom_lin_p] = _custom_lin_transpose
 # ---------------------------------------------------------------------------------------
 # Batching: every input batched (unbatched ones broadcast), the programs and rules batched
 
-def _materialized(args, dims):
-  size = batching._size(args, dims)
-  return [batching.materialize(x, d, size) for x, d in zip(args, dims)], size
-
-
 def _unbatched(avals):
   return [ShapedArray(aval_of(a).shape[1:], aval_of(a).dtype) for a in avals]
 
 
 def _batch_jvp_call(args, dims, *, fun, rule, n_args):
-  args, size = _materialized(args, dims)
+  args, size = batching.materialize_all(args, dims)
   one = _unbatched(args)
   fun_b = batching.batch_program(fun, [True] * len(args), size)
   rule_b = _batched(rule, one[:n_args] * 2, size)
@@ -153,7 +148,7 @@ def _batch_jvp_call(args, dims, *, fun, rule, n_args):
 
 
 def _batch_vjp_call(args, dims, *, fun, fwd, bwd, n_args):
-  args, size = _materialized(args, dims)
+  args, size = batching.materialize_all(args, dims)
   one = _unbatched(args)
   fun_b = batching.batch_program(fun, [True] * len(args), size)
   fwd_b = _batched(fwd, one[:n_args], size)
@@ -164,7 +159,7 @@ def _batch_vjp_call(args, dims, *, fun, fwd, bwd, n_args):
 
 
 def _batch_lin(args, dims, *, bwd, n_res, out_avals):
-  args, size = _materialized(args, dims)
+  args, size = batching.materialize_all(args, dims)
   one = _unbatched(args)
   bwd_b = _batched(bwd, one[:n_res] + list(out_avals), size)
   batched_avals = tuple(ShapedArray((size,) + a.shape, a.dtype) for a in out_avals)

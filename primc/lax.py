@@ -298,13 +298,8 @@ def _select_rows(mask, on_true, on_false):
   return P.select(P.broadcast_in_dim(mask, shape, (0,)), on_true, on_false)
 
 
-def _materialized(args, dims):
-  size = batching._size(args, dims)
-  return [batching.materialize(x, d, size) for x, d in zip(args, dims)], size
-
-
 def _while_batch(args, dims, *, cond, body, n_cond, n_body):
-  args, size = _materialized(args, dims)
+  args, size = batching.materialize_all(args, dims)
   cond_b, body_b = _batched_program(cond, size), _batched_program(body, size)
   consts_c = args[:n_cond]
   cond_avals = _avals(consts_c) + _avals(args[n_cond + n_body:])
@@ -328,7 +323,7 @@ def _while_batch(args, dims, *, cond, body, n_cond, n_body):
 
 
 def _scan_batch(args, dims, *, body, length, reverse, n_consts, n_carry):
-  args, size = _materialized(args, dims)
+  args, size = batching.materialize_all(args, dims)
   n_fixed = n_consts + n_carry
   xs = [batching.moveaxis(x, 0, 1) for x in args[n_fixed:]]  # scanned axis first
   outs = scan_p.bind(*args[:n_fixed], *xs, body=_batched_program(body, size), length=length,

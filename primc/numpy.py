@@ -2666,34 +2666,25 @@ def convolve(a, v, mode="full"):
 # ---------------------------------------------------------------------------------------
 # numpy 2 / jax.numpy names that are compositions of the above
 
-@_op
-def cumulative_sum(x, axis=None, dtype=None, include_initial=False):
-  x = as_array(x)
-  if axis is None:
-    if aval_of(x).ndim > 1:
-      raise ShapeError("cumulative_sum of an array of rank > 1 needs axis=")
-    axis = 0
-  out = cumsum(x, axis) if dtype is None else cumsum(asarray(x, dtype), axis)
-  if include_initial:
-    ax = _axes(axis, aval_of(out).ndim)[0]
-    pad_width = [(1, 0) if d == ax else (0, 0) for d in range(aval_of(out).ndim)]
-    out = pad(out, pad_width)
-  return out
+def _cumulative(scan, name, initial):
+  def fn(x, axis=None, dtype=None, include_initial=False):
+    x = as_array(x) if dtype is None else asarray(x, dtype)
+    if axis is None:
+      if aval_of(x).ndim > 1:
+        raise ShapeError(f"{name} of an array of rank > 1 needs axis=")
+      axis = 0
+    out = scan(x, axis)
+    if include_initial:  # the empty prefix first: 0 for a sum, 1 for a product
+      ax = _axes(axis, aval_of(out).ndim)[0]
+      width = [(1, 0) if d == ax else (0, 0) for d in range(aval_of(out).ndim)]
+      out = pad(out, width, constant_values=initial)
+    return out
+  fn.__name__ = name
+  return _op(fn)
 
 
-@_op
-def cumulative_prod(x, axis=None, dtype=None, include_initial=False):
-  x = as_array(x)
-  if axis is None:
-    if aval_of(x).ndim > 1:
-      raise ShapeError("cumulative_prod of an array of rank > 1 needs axis=")
-    axis = 0
-  out = cumprod(x, axis) if dtype is None else cumprod(asarray(x, dtype), axis)
-  if include_initial:
-    ax = _axes(axis, aval_of(out).ndim)[0]
-    pad_width = [(1, 0) if d == ax else (0, 0) for d in range(aval_of(out).ndim)]
-    out = pad(out, pad_width, constant_values=1)
-  return out
+cumulative_sum = _cumulative(cumsum, "cumulative_sum", 0)
+cumulative_prod = _cumulative(cumprod, "cumulative_prod", 1)
 
 
 @_op
