@@ -60,6 +60,7 @@ def _is_view(eqn: Eqn, out_vars) -> bool:
   """A region that reshapes one array value into a value that is not a program output."""
   region = eqn.kw["program"]
   return (len(region.eqns) == 1 and region.eqns[0].prim is P.reshape_p
+          and len(region.inputs) == 1  # not of a constant (a region without inputs)
           and region.eqns[0].inputs[0] is region.inputs[0] and isinstance(eqn.inputs[0], Var)
           and len(eqn.outputs) == 1 and eqn.outputs[0] not in out_vars)
 

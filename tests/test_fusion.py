@@ -208,6 +208,17 @@ def test_index_maps_of_computed_values_compile_to_the_interpreters_values():
   run()
 
 
+def test_a_region_reshaping_a_constant_compiles():
+  """Found by the test above: the gradient of a padded chain against a constant weight is
+  a reshape of that constant, a region without inputs (it crashed codegen)."""
+  chain = [("mul", "pad", 0), ("mul", "pad", 0), ("none", "reshape", 0)]
+  x = R.standard_normal((3, 4)).astype(np.float32)
+  w = R.standard_normal(72).astype(np.float32)
+  g = primc.grad(lambda x: pnp.sum(_APPLY(x, chain) * w))
+  want = primc.interpret(primc.make_program(g)(x), x)[0]
+  np.testing.assert_allclose(primc.jit(g)(x), want, rtol=2e-5, atol=2e-5)
+
+
 def test_an_identity_sliced_padded_and_transposed_is_one_kernel():
   # the Hessian of a chain (Rosenbrock): its identity basis, the tangents' slices, the
   # pads of the transposed products and the final transpose are recomputed where read
