@@ -921,12 +921,18 @@ def emit_linalg_kernel(name: str, program: Program) -> Kernel:
   return _per_item_kernel(ctx, program, "nb", body)
 
 
+def _column_sign(entry: str, n) -> list[str]:
+  """`sg`: the sign prims.column_signs gives column j, whose entry i is `entry` (a format
+  of i): the sign of its first largest-magnitude entry."""
+  at = lambda i: entry.format(i=i)
+  return ["big = 0", f"for i in range({n}):", f"  if abs({at('i')}) > abs({at('big')}):",
+          "    big = i", f"sg = -1.0 if {at('big')} < 0 else 1.0"]
+
+
 def _eigh_body(e, m, n):
-  """Eigenvalues in row 0, eigenvectors below, signs as prims.flip_signs sets them."""
+  """Eigenvalues in row 0, eigenvectors below, signs as prims.column_signs sets them."""
   return ["w, v = np.linalg.eigh(a3[q])", "o[q, 0, :] = w", f"for j in range({n}):",
-          "  big = 0", f"  for i in range({n}):",
-          "    if abs(v[i, j]) > abs(v[big, j]):", "      big = i",
-          "  sg = -1.0 if v[big, j] < 0 else 1.0",
+          *("  " + line for line in _column_sign("v[{i}, j]", n)),
           f"  for i in range({n}):", "    o[q, 1 + i, j] = sg * v[i, j]"]
 
 
@@ -967,9 +973,7 @@ def _svd_body(e, m, n):
   """U, the singular values, V: each pair of singular vectors with the sign
   prims.column_signs gives V's column."""
   return ["uu, ss, vh = np.linalg.svd(a3[q], full_matrices=False)",
-          "for j in range(ss.shape[0]):", "  big = 0", f"  for i in range({n}):",
-          "    if abs(vh[j, i]) > abs(vh[j, big]):", "      big = i",
-          "  sg = -1.0 if vh[j, big] < 0 else 1.0",
+          "for j in range(ss.shape[0]):", *("  " + line for line in _column_sign("vh[j, {i}]", n)),
           f"  for i in range({m}):", "    o[q, i, j] = sg * uu[i, j]",
           f"  o[q, {m}, j] = ss[j]",
           f"  for i in range({n}):", f"    o[q, {m} + 1 + i, j] = sg * vh[j, i]"]

@@ -10,8 +10,8 @@ Region kinds:
           reductions at the end (no prologue: operands are read from memory).
   gather  one gather or scatter_add.
   sort    one argsort.
-  linalg  one linear-algebra primitive (inv, solve, det, slogdet, cholesky, eigh, qr,
-          triangular_solve).
+  linalg  one linear-algebra primitive (prims.with_trait("linalg"): inv, solve, det,
+          slogdet, cholesky, eigh, qr, triangular_solve, svd, pinv).
 
 Legality (`fusion_blockers`: every reason an equation may not join a region) is kept
 apart from profitability (`unprofitable`: a legal fusion that would not pay) and from the

@@ -203,12 +203,46 @@ def _bmm(x, y):
   return P.dot_general(x, y, (((nd - 1,), (nd - 2,)), (batch, batch)))
 
 
-def _trace_last2(x):
+def _mT(x):
+  """The last two axes swapped."""
+  nd = aval_of(x).ndim
+  return P.transpose(x, list(range(nd - 2)) + [nd - 1, nd - 2])
+
+
+def _rows_cols(x):
+  """Each element's row and column index (iotas over the last two axes of x's shape)."""
   shape = aval_of(x).shape
+  return P.iota(shape, len(shape) - 2), P.iota(shape, len(shape) - 1)
+
+
+def _on_diagonal(x):
+  row, col = _rows_cols(x)
+  return P.eq(row, col)
+
+
+def _where(mask, x, value=0):
+  return P.select(mask, x, P.full(aval_of(x).shape, value, aval_of(x).dtype))
+
+
+def _along_columns(w, shape):
+  """w (..., k) broadcast to `shape` (..., r, k): w[..., j] down column j."""
   nd = len(shape)
-  on_diagonal = P.eq(P.iota(shape, nd - 2), P.iota(shape, nd - 1))
-  return P.reduce_sum(P.select(on_diagonal, x, P.full(shape, 0, aval_of(x).dtype)),
-                      (nd - 2, nd - 1))
+  return P.broadcast_in_dim(w, shape, tuple(range(nd - 2)) + (nd - 1,))
+
+
+def _inverse_gaps(w, shape):
+  """F with F_ij = 1 / (w_j - w_i) off the diagonal and 0 on it (w: (..., k)): the factor
+  of the eigenvector and singular-vector derivatives (infinite at repeated values)."""
+  wj = _along_columns(w, shape)
+  gap = P.sub(wj, _mT(wj))
+  diagonal = _on_diagonal(gap)
+  return P.select(diagonal, P.zeros(aval_of(gap)),
+                  P.div(_one(gap), P.select(diagonal, _one(gap), gap)))
+
+
+def _trace_last2(x):
+  nd = aval_of(x).ndim
+  return P.reduce_sum(_where(_on_diagonal(x), x), (nd - 2, nd - 1))
 
 
 def _dlogdet(t, a):
@@ -225,9 +259,7 @@ def _solve_transpose(ct, a, b):
   """solve(a, .) is linear in b: its transpose solves with a's transpose."""
   if is_undefined(a):
     raise PrimcError("solve is not linear in its matrix")
-  nd = aval_of(a).ndim
-  perm = list(range(nd - 2)) + [nd - 1, nd - 2]
-  return [None, P.solve_p.bind(P.transpose(a, perm), ct)]
+  return [None, P.solve_p.bind(_mT(a), ct)]
 
 
 transpose_rules[P.solve_p] = _solve_transpose
@@ -251,47 +283,25 @@ defjvp(P.slogdet_p, _slogdet_jvp)
 # framework); QR (m >= n): C = Q^T dA R^-1, O = tril(C, -1) - tril(C, -1)^T,
 # dQ = Q (O - C) + dA R^-1, dR = (C - O) R.
 
-def _mT(x):
-  nd = aval_of(x).ndim
-  return P.transpose(x, list(range(nd - 2)) + [nd - 1, nd - 2])
-
-
-def _rows_cols(x):
-  shape = aval_of(x).shape
-  return P.iota(shape, len(shape) - 2), P.iota(shape, len(shape) - 1)
-
-
-def _where(mask, x, value=0):
-  return P.select(mask, x, P.full(aval_of(x).shape, value, aval_of(x).dtype))
-
-
 def _trisolve(a, b, lower, transpose_a=False):
   return P.triangular_solve_p.bind(a, b, lower=lower, transpose_a=transpose_a)
 
 
 def _cholesky_jvp(t, out, a):
-  row, col = _rows_cols(out)
   x = _trisolve(out, _mT(_trisolve(out, t, True)), True)  # L^-1 dA L^-T
-  phi = _where(P.gt(row, col), x, 0)
-  phi = P.add(phi, _where(P.eq(row, col), P.mul(x, _one(x, 0.5)), 0))
+  phi = P.add(_triangle(x, lower=True, strict=True),
+              _where(_on_diagonal(x), P.mul(x, _one(x, 0.5))))
   return _bmm(out, phi)
 
 
 def _eigh_jvp(t, out, a):
   shape = aval_of(out).shape
   nd, n = len(shape), shape[-1]
-  w = P.slice_(out, (0,) * nd, shape[:-2] + (1, n))            # (..., 1, n)
+  w = P.reshape(P.slice_(out, (0,) * nd, shape[:-2] + (1, n)), shape[:-2] + (n,))
   v = P.slice_(out, (0,) * (nd - 2) + (1, 0), shape)           # (..., n, n)
   m = _bmm(_mT(v), _bmm(t, v))
-  row, col = _rows_cols(m)
-  diagonal = P.eq(row, col)
-  dw = P.reduce_sum(_where(diagonal, m), (nd - 2,))
-  wj = P.broadcast_in_dim(P.reshape(w, shape[:-2] + (n,)), aval_of(m).shape,
-                         tuple(range(nd - 2)) + (nd - 1,))
-  gap = P.sub(wj, _mT(wj))  # w_j - w_i
-  f = P.select(diagonal, P.zeros(aval_of(m)),
-               P.div(_one(gap), P.select(diagonal, _one(gap), gap)))
-  dv = _bmm(v, P.mul(f, m))
+  dw = P.reduce_sum(_where(_on_diagonal(m), m), (nd - 2,))
+  dv = _bmm(v, P.mul(_inverse_gaps(w, aval_of(m).shape), m))
   return P.concatenate([P.reshape(dw, shape[:-2] + (1, n)), dv], nd - 2)
 
 
@@ -306,18 +316,18 @@ def _qr_jvp(t, out, a):
   r = P.slice_(out, start[:-2] + (m, 0), shape[:-2] + (m + n, n))
   x = _mT(_trisolve(r, _mT(t), False, True))  # dA R^-1
   c = _bmm(_mT(q), x)
-  row, col = _rows_cols(c)
-  low = _where(P.gt(row, col), c)
+  low = _triangle(c, lower=True, strict=True)
   omega = P.sub(low, _mT(low))
   dq = P.add(_bmm(q, P.sub(omega, c)), x)
   dr = _bmm(P.sub(c, omega), r)
   return P.concatenate([dq, dr], nd - 2)
 
 
-def _triangle(a, lower):
+def _triangle(a, lower, strict=False):
+  """a's lower (or upper) triangle, without the diagonal if `strict`, zeros elsewhere."""
   row, col = _rows_cols(a)
-  outside = P.gt(col, row) if lower else P.gt(row, col)
-  return P.select(outside, P.zeros(aval_of(a)), a)
+  above, below = (col, row) if lower else (row, col)
+  return _where((P.gt_p if strict else P.ge_p).bind(below, above), a)
 
 
 def _trisolve_da(t, out, a, b, *, lower, transpose_a):
@@ -333,9 +343,7 @@ def _trisolve_transpose(ct, a, b, *, lower, transpose_a):
 
 def _scale_columns(x, w):
   """x (..., r, k) with column j multiplied by w[..., j] (w: (..., k))."""
-  shape = aval_of(x).shape
-  nd = len(shape)
-  return P.mul(x, P.broadcast_in_dim(w, shape, tuple(range(nd - 2)) + (nd - 1,)))
+  return P.mul(x, _along_columns(w, aval_of(x).shape))
 
 
 def _svd_jvp(t, out, a):
@@ -352,13 +360,8 @@ def _svd_jvp(t, out, a):
   s = P.reshape(P.slice_(out, start[:-2] + (m, 0), lead + (m + 1, k)), lead + (k,))
   v = P.slice_(out, start[:-2] + (m + 1, 0), lead + (rows, k))
   dp = _bmm(_mT(u), _bmm(t, v))
-  row, col = _rows_cols(dp)
-  diagonal = P.eq(row, col)
-  ds = P.reduce_sum(_where(diagonal, dp), (nd - 2,))
-  s2 = P.mul(s, s)
-  sj = P.broadcast_in_dim(s2, aval_of(dp).shape, tuple(range(nd - 2)) + (nd - 1,))
-  gap = P.sub(sj, _mT(sj))
-  f = P.select(diagonal, P.zeros(aval_of(dp)), P.div(_one(gap), P.select(diagonal, _one(gap), gap)))
+  ds = P.reduce_sum(_where(_on_diagonal(dp), dp), (nd - 2,))
+  f = _inverse_gaps(P.mul(s, s), aval_of(dp).shape)
   dp_s, s_dp = _scale_columns(dp, s), _mT(_scale_columns(_mT(dp), s))  # dP S, S dP
   inv_s = P.div(_one(s), s)
   du = P.add(_bmm(u, P.mul(f, P.add(dp_s, _mT(dp_s)))),

@@ -93,6 +93,7 @@ class Jitted:
     self._hot_weak = None  # which of its arguments were Python scalars (None: none)
     self._kernels: set[str] = set()  # kernel sources its programs ran (their variants)
     self._programs: dict = {}  # signature -> (traced program, out tree): what pickles
+                               # (the signatures of `_compiled`, and a received one's)
     functools.update_wrapper(self, fun)
 
   def __reduce__(self):
@@ -212,10 +213,13 @@ class Jitted:
     key = self._key(static, leaves, tree)
     entry = self._compiled.get(key)
     if entry is None:
-      entry = self._compile(static, leaves, tree)
+      entry = self._compile(key, static, leaves, tree)
       self._compiled[key] = entry
       if len(self._compiled) > SIGNATURES_KEPT:
-        self._forget(self._compiled.popitem(last=False)[1])
+        old_key, old_entry = self._compiled.popitem(last=False)
+        if not getattr(self.fun, "_primc_received", False):  # traced again if called again
+          self._programs.pop(old_key, None)
+        self._forget(old_entry)
     else:
       self._compiled.move_to_end(key)
     if not static and len(leaves) == len(args) and all(type(a) in _SCALAR_TYPES for a in args):
@@ -236,8 +240,7 @@ class Jitted:
           self._hot = None
         del self._fast[k]
 
-  def _compile(self, static, leaves, tree):
-    key = self._key(static, leaves, tree)
+  def _compile(self, key, static, leaves, tree):
     if key not in self._programs:
       traced, out_tree = self._trace(static, leaves, tree)
       self._programs[key] = (inline_calls(traced), out_tree)
@@ -253,7 +256,7 @@ class Jitted:
     static, leaves, tree = self._split(args)
     key = self._key(static, leaves, tree)
     if key not in self._compiled:
-      self._compiled[key] = self._compile(static, leaves, tree)
+      self._compiled[key] = self._compile(key, static, leaves, tree)
     executable = self._compiled[key][0]
     if hasattr(executable, "compile"):  # its kernels too, not at the first call
       executable.compile()

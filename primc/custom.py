@@ -200,24 +200,13 @@ _CALLS = (custom_jvp_call_p, custom_vjp_call_p, custom_lin_p)
 # ---------------------------------------------------------------------------------------
 # The decorators
 
-def _trace_call(fun, args, nondiff_argnums, name):
-  """Flat array leaves of the differentiable arguments, the program of `fun` over them
-  (values `fun` reads from an enclosing trace are extra inputs), and the output tree."""
-  diff = [a for i, a in enumerate(args) if i not in nondiff_argnums]
-  leaves, in_tree = tree_flatten(diff)
-  leaves = [as_array(x) for x in leaves]
-  flat = functools.partial(_flat_call, fun, args, nondiff_argnums, in_tree)
-  program, captured, out_tree = trace_flat(lambda *xs: flat(*xs), [aval_of(x) for x in leaves])
-  return leaves, in_tree, program, captured, out_tree
+def _avals(values) -> list[ShapedArray]:
+  return [aval_of(v) for v in values]
 
 
 def _full_args(args, nondiff_argnums, in_tree, leaves):
   diff = iter(tree_unflatten(in_tree, list(leaves)))
   return [args[i] if i in nondiff_argnums else next(diff) for i in range(len(args))]
-
-
-def _flat_call(fun, args, nondiff_argnums, in_tree, *leaves):
-  return fun(*_full_args(args, nondiff_argnums, in_tree, leaves))
 
 
 class _CustomFunction:
@@ -230,6 +219,18 @@ class _CustomFunction:
 
   def _missing_rule(self) -> str | None:
     raise NotImplementedError
+
+  def _trace(self, args):
+    """(name, flat array leaves of the differentiable arguments, their tree, the program
+    of the function over them, the values it read from an enclosing trace (its extra
+    inputs), the output tree, the non-differentiable arguments)."""
+    name = getattr(self.fun, "__qualname__", f"a {type(self).__name__} function")
+    nondiff = self.nondiff_argnums
+    leaves, in_tree = tree_flatten([a for i, a in enumerate(args) if i not in nondiff])
+    leaves = [as_array(x) for x in leaves]
+    program, captured, out_tree = trace_flat(
+        lambda *xs: self.fun(*_full_args(args, nondiff, in_tree, xs)), _avals(leaves))
+    return name, leaves, in_tree, program, captured, out_tree, [args[i] for i in nondiff]
 
   def __call__(self, *args):
     missing = self._missing_rule()
@@ -269,10 +270,7 @@ class custom_jvp(_CustomFunction):
     return None if self.jvp else f"decorate one with @{self.__name__}.defjvp"
 
   def _bind(self, *args):
-    name = getattr(self.fun, "__qualname__", "a custom_jvp function")
-    leaves, in_tree, program, captured, out_tree = _trace_call(
-        self.fun, args, self.nondiff_argnums, name)
-    nondiff = [args[i] for i in self.nondiff_argnums]
+    name, leaves, in_tree, program, captured, out_tree, nondiff = self._trace(args)
 
     def rule(*xs):
       n = len(xs) // 2
@@ -322,10 +320,7 @@ class custom_vjp(_CustomFunction):
     return None if self.fwd else f"call {self.__name__}.defvjp(fwd, bwd)"
 
   def _bind(self, *args):
-    name = getattr(self.fun, "__qualname__", "a custom_vjp function")
-    leaves, in_tree, program, captured, out_tree = _trace_call(
-        self.fun, args, self.nondiff_argnums, name)
-    nondiff = [args[i] for i in self.nondiff_argnums]
+    name, leaves, in_tree, program, captured, out_tree, nondiff = self._trace(args)
     n_out = len(program.outputs)
     res_trees = []
     diff_args = [a for i, a in enumerate(args) if i not in self.nondiff_argnums]

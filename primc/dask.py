@@ -113,11 +113,10 @@ def value_and_grad(loss: Callable, params, data, reduce: str = "mean", compute: 
     data = da.from_array(np.asarray(data))
   vg = _compiled_value_and_grad(loss)
   rows = data.shape[0]
-  blocks = data.to_delayed().reshape(-1) if data.ndim == 1 else data.to_delayed()[:, 0] \
-      if all(len(c) == 1 for c in data.chunks[1:]) else None
-  if blocks is None:
+  if any(len(c) != 1 for c in data.chunks[1:]):
     raise PrimcError("value_and_grad: chunk the data along axis 0 only (one chunk per row "
                      "block)")
+  blocks = data.to_delayed().reshape(-1)  # one per row block
   for n in set(data.chunks[0]):  # compiled here once per chunk shape (see map_blocks)
     vg.precompile(params, np.zeros((n,) + data.shape[1:], data.dtype))
   # one key each for the function and the parameters: shipped once per worker, not per task

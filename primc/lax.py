@@ -397,9 +397,12 @@ def cond(pred, true_fun: Callable, false_fun: Callable, *operands):
   pred = pnp.asarray(pred)
   if aval_of(pred).shape != ():
     raise PrimcError(f"cond needs a scalar predicate, got {aval_of(pred)}")
-  index = pnp.not_equal(pred, 0) if aval_of(pred).dtype != "bool" else pred
-  return switch(P.convert(index, "int32") if _traced(index) else int(np.asarray(index)),
-                [false_fun, true_fun], *operands)
+  return switch(_truth(pred), [false_fun, true_fun], *operands)
+
+
+def _truth(x):
+  """A scalar's truth (x != 0) as a bool, traced or known."""
+  return x if aval_of(x).dtype == "bool" else pnp.not_equal(x, 0)
 
 
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
@@ -409,13 +412,11 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   leaves, tree = _leaves(init_val)
   avals = _avals(leaves)
   unflat = lambda xs: tree_unflatten(tree, list(xs))
-  cond_prog, cond_cap, _ = _closed(lambda *xs: [pnp.asarray(cond_fun(unflat(xs)))], avals)
-  if cond_prog.out_avals[0].shape != () or cond_prog.out_avals[0].dtype != "bool":
-    if cond_prog.out_avals[0].shape != ():
-      raise PrimcError(f"while_loop's cond_fun must return a scalar, got "
-                       f"{cond_prog.out_avals[0]}")
-    cond_prog, cond_cap, _ = _closed(
-        lambda *xs: [pnp.not_equal(cond_fun(unflat(xs)), 0)], avals)
+  cond_prog, cond_cap, _ = _closed(lambda *xs: [_truth(pnp.asarray(cond_fun(unflat(xs))))],
+                                   avals)
+  if cond_prog.out_avals[0].shape != ():
+    raise PrimcError(f"while_loop's cond_fun must return a scalar, got "
+                     f"{cond_prog.out_avals[0]}")
   body_prog, body_cap, body_tree = _closed(lambda *xs: body_fun(unflat(xs)), avals)
   _check_same("while_loop body's output structure", body_tree, tree)
   _check_same("while_loop body's outputs", body_prog.out_avals, tuple(avals))

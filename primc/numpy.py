@@ -308,6 +308,7 @@ def floor_divide(x, y):
 
 
 def _and(a, b):
+  """a and b, of bool arrays of one shape."""
   return P.select(a, b, a)
 
 
@@ -1839,10 +1840,6 @@ def _slogdet(a):
   return getitem(out, (Ellipsis, 0)), getitem(out, (Ellipsis, 1))
 
 
-def _mT(a):
-  return moveaxis(a, -1, -2)
-
-
 def _symmetric(a, uplo="L"):
   """The symmetric matrix LAPACK's symmetric routines see: one triangle of `a`, mirrored
   (the other triangle is not read, and its derivative is zero, as in numpy's values)."""
@@ -1850,7 +1847,7 @@ def _symmetric(a, uplo="L"):
     raise ValueError(f"UPLO must be 'L' or 'U', got {uplo!r}")
   a = _float(a)
   half = tril(a) if uplo == "L" else triu(a)
-  return add(half, _mT(tril(a, -1) if uplo == "L" else triu(a, 1)))
+  return add(half, matrix_transpose(tril(a, -1) if uplo == "L" else triu(a, 1)))
 
 
 EighResult = collections.namedtuple("EighResult", "eigenvalues eigenvectors")
@@ -1862,7 +1859,7 @@ def _cholesky(a, upper=False):
   """The lower factor L (a = L L^T) of a symmetric positive definite matrix, read from its
   lower triangle (numpy); upper=True returns L^T."""
   low = P.cholesky_p.bind(_symmetric(a))
-  return _mT(low) if upper else low
+  return matrix_transpose(low) if upper else low
 
 
 @_linalg_op
@@ -1871,8 +1868,8 @@ def _eigh(a, UPLO="L"):
   triangle. Each eigenvector's sign makes its largest-magnitude entry positive (numpy
   leaves the sign to LAPACK); derivatives need distinct eigenvalues."""
   out = P.eigh_p.bind(_symmetric(a, UPLO))
-  return EighResult(getitem(out, (Ellipsis, 0, builtins.slice(None))),
-                    getitem(out, (Ellipsis, builtins.slice(1, None), builtins.slice(None))))
+  w, v = _split_at(out, aval_of(out).ndim - 2, [1])  # packed: eigenvalues, then vectors
+  return EighResult(squeeze(w, -2), v)
 
 
 @_linalg_op
@@ -1890,11 +1887,9 @@ def _qr(a, mode="reduced"):
     raise NotSupportedError(f"linalg.qr mode {mode!r} of a {aval_of(a).shape} array is not "
                             f"supported ('reduced', 'r', and 'complete' for rows <= columns)")
   out = P.qr_p.bind(a)
-  (_, k), _, axis = P.qr_shapes(m, n)
-  cut = (builtins.slice(None, m), builtins.slice(None)) if axis == -2 else (builtins.slice(None), builtins.slice(None, k))
-  rest = (builtins.slice(m, None), builtins.slice(None)) if axis == -2 else (builtins.slice(None), builtins.slice(k, None))
-  r = getitem(out, (Ellipsis,) + rest)
-  return r if mode == "r" else QRResult(getitem(out, (Ellipsis,) + cut), r)
+  (_, k), _, axis = P.qr_shapes(m, n)  # packed: Q, then R along `axis`
+  q, r = _split_at(out, aval_of(out).ndim + axis, [m if axis == -2 else k])
+  return r if mode == "r" else QRResult(q, r)
 
 
 SVDResult = collections.namedtuple("SVDResult", "U S Vh")
@@ -1905,13 +1900,10 @@ def _svd_parts(a):
   shape = aval_of(a).shape
   if len(shape) < 2:
     raise ShapeError(f"needs matrices in the last two axes, got shape {shape}")
-  m, n = shape[-2:]
+  m = shape[-2]
   out = P.svd_p.bind(a)
-  rows = builtins.slice(None)
-  u = getitem(out, (Ellipsis, builtins.slice(0, m), rows))
-  s = getitem(out, (Ellipsis, m, rows))
-  v = getitem(out, (Ellipsis, builtins.slice(m + 1, None), rows))
-  return u, s, v
+  u, s, v = _split_at(out, len(shape) - 2, [m, m + 1])  # packed: U, the values, V
+  return u, squeeze(s, -2), v
 
 
 @_linalg_op
@@ -1928,7 +1920,7 @@ def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
   if full_matrices and m != n:
     raise NotSupportedError(f"linalg.svd with full_matrices=True of a {m}x{n} matrix (a "
                             f"completed basis) is not supported: pass full_matrices=False")
-  return SVDResult(u, s, _mT(v))
+  return SVDResult(u, s, matrix_transpose(v))
 
 
 @_linalg_op
@@ -2111,8 +2103,7 @@ def logical_not(x):
 
 @_op
 def logical_and(x, y):
-  x, y = _promote(_truth(x), _truth(y))
-  return P.select(x, y, x)
+  return _and(*_promote(_truth(x), _truth(y)))
 
 
 @_op
@@ -2693,9 +2684,7 @@ def diagflat(v, k=0):
 
 
 def tri(N, M=None, k=0, dtype="float64"):
-  M = N if M is None else M
-  rows, cols = P.iota((N, M), 0), P.iota((N, M), 1)
-  return P.convert(P.le_p.bind(P.sub(cols, rows), P.full((N, M), int(k), "int32")), dtype)
+  return tril(ones((N, N if M is None else M), dtype), k)
 
 
 def triu_indices_from(arr, k=0):

@@ -494,6 +494,11 @@ def _square(x, name):
   _check(x.is_float, f"{name} needs a float array, got {x.dtype}")
 
 
+def _matrices(x, name):
+  _check(x.ndim >= 2 and x.is_float, f"{name} needs float matrices in the last two axes, "
+         f"got {x.shape} {x.dtype}")
+
+
 def _inv_rule(a):
   _square(a, "inv")
   return ShapedArray(a.shape, a.dtype)
@@ -555,8 +560,7 @@ def qr_shapes(m: int, n: int) -> tuple[tuple[int, int], tuple[int, int], int]:
 
 
 def _qr_rule(a):
-  _check(a.ndim >= 2 and a.is_float, f"qr needs float matrices in the last two axes, "
-         f"got {a.shape} {a.dtype}")
+  _matrices(a, "qr")
   (m, k), (_, n), axis = qr_shapes(*a.shape[-2:])
   packed = (m + k, k) if axis == -2 else (m, k + n)
   return ShapedArray(a.shape[:-2] + packed, a.dtype)
@@ -576,13 +580,9 @@ def column_signs(v: np.ndarray) -> np.ndarray:
   return np.where(np.take_along_axis(v, rows, -2) < 0, -1, 1).astype(v.dtype)
 
 
-def flip_signs(v: np.ndarray) -> np.ndarray:
-  return v * column_signs(v)
-
-
 def _eigh_impl(a):
   w, v = np.linalg.eigh(a)
-  return np.concatenate([w[..., None, :], flip_signs(v)], -2).astype(a.dtype)
+  return np.concatenate([w[..., None, :], v * column_signs(v)], -2).astype(a.dtype)
 
 
 def _qr_impl(a):
@@ -603,8 +603,7 @@ def svd_shapes(m: int, n: int) -> tuple[int, int]:
 
 
 def _svd_rule(a):
-  _check(a.ndim >= 2 and a.is_float, f"svd needs float matrices in the last two axes, "
-         f"got {a.shape} {a.dtype}")
+  _matrices(a, "svd")
   return ShapedArray(a.shape[:-2] + svd_shapes(*a.shape[-2:]), a.dtype)
 
 
@@ -616,8 +615,7 @@ def _svd_impl(a):
 
 
 def _pinv_rule(a, *, rcond):
-  _check(a.ndim >= 2 and a.is_float, f"pinv needs float matrices in the last two axes, "
-         f"got {a.shape} {a.dtype}")
+  _matrices(a, "pinv")
   return ShapedArray(a.shape[:-2] + (a.shape[-1], a.shape[-2]), a.dtype)
 
 
@@ -637,7 +635,7 @@ impl_rules[pinv_p] = lambda a, *, rcond: np.linalg.pinv(
 
 # cholesky: the lower factor of a symmetric positive definite matrix (read from its lower
 # triangle); eigh: [..., 0, :] the eigenvalues (ascending), [..., 1:, :] the eigenvectors
-# (columns, signs by flip_signs) of a symmetric matrix; qr: reduced Q and R packed along
+# (columns, signs by column_signs) of a symmetric matrix; qr: reduced Q and R packed along
 # the axis qr_shapes names; triangular_solve: x with op(a) x = b, op(a) = a or a^T, a
 # lower or upper triangular (the other triangle is not read).
 cholesky_p = Primitive("cholesky", traits=("linalg",))

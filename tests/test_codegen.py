@@ -157,6 +157,17 @@ def test_identical_regions_give_byte_identical_source():
   assert "# { lambda a:f32[?,?]" in a  # each kernel starts with its region's IR
 
 
+def test_signatures_kept_bound_the_programs_kept_too(monkeypatch):
+  """A loop over ever-new shapes keeps at most SIGNATURES_KEPT executables and the traced
+  programs behind them (what a pickled function carries)."""
+  monkeypatch.setattr("primc.compile.SIGNATURES_KEPT", 2)
+  f = primc.jit(lambda x: pnp.tanh(x) * 2.0)
+  for n in range(1, 6):
+    x = f32(n)
+    np.testing.assert_allclose(f(x), np.tanh(x) * 2.0, rtol=1e-6)
+  assert len(f._compiled) == 2 and set(f._programs) == set(f._compiled)
+
+
 def test_a_batch_size_change_compiles_nothing_new():
   f = primc.jit(lambda x, w: pnp.sum(pnp.tanh(x @ w), axis=0))
   w = f32(3, 5)
