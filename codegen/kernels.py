@@ -163,8 +163,12 @@ def _load_transpose(ctx, e, load):
 def _load_reshape(ctx, e, load):
   shape = e.outputs[0].aval.shape
   view = ctx.fresh("rs")  # fusion reshapes region inputs only (a view of their memory)
-  ctx.prologue.append(f"{view} = {ctx.reshaped(load.name(0), [ctx.size(n) for n in shape] or ['1'])}")
-  return ctx.element(view, ctx.index) if shape else f"{view}[0]"
+  dims = [ctx.size(n) for n in shape] or ["1"]
+  if load.name(0) in ctx.entries:
+    ctx.alias(view, load.name(0), dims)
+  else:
+    ctx.prologue.append(f"{view} = {ctx.reshaped(load.name(0), dims)}")
+  return ctx.element(view, ctx.index if shape else [])
 
 
 def _load_slice(ctx, e, load):
@@ -271,9 +275,16 @@ class KernelContext:
     """Table entry `name`: a C-contiguous array of `shape` (its sizes are words; a 0-d
     array is a 1-element one)."""
     dims = [self.size(n) for n in shape] or ["1"]
-    self.entries[name] = (len(self.table) + 2, dims, _np(dtype))
-    self.table.append(f"{name} = carray(p[{len(self.table) + 2}], ({', '.join(dims)},), "
-                      f"{_np(dtype)})")
+    slot = len(self.table) + 2
+    self.entries[name] = (slot, dims, _np(dtype))
+    self.table.append(f"{name} = carray(p[{slot}], ({', '.join(dims)},), {_np(dtype)})")
+    return name
+
+  def alias(self, name: str, entry: str, dims) -> str:
+    """`name`: table entry `entry`'s memory seen with shape `dims` (expressions), for
+    `element` and `store` only (no code, no array)."""
+    slot, _, dtype = self.entries[entry]
+    self.entries[name] = (slot, list(dims) or ["1"], dtype)
     return name
 
   def reshaped(self, name: str, dims) -> str:
@@ -325,21 +336,58 @@ class KernelContext:
     return f"{prefix}{self.counter}"
 
   def element(self, name: str, idx) -> str:
+    """The element of array `name` at `idx` (expressions); a table entry's is read by
+    address (`LOAD`, see codegen.mathlib)."""
+    if name in self.entries:
+      slot, dims, dtype = self.entries[name]
+      return f"LOAD(ptr{slot}, {_offset(dims, idx)}, {dtype})"
     if idx:
       return f"{name}[{', '.join(idx)}]"
-    if name in self.entries:  # 0-d table entries are (1,) carrays
-      return f"{name}[0]"
     view = f"{name}_s"  # numba cannot index 0-d arrays: view them as (1,)
     line = f"{view} = {name}.reshape(1)"
     if line not in self.prologue:
       self.prologue.append(line)
     return f"{view}[0]"
 
+  def store(self, name: str, idx, value: str) -> str:
+    """The statement writing `value` at `idx` of array `name` (converted to its dtype)."""
+    if name in self.entries:
+      slot, dims, dtype = self.entries[name]
+      return f"STORE(ptr{slot}, {_offset(dims, idx)}, {value}, {dtype})"
+    return f"{self.element(name, idx)} = {value}"
+
+
+def _offset(dims, idx) -> str:
+  """The row-major offset of index `idx` in an array of shape `dims` (expressions)."""
+  if not idx:
+    return "0"  # a 0-d array, or one element
+  assert len(idx) == len(dims), (idx, dims)
+  term = lambda s: s if s.isidentifier() or s.isdigit() else f"({s})"
+  offset = term(idx[0])
+  for d, i in zip(dims[1:], idx[1:]):
+    offset = f"({offset}) * {term(d)} + {term(i)}"
+  return offset
+
 
 PARALLEL_MIN = 1 << 14  # elements: below this a parallel launch costs more than it saves
 
 
 _SIZE_NAME = re.compile(r"\bz(\d+)\b")
+_POINTER = re.compile(r"\bptr(\d+)\b")
+
+
+def _needed(lines: list[str], then: list[str]) -> list[str]:
+  """`lines` without the assignments (`name = ...`) whose name neither a later line nor
+  `then` reads: the table's arrays and views the code does not use (most arrays are read
+  and written by address; each unused one still costs numba time)."""
+  names = set(re.findall(r"\w+", "\n".join(then)))
+  kept = []
+  for line in reversed(lines):
+    target = re.match(r"(\w+) = ", line)
+    if target is None or target.group(1) in names:
+      kept.append(line)
+      names.update(re.findall(r"\w+", line))
+  return kept[::-1]
 
 
 def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) -> str:
@@ -358,8 +406,12 @@ def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) 
     w(*(f"z{k} = NONNEG(sz[{k}])" for k in ctx.size_words if k in used))
     if ctx.literals:
       w(f"kl = carray(p[0], ({len(ctx.sizes)},), np.float64)")
+    table = _needed(ctx.table + ctx.prologue, [line for lines in phases.values()
+                                               for line in lines])
     w(*(["err = carray(p[1], (4,), np.int64)"] if ctx.err else []),
-      *map(word, ctx.table), *map(word, ctx.prologue))
+      *(f"ptr{k} = p[{k}]" for k in sorted({int(k) for k in _POINTER.findall(
+          "\n".join(table + [line for lines in phases.values() for line in lines]))})),
+      *map(word, table))
     with w.block("if phase == 0:"):
       w(*phases[0])
     if 2 in phases:
@@ -403,13 +455,15 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   out_index = {v: k for k, v in enumerate(program.outputs)}
   dims = [ctx.size(n) for n in domain]
   # flat: one loop over the elements, when every array is read and written at the index
+  read = {a for e in program.eqns for a in e.inputs}
   flat = len(domain) > 1 and not reductions and all(
       (e.prim not in INDEX_LOADS or is_splat(e)) and e.prim not in (P.iota_p, P.dot_general_p)
-      for e in program.eqns) and all(v.aval.shape == domain for v in program.inputs)
+      for e in program.eqns) and all(v.aval.shape == domain for v in program.inputs
+                                     if v in read)
   if flat:
-    index, in_names, out_names = ["i"], [f"f{k}" for k in ins], [f"g{k}" for k in outs]
-    setup = ([f"f{n} = {ctx.reshaped(n, ['-1'])}" for n in ins]
-             + [f"g{n} = {ctx.reshaped(n, ['-1'])}" for n in outs])
+    index, setup = ["i"], []
+    in_names = [_flat_view(ctx, f"f{n}", n, setup) for n in ins]
+    out_names = [_flat_view(ctx, f"g{n}", n, setup) for n in outs]
     inner = " * ".join(dims[1:]) or "1"
     bounds = [f"{' * '.join(dims)}" if rows is None else
               f"{rows[0]} * {inner}, {rows[1]} * {inner}"]
@@ -438,6 +492,14 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
       code.nest(heads(), again)
   code(*_reduction_finish(ctx, reductions, out_index, outs))
   return init, setup, code.lines
+
+
+def _flat_view(ctx, name: str, array: str, setup: list[str]) -> str:
+  """`name`: `array` seen as one dimension (a table entry's alias, else a reshape)."""
+  if array in ctx.entries:
+    return ctx.alias(name, array, [" * ".join(ctx.entries[array][1])])
+  setup.append(f"{name} = {ctx.reshaped(array, ['-1'])}")
+  return name
 
 
 def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> list[str]:
@@ -491,7 +553,7 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
       continue
     values[out] = compute(e, out)
     if out in out_index:
-      lines.append(f"{ctx.element(out_names[out_index[out]], index)} = {values[out]}")
+      lines.append(ctx.store(out_names[out_index[out]], index, values[out]))
   return lines
 
 
@@ -569,17 +631,26 @@ def _reduction_finish(ctx, reductions, out_index, outs):
   return lines
 
 
-def _as_matrices(ctx, name, aval, groups, views, copies):
-  """`name` as a C-contiguous (B, M, K)-like array: its dims taken in the order of
-  `groups` and merged into one dimension per group. A reshape (`views`) when that order
-  is the memory order, else a copy into scratch (`copies`, run once, in phase 0;
-  generated loops: numba's np.transpose with axes is slow to compile)."""
+@dataclasses.dataclass(frozen=True)
+class _Matrices:
+  """A dot operand as a C-contiguous (B, M, K)-like array: a view's name (for loops over
+  it), its three dims and its address (expressions)."""
+  view: str
+  dims: list[str]
+  address: str
+
+
+def _as_matrices(ctx, name, aval, groups, views, copies) -> _Matrices:
+  """`name` (a table entry) as `_Matrices`: its dims taken in the order of `groups` and
+  merged into one dimension per group. Its own memory when that order is the memory
+  order, else a copy into scratch (`copies`, run once, in phase 0; generated loops:
+  numba's np.transpose with axes is slow to compile)."""
   perm = [d for g in groups for d in g]
   dims = [" * ".join(ctx.size(aval.shape[d]) for d in g) or "1" for g in groups]
   view = ctx.fresh("m")
   if list(perm) == sorted(perm):
     views(f"{view} = {ctx.reshaped(name, dims)}")
-    return view
+    return _Matrices(view, dims, f"ADDRESS(ptr{ctx.entries[name][0]})")
   shape = aval.shape
   size = {d: ctx.size(shape[d]) for d in range(len(shape))}
   flat = ctx.scratch_array(aval.dtype, aval.size)
@@ -589,7 +660,7 @@ def _as_matrices(ctx, name, aval, groups, views, copies):
   copies.nest([f"for d{d} in range({size[d]}):" for d in range(len(shape))],
               [f"{flat}[{dest}] = {name}[{', '.join(f'd{d}' for d in range(len(shape)))}]"])
   views(f"{view} = {ctx.reshaped(flat, dims)}")
-  return view
+  return _Matrices(view, dims, f"ADDRESS(ptr{ctx.entries[flat][0]})")
 
 
 def _dot_sum_lines(ctx, e, operands, var):
@@ -715,13 +786,12 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   out_index = {v: k for k, v in enumerate(program.outputs)}
   c = outs[out_index[out]] if out in out_index else ctx.scratch_array(out.aval.dtype,
                                                                       out.aval.size)
-  views(f"nb = {a}.shape[0]", f"mr = {a}.shape[{2 if ta else 1}]",
-        f"kc = {a}.shape[{1 if ta else 2}]", f"nc = {b}.shape[2]",
-        f"c3 = {ctx.reshaped(c, ['nb', 'mr', 'nc'])}",
-        f"cv = {ctx.reshaped(c, [ctx.size(n) for n in out.aval.shape])}" if out.aval.ndim
-        else f"cv = {c}")
+  views(f"nb = {a.dims[0]}", f"mr = {a.dims[2 if ta else 1]}",
+        f"kc = {a.dims[1 if ta else 2]}", f"nc = {b.dims[2]}",
+        f"c3 = {ctx.reshaped(c, ['nb', 'mr', 'nc'])}")
+  ctx.alias("cv", c, [ctx.size(n) for n in out.aval.shape])
   if blas:
-    views(f"pa = {a}.ctypes.data", f"pb = {b}.ctypes.data", "pc = c3.ctypes.data")
+    views(f"pa = {a.address}", f"pb = {b.address}", f"pc = ADDRESS(ptr{ctx.entries[c][0]})")
   gemm = _Gemm(out.aval.dtype) if blas else None
   sub = Program(program.inputs + (out,), tuple(epilogue),
                 tuple(v for v in program.outputs if v is not out))
@@ -737,7 +807,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   else:
     rows_code = (_loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs, rows=("r0", "r1"))
                  if fuse_rows else None)
-    phases = _row_blocks(*_products(gemm, a, b), views, rows_code)
+    phases = _row_blocks(*_products(gemm, a.view, b.view), views, rows_code)
   phases[0] = copies.lines + phases[0]
   if epilogue and not fuse_rows:
     init, setup, code = _loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs)
@@ -808,7 +878,7 @@ def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, li
         f"nparts = max(1, min({maxparts}, (kc + step - 1) // max(1, step))) if split else 1",
         "per = (kc + nparts - 1) // nparts")
   parts_of = [f"acc = {ctx.reshaped(acc, [maxparts, 'mr', 'nc'])}",
-              f"pacc = {acc}.ctypes.data"]
+              f"pacc = ADDRESS(ptr{ctx.entries[acc][0]})"]
   setup = Writer()
   with setup.block("if not split:"):
     with setup.block("for q in range(nb):"):

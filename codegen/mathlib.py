@@ -57,6 +57,52 @@ def NONNEG(typingctx, x):
   return x(x), codegen
 
 
+# Element access by address: kernels read and write their table's arrays as
+# `LOAD(ptr, offset, np.float32)` / `STORE(ptr, offset, value, np.float32)` (offset in
+# elements, computed by the kernel) rather than through `carray` views and multi-dimensional
+# indexing, which numba types and lowers at many times the cost (a dot kernel with a
+# ten-operation epilogue: 0.60 s -> 0.25 s to compile), with the same machine code.
+
+def _element_pointer(context, builder, ty, ptr, offset, offset_ty):
+  data = context.get_data_type(ty)
+  base = builder.bitcast(ptr, data.as_pointer())
+  index = context.cast(builder, offset, offset_ty, types.intp)
+  return builder.gep(base, [index], inbounds=True)
+
+
+@intrinsic
+def LOAD(typingctx, ptr, offset, dtype):
+  """The element at `offset` of the `dtype` array at `ptr`."""
+  ty = dtype.instance_type
+
+  def codegen(context, builder, signature, args):
+    at = _element_pointer(context, builder, ty, args[0], args[1], signature.args[1])
+    return context.data_model_manager[ty].from_data(builder, builder.load(at))
+  return ty(ptr, offset, dtype), codegen
+
+
+@intrinsic
+def STORE(typingctx, ptr, offset, value, dtype):
+  """Writes `value`, converted to `dtype` (as numpy assignment does), at `offset` of the
+  `dtype` array at `ptr`."""
+  ty = dtype.instance_type
+
+  def codegen(context, builder, signature, args):
+    at = _element_pointer(context, builder, ty, args[0], args[1], signature.args[1])
+    converted = context.cast(builder, args[2], signature.args[2], ty)
+    builder.store(context.data_model_manager[ty].as_data(builder, converted), at)
+    return context.get_dummy_value()
+  return types.none(ptr, offset, value, dtype), codegen
+
+
+@intrinsic
+def ADDRESS(typingctx, ptr):
+  """A pointer's address as an int64 (for the products' calls)."""
+  def codegen(context, builder, signature, args):
+    return builder.ptrtoint(args[0], ir.IntType(64))
+  return types.int64(ptr), codegen
+
+
 # ---------------------------------------------------------------------------------------
 # exp and expm1: x = n*ln2 + r, |r| <= ln2/2, e^r by its Taylor polynomial, 2^n by bits
 # (as two factors, so results down to the denormal range and up to overflow are right).
