@@ -63,20 +63,23 @@ def NONNEG(typingctx, x):
 # indexing, which numba types and lowers at many times the cost (a dot kernel with a
 # ten-operation epilogue: 0.60 s -> 0.25 s to compile), with the same machine code.
 
-def _element_pointer(context, builder, ty, ptr, offset, offset_ty):
-  data = context.get_data_type(ty)
-  base = builder.bitcast(ptr, data.as_pointer())
+def _element_pointer(context, builder, ty, signature, args):
+  """The address of element `offset` of the array at `ptr` (a pointer, or an address)."""
+  (ptr, offset), (ptr_ty, offset_ty) = args[:2], signature.args[:2]
+  data = context.get_data_type(ty).as_pointer()
+  base = (builder.inttoptr(ptr, data) if isinstance(ptr_ty, types.Integer)
+          else builder.bitcast(ptr, data))
   index = context.cast(builder, offset, offset_ty, types.intp)
   return builder.gep(base, [index], inbounds=True)
 
 
 @intrinsic
 def LOAD(typingctx, ptr, offset, dtype):
-  """The element at `offset` of the `dtype` array at `ptr`."""
+  """The element at `offset` of the `dtype` array at `ptr` (a pointer or an address)."""
   ty = dtype.instance_type
 
   def codegen(context, builder, signature, args):
-    at = _element_pointer(context, builder, ty, args[0], args[1], signature.args[1])
+    at = _element_pointer(context, builder, ty, signature, args)
     return context.data_model_manager[ty].from_data(builder, builder.load(at))
   return ty(ptr, offset, dtype), codegen
 
@@ -88,7 +91,7 @@ def STORE(typingctx, ptr, offset, value, dtype):
   ty = dtype.instance_type
 
   def codegen(context, builder, signature, args):
-    at = _element_pointer(context, builder, ty, args[0], args[1], signature.args[1])
+    at = _element_pointer(context, builder, ty, signature, args)
     converted = context.cast(builder, args[2], signature.args[2], ty)
     builder.store(context.data_model_manager[ty].as_data(builder, converted), at)
     return context.get_dummy_value()
