@@ -91,8 +91,8 @@ def program_key(program: Program, options: str = "") -> str:
   return h.hexdigest()[:32]
 
 
-def count(event: str, reason: str | None = None) -> None:
-  _stats[event] += 1
+def count(event: str, reason: str | None = None, n: int = 1) -> None:
+  _stats[event] += n
   if reason:
     _miss_reasons[reason] += 1
 

@@ -66,18 +66,19 @@ class Executable:
     st = store.current()
     in_memory = any(m.DIRECTORY is None for m in self.modules)
     libraries = [m for m in loader.library(in_memory) if m.DIRECTORY is not None]
-    with st.lock("library"):
-      for lib in libraries:
-        st.prepare_library(lib.DIRECTORY, lib.KEY)
-      if loader.link_library(self.plan.kernels, in_memory):
-        for lib in libraries:  # before compile workers read them
-          st.seal(lib.DIRECTORY, lib.KEY)
     new = [m for m in self.modules if loader.compiled_kernel(m) is None
            and not st.sealed(m.SOURCE)]
     done = lambda: sum(loader.compiled_kernel(m) is not None or st.sealed(m.SOURCE)
                        for m in new)
     with progress.Progress(self.label, len(new), done):
-      if kernel_workers.compile_new(new):
+      with st.lock("library"):
+        workers = kernel_workers.start(new)  # they start up while the library is readied
+        for lib in libraries:
+          st.prepare_library(lib.DIRECTORY, lib.KEY)
+        if loader.link_library(self.plan.kernels, in_memory):
+          for lib in libraries:  # before compile workers read them
+            st.seal(lib.DIRECTORY, lib.KEY)
+      if kernel_workers.finish(new, workers):
         cache.count("parallel_kernel_compiles")
       cfuncs = [loader.compile_kernel(m) for m in self.modules]
     if libraries and any(not c.cache_hits for c in cfuncs):

@@ -119,17 +119,20 @@ def forget(source: str) -> None:
         sys.modules.pop(module.__name__, None)
 
 
-def compile_kernel(module: types.ModuleType):
+def compile_kernel(module: types.ModuleType, wait: bool = True):
   """The module's kernel as a numba cfunc (`kernels.SIGNATURE`), loaded from numba's cache
   when the store has verified its files against the module's seal, else compiled (and
   sealed), under the module's lock, so that concurrent processes compile it once. A
-  kernel numba cannot write to disk is compiled in memory."""
+  kernel numba cannot write to disk is compiled in memory. Without `wait`, None when
+  another process holds the lock (it is compiling the kernel)."""
   cfunc = compiled_kernel(module)
   if cfunc is not None:
     return cfunc
   link_library([module.SOURCE], module.DIRECTORY is None)
   st, key, directory = store.current(), module.KEY, module.DIRECTORY
-  with st.lock(key):
+  with st.lock(key, wait) as held:
+    if not held:
+      return None
     sealed = directory is not None and st.prepare_numba(directory, key)
     try:
       cfunc = _cfunc(module)

@@ -460,24 +460,29 @@ class Store:
     return False
 
   @contextlib.contextmanager
-  def lock(self, key: str):
-    """The inter-process lock of module `key` (or of "library"); none where it cannot be
-    taken (writes stay atomic; two processes may then compile the same module)."""
+  def lock(self, key: str, wait: bool = True):
+    """The inter-process lock of module `key` (or of "library"), as a context that gives
+    whether this process holds it: False only when `wait` is False and another process
+    holds it. None is taken where it cannot be (writes stay atomic; two processes may
+    then compile the same module)."""
     directory = self.write_dir
     if directory is None:
-      yield
+      yield True
       return
     import filelock
     lock = filelock.FileLock(self.path(directory, "lock", key))
     try:
-      lock.acquire()
+      lock.acquire(timeout=-1 if wait else 0)
+    except filelock.Timeout:
+      yield False
+      return
     except OSError as e:
       self.warn(("lock", directory), f"primc cache: cannot take the lock "
                 f"{lock.lock_file} ({e}): compiling without it")
-      yield
+      yield True
       return
     try:
-      yield
+      yield True
     finally:
       lock.release()
 
