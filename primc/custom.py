@@ -52,10 +52,17 @@ class Rule:
 
 def _batched(rule: Rule, in_avals: Sequence[ShapedArray], size: int) -> Rule:
   """`rule` over a leading batch axis of every argument: traced on one example's shapes,
-  then batched as a program."""
-  program = trace_flat(lambda *xs: list(rule(*xs)), list(in_avals))[0]
-  batched = batching.batch_program(program, [True] * len(in_avals), size)
-  return Rule(lambda *xs: eval_program(batched, *xs), f"vmap({rule.name})")
+  then batched as a program, when first called. Not before: a rule that calls its own
+  function (`return f(x), ...`) holds that function's call, whose batching batches the
+  rule again (eagerly, without end)."""
+  batched = []
+
+  def run(*xs):
+    if not batched:
+      program = trace_flat(lambda *a: list(rule(*a)), list(in_avals))[0]
+      batched.append(batching.batch_program(program, [True] * len(in_avals), size))
+    return eval_program(batched[0], *xs)
+  return Rule(run, f"vmap({rule.name})")
 
 
 # ---------------------------------------------------------------------------------------

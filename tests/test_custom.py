@@ -88,6 +88,24 @@ def test_custom_jvp_values_and_the_rule_at_every_order():
     np.testing.assert_allclose(got, want[:3] * (1 - want[:3]), rtol=1e-10, atol=1e-15)
 
 
+def test_batched_functions_whose_rules_call_them():
+  # vmap of the function itself (its call batched, then differentiated): the rules of
+  # log1pexp and cube call their own function, whose batching once batched the rule again
+  # without end (RecursionError)
+  x = R.standard_normal((3, 4))
+  want = np.log1p(np.exp(x))
+  for f in (primc.vmap(log1pexp), primc.jit(primc.vmap(log1pexp))):
+    np.testing.assert_allclose(f(x), want, rtol=1e-12)
+  for f in (primc.grad(lambda x: pnp.sum(primc.vmap(log1pexp)(x))),
+            primc.jit(primc.grad(lambda x: pnp.sum(primc.vmap(log1pexp)(x))))):
+    np.testing.assert_allclose(f(x), _sigmoid(x), rtol=1e-12)
+  primc.check_grads(lambda x: primc.vmap(log1pexp)(x) * x, (x,), order=2)
+  g = primc.grad(lambda x: pnp.sum(primc.vmap(cube)(x)))
+  for got in (g(x), primc.jit(g)(x)):
+    np.testing.assert_allclose(got, 3 * x * x, rtol=1e-12)
+  primc.check_grads(lambda x: primc.vmap(cube)(x), (x,), order=2, modes=("rev",))
+
+
 def test_custom_jvp_rule_is_used_not_the_function():
   x, y = R.standard_normal(3), R.standard_normal(3)
   tx, ty = R.standard_normal(3), R.standard_normal(3)
