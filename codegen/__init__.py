@@ -2,7 +2,9 @@
 
   kernels.py   region -> kernel source (one lowering rule per primitive); a kernel is a
                numba cfunc of one signature, run in phases (setup, tasks, finish)
-  mathlib.py   vectorizable float32/float64 exp, log, tanh, sin, cos
+  mathlib.py   vectorizable float32/float64 exp, log, tanh, sin, cos; element access by
+               address (LOAD, STORE)
+  special.py   polygamma, erfinv, erfcinv (scipy.special's functions numba lacks)
   blas.py      the products kernels call by address (loops for small ones, BLAS for large)
   module.py    fused program -> its kernels (one cache module each, shared by every
                program that has them) and its run plan (steps as data)
@@ -12,7 +14,8 @@
   native.py    the native entry: a CPython function (LLVM IR) that checks the inputs,
                allocates the outputs and fills the runner's pointer table
   executor.py  runs a plan: arena buffers, outputs, one call into the runner
-  kernel_workers.py  a program's new kernels compiled by one process per core
+  kernel_workers.py  a program's new kernels compiled by one process per core, taking
+               work from one list
   tiered.py    first calls on the interpreter while a background process compiles (and
                every call, under NUMBA_DISABLE_JIT=1)
   store.py     the disk cache: layout, verified reads, atomic writes, eviction

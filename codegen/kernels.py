@@ -112,6 +112,13 @@ for _prim, _call in ((P.tan_p, "math.tan({})"), (P.sinh_p, "math.sinh({})"),
                                      "({0} if {0} > {1} else {1}) + "
                                      "math.log1p(math.exp(-abs({0} - {1}))))")):
   lower_rules[_prim] = _libm(_call)
+for _prim, _call in ((P.erf_p, "math.erf({})"), (P.erfc_p, "math.erfc({})"),
+                     (P.gammaln_p, "gammaln_f64(np.float64({}))"), (P.gamma_p, "math.gamma({})"),
+                     (P.erfinv_p, "erfinv_f64(np.float64({}))"),
+                     (P.erfcinv_p, "erfcinv_f64(np.float64({}))")):
+  lower_rules[_prim] = _libm(_call)
+lower_rules[P.polygamma_p] = lambda ctx, e, x: (
+    f"{_np(e.outputs[0].aval.dtype)}(polygamma_f64({e.kw['n']}, np.float64({x})))")
 lower_rules[P.add_p] = _binop("+")
 lower_rules[P.sub_p] = _binop("-")
 lower_rules[P.mul_p] = _binop("*")

@@ -22,10 +22,10 @@ _loaded: dict[tuple[str, bool], types.ModuleType] = {}
 module_key = store.module_key
 
 
-# The library generated kernels call (the math library, the products): these files of
-# codegen run as modules of the cache, like generated ones, and their functions are
-# globals of every generated module.
-LIBRARY = ("mathlib.py", "blas.py")
+# The library generated kernels call (the math library, the products, the special
+# functions): these files of codegen run as modules of the cache, like generated ones, and
+# their functions are globals of every generated module.
+LIBRARY = ("mathlib.py", "blas.py", "special.py")
 
 
 def load(source: str, in_memory: bool = False) -> types.ModuleType:

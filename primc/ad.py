@@ -142,6 +142,18 @@ defjvp(P.log2_p, lambda t, out, x: P.div(t, P.mul(x, _one(x, np.log(2.0)))))
 defjvp(P.log10_p, lambda t, out, x: P.div(t, P.mul(x, _one(x, np.log(10.0)))))
 defjvp(P.exp2_p, lambda t, out, x: P.mul(t, P.mul(out, _one(out, np.log(2.0)))))
 
+# scipy.special's functions: d erf = 2/sqrt(pi) exp(-x^2); d erfinv = sqrt(pi)/2 exp(out^2);
+# d gammaln = digamma = polygamma(0); d polygamma(n) = polygamma(n + 1)
+_gauss = lambda x: P.mul(_one(x, 2 / np.sqrt(np.pi)), P.exp(P.neg(P.mul(x, x))))
+_inverse_gauss = lambda out: P.mul(_one(out, np.sqrt(np.pi) / 2), P.exp(P.mul(out, out)))
+defjvp(P.erf_p, lambda t, out, x: P.mul(t, _gauss(x)))
+defjvp(P.erfc_p, lambda t, out, x: P.neg(P.mul(t, _gauss(x))))
+defjvp(P.erfinv_p, lambda t, out, x: P.mul(t, _inverse_gauss(out)))
+defjvp(P.erfcinv_p, lambda t, out, x: P.neg(P.mul(t, _inverse_gauss(out))))
+defjvp(P.gammaln_p, lambda t, out, x: P.mul(t, P.polygamma_p.bind(x, n=0)))
+defjvp(P.gamma_p, lambda t, out, x: P.mul(t, P.mul(out, P.polygamma_p.bind(x, n=0))))
+defjvp(P.polygamma_p, lambda t, out, x, *, n: P.mul(t, P.polygamma_p.bind(x, n=n + 1)))
+
 
 def _sum_of_squares(x, y):
   return P.add(P.mul(x, x), P.mul(y, y))

@@ -1214,9 +1214,9 @@ def binary_cross_entropy_with_logits(logits, labels, weight=None, pos_weight=Non
 
 @_op
 def softplus(x):
-  """log(1 + exp(x)), computed stably as max(x, 0) + log(1 + exp(-|x|))."""
+  """log(1 + exp(x)), computed stably as max(x, 0) + log1p(exp(-|x|))."""
   x = _float(x)
-  return add(maximum(x, 0.0), log(add(1.0, exp(negative(abs(x))))))
+  return add(maximum(x, 0.0), log1p(exp(negative(abs(x)))))
 
 
 @_op

@@ -7,6 +7,8 @@ autodiff and batching rules are written in.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from primc.core import (FLOAT_DTYPES, INT_DTYPES, TRAITS, Primitive, ShapedArray,
@@ -121,6 +123,49 @@ expm1_p = def_unary("expm1", np.expm1, ieee=True)
 log2_p = def_unary("log2", np.log2, ieee=True)
 log10_p = def_unary("log10", np.log10, ieee=True)
 exp2_p = def_unary("exp2", np.exp2, ieee=True)
+# scipy.special's functions (primc.scipy.special): scipy computes them here; kernels call
+# numba's math (erf, erfc, gammaln, gamma) or codegen/special.py (the rest)
+def _scipy_special(name):
+  def run(*xs, **params):
+    import scipy.special  # at the first use: `import primc` does not import scipy
+    return getattr(scipy.special, name)(*params.values(), *xs)
+  return run
+
+
+erf_p = def_unary("erf", _scipy_special("erf"), ieee=True)
+erfc_p = def_unary("erfc", _scipy_special("erfc"), ieee=True)
+erfinv_p = def_unary("erfinv", _scipy_special("erfinv"), ieee=True)
+def _erfcinv(c):
+  """scipy's erfcinv, but right at the smallest subnormal (scipy's gives inf there): below
+  1e-300 by ndtri_exp (erfc(y) = c is ndtr(-y sqrt 2) = c / 2)."""
+  import scipy.special
+  out = np.asarray(scipy.special.erfcinv(c))
+  tiny = (c > 0) & (c < 1e-300)
+  if tiny.any():
+    low = -scipy.special.ndtri_exp(np.log(np.where(tiny, c, 1.0)) - np.log(2.0)) / np.sqrt(2)
+    out = np.where(tiny, low, out)
+  return out
+
+
+def _gammaln(x):
+  """scipy's gammaln, but finite at subnormal x (scipy's is inf there): libm's."""
+  import scipy.special
+  out = np.asarray(scipy.special.gammaln(x))
+  tiny = (x != 0) & (np.abs(x) < np.finfo(np.float64).tiny)
+  if tiny.any():
+    out = np.where(tiny, np.vectorize(math.lgamma, otypes=[out.dtype])(np.where(tiny, x, 1.0)),
+                   out)
+  return out
+
+
+erfcinv_p = def_unary("erfcinv", _erfcinv, ieee=True)
+gammaln_p = def_unary("gammaln", _gammaln, ieee=True)
+gamma_p = def_unary("gamma", _scipy_special("gamma"), ieee=True)
+# psi^(n), the n-th derivative of digamma (n = 0: digamma itself); n is a parameter
+polygamma_p = Primitive("polygamma", traits=("elementwise",))
+abstract_rules[polygamma_p] = lambda x, *, n: unary_float(x)
+impl_rules[polygamma_p] = _errstate(lambda x, *, n: np.asarray(
+    _scipy_special("polygamma")(x, n=n), dtype=x.dtype))
 abs_p = def_unary("abs", np.abs, unary_numeric)
 sign_p = def_unary("sign", np.sign, unary_numeric, traits=("nondifferentiable",))
 # rounding: piecewise constant, so their derivative is zero wherever it exists

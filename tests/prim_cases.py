@@ -5,6 +5,7 @@ Shared by the impl, JVP/transpose and batching tests, so every primitive is cove
 identity); `oracle` is an independent numpy formulation of the primitive.
 """
 import dataclasses
+import math
 from typing import Callable
 
 import numpy as np
@@ -69,6 +70,34 @@ def _svd_oracle(a):
   v = np.swapaxes(vh, -1, -2)
   big = np.take_along_axis(v, np.argmax(np.abs(v), -2)[..., None, :], -2)
   return np.concatenate([u * np.sign(big), s[..., None, :], v * np.sign(big)], -2)
+
+
+def _erfinv_oracle(x):
+  """erfinv by bisection on math.erf (float64; then rounded as x)."""
+  lo, hi = np.full(np.shape(x), -6.0), np.full(np.shape(x), 6.0)
+  erf = np.vectorize(math.erf)
+  for _ in range(80):
+    mid = (lo + hi) / 2
+    below = erf(mid) < x
+    lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+  return ((lo + hi) / 2).astype(np.result_type(x, np.float32))
+
+
+def _polygamma_oracle(n, x):
+  """psi^(n)(x) as (-1)^(n+1) n! sum_k 1/(x+k)^(n+1) (n >= 1, the sum's tail by its
+  integral), or digamma as the limit of log(m) - sum_k 1/(x+k) (n = 0, with the tail's
+  1/(2m) correction): independent of both scipy and codegen's series."""
+  x = np.asarray(x, np.float64)
+  m = 200000
+  k = np.arange(m)[:, None]
+  terms = 1.0 / (x.reshape(1, -1) + k)
+  if n == 0:
+    out = np.log(m + x.reshape(-1)) - 0.5 / (m + x.reshape(-1)) - terms.sum(0) - 1.0 / 12 / (
+        m + x.reshape(-1)) ** 2
+  else:
+    tail = 1.0 / (n * (m + x.reshape(-1)) ** n) + 0.5 / (m + x.reshape(-1)) ** (n + 1)
+    out = (-1) ** (n + 1) * math.factorial(n) * ((terms ** (n + 1)).sum(0) + tail)
+  return out.reshape(np.shape(x))
 
 
 def args(*makers):
@@ -144,6 +173,19 @@ CASES = [
     Case(P.arctan2_p, P.arctan2_p.bind, args(normal(3, 4), positive(3, 4)), np.arctan2),
     Case(P.hypot_p, P.hypot_p.bind, args(away_from_zero(3, 4), away_from_zero(3, 4)), np.hypot),
     Case(P.logaddexp_p, P.logaddexp_p.bind, args(normal(3, 4), normal(3, 4)), np.logaddexp),
+    # scipy.special's: oracles from Python's math where it has the function, else the
+    # inverse relations (erf(erfinv(x)) = x) and the series of the polygamma functions
+    Case(P.erf_p, P.erf_p.bind, args(normal(3, 4)), np.vectorize(math.erf)),
+    Case(P.erfc_p, P.erfc_p.bind, args(normal(3, 4)), np.vectorize(math.erfc)),
+    Case(P.erfinv_p, P.erfinv_p.bind, args(uniform(-0.9, 0.9, 3, 4)), _erfinv_oracle),
+    Case(P.erfcinv_p, P.erfcinv_p.bind, args(uniform(0.1, 1.9, 3, 4)),
+         lambda c: _erfinv_oracle(1 - c)),
+    Case(P.gammaln_p, P.gammaln_p.bind, args(uniform(0.3, 4.0, 3, 4)),
+         np.vectorize(math.lgamma)),
+    Case(P.gamma_p, P.gamma_p.bind, args(uniform(0.3, 4.0, 3, 4)), np.vectorize(math.gamma)),
+    *[Case(P.polygamma_p, lambda x, n=n: P.polygamma_p.bind(x, n=n),
+           args(uniform(0.5, 4.0, 3, 4)), lambda x, n=n: _polygamma_oracle(n, x),
+           name=f"polygamma_{n}") for n in (0, 1, 3)],
     Case(P.add_p, P.add, args(normal(3, 4), normal(3, 4)), np.add, linear=(0, 1)),
     Case(P.sub_p, P.sub, args(normal(3, 4), normal(3, 4)), np.subtract, linear=(0, 1)),
     Case(P.mul_p, P.mul, args(normal(3, 4), normal(3, 4)), np.multiply, linear=(0, 1), bilinear=True),

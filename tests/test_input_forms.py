@@ -46,9 +46,12 @@ FORMS = {
 }
 
 
+PARAMS = {P.polygamma_p: dict(n=1)}  # the parameters of those that have some
+
+
 def every_primitive(x, y):
   """Every elementwise primitive on operands x, y of one shape and float dtype."""
-  outs = [p.bind(x) for p in UNARY] + [p.bind(x, y) for p in BINARY]
+  outs = [p.bind(x, **PARAMS.get(p, {})) for p in UNARY] + [p.bind(x, y) for p in BINARY]
   outs.append(P.select(P.gt(x, y), x, y))
   outs.append(P.convert(P.convert(x, "float64" if x.dtype == np.float32 else "float32"),
                         x.dtype))

@@ -1,0 +1,219 @@
+"""primc.scipy: scipy.special and scipy.stats functions against scipy itself (values, in
+eager mode, compiled and batched), finite differences (derivatives of orders 1-2 in both
+modes), and the compiled special functions (codegen/special.py) against scipy on dense
+samples with their poles, tails and IEEE corners."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.special as S
+import scipy.stats as ST
+
+import primc
+import primc.scipy.special as ps
+import primc.scipy.stats as pst
+from primc import prims as P
+from primc.numpy import NotSupportedError
+
+R = np.random.default_rng(5)
+UNIT = R.uniform(0.05, 0.95, 6)            # (0, 1)
+POS = R.uniform(0.3, 4.0, 6)               # > 0
+REAL = R.standard_normal(6)
+COUNTS = np.array([-1.0, 0.0, 1.0, 2.5, 4.0, 7.0])
+
+# name -> (function of the module (scipy.special / scipy.stats, or primc's), arguments,
+# whether finite differences apply (smooth at these arguments))
+CASES = {
+    "erf": (lambda m, x: m.erf(x), (REAL,), True),
+    "erfc": (lambda m, x: m.erfc(x), (REAL,), True),
+    "erfinv": (lambda m, x: m.erfinv(x), (UNIT * 2 - 1,), True),
+    "erfcinv": (lambda m, x: m.erfcinv(x), (UNIT * 2,), True),
+    "gammaln": (lambda m, x: m.gammaln(x), (POS,), True),
+    "gammaln_negative": (lambda m, x: m.gammaln(x), (-POS - 0.25,), False),
+    "gamma": (lambda m, x: m.gamma(x), (POS,), True),
+    "digamma": (lambda m, x: m.digamma(x), (POS,), True),
+    "psi_negative": (lambda m, x: m.psi(x), (-POS - 0.25,), True),
+    "polygamma_2": (lambda m, x: m.polygamma(2, x), (POS,), True),
+    "rgamma": (lambda m, x: m.rgamma(x), (np.array([-2.0, -1.5, 0.0, 0.5, 3.0, 6.2]),), False),
+    "beta": (lambda m, a, b: m.beta(a, b), (POS, POS[::-1]), True),
+    "betaln": (lambda m, a, b: m.betaln(a, b), (POS, POS[::-1]), True),
+    "multigammaln": (lambda m, a: m.multigammaln(a, 3), (POS + 2,), True),
+    "expit": (lambda m, x: m.expit(x), (REAL * 30,), True),
+    "log_expit": (lambda m, x: m.log_expit(x), (REAL * 30,), True),
+    "logit": (lambda m, p: m.logit(p), (UNIT,), True),
+    "xlogy": (lambda m, x, y: m.xlogy(x, y), (np.array([0.0, 1.0, 2.0, 0.0, 3.0, 0.5]),
+                                               np.array([0.0, 2.0, 3.0, 1.0, 0.5, 1.5])), False),
+    "xlogy_smooth": (lambda m, x, y: m.xlogy(x, y), (REAL, POS), True),
+    "xlog1py": (lambda m, x, y: m.xlog1py(x, y), (REAL, UNIT - 0.5), True),
+    "entr": (lambda m, x: m.entr(x), (np.array([-1.0, 0.0, 0.5, 1.0, 2.0, 1e-300]),), False),
+    "logsumexp": (lambda m, a: m.logsumexp(a), (REAL,), True),
+    "logsumexp_b": (lambda m, a, b: m.logsumexp(a, b=b), (REAL, UNIT), True),
+    "softmax": (lambda m, x: m.softmax(x), (REAL,), True),
+    "log_softmax": (lambda m, x: m.log_softmax(x), (REAL,), True),
+    "ndtr": (lambda m, x: m.ndtr(x), (REAL * 3,), True),
+    "log_ndtr": (lambda m, x: m.log_ndtr(x), (np.array([-50.0, -21.0, -19.0, 0.0, 5.0, 12.0]),),
+                 True),
+    "ndtri": (lambda m, p: m.ndtri(p), (UNIT,), True),
+    "norm.logpdf": (lambda m, x: m.norm.logpdf(x, 0.3, 1.7), (REAL,), True),
+    "norm.pdf": (lambda m, x: m.norm.pdf(x, 0.3, 1.7), (REAL,), True),
+    "norm.cdf": (lambda m, x: m.norm.cdf(x, 0.3, 1.7), (REAL,), True),
+    "norm.logcdf": (lambda m, x: m.norm.logcdf(x), (REAL * 20,), True),
+    "norm.sf": (lambda m, x: m.norm.sf(x), (REAL,), True),
+    "norm.logsf": (lambda m, x: m.norm.logsf(x), (REAL * 20,), True),
+    "norm.ppf": (lambda m, q: m.norm.ppf(q, 1.0, 2.0), (UNIT,), True),
+    "t.logpdf": (lambda m, x: m.t.logpdf(x, 3.5, 0.2, 1.3), (REAL,), True),
+    "t.pdf": (lambda m, x, df: m.t.pdf(x, df), (REAL, POS + 1), True),
+    "gamma.logpdf": (lambda m, x: m.gamma.logpdf(x, 2.5, 0.0, 1.5),
+                     (np.array([-1.0, 0.0, 0.5, 2.0, 5.0, 9.0]),), False),
+    "gamma.pdf": (lambda m, x, a: m.gamma.pdf(x, a), (POS, POS + 1), True),
+    "chi2.logpdf": (lambda m, x: m.chi2.logpdf(x, 3), (POS,), True),
+    "beta.logpdf": (lambda m, x: m.beta.logpdf(x, 2.5, 1.5),
+                    (np.array([-0.5, 0.0, 0.3, 0.9, 1.0, 1.5]),), False),
+    "beta.pdf": (lambda m, x, a, b: m.beta.pdf(x, a, b), (UNIT, POS + 1, POS[::-1] + 1), True),
+    "poisson.logpmf": (lambda m, k: m.poisson.logpmf(k, 2.5), (COUNTS,), False),
+    "poisson.pmf": (lambda m, mu: m.poisson.pmf(3.0, mu), (POS,), True),
+}
+
+
+def _modules(name):
+  return (ST, pst) if "." in name else (S, ps)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_values_match_scipy_eager_compiled_and_batched(name):
+  fn, args, _ = CASES[name]
+  ref, ours = _modules(name)
+  want = fn(ref, *args)
+  f = lambda *a: fn(ours, *a)
+  for got in (f(*args), primc.jit(f)(*args)):
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, equal_nan=True, err_msg=name)
+  # batched: the same arguments as rows of a batch of 2 (the second row reversed)
+  batch = [np.stack([a, a[::-1]]) for a in args]
+  got = primc.jit(primc.vmap(f))(*batch)
+  want_rows = np.stack([fn(ref, *args), fn(ref, *[a[::-1] for a in args])])
+  np.testing.assert_allclose(got, want_rows, rtol=1e-12, atol=0, equal_nan=True, err_msg=name)
+
+
+@pytest.mark.parametrize("name", [n for n, (_, _, smooth) in CASES.items() if smooth])
+@pytest.mark.parametrize("order", [1, 2])
+def test_derivatives_by_finite_differences(name, order):
+  fn, args, _ = CASES[name]
+  _, ours = _modules(name)
+  primc.check_grads(lambda *a: fn(ours, *a), args, order=order, modes=("fwd", "rev"),
+                    eps=1e-6, atol=2e-5, rtol=2e-5)
+
+
+def test_distributions_of_vectors_match_scipy():
+  x, alpha = R.dirichlet([1.0, 2.0, 3.0], 4), np.array([1.5, 2.0, 3.0])
+  for f in (lambda m, v: m.dirichlet.logpdf(v, alpha), lambda m, v: m.dirichlet.pdf(v, alpha)):
+    want = [f(ST, v) for v in x]
+    np.testing.assert_allclose(f(pst, x), want, rtol=1e-12)
+    np.testing.assert_allclose(primc.jit(lambda v: f(pst, v))(x), want, rtol=1e-12)
+  cov = np.array([[2.0, 0.3, 0.1], [0.3, 1.0, -0.2], [0.1, -0.2, 0.7]])
+  mean, points = np.array([0.1, -0.2, 0.4]), R.standard_normal((5, 3))
+  want = ST.multivariate_normal.logpdf(points, mean, cov)
+  np.testing.assert_allclose(pst.multivariate_normal.logpdf(points, mean, cov), want, rtol=1e-12)
+  np.testing.assert_allclose(pst.multivariate_normal.pdf(points, mean, 1.5),
+                             ST.multivariate_normal.pdf(points, mean, 1.5), rtol=1e-12)
+  primc.check_grads(lambda m, c: pst.multivariate_normal.logpdf(points, m, c @ c.T + np.eye(3)),
+                    (mean, cov), order=2)
+  primc.check_grads(lambda a: pst.dirichlet.logpdf(x, a), (alpha,), order=2)
+
+
+def _compiled(prim, **params):
+  return primc.jit(lambda a: prim.bind(a, **params))
+
+
+CORNERS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, -1e-300, 1.0, -1.0, 2.0, -2.0,
+                    0.5, -0.5, 1e300, -1e300, 171.5, -171.5, 5e-324])
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5])
+def test_compiled_polygamma_matches_scipy(n):
+  x = np.concatenate([R.uniform(-8, 12, 4000), np.geomspace(1e-8, 1e6, 400), CORNERS])
+  got, want = _compiled(P.polygamma_p, n=n)(x), S.polygamma(n, x)
+  with np.errstate(all="ignore"):
+    # negative x by reflection: its two terms cancel near the poles and far out
+    hard = (x < 0) & ((np.abs(x - np.round(x)) < 1e-3) & (x != np.round(x)) | (x < -100))
+    x32 = x.astype(np.float32)
+    want32 = S.polygamma(n, x32.astype(np.float64)).astype(np.float32)
+  np.testing.assert_allclose(got[~hard], want[~hard], rtol=1e-11, equal_nan=True)
+  np.testing.assert_allclose(got[hard], want[hard], rtol=1e-7, equal_nan=True)
+  np.testing.assert_allclose(_compiled(P.polygamma_p, n=n)(x32), want32, rtol=2e-6,
+                             equal_nan=True)
+
+
+@pytest.mark.parametrize("prim,ref,samples", [
+    (P.erfinv_p, S.erfinv, np.concatenate([R.uniform(-1, 1, 4000), 1 - np.geomspace(1e-16, 0.5, 200),
+                                           -1 + np.geomspace(1e-16, 0.5, 200), [1.5, -1.5]])),
+    (P.erfcinv_p, S.erfcinv, np.concatenate([R.uniform(0, 2, 4000), np.geomspace(5e-324, 1, 400),
+                                             2 - np.geomspace(1e-16, 1, 200), [2.5, -1.0]])),
+    (P.gammaln_p, S.gammaln, R.uniform(-30, 200, 4000)),
+    (P.gamma_p, S.gamma, R.uniform(-30, 170, 4000)),
+    (P.erf_p, S.erf, R.uniform(-7, 7, 4000)),
+    (P.erfc_p, S.erfc, R.uniform(-7, 28, 4000)),
+], ids=lambda v: getattr(v, "name", ""))
+def test_compiled_special_functions_match_scipy(prim, ref, samples):
+  x = np.concatenate([samples, CORNERS])
+  with np.errstate(all="ignore"):
+    want = ref(x)
+  got = _compiled(prim)(x)
+  # where scipy's value is wrong (subnormal arguments), the interpreter's is the oracle
+  subnormal = (x != 0) & (np.abs(x) < np.finfo(np.float64).tiny)
+  want[subnormal] = primc.interpret(primc.make_program(lambda a: prim.bind(a))(x), x)[0][subnormal]
+  tiny = np.abs(want) < 1e-300  # scipy flushes some underflowing results to zero
+  np.testing.assert_allclose(got[~tiny], want[~tiny], rtol=1e-13, equal_nan=True)
+  np.testing.assert_allclose(got[tiny], want[tiny], atol=1e-300)
+  np.testing.assert_array_equal(np.signbit(got[np.isinf(want)]), np.signbit(want[np.isinf(want)]))
+
+
+def test_right_where_scipy_is_not():
+  # scipy gives inf for gammaln of a subnormal and erfcinv of the smallest one
+  tiny = np.array([5e-324, -5e-324, 1e-310])
+  for f in (ps.gammaln, primc.jit(ps.gammaln)):
+    np.testing.assert_allclose(f(tiny), -np.log(np.abs(tiny)), rtol=1e-12)
+  for f in (ps.erfcinv, primc.jit(ps.erfcinv)):
+    y = f(np.array([5e-324]))[0]
+    # log erfc(y) = -y^2 - log(y sqrt(pi)) + log(1 - 1/(2y^2) + 3/(4y^4)) far in the tail
+    log_c = -y * y - np.log(y * np.sqrt(np.pi)) + np.log1p(-0.5 / y ** 2 + 0.75 / y ** 4)
+    np.testing.assert_allclose(log_c, np.log(5e-324), rtol=1e-9)
+
+
+def test_missing_names_raise_errors_that_name_them():
+  with pytest.raises(NotSupportedError, match=r"scipy\.special\.j0"):
+    ps.j0(1.0)
+  with pytest.raises(NotSupportedError, match=r"scipy\.stats\.laplace"):
+    pst.laplace
+  with pytest.raises(NotSupportedError, match=r"norm\.entropy"):
+    pst.norm.entropy()
+  with pytest.raises(NotSupportedError, match="polygamma of order"):
+    ps.polygamma(1.5, 2.0)
+  with pytest.raises(AttributeError):
+    ps.not_a_scipy_name
+
+
+def test_import_primc_does_not_import_scipy():
+  code = "import sys, primc, primc.numpy; print('scipy' in sys.modules)"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip() == "False"
+
+
+def test_readme_scipy_table_matches_the_modules():
+  import pathlib
+  import re
+  readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+  rows = [line for line in readme.splitlines() if re.match(r"\| `(special|stats)`", line)]
+  assert len(rows) == 3
+  distributions = [d for d in ("norm", "t", "gamma", "chi2", "beta", "dirichlet",
+                               "multivariate_normal", "poisson") if d in rows[-1]]
+  for row in rows:
+    names = re.findall(r"`(\w+)`", row.split("|")[2])
+    assert names, row
+    for name in names:
+      if row.startswith("| `special`"):
+        assert callable(getattr(ps, name)), name
+      elif name not in ("loc", "scale"):  # a distribution, or a method of some
+        assert name in distributions or any(
+            callable(getattr(pst, d).__dict__.get(name)) for d in distributions), name
