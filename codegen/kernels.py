@@ -119,6 +119,8 @@ for _prim, _call in ((P.erf_p, "math.erf({})"), (P.erfc_p, "math.erfc({})"),
   lower_rules[_prim] = _libm(_call)
 lower_rules[P.polygamma_p] = lambda ctx, e, x: (
     f"{_np(e.outputs[0].aval.dtype)}(polygamma_f64({e.kw['n']}, np.float64({x})))")
+lower_rules[P.nextafter_p] = _libm("np.nextafter({}, {})")
+lower_rules[P.signbit_p] = lambda ctx, e, x: f"(math.copysign(1.0, {x}) < 0.0)"
 lower_rules[P.add_p] = _binop("+")
 lower_rules[P.sub_p] = _binop("-")
 lower_rules[P.mul_p] = _binop("*")

@@ -168,6 +168,8 @@ defjvp(P.hypot_p, lambda t, out, x, y: P.mul(t, P.div(x, out)),
        lambda t, out, x, y: P.mul(t, P.div(y, out)))
 defjvp(P.logaddexp_p, lambda t, out, x, y: P.mul(t, P.exp(P.sub(x, out))),
        lambda t, out, x, y: P.mul(t, P.exp(P.sub(y, out))))
+# nextafter(x, y) moves x by one ulp towards y: d/dx = 1, y only chooses the direction
+defjvp(P.nextafter_p, lambda t, out, x, y: t, None)
 defjvp(P.add_p, lambda t, out, x, y: t, lambda t, out, x, y: t)
 defjvp(P.sub_p, lambda t, out, x, y: t, lambda t, out, x, y: P.neg(t))
 defjvp(P.div_p, lambda t, out, x, y: P.div(t, y),

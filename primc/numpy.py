@@ -2919,6 +2919,148 @@ int_ = np.int64
 
 
 # ndarray methods of the functions above (not `.var`: a traced value's `var` is its IR variable)
+
+# ---------------------------------------------------------------------------------------
+# Sign bits, histograms, counts, rank and least squares
+
+@_op
+def signbit(x):
+  """Whether x's sign bit is set (true for -0.0 and -nan); x < 0 for integers."""
+  x = as_array(x)
+  if aval_of(x).dtype not in FLOAT_DTYPES:
+    return P.lt(x, zeros_like(x)) if aval_of(x).dtype != "bool" else zeros_like(x)
+  return P.signbit_p.bind(x)
+
+
+@_op
+def copysign(x1, x2):
+  """|x1| with the sign (bit) of x2; floats, as numpy (integers become float64)."""
+  x1, x2 = _promote(_float(x1), _float(x2))
+  magnitude = abs(x1)
+  return where(signbit(x2), negative(magnitude), magnitude)
+
+
+nextafter = _binary_float(P.nextafter_p, "nextafter")
+
+
+def _bin_edges(a, bins, range_):
+  """numpy.histogram's edges: `bins` + 1 of them, evenly from range_ (or a's smallest to
+  largest, widened by 1/2 each way when those are equal), as numpy.linspace computes them,
+  in a's float dtype. Compiled, the edges of a traced range may differ from numpy's in the
+  last bit (a fused multiply-add), and so may the bin of a value exactly on one."""
+  dtype = aval_of(a).dtype
+  if range_ is not None:  # constants: numpy's own
+    lo, hi = float(range_[0]), float(range_[1])
+    if lo > hi:
+      raise PrimcError(f"histogram: max must be larger than min in range, got {range_}")
+    if lo == hi:
+      lo, hi = lo - 0.5, hi + 0.5
+    return asarray(np.linspace(lo, hi, bins + 1).astype(dtype))
+  lo, hi = stop_gradient(min(a)), stop_gradient(max(a))
+  same = equal(lo, hi)
+  lo, hi = where(same, subtract(lo, 0.5), lo), where(same, add(hi, 0.5), hi)
+  k = P.iota((bins + 1,), 0, dtype)
+  edges = add(multiply(k, divide(subtract(hi, lo), float(bins))), lo)
+  edges = where(equal(k, float(bins)), P.broadcast_in_dim(hi, (bins + 1,), ()), edges)
+  return astype(edges, dtype)
+
+
+@_op
+def histogram(a, bins=10, range=None, density=None, weights=None):
+  """numpy.histogram (a flattened): counts (or weights summed) per bin, and the edges.
+  Bins are [e_k, e_k+1), the last one closed; values outside the edges are not counted.
+  Differentiable in `weights` (the counts are piecewise constant in a)."""
+  a = ravel(_float(a))
+  if isinstance(bins, (int, np.integer)):
+    if bins < 1:
+      raise PrimcError(f"histogram: bins must be positive, got {bins}")
+    edges = _bin_edges(a, int(bins), range)
+  elif isinstance(bins, str):
+    raise NotSupportedError(f"histogram with bins={bins!r} (an estimator) is not supported: "
+                            f"give a number of bins or their edges")
+  else:
+    edges = ravel(_float(bins))
+  n = aval_of(edges).shape[0] - 1
+  below = P.convert(less_equal(P.broadcast_in_dim(edges, (aval_of(a).shape[0], n + 1), (1,)),
+                               P.broadcast_in_dim(a, (aval_of(a).shape[0], n + 1), (0,))),
+                    "int64")
+  position = sum(below, -1) - 1  # edges at or below: the bin, -1 below the first edge
+  last = take(edges, n)
+  position = where(equal(a, last), n - 1, position)  # the last bin is closed
+  hits = equal(P.broadcast_in_dim(position, (aval_of(a).shape[0], n), (0,)),
+               P.iota((aval_of(a).shape[0], n), 1, "int64"))
+  if weights is None:
+    hist = sum(P.convert(hits, "int64"), 0)
+  else:
+    w = ravel(as_array(weights))
+    hist = sum(multiply(P.convert(hits, aval_of(w).dtype if aval_of(w).dtype in FLOAT_DTYPES
+                                  else "int64"),
+                        P.broadcast_in_dim(w, (aval_of(a).shape[0], n), (0,))), 0)
+  if density:
+    widths = subtract(edges[1:], edges[:-1])
+    hist = divide(divide(hist, sum(hist)), widths)
+  return hist, edges
+
+
+@_op
+def bincount(x, weights=None, minlength=0):
+  """numpy.bincount of constant non-negative integers x (its length depends on their
+  values: traced x is not supported); differentiable in `weights`, summed in float64."""
+  if isinstance(x, Tracer):
+    raise NotSupportedError("bincount of a traced array (its length depends on the values): "
+                            "pass the indices as a numpy array")
+  counts = np.bincount(np.asarray(x), minlength=minlength)  # numpy's checks and length
+  if weights is None:
+    return asarray(counts)
+  w = _float(weights)
+  if aval_of(w).shape != np.shape(x):
+    raise PrimcError(f"bincount: weights of shape {aval_of(w).shape} for x of shape "
+                     f"{np.shape(x)}")
+  return _At(zeros(counts.shape, "float64"))[np.asarray(x)].add(astype(w, "float64"))
+
+
+def _last_axis_kept(t):
+  """A per-matrix tolerance against (..., k) singular values: a scalar, or (...) -> (..., 1)."""
+  t = as_array(t)
+  return expand_dims(t, -1) if aval_of(t).ndim else t
+
+
+@_linalg_op
+def _matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
+  """numpy.linalg.matrix_rank: singular values above tol (default: the largest times
+  rtol, itself max(m, n) eps by default); for a vector, 1 unless it is all zeros."""
+  A = _float(A)
+  a = aval_of(A)
+  if a.ndim < 2:
+    return P.convert(any(not_equal(A, 0.0)), "int64")
+  s = stop_gradient(_svdvals(A))
+  if tol is None:
+    r = builtins.max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None else rtol
+    cut = multiply(max(s, -1, keepdims=True), _last_axis_kept(r))
+  else:
+    cut = _last_axis_kept(tol)
+  return sum(P.convert(greater(s, cut), "int64"), -1)
+
+
+@_linalg_op
+def _lstsq(a, b, rcond=None):
+  """numpy.linalg.lstsq: (x, residuals, rank, s), x = pinv(a) b with singular values
+  below rcond times the largest cut (default max(m, n) eps). The residuals are the sums of
+  squares of b - a x per column, always (JAX's choice: numpy returns an empty array when
+  the rank is below n or m <= n, a shape that depends on the values)."""
+  a, b = _float(a), _float(b)
+  if aval_of(a).ndim != 2 or aval_of(b).ndim not in (1, 2):
+    raise PrimcError(f"linalg.lstsq takes a 2-D a and a 1-D or 2-D b, got {aval_of(a)} and "
+                     f"{aval_of(b)}")
+  m, n = aval_of(a).shape
+  cut = builtins.max(m, n) * np.finfo(aval_of(a).dtype).eps if rcond is None else float(rcond)
+  x = matmul(_pinv(a, rcond=cut), b)
+  r = subtract(b, matmul(a, x))
+  resid = sum(multiply(r, r), 0)
+  s = _svdvals(a)
+  rank = _matrix_rank(a, tol=multiply(max(stop_gradient(s)), cut))
+  return x, resid if aval_of(b).ndim == 2 else reshape(resid, (1,)), rank, s
+
 _MORE_METHODS = {"ravel": ravel, "flatten": ravel, "squeeze": squeeze, "prod": prod,
                  "swapaxes": swapaxes, "any": any, "all": all, "copy": copy, "conj": conj,
                  "conjugate": conj, "ptp": ptp,
@@ -2933,5 +3075,5 @@ Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 _wrap_ops()
 linalg = _Linalg(**{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in (
     _inv, _solve, _det, _slogdet, _cholesky, _eigh, _eigvalsh, _qr, _solve_triangular, _svd,
-    _svdvals, _pinv)},
+    _svdvals, _pinv, _matrix_rank, _lstsq)},
                  norm=norm)

@@ -166,6 +166,10 @@ polygamma_p = Primitive("polygamma", traits=("elementwise",))
 abstract_rules[polygamma_p] = lambda x, *, n: unary_float(x)
 impl_rules[polygamma_p] = _errstate(lambda x, *, n: np.asarray(
     _scipy_special("polygamma")(x, n=n), dtype=x.dtype))
+# the sign bit of a float (-0.0 and -nan included), and the next float towards another
+signbit_p = Primitive("signbit", traits=("elementwise", "nondifferentiable"))
+abstract_rules[signbit_p] = lambda x: ShapedArray(unary_float(x).shape, "bool")
+impl_rules[signbit_p] = np.signbit
 abs_p = def_unary("abs", np.abs, unary_numeric)
 sign_p = def_unary("sign", np.sign, unary_numeric, traits=("nondifferentiable",))
 # rounding: piecewise constant, so their derivative is zero wherever it exists
@@ -176,6 +180,7 @@ rint_p = def_unary("rint", np.rint, traits=("nondifferentiable",))  # halves to 
 stop_gradient_p = def_unary("stop_gradient", lambda x: x, lambda x: x,
                             traits=("nondifferentiable",))
 
+nextafter_p = def_binary("nextafter", np.nextafter, binary_float)
 add_p = def_binary("add", np.add, ieee=True, traits=("commutative",), linear=(0, 1))
 sub_p = def_binary("sub", np.subtract, ieee=True, linear=(0, 1))
 mul_p = def_binary("mul", np.multiply, ieee=True, traits=("commutative",), linear=(0, 1))

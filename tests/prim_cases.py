@@ -173,6 +173,11 @@ CASES = [
     Case(P.arctan2_p, P.arctan2_p.bind, args(normal(3, 4), positive(3, 4)), np.arctan2),
     Case(P.hypot_p, P.hypot_p.bind, args(away_from_zero(3, 4), away_from_zero(3, 4)), np.hypot),
     Case(P.logaddexp_p, P.logaddexp_p.bind, args(normal(3, 4), normal(3, 4)), np.logaddexp),
+    Case(P.signbit_p, P.signbit_p.bind,
+         args(lambda rng: rng.choice([-1.5, -0.0, 0.0, 2.0, np.inf, -np.inf], (3, 4))),
+         lambda x: np.sign(np.copysign(1.0, x)) < 0),
+    Case(P.nextafter_p, P.nextafter_p.bind, args(normal(3, 4), normal(3, 4)),
+         lambda x, y: np.where(y > x, x + np.spacing(np.abs(x)), x - np.spacing(np.abs(x)))),
     # scipy.special's: oracles from Python's math where it has the function, else the
     # inverse relations (erf(erfinv(x)) = x) and the series of the polygamma functions
     Case(P.erf_p, P.erf_p.bind, args(normal(3, 4)), np.vectorize(math.erf)),

@@ -78,6 +78,9 @@ ARRAY_FUNCTIONS = [
      lambda x: (np.floor(x * 3), np.ceil(x * 3), np.trunc(x * 3), np.rint(x * 3),
                 np.round(x * 3, 1), np.fix(x * 3), *np.modf(x * 3))),
     ("sinc", pnp.sinc, np.sinc),
+    ("copysign", lambda x: pnp.copysign(x, x[::-1]), lambda x: np.copysign(x, x[::-1])),
+    ("nextafter", lambda x: pnp.nextafter(x, x[::-1]), lambda x: np.nextafter(x, x[::-1])),
+    ("signbit", lambda x: pnp.signbit(x * 0.0), lambda x: np.signbit(x * 0.0)),
     ("array_split", lambda x: tuple(pnp.array_split(x, 3, axis=1)),
      lambda x: tuple(np.array_split(x, 3, axis=1))),
     ("hsplit_vsplit", lambda x: (*pnp.hsplit(x, [1, 9]), *pnp.vsplit(x, 3)),
@@ -91,8 +94,8 @@ ARRAY_FUNCTIONS = [
     ("argsort", pnp.argsort, lambda x: np.argsort(x, kind="stable")),
     ("argsort_0_method", lambda x: x.argsort(0), lambda x: np.argsort(x, 0, kind="stable")),
 ]
-NONDIFFERENTIABLE = {"argmax", "argmin_1", "argsort", "argsort_0_method"}
-COMPILED_GRADS = {"mod_op_negative", "fmod_rows", "sinc", "rounding", "r_c_", "rot90_1", "roll_axes", "pad_value", "tile", "repeat_axis", "triu_1",
+NONDIFFERENTIABLE = {"argmax", "argmin_1", "argsort", "argsort_0_method", "signbit"}
+COMPILED_GRADS = {"mod_op_negative", "fmod_rows", "sinc", "copysign", "nextafter", "rounding", "r_c_", "rot90_1", "roll_axes", "pad_value", "tile", "repeat_axis", "triu_1",
                   "diff_2_0", "cumsum_1", "cumprod_0", "prod_1_keep",
                   "std_ddof", "sort_0"}
 POS = lambda *s: np.abs(N(*s)) + 0.5
@@ -436,3 +439,49 @@ def test_more_numpy_functions_match_numpy_and_finite_differences(name, fn, args,
   if differentiable:
     floats = lambda *a: [x for x in _leaves_traced(fn(pnp, *a)) if pnp.result_type(x).kind == "f"]
     primc.check_grads(floats, args, order=2, modes=("fwd", "rev"))
+
+
+def test_histogram_bincount_matrix_rank_lstsq_match_numpy():
+  rng = np.random.default_rng(7)
+  d = rng.standard_normal(500)
+  for kw in (dict(), dict(bins=7), dict(bins=5, range=(-1, 1.5)), dict(bins=6, density=True),
+             dict(bins=np.array([-3.0, -1, 0, 0.5, 4])), dict(bins=4, weights=np.abs(d)),
+             dict(bins=3, range=(0.2, 0.2))):
+    want = np.histogram(d, **kw)
+    for f in (lambda a: pnp.histogram(a, **kw), primc.jit(lambda a: pnp.histogram(a, **kw))):
+      hist, edges = f(d)
+      np.testing.assert_allclose(hist, want[0], rtol=1e-12, err_msg=str(kw))
+      np.testing.assert_allclose(edges, want[1], rtol=1e-15, atol=1e-15, err_msg=str(kw))
+      assert hist.dtype == want[0].dtype
+  w = np.abs(d)
+  g = primc.grad(lambda w: pnp.sum(pnp.histogram(d, 5, weights=w)[0] ** 2))(w)
+  counts, edges = np.histogram(d, 5, weights=w)
+  idx = np.clip(np.searchsorted(edges, d, side="right") - 1, 0, 4)
+  np.testing.assert_allclose(g, 2 * counts[idx], rtol=1e-12)
+  labels, w5 = np.array([0, 2, 2, 5, 1]), rng.standard_normal(5)
+  np.testing.assert_array_equal(pnp.bincount(labels), np.bincount(labels))
+  for f in (lambda w: pnp.bincount(labels, w, minlength=8),
+            primc.jit(lambda w: pnp.bincount(labels, w, minlength=8))):
+    np.testing.assert_allclose(f(w5), np.bincount(labels, w5, minlength=8), rtol=1e-12)
+  primc.check_grads(lambda w: pnp.bincount(labels, w) ** 2, (w5,), order=2)
+  with pytest.raises(pnp.NotSupportedError, match="bincount of a traced"):
+    primc.jit(lambda x: pnp.bincount(x))(labels)
+  a = rng.standard_normal((6, 3))
+  low = a.copy()
+  low[:, 2] = low[:, 0] - 2 * low[:, 1]
+  stack = np.stack([a.T @ a, low.T @ low])
+  for f in (pnp.linalg.matrix_rank, primc.jit(pnp.linalg.matrix_rank)):
+    np.testing.assert_array_equal(f(stack), np.linalg.matrix_rank(stack))
+  assert int(pnp.linalg.matrix_rank(np.zeros(3))) == 0 and int(pnp.linalg.matrix_rank(a[0])) == 1
+  b = rng.standard_normal((6, 2))
+  for m in (a, low):
+    want = np.linalg.lstsq(m, b, rcond=None)
+    for f in (pnp.linalg.lstsq, primc.jit(pnp.linalg.lstsq)):
+      x, resid, rank, s = f(m, b)
+      np.testing.assert_allclose(x, want[0], rtol=1e-10, atol=1e-12)
+      np.testing.assert_allclose(s, want[3], rtol=1e-12)
+      assert int(rank) == want[2]
+      np.testing.assert_allclose(resid, np.sum((b - m @ want[0]) ** 2, 0), rtol=1e-10)
+  np.testing.assert_allclose(pnp.linalg.lstsq(a, b[:, 0])[1], np.linalg.lstsq(a, b[:, 0])[1],
+                             rtol=1e-10)
+  primc.check_grads(lambda m, v: pnp.linalg.lstsq(m, v)[0], (a, b), order=2)
