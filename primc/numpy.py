@@ -3026,6 +3026,130 @@ def _last_axis_kept(t):
 
 
 @_linalg_op
+def _matrix_power(a, n):
+  """a^n for an int n (batched): squarings and products; n < 0 powers inv(a); n = 0 the
+  identity."""
+  if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+    raise PrimcError(f"linalg.matrix_power: the exponent must be an int, got {n!r}")
+  a = as_array(a)
+  shape = aval_of(a).shape
+  if len(shape) < 2 or shape[-1] != shape[-2]:
+    raise PrimcError(f"linalg.matrix_power takes square matrices, got {aval_of(a)}")
+  if n == 0:
+    return broadcast_to(eye(shape[-1], dtype=aval_of(a).dtype), shape)
+  base, n = (_inv(a), -int(n)) if n < 0 else (a, int(n))
+  out = None
+  while n:
+    if n & 1:
+      out = base if out is None else matmul(out, base)
+    n >>= 1
+    if n:
+      base = matmul(base, base)
+  return out
+
+
+@_linalg_op
+def _multi_dot(arrays):
+  """numpy.linalg.multi_dot: matmul of the chain, left to right (a 1-D first array is a
+  row, a 1-D last one a column, as numpy)."""
+  arrays = [as_array(a) for a in arrays]
+  if len(arrays) < 2:
+    raise PrimcError(f"linalg.multi_dot needs at least two arrays, got {len(arrays)}")
+  out = arrays[0]
+  for a in arrays[1:]:
+    out = matmul(out, a)
+  return out
+
+
+@_linalg_op
+def _cond(x, p=None):
+  """The condition number: largest over smallest singular value (p None or 2; -2 the
+  inverse), else norm(x, p) norm(inv(x), p) over the last two axes."""
+  if p is None or p in (2, -2):
+    s = _svdvals(x)
+    big, small = take(s, 0, axis=-1), take(s, -1, axis=-1)
+    return divide(big, small) if p != -2 else divide(small, big)
+  axes = (-2, -1)
+  return multiply(norm(x, p, axis=axes), norm(_inv(x), p, axis=axes))
+
+
+def _linalg_name(name: str):
+  """Names the decorated function `name` (its linalg name) where its own name would shadow
+  another of this module."""
+  def rename(fn):
+    fn.__name__ = name
+    return fn
+  return rename
+
+
+@_linalg_op
+@_linalg_name("matrix_norm")
+def _norm_of_matrices(x, keepdims=False, ord="fro"):
+  return norm(x, ord, axis=(-2, -1), keepdims=keepdims)
+
+
+@_linalg_op
+@_linalg_name("vector_norm")
+def _norm_of_vectors(x, axis=None, keepdims=False, ord=2):
+  """numpy.linalg.vector_norm: over `axis` (every axis when None, the array as one
+  vector)."""
+  x = as_array(x)
+  ndim = aval_of(x).ndim
+  axes = _axes(axis, ndim)
+  rest = [k for k in range(ndim) if k not in axes]
+  flat = reshape(transpose(x, rest + list(axes)),
+                 [aval_of(x).shape[k] for k in rest] + [-1])  # the axes as one vector
+  out = norm(flat, ord, axis=-1)
+  if keepdims:
+    out = reshape(out, [1 if k in axes else n for k, n in enumerate(aval_of(x).shape)])
+  return out
+
+
+def _square_part(x, offset):
+  """The (..., L, L) block of x whose diagonal is x's diagonal at `offset`."""
+  m, n = aval_of(x).shape[-2:]
+  x = x[..., :, offset:] if offset >= 0 else x[..., -offset:, :]
+  size = builtins.max(0, builtins.min(aval_of(x).shape[-2:]))
+  return x[..., :size, :size]
+
+
+@_linalg_op
+def _diagonal(x, offset=0):
+  """numpy.linalg.diagonal: the diagonals of the last two axes (batched)."""
+  return einsum("...ii->...i", _square_part(as_array(x), offset))
+
+
+@_linalg_op
+def _trace(x, offset=0, dtype=None):
+  """numpy.linalg.trace: the sums of the diagonals of the last two axes (batched)."""
+  out = sum(_diagonal(x, offset), -1)
+  return out if dtype is None else astype(out, dtype)
+
+
+@_linalg_op
+def _tensorinv(a, ind=2):
+  a = as_array(a)
+  shape = aval_of(a).shape
+  rows, cols = shape[:ind], shape[ind:]
+  inverse = _inv(reshape(a, (int(np.prod(rows)), int(np.prod(cols)))))
+  return reshape(inverse, cols + rows)
+
+
+@_linalg_op
+def _tensorsolve(a, b, axes=None):
+  """x with tensordot(a, x, x.ndim) = b (numpy's reshape to a square system)."""
+  a, b = as_array(a), as_array(b)
+  if axes is not None:
+    order = [k for k in range(aval_of(a).ndim) if k not in
+             [k % aval_of(a).ndim for k in axes]] + [k % aval_of(a).ndim for k in axes]
+    a = transpose(a, order)
+  x_shape = aval_of(a).shape[aval_of(b).ndim:]
+  n = int(np.prod(x_shape))
+  x = _solve(reshape(a, (-1, n)), ravel(b))
+  return reshape(x, x_shape)
+
+
+@_linalg_op
 def _matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
   """numpy.linalg.matrix_rank: singular values above tol (default: the largest times
   rtol, itself max(m, n) eps by default); for a vector, 1 unless it is all zeros."""
@@ -3075,5 +3199,8 @@ Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 _wrap_ops()
 linalg = _Linalg(**{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in (
     _inv, _solve, _det, _slogdet, _cholesky, _eigh, _eigvalsh, _qr, _solve_triangular, _svd,
-    _svdvals, _pinv, _matrix_rank, _lstsq)},
-                 norm=norm)
+    _svdvals, _pinv, _matrix_rank, _lstsq, _matrix_power, _multi_dot, _cond, _norm_of_matrices,
+    _norm_of_vectors, _diagonal, _trace, _tensorinv, _tensorsolve)},
+                 norm=norm, matmul=matmul, tensordot=tensordot, vecdot=vecdot, outer=outer,
+                 cross=lambda x1, x2, axis=-1: cross(x1, x2, axis=axis),
+                 matrix_transpose=matrix_transpose)

@@ -206,3 +206,44 @@ def test_failures_raise_linalg_error_naming_the_matrix(prim, op, a, message):
       op(a)
   with pytest.raises(np.linalg.LinAlgError, match=f"{prim} of f64.*{message}"):
     primc.jit(op)(a)
+
+
+_R = np.random.default_rng(21)
+_SQ = _R.standard_normal((2, 3, 3)) + 3 * np.eye(3)
+_T = _R.standard_normal((6, 2, 3)) + 4 * np.eye(6).reshape(6, 2, 3)
+# numpy.linalg's other functions: (function of the module, arguments, finite differences)
+MORE = {
+    "matrix_power_3": (lambda m, a: m.matrix_power(a, 3), (_SQ,), True),
+    "matrix_power_-2": (lambda m, a: m.matrix_power(a, -2), (_SQ,), True),
+    "matrix_power_0": (lambda m, a: m.matrix_power(a, 0), (_SQ,), False),
+    "multi_dot": (lambda m, a, b, c: m.multi_dot([a, b, c]),
+                  (_R.standard_normal(3), _R.standard_normal((3, 4)), _R.standard_normal((4, 2))),
+                  True),
+    "cond": (lambda m, a: m.cond(a), (_SQ,), True),
+    "cond_fro": (lambda m, a: m.cond(a, "fro"), (_SQ,), True),
+    "cond_-2": (lambda m, a: m.cond(a, -2), (_SQ,), True),
+    "matrix_norm_nuc": (lambda m, a: m.matrix_norm(a, ord="nuc", keepdims=True), (_SQ,), True),
+    "vector_norm": (lambda m, a: m.vector_norm(a), (_SQ,), True),
+    "vector_norm_axes": (lambda m, a: m.vector_norm(a, axis=(1, 2), ord=3, keepdims=True),
+                         (_SQ,), True),
+    "diagonal": (lambda m, a: m.diagonal(a, offset=1), (_R.standard_normal((2, 3, 5)),), True),
+    "diagonal_below": (lambda m, a: m.diagonal(a, offset=-2), (_R.standard_normal((2, 4, 3)),),
+                       True),
+    "trace": (lambda m, a: m.trace(a, offset=1), (_R.standard_normal((2, 3, 5)),), True),
+    "tensorinv": (lambda m, a: m.tensorinv(a, ind=1), (_T,), True),
+    "tensorsolve": (lambda m, a, b: m.tensorsolve(a, b), (_T, _R.standard_normal(6)), True),
+    "cross": (lambda m, a, b: m.cross(a, b), (_R.standard_normal((4, 3)),
+                                             _R.standard_normal((4, 3))), True),
+    "vecdot": (lambda m, a, b: m.vecdot(a, b), (_SQ, _SQ[::-1]), True),
+}
+
+
+@pytest.mark.parametrize("name", MORE)
+def test_more_linalg_functions_match_numpy(name):
+  fn, args, smooth = MORE[name]
+  want = fn(np.linalg, *args)
+  for got in (fn(pnp.linalg, *args), primc.jit(lambda *a: fn(pnp.linalg, *a))(*args)):
+    assert np.shape(got) == np.shape(want)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+  if smooth:
+    primc.check_grads(lambda *a: fn(pnp.linalg, *a), args, order=2, modes=("fwd", "rev"))
