@@ -7,10 +7,12 @@ import sys
 
 import numpy as np
 import pytest
+import scipy.linalg as SL
 import scipy.special as S
 import scipy.stats as ST
 
 import primc
+import primc.scipy.linalg as psl
 import primc.scipy.special as ps
 import primc.scipy.stats as pst
 from primc import prims as P
@@ -206,6 +208,9 @@ def test_readme_scipy_table_matches_the_modules():
   readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
   rows = [line for line in readme.splitlines() if re.match(r"\| `(special|stats)`", line)]
   assert len(rows) == 3
+  linalg_row, = [line for line in readme.splitlines() if line.startswith("| `linalg`")]
+  for name in re.findall(r"`(\w+)`", linalg_row.split("|")[2]):
+    assert callable(getattr(psl, name)), name
   distributions = [d for d in ("norm", "t", "gamma", "chi2", "beta", "dirichlet",
                                "multivariate_normal", "poisson") if d in rows[-1]]
   for row in rows:
@@ -217,3 +222,36 @@ def test_readme_scipy_table_matches_the_modules():
       elif name not in ("loc", "scale"):  # a distribution, or a method of some
         assert name in distributions or any(
             callable(getattr(pst, d).__dict__.get(name)) for d in distributions), name
+
+
+_M = R.standard_normal((4, 4))
+_SPD, _GEN, _B = _M @ _M.T + 4 * np.eye(4), _M.T + 4 * np.eye(4), R.standard_normal((4, 2))
+LINALG = {  # name -> (function of scipy.linalg or primc's, arguments, finite differences)
+    "cholesky": (lambda m, a: m.cholesky(a), (_SPD,), True),
+    "cholesky_lower": (lambda m, a: m.cholesky(a, lower=True), (_SPD,), True),
+    "cho_solve": (lambda m, a, b: m.cho_solve(m.cho_factor(a), b), (_SPD, _B), True),
+    "cho_solve_lower": (lambda m, a, b: m.cho_solve((m.cholesky(a, lower=True), True), b),
+                        (_SPD, _B), True),
+    "solve": (lambda m, a, b: m.solve(a, b), (_GEN, _B), True),
+    "solve_transposed": (lambda m, a, b: m.solve(a, b, transposed=True), (_GEN, _B), True),
+    "solve_triangular": (lambda m, a, b: m.solve_triangular(a, b, lower=True),
+                         (np.tril(_GEN), _B), True),
+    "solve_sylvester": (lambda m, a, b, q: m.solve_sylvester(a, b, q),
+                        (_SPD, _GEN[:3, :3], R.standard_normal((4, 3))), True),
+    "eigh_values": (lambda m, a: m.eigh(a, eigvals_only=True), (_SPD,), True),
+    "svd_values": (lambda m, a: m.svd(a, compute_uv=False), (_GEN,), True),
+    "block_diag": (lambda m, a, b: m.block_diag(a, b, np.array([7.0])), (_GEN[:2, :3], _B),
+                   True),
+}
+
+
+@pytest.mark.parametrize("name", LINALG)
+def test_scipy_linalg_matches_scipy(name):
+  fn, args, smooth = LINALG[name]
+  want = fn(SL, *args)
+  for got in (fn(psl, *args), primc.jit(lambda *a: fn(psl, *a))(*args)):
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+  if smooth:
+    primc.check_grads(lambda *a: fn(psl, *a), args, order=2)
+  with pytest.raises(NotSupportedError, match=r"scipy\.linalg\.expm"):
+    psl.expm(_SPD)
