@@ -464,11 +464,13 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   out_index = {v: k for k, v in enumerate(program.outputs)}
   dims = [ctx.size(n) for n in domain]
   # flat: one loop over the elements, when every array is read and written at the index
+  # (0-d arrays broadcast read their one element: no index either)
   read = {a for e in program.eqns for a in e.inputs}
+  scalar = lambda e: e.prim is P.broadcast_in_dim_p and e.inputs[0].aval.ndim == 0
   flat = len(domain) > 1 and not reductions and all(
-      (e.prim not in INDEX_LOADS or is_splat(e)) and e.prim not in (P.iota_p, P.dot_general_p)
-      for e in program.eqns) and all(v.aval.shape == domain for v in program.inputs
-                                     if v in read)
+      (e.prim not in INDEX_LOADS or is_splat(e) or scalar(e))
+      and e.prim not in (P.iota_p, P.dot_general_p) for e in program.eqns) and all(
+          v.aval.shape in (domain, ()) for v in program.inputs if v in read)
   if flat:
     index, setup = ["i"], []
     in_names = [_flat_view(ctx, f"f{n}", n, setup) for n in ins]
