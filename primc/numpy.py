@@ -524,9 +524,13 @@ def full_like(x, fill_value, dtype=None):
   return P.full(a.shape, fill_value, dtype or a.dtype)
 
 
-def eye(n, m=None, dtype="float32"):
+def eye(n, m=None, k=0, dtype="float32"):
+  """numpy.eye (float32 by default, as JAX and Paddle): ones on diagonal k."""
+  if not isinstance(k, (int, np.integer)):  # eye(n, m, dtype) as primc once took it
+    k, dtype = 0, k
   m = n if m is None else m
-  return P.convert(P.eq(P.iota((n, m), 0), P.iota((n, m), 1)), dtype)
+  return P.convert(P.eq(P.add(P.iota((n, m), 0), P.full((n, m), int(k), "int32")),
+                        P.iota((n, m), 1)), dtype)
 
 
 def arange(start, stop=None, step=None, dtype=None):
@@ -556,9 +560,17 @@ def _shape(shape):
 # Shape manipulation
 
 @_op
-def reshape(x, shape, *more):
+def reshape(x, shape, *more, order="C"):
+  """numpy.reshape; order "F" reads and writes the elements in column-major order (the
+  reshape of the transpose, transposed back); "A" is "C" here (traced arrays have no
+  memory layout)."""
   x = as_array(x)
   shape = _shape(shape) if not more else _shape((shape,) + more)
+  if order == "F":
+    full = _full_shape(aval_of(x), shape)
+    return transpose(reshape(transpose(x), full[::-1]))
+  if order not in ("C", "A"):
+    raise PrimcError(f"reshape: order must be 'C', 'F' or 'A', got {order!r}")
   size = aval_of(x).size
   if shape.count(-1) > 1:
     raise ShapeError(f"cannot reshape {aval_of(x).shape} to {shape}: more than one -1")
@@ -572,6 +584,14 @@ def reshape(x, shape, *more):
   return P.reshape(x, shape)
 
 
+def _full_shape(aval, shape) -> tuple[int, ...]:
+  """`shape` with its -1 resolved against `aval`'s size."""
+  if -1 not in shape:
+    return tuple(shape)
+  known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+  return tuple(aval.size // builtins.max(known, 1) if d == -1 else d for d in shape)
+
+
 @_op
 def transpose(x, axes=None, perm=None):
   """numpy.transpose (`perm=` is Paddle's name for `axes`)."""
@@ -583,18 +603,30 @@ def transpose(x, axes=None, perm=None):
 
 
 def moveaxis(x, source, destination):
+  """Axes `source` (an int or a sequence) moved to `destination`, the others in order."""
   x = as_array(x)
   nd = aval_of(x).ndim
-  perm = [i for i in range(nd) if i != source % nd]
-  perm.insert(destination % nd, source % nd)
+  source = [int(a) % nd for a in ((source,) if isinstance(source, (int, np.integer)) else source)]
+  destination = [int(a) % nd for a in ((destination,) if isinstance(destination, (
+      int, np.integer)) else destination)]
+  if len(source) != len(destination):
+    raise ShapeError(f"moveaxis: {len(source)} source axes for {len(destination)} destinations")
+  perm = [i for i in range(nd) if i not in source]
+  for dest, src in sorted(zip(destination, source)):
+    perm.insert(dest, src)
   return transpose(x, perm)
 
 
 def expand_dims(x, axis):
+  """New axes of length 1 at `axis` (an int or a tuple: positions in the result)."""
   x = as_array(x)
-  shape = list(aval_of(x).shape)
-  shape.insert(axis % (len(shape) + 1), 1)
-  return reshape(x, shape)
+  axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+  ndim = aval_of(x).ndim + len(axes)
+  where_new = sorted(int(a) % ndim for a in axes)
+  if len(set(where_new)) != len(where_new):
+    raise ShapeError(f"expand_dims: repeated axis in {axis}")
+  rest = iter(aval_of(x).shape)
+  return reshape(x, [1 if k in where_new else next(rest) for k in range(ndim)])
 
 
 def squeeze(x, axis=None):
@@ -607,6 +639,8 @@ def squeeze(x, axis=None):
 @_op
 def concatenate(arrays, axis=0):
   arrays = _promote_list(arrays)
+  if axis is None:  # numpy: the arrays flattened, joined
+    arrays, axis = [reshape(a, (-1,)) for a in arrays], 0
   nd = aval_of(arrays[0]).ndim
   return arrays[0] if len(arrays) == 1 else P.concatenate(arrays, axis % nd)
 
@@ -1419,8 +1453,8 @@ def _one_axis(axis, ndim):
 
 
 @_op
-def ravel(a):
-  return reshape(a, (-1,))
+def ravel(a, order="C"):
+  return reshape(a, (-1,), order=order)
 
 
 flatten = ravel
@@ -1478,12 +1512,28 @@ def roll(a, shift, axis=None):
   return a
 
 
+_INDEX_PAD_MODES = ("edge", "reflect", "symmetric", "wrap")
+
+
 @_op
 def pad(array, pad_width, mode="constant", constant_values=0):
-  """numpy.pad with mode="constant" (a scalar constant); other modes are not supported."""
+  """numpy.pad with mode "constant" (a scalar constant), or one of the modes that repeat
+  the array's own elements ("edge", "reflect", "symmetric", "wrap", any width): each axis
+  gathered at the positions numpy's pad of its indices gives."""
   x = as_array(array)
+  if mode in _INDEX_PAD_MODES:
+    nd = aval_of(x).ndim
+    widths = np.broadcast_to(np.asarray(pad_width, np.int64), (nd, 2))
+    for axis, (before, after) in enumerate(widths):
+      n = aval_of(x).shape[axis]
+      if before or after:
+        if n == 0:
+          raise ShapeError(f"pad with mode={mode!r} of an empty axis {axis}")
+        x = take(x, np.pad(np.arange(n), (int(before), int(after)), mode=mode), axis=axis)
+    return x
   if mode != "constant":
-    raise NotSupportedError(f"pad with mode={mode!r} is not supported (mode='constant' is)")
+    raise NotSupportedError(f"pad with mode={mode!r} is not supported (modes 'constant', "
+                            f"{', '.join(map(repr, _INDEX_PAD_MODES))} are)")
   if np.ndim(constant_values) != 0:
     raise NotSupportedError("pad with per-axis constant_values is not supported (a scalar is)")
   nd = aval_of(x).ndim
@@ -1549,12 +1599,15 @@ def triu(m, k=0):
 
 
 @_op
-def diagonal(a, offset=0):
-  """The diagonal of a matrix (offset k: above for k > 0), as numpy (2-D arrays)."""
+def diagonal(a, offset=0, axis1=0, axis2=1):
+  """The diagonal (offset k: above for k > 0) of the matrices on axes axis1, axis2, as a
+  last axis (numpy's)."""
   a = as_array(a)
   shape = aval_of(a).shape
-  if len(shape) != 2:
-    raise NotSupportedError(f"diagonal of a rank-{len(shape)} array is not supported (2-D is)")
+  if len(shape) < 2:
+    raise ShapeError(f"diagonal needs at least 2 dimensions, got shape {shape}")
+  if len(shape) != 2 or (axis1 % 2, axis2 % 2) != (0, 1):
+    return _diagonal(moveaxis(a, (axis1, axis2), (-2, -1)), offset)
   n, m = shape
   k = int(offset)
   length = builtins.max(0, builtins.min(n, m - k) if k >= 0 else builtins.min(n + k, m))
@@ -1582,8 +1635,9 @@ def diag(v, k=0):
 
 
 @_op
-def trace(a, offset=0):
-  return sum(diagonal(a, offset))
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
+  out = sum(diagonal(a, offset, axis1, axis2), -1)
+  return out if dtype is None else astype(out, dtype)
 
 
 def _atleast(a, nd):
@@ -2594,7 +2648,7 @@ def searchsorted(a, v, side="left"):
 def interp(x, xp, fp, left=None, right=None):
   """numpy.interp: piecewise-linear through (xp, fp), xp increasing; constant beyond the
   ends (left/right if given). Differentiable in x and fp."""
-  x, xp, fp = _float(x), ravel(_float(xp)), ravel(_float(fp))
+  x, xp, fp = _float(x), ravel(_float(array(xp))), ravel(_float(array(fp)))
   n = aval_of(xp).shape[0]
   i = searchsorted(xp, x, side="right")
   i = clip(i, 1, n - 1)
@@ -2922,6 +2976,61 @@ int_ = np.int64
 
 # ---------------------------------------------------------------------------------------
 # Sign bits, histograms, counts, rank and least squares
+
+@_op
+def unravel_index(indices, shape, order="C"):
+  """The coordinates of flat indices in an array of `shape` (a tuple of int64 arrays)."""
+  if order not in ("C", "F"):
+    raise PrimcError(f"unravel_index: order must be 'C' or 'F', got {order!r}")
+  if not isinstance(indices, Tracer):
+    return tuple(asarray(c) for c in np.unravel_index(indices, shape, order))
+  flat = astype(indices, "int64")
+  dims = list(shape) if order == "C" else list(shape)[::-1]
+  coords = []
+  for n in dims[::-1]:  # the fastest-varying dimension first
+    coords.append(mod(flat, n))
+    flat = floor_divide(flat, n)
+  coords = coords[::-1]
+  return tuple(coords if order == "C" else coords[::-1])
+
+
+@_op
+def delete(arr, obj, axis=None):
+  """arr without the entries `obj` (constant ints, slices or masks) along `axis`
+  (flattened when None)."""
+  arr = as_array(arr)
+  if axis is None:
+    arr, axis = reshape(arr, (-1,)), 0
+  n = aval_of(arr).shape[axis]
+  return take(arr, np.delete(np.arange(n), obj), axis=axis)
+
+
+@_op
+def insert(arr, obj, values, axis=None):
+  """`values` inserted before position `obj` (one int) along `axis` (flattened when None),
+  broadcast as numpy does for one position."""
+  arr = as_array(arr)
+  if axis is None:
+    arr, axis = reshape(arr, (-1,)), 0
+  if not isinstance(obj, (int, np.integer)):
+    raise NotSupportedError("insert at several positions (a sequence or slice obj) is not "
+                            "supported: insert at one int position, repeatedly")
+  shape = aval_of(arr).shape
+  axis = axis % len(shape)
+  at = int(obj) + (shape[axis] if obj < 0 else 0)
+  if not 0 <= at <= shape[axis]:
+    raise PrimcIndexError(f"insert: index {obj} is out of bounds for axis {axis} of size "
+                          f"{shape[axis]}")
+  values = array(values)
+  values = reshape(values, (1,) * (len(shape) - aval_of(values).ndim) + aval_of(values).shape)
+  values = moveaxis(values, 0, axis)
+  block = list(shape)
+  block[axis] = aval_of(values).shape[axis]
+  values = astype(broadcast_to(values, block), aval_of(arr).dtype)
+  before = take(arr, np.arange(at), axis=axis)
+  after = take(arr, np.arange(at, shape[axis]), axis=axis)
+  return concatenate([before, values, after], axis)
+
 
 @_op
 def signbit(x):

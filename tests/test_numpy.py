@@ -81,6 +81,35 @@ ARRAY_FUNCTIONS = [
     ("copysign", lambda x: pnp.copysign(x, x[::-1]), lambda x: np.copysign(x, x[::-1])),
     ("nextafter", lambda x: pnp.nextafter(x, x[::-1]), lambda x: np.nextafter(x, x[::-1])),
     ("signbit", lambda x: pnp.signbit(x * 0.0), lambda x: np.signbit(x * 0.0)),
+    # API variants (orders, axis tuples, modes, keyword axes) a numpy program uses
+    ("reshape_F", lambda x: pnp.reshape(x, (2, -1), order="F"),
+     lambda x: np.reshape(x, (2, -1), order="F")),
+    ("ravel_flatten_F", lambda x: (pnp.ravel(x, order="F"), x.flatten(order="F")),
+     lambda x: (np.ravel(x, order="F"), x.flatten(order="F"))),
+    ("concatenate_None", lambda x: pnp.concatenate([x, x[:1]], axis=None),
+     lambda x: np.concatenate([x, x[:1]], axis=None)),
+    ("expand_dims_tuple", lambda x: pnp.expand_dims(x, (0, -1)),
+     lambda x: np.expand_dims(x, (0, -1))),
+    ("eye_k", lambda x: x * pnp.eye(3, 4, k=1), lambda x: x * np.eye(3, 4, k=1, dtype=np.float32)),
+    *[(f"pad_{mode}", (lambda m: lambda x: pnp.pad(x, ((2, 5), (1, 3)), mode=m))(mode),
+       (lambda m: lambda x: np.pad(x, ((2, 5), (1, 3)), mode=m))(mode))
+      for mode in ("edge", "reflect", "symmetric", "wrap")],
+    ("interp_lists", lambda x: pnp.interp(x, [-1.0, 0.0, 1.0], [0.0, 1.0, 0.5]),
+     lambda x: np.interp(x, [-1.0, 0.0, 1.0], [0.0, 1.0, 0.5])),
+    ("delete", lambda x: (pnp.delete(x, 1, axis=1), pnp.delete(x, [0, 5])),
+     lambda x: (np.delete(x, 1, axis=1), np.delete(x, [0, 5]))),
+    ("insert", lambda x: (pnp.insert(x, 1, 5.0, axis=1), pnp.insert(x, -1, x[0], axis=0),
+                          pnp.insert(x, 3, [7.0, 8.0])),
+     lambda x: (np.insert(x, 1, 5.0, axis=1), np.insert(x, -1, x[0], axis=0),
+                np.insert(x, 3, [7.0, 8.0]))),
+    ("trace_diagonal_axes", lambda x: (pnp.trace(pnp.stack([x, 2 * x]), 1, axis1=1, axis2=2),
+                                       pnp.diagonal(pnp.stack([x, x]), -1, axis1=2, axis2=1)),
+     lambda x: (np.trace(np.stack([x, 2 * x]), 1, axis1=1, axis2=2),
+                np.diagonal(np.stack([x, x]), -1, axis1=2, axis2=1))),
+    ("moveaxis_tuples", lambda x: pnp.moveaxis(pnp.stack([x, x]), (0, 2), (2, 0)),
+     lambda x: np.moveaxis(np.stack([x, x]), (0, 2), (2, 0))),
+    ("unravel_index", lambda x: pnp.unravel_index(pnp.argmax(x), (3, 4)),
+     lambda x: np.unravel_index(np.argmax(x), (3, 4))),
     ("array_split", lambda x: tuple(pnp.array_split(x, 3, axis=1)),
      lambda x: tuple(np.array_split(x, 3, axis=1))),
     ("hsplit_vsplit", lambda x: (*pnp.hsplit(x, [1, 9]), *pnp.vsplit(x, 3)),
@@ -94,8 +123,10 @@ ARRAY_FUNCTIONS = [
     ("argsort", pnp.argsort, lambda x: np.argsort(x, kind="stable")),
     ("argsort_0_method", lambda x: x.argsort(0), lambda x: np.argsort(x, 0, kind="stable")),
 ]
-NONDIFFERENTIABLE = {"argmax", "argmin_1", "argsort", "argsort_0_method", "signbit"}
-COMPILED_GRADS = {"mod_op_negative", "fmod_rows", "sinc", "copysign", "nextafter", "rounding", "r_c_", "rot90_1", "roll_axes", "pad_value", "tile", "repeat_axis", "triu_1",
+NONDIFFERENTIABLE = {"argmax", "argmin_1", "argsort", "argsort_0_method", "signbit",
+                     "unravel_index"}
+COMPILED_GRADS = {"mod_op_negative", "fmod_rows", "sinc", "copysign", "nextafter", "pad_reflect",
+                  "insert", "trace_diagonal_axes", "rounding", "r_c_", "rot90_1", "roll_axes", "pad_value", "tile", "repeat_axis", "triu_1",
                   "diff_2_0", "cumsum_1", "cumprod_0", "prod_1_keep",
                   "std_ddof", "sort_0"}
 POS = lambda *s: np.abs(N(*s)) + 0.5
