@@ -284,9 +284,15 @@ logaddexp = _binary_float(P.logaddexp_p, "logaddexp")
 
 
 @_op
-def clip(a, a_min=None, a_max=None):
-  """numpy's clip: `minimum(maximum(a, a_min), a_max)`, either bound None; the gradient is
-  that of maximum and minimum (1 inside, 0 outside, at a bound the bound's)."""
+def clip(a, a_min=None, a_max=None, **bounds):
+  """numpy's clip: `minimum(maximum(a, a_min), a_max)`, either bound None (also given as
+  min=, max=, numpy 2's names); the gradient is that of maximum and minimum (1 inside, 0
+  outside, at a bound the bound's)."""
+  unknown = set(bounds) - {"min", "max"}
+  if unknown:
+    raise PrimcError(f"clip got unexpected arguments {sorted(unknown)}")
+  a_min = bounds.get("min", a_min)
+  a_max = bounds.get("max", a_max)
   if a_min is None and a_max is None:
     raise PrimcError("clip needs a_min or a_max (both are None)")
   out = as_array(a)
@@ -982,14 +988,25 @@ def _advanced_index(x, entries):
 # Reductions
 
 @_op
-def sum(x, axis=None, keepdims=False, dtype=None):
+def sum(x, axis=None, keepdims=False, dtype=None, initial=None, where=None):
+  """numpy.sum; `where` (a mask broadcast against x) leaves entries out, `initial` is
+  added."""
   x = asarray(x, dtype)
   a = aval_of(x)
   if a.dtype == "bool":
     x = P.convert(x, "int32")
+  if where is not None:
+    x = _masked(x, where, 0)
   axes = _axes(axis, a.ndim)
   out = P.reduce_sum(x, axes) if axes else x
-  return _keep(out, a.shape, axes) if keepdims else out
+  out = _keep(out, a.shape, axes) if keepdims else out
+  return out if initial is None else add(out, asarray(initial, aval_of(out).dtype))
+
+
+def _masked(x, mask, fill):
+  """x where `mask` (broadcast to x's shape), `fill` elsewhere."""
+  mask = broadcast_to(asarray(mask, "bool"), aval_of(x).shape)
+  return P.select(mask, x, P.full(aval_of(x).shape, fill, aval_of(x).dtype))
 
 
 def _keep(out, shape, axes):
@@ -997,8 +1014,13 @@ def _keep(out, shape, axes):
 
 
 @_op
-def mean(x, axis=None, keepdims=False):
-  x = _float(x)
+def mean(x, axis=None, keepdims=False, dtype=None, where=None):
+  """numpy.mean; over the entries `where` is true when it is given."""
+  x = _float(x) if dtype is None else asarray(x, dtype)
+  if where is not None:
+    return divide(sum(x, axis, keepdims, where=where),
+                  sum(astype(broadcast_to(asarray(where, "bool"), aval_of(x).shape),
+                             aval_of(x).dtype), axis, keepdims))
   a = aval_of(x)
   axes = _axes(axis, a.ndim)
   count = int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
@@ -1011,20 +1033,29 @@ def mean(x, axis=None, keepdims=False):
 
 
 @_op
-def max(x, axis=None, keepdims=False):
+def max(x, axis=None, keepdims=False, initial=None, where=None):
+  """numpy.max; `initial` takes part (and is the result of an empty reduction); `where`
+  (a mask, with `initial`, as numpy requires) leaves entries out."""
   x = as_array(x)
   a = aval_of(x)
-  axes = _axes(axis, a.ndim)
+  if where is not None:
+    if initial is None:
+      raise PrimcError("max with where= needs initial= (numpy's rule: the maximum has no "
+                       "identity)")
+    x = _masked(x, where, initial)
+  axes = _axes(axis, a.ndim)  # (initial: in x's dtype, as numpy casts it)
   out = P.reduce_max(x, axes) if axes else x
-  return _keep(out, a.shape, axes) if keepdims else out
+  out = _keep(out, a.shape, axes) if keepdims else out
+  return out if initial is None else maximum(out, asarray(initial, aval_of(out).dtype))
 
 
 amax = max
 
 
 @_op
-def min(x, axis=None, keepdims=False):
-  return negative(max(negative(x), axis, keepdims))
+def min(x, axis=None, keepdims=False, initial=None, where=None):
+  return negative(max(negative(x), axis, keepdims, None if initial is None else -initial,
+                      where))
 
 
 amin = min
@@ -1780,13 +1811,23 @@ def _arg_extreme(a, axis, reduce_fn):
 
 
 @_op
-def argmax(a, axis=None):
-  return _arg_extreme(a, axis, max)
+def argmax(a, axis=None, keepdims=False):
+  out = _arg_extreme(a, axis, max)
+  return _keep_arg(out, a, axis) if keepdims else out
+
+
+def _keep_arg(out, a, axis):
+  """An arg-reduction's result with its axis kept (all axes, of length 1, when None)."""
+  ndim = aval_of(as_array(a)).ndim
+  if axis is None:
+    return reshape(out, (1,) * ndim)
+  return expand_dims(out, int(axis) % ndim)
 
 
 @_op
-def argmin(a, axis=None):
-  return _arg_extreme(a, axis, min)
+def argmin(a, axis=None, keepdims=False):
+  out = _arg_extreme(a, axis, min)
+  return _keep_arg(out, a, axis) if keepdims else out
 
 
 
@@ -2170,6 +2211,25 @@ def logical_or(x, y):
 def logical_xor(x, y):
   x, y = _promote(_truth(x), _truth(y))
   return P.ne_p.bind(x, y)
+
+
+def _bitwise(logical, name):
+  """numpy's bitwise `name` (and Python's operator): the logical one on bool arrays; on
+  integers not supported."""
+  def fn(*xs):
+    xs = [as_array(x) for x in xs]
+    if builtins.any(aval_of(x).dtype != "bool" for x in xs):
+      raise NotSupportedError(f"{name} of {', '.join(str(aval_of(x).dtype) for x in xs)} "
+                              f"arrays: bitwise operations are supported on bool arrays only")
+    return logical(*xs)
+  fn.__name__ = name
+  return _op(fn)
+
+
+bitwise_and = _bitwise(logical_and, "bitwise_and")
+bitwise_or = _bitwise(logical_or, "bitwise_or")
+bitwise_xor = _bitwise(logical_xor, "bitwise_xor")
+invert = bitwise_not = bitwise_invert = _bitwise(logical_not, "invert")
 
 
 @_op
@@ -3300,7 +3360,10 @@ _MORE_METHODS = {"ravel": ravel, "flatten": ravel, "squeeze": squeeze, "prod": p
                  "argsort": argsort,
                  "cumsum": cumsum, "cumprod": cumprod, "std": std,
                  "argmax": argmax, "argmin": argmin, "clip": clip, "diagonal": diagonal,
-                 "trace": trace, "repeat": repeat}
+                 "trace": trace, "repeat": repeat, "dot": dot, "round": round,
+                 "take": take, "__and__": bitwise_and, "__rand__": _swap(bitwise_and),
+                 "__or__": bitwise_or, "__ror__": _swap(bitwise_or), "__xor__": bitwise_xor,
+                 "__rxor__": _swap(bitwise_xor), "__invert__": invert}
 _TRACER_METHODS.update(_MORE_METHODS)
 for _name, _fn in _MORE_METHODS.items():
   setattr(Tracer, _name, _fn)

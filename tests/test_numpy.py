@@ -110,6 +110,24 @@ ARRAY_FUNCTIONS = [
      lambda x: np.moveaxis(np.stack([x, x]), (0, 2), (2, 0))),
     ("unravel_index", lambda x: pnp.unravel_index(pnp.argmax(x), (3, 4)),
      lambda x: np.unravel_index(np.argmax(x), (3, 4))),
+    ("reduction_keywords", lambda x: (pnp.sum(x, 0, initial=2.0, where=x > 0),
+                                      pnp.mean(x, 1, where=x > -0.5, dtype=np.float64),
+                                      pnp.max(x, 1, initial=0.25, where=x < 1),
+                                      pnp.min(x, 0, keepdims=True, initial=-0.1)),
+     lambda x: (np.sum(x, 0, initial=2.0, where=x > 0),
+                np.mean(x, 1, where=x > -0.5, dtype=np.float64),
+                np.max(x, 1, initial=0.25, where=x < 1),
+                np.min(x, 0, keepdims=True, initial=-0.1))),
+    ("arg_keepdims", lambda x: (pnp.argmax(x, 1, keepdims=True), pnp.argmin(x, keepdims=True)),
+     lambda x: (np.argmax(x, 1, keepdims=True), np.argmin(x, keepdims=True))),
+    ("methods_dot_round_take_clip", lambda x: (x.dot(x.T), x.round(1), x.take([2, 0], axis=1),
+                                               x.clip(min=-0.5), pnp.clip(x, max=0.3)),
+     lambda x: (x.dot(x.T), x.round(1), x.take([2, 0], axis=1), x.clip(min=-0.5),
+                np.clip(x, None, 0.3))),
+    ("bool_operators", lambda x: ((x > 0) & (x < 1), (x > 0) | (x < -1), (x > 0) ^ (x < 1),
+                                  ~(x > 0), pnp.bitwise_and(x > 0, True)),
+     lambda x: ((x > 0) & (x < 1), (x > 0) | (x < -1), (x > 0) ^ (x < 1), ~(x > 0),
+                np.bitwise_and(x > 0, True))),
     ("array_split", lambda x: tuple(pnp.array_split(x, 3, axis=1)),
      lambda x: tuple(np.array_split(x, 3, axis=1))),
     ("hsplit_vsplit", lambda x: (*pnp.hsplit(x, [1, 9]), *pnp.vsplit(x, 3)),
@@ -124,7 +142,7 @@ ARRAY_FUNCTIONS = [
     ("argsort_0_method", lambda x: x.argsort(0), lambda x: np.argsort(x, 0, kind="stable")),
 ]
 NONDIFFERENTIABLE = {"argmax", "argmin_1", "argsort", "argsort_0_method", "signbit",
-                     "unravel_index"}
+                     "unravel_index", "arg_keepdims", "bool_operators"}
 COMPILED_GRADS = {"mod_op_negative", "fmod_rows", "sinc", "copysign", "nextafter", "pad_reflect",
                   "insert", "trace_diagonal_axes", "rounding", "r_c_", "rot90_1", "roll_axes", "pad_value", "tile", "repeat_axis", "triu_1",
                   "diff_2_0", "cumsum_1", "cumprod_0", "prod_1_keep",
@@ -516,3 +534,10 @@ def test_histogram_bincount_matrix_rank_lstsq_match_numpy():
   np.testing.assert_allclose(pnp.linalg.lstsq(a, b[:, 0])[1], np.linalg.lstsq(a, b[:, 0])[1],
                              rtol=1e-10)
   primc.check_grads(lambda m, v: pnp.linalg.lstsq(m, v)[0], (a, b), order=2)
+
+
+def test_bitwise_operations_on_integers_are_a_clear_error():
+  with pytest.raises(pnp.NotSupportedError, match="bitwise_and of int64, int64"):
+    primc.jit(lambda a: (a * 3).astype(int) & pnp.ones(4, dtype=int))(np.ones(4))
+  with pytest.raises(primc.PrimcError, match="needs initial"):
+    pnp.max(np.ones(3), where=np.ones(3, bool))
