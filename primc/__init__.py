@@ -16,6 +16,10 @@ from primc.interpreter import interpret
 from primc.trace import make_program
 from primc.api import (check_grads, grad, hessian, hvp, jacfwd, jacrev, jvp, linearize,
                        stop_gradient, value_and_grad, vjp, vmap)
+from primc.api import (checkpoint, deriv, elementwise_grad, grad_and_aux,  # autograd's
+                       hessian_tensor_product, hessian_vector_product, jacobian, make_ggnvp,
+                       make_hvp, make_jvp, make_vjp, tensor_jacobian_product,
+                       vector_jacobian_product)
 from primc.ad import jvp_program, linearize_program, transpose_program, vjp_program
 from primc.batching import batch_program
 from primc.settings import config, raw_transforms

@@ -429,3 +429,116 @@ def check_grads(f: Callable, args: Sequence, order: int = 1, modes=("fwd", "rev"
       ct_tree = tree_unflatten(out_td, cts)
       check_grads(lambda *a: [c for c in vjp(f, *a)[1](ct_tree) if c is not None], args,
                   order - 1, ("rev",), eps, atol, rtol, seed + 1)
+
+
+# ---------------------------------------------------------------------------------------
+# autograd's spellings (`argnum`: one positional argument), over the transforms above
+
+def _at_argnum(fun: Callable, args, argnum: int):
+  """`fun` as a function of its argument `argnum` alone (the others fixed), and that
+  argument."""
+  args = list(args)
+
+  def of_one(x):
+    return fun(*args[:argnum], x, *args[argnum + 1:])
+  return of_one, args[argnum]
+
+
+def jacobian(fun: Callable, argnum: int = 0) -> Callable:
+  """autograd.jacobian: the Jacobian in argument `argnum`, shape output + input."""
+  return jacrev(fun, argnums=argnum)
+
+
+def elementwise_grad(fun: Callable, argnum: int = 0) -> Callable:
+  """autograd.elementwise_grad (and `deriv`): the vector-Jacobian product with ones, the
+  sum of each column of the Jacobian; the derivative itself for elementwise functions."""
+  def grad_fn(*args):
+    f, x = _at_argnum(fun, args, argnum)
+    out, pullback = vjp(f, x)
+    return pullback(pnp.ones_like(out))[0]
+  return grad_fn
+
+
+deriv = elementwise_grad
+
+
+def grad_and_aux(fun: Callable, argnum: int = 0) -> Callable:
+  """autograd.grad_and_aux: fun returns (value, aux); gives (gradient, aux)."""
+  def grad_fn(*args):
+    (_, aux), g = value_and_grad(fun, argnums=argnum, has_aux=True)(*args)
+    return g, aux
+  return grad_fn
+
+
+def make_vjp(fun: Callable, argnum: int = 0) -> Callable:
+  """autograd.make_vjp: `make_vjp(f)(x)` is `(vjp_fn, f(x))`, vjp_fn(v) the cotangent of
+  argument `argnum`."""
+  def at(*args):
+    f, x = _at_argnum(fun, args, argnum)
+    out, pullback = vjp(f, x)
+    return (lambda v: pullback(v)[0]), out
+  return at
+
+
+def make_jvp(fun: Callable, argnum: int = 0) -> Callable:
+  """autograd.make_jvp: `make_jvp(f)(x)(v)` is `(f(x), J v)` in argument `argnum`."""
+  def at(*args):
+    f, x = _at_argnum(fun, args, argnum)
+    return lambda v: jvp(f, (x,), (v,))
+  return at
+
+
+def tensor_jacobian_product(fun: Callable, argnum: int = 0) -> Callable:
+  """autograd.tensor_jacobian_product (and `vector_jacobian_product`): `(*args, v)` ->
+  v contracted with the Jacobian's output axes."""
+  def product(*args_and_v):
+    *args, v = args_and_v
+    return make_vjp(fun, argnum)(*args)[0](v)
+  return product
+
+
+vector_jacobian_product = tensor_jacobian_product
+
+
+def hessian_tensor_product(fun: Callable, argnum: int = 0) -> Callable:
+  """autograd.hessian_tensor_product (and `hessian_vector_product`): `(*args, v)` -> the
+  Hessian in argument `argnum` contracted with v (forward over reverse: `hvp`)."""
+  def product(*args_and_v):
+    *args, v = args_and_v
+    f, x = _at_argnum(fun, args, argnum)
+    return hvp(f, (x,), (v,))[0]
+  return product
+
+
+hessian_vector_product = hessian_tensor_product
+
+
+def make_hvp(fun: Callable, argnum: int = 0) -> Callable:
+  """autograd.make_hvp: `make_hvp(f)(x)` is `(hvp_fn, f(x))`."""
+  def at(*args):
+    return (lambda v: hessian_tensor_product(fun, argnum)(*args, v)), fun(*args)
+  return at
+
+
+def make_ggnvp(f: Callable, g: Callable = None, f_argnum: int = 0) -> Callable:
+  """autograd.make_ggnvp: the Gauss-Newton product J_f^T H_g J_f v of g(f(x)) (g by
+  default sum(y^2, axis=-1) / 2)."""
+  g = g or (lambda y: pnp.multiply(0.5, pnp.sum(pnp.multiply(y, y), -1)))
+
+  def at(*args):
+    f_x, x = _at_argnum(f, args, f_argnum)
+    y, pull_f = vjp(f_x, x)
+
+    def product(v):
+      _, jv = jvp(f_x, (x,), (v,))
+      hjv = hessian_tensor_product(g)(y, jv)
+      return pull_f(hjv)[0]
+    return product
+  return at
+
+
+def checkpoint(fun: Callable) -> Callable:
+  """autograd.checkpoint: the same values and derivatives (its purpose, recomputing
+  intermediates in the backward pass to save memory, is the compiled program's: primc's
+  passes and fusion decide what is stored)."""
+  return fun
