@@ -101,6 +101,24 @@ class Tracer:
                      f"primc.lax.cond / switch / while_loop / fori_loop / scan, or "
                      f"pnp.where, at {user_source()}")
 
+  def _concrete(self, kind):
+    raise PrimcError(f"{kind}() of a traced array {self.aval} is not known while tracing "
+                     f"(its value exists only when the program runs): keep it an array "
+                     f"(pnp.astype for a dtype, the value itself in arithmetic), at "
+                     f"{user_source()}")
+
+  def __float__(self):
+    self._concrete("float")
+
+  def __int__(self):
+    self._concrete("int")
+
+  def __complex__(self):
+    self._concrete("complex")
+
+  def __index__(self):
+    self._concrete("index (an int)")
+
   def __array__(self, *a, **k):
     raise PrimcError(f"a traced array {self.aval} cannot be converted to a numpy array while "
                      f"tracing, at {user_source()}")

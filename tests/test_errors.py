@@ -73,6 +73,13 @@ def test_data_dependent_python_control_flow_is_a_clear_error():
     primc.make_program(f)(F(3))
 
 
+@pytest.mark.parametrize("convert,kind", [(float, "float"), (int, "int"),
+                                          (lambda t: [1, 2][t], "index")])
+def test_python_numbers_of_traced_values_are_clear_errors(convert, kind):
+  with pytest.raises(primc.PrimcError, match=rf"{kind}.* of a traced array .*test_errors.py"):
+    primc.grad(lambda x: convert(x[0]) * x[1])(np.ones(2))
+
+
 def test_escaped_tracer_is_a_clear_error():
   leaked = []
   primc.make_program(lambda x: leaked.append(x) or x)(F(2))
