@@ -3032,7 +3032,7 @@ single = np.float32
 int_ = np.int64
 
 
-# ndarray methods of the functions above (not `.var`: a traced value's `var` is its IR variable)
+# ndarray methods of the functions above
 
 # ---------------------------------------------------------------------------------------
 # Sign bits, histograms, counts, rank and least squares
@@ -3358,7 +3358,7 @@ _MORE_METHODS = {"ravel": ravel, "flatten": ravel, "squeeze": squeeze, "prod": p
                  "swapaxes": swapaxes, "any": any, "all": all, "copy": copy, "conj": conj,
                  "conjugate": conj, "ptp": ptp,
                  "argsort": argsort,
-                 "cumsum": cumsum, "cumprod": cumprod, "std": std,
+                 "cumsum": cumsum, "cumprod": cumprod, "std": std, "var": var,
                  "argmax": argmax, "argmin": argmin, "clip": clip, "diagonal": diagonal,
                  "trace": trace, "repeat": repeat, "dot": dot, "round": round,
                  "take": take, "__and__": bitwise_and, "__rand__": _swap(bitwise_and),

@@ -53,7 +53,7 @@ class Builder:
   def atom(self, x) -> Any:
     if isinstance(x, Tracer):
       if x.builder is self:
-        return x.var
+        return x.ir_var
       if x.builder.level < self.level and x.builder in _state.builders:
         if id(x) not in self.captured:
           self.captured[id(x)] = (x, Var(x.aval))
@@ -65,17 +65,17 @@ class Builder:
 
 class Tracer:
   """A traced array value. Operators and methods dispatch to `primc.numpy`."""
-  __slots__ = ("builder", "var", "weak")
+  __slots__ = ("builder", "ir_var", "weak")  # (not `var`: that is numpy's method)
   __array_priority__ = 1000
 
   def __init__(self, builder: Builder, var: Var):
     self.builder = builder
-    self.var = var
+    self.ir_var = var
     self.weak = False  # stands for a Python scalar: mixed with an array it takes its dtype
 
   @property
   def aval(self) -> ShapedArray:
-    return self.var.aval
+    return self.ir_var.aval
 
   shape = property(lambda self: self.aval.shape)
   dtype = property(lambda self: np.dtype(self.aval.dtype))

@@ -118,6 +118,8 @@ ARRAY_FUNCTIONS = [
                 np.mean(x, 1, where=x > -0.5, dtype=np.float64),
                 np.max(x, 1, initial=0.25, where=x < 1),
                 np.min(x, 0, keepdims=True, initial=-0.1))),
+    ("method_var", lambda x: (x.var(), x.var(axis=1, ddof=1)),
+     lambda x: (x.var(), x.var(axis=1, ddof=1))),
     ("arg_keepdims", lambda x: (pnp.argmax(x, 1, keepdims=True), pnp.argmin(x, keepdims=True)),
      lambda x: (np.argmax(x, 1, keepdims=True), np.argmin(x, keepdims=True))),
     ("methods_dot_round_take_clip", lambda x: (x.dot(x.T), x.round(1), x.take([2, 0], axis=1),
