@@ -3092,6 +3092,97 @@ def insert(arr, obj, values, axis=None):
   return concatenate([before, values, after], axis)
 
 
+def _first_true(mask, size: int, fill_value):
+  """The flat positions of the first `size` true entries of the 1-D bool `mask`, in order,
+  padded with `fill_value`: each found where the running count of trues reaches it."""
+  n = aval_of(mask).shape[0]
+  count = cumsum(astype(mask, "int64"))
+  grid = (size, n)
+  hits = logical_and(P.broadcast_in_dim(mask, grid, (1,)),
+                     equal(P.broadcast_in_dim(count, grid, (1,)),
+                           add(P.iota(grid, 0, "int64"), 1)))
+  positions = sum(where(hits, P.iota(grid, 1, "int64"), 0), 1)
+  return where(any(hits, 1), positions, fill_value)
+
+
+def _static_size(name, size, a):
+  """Whether `a` is traced (then `size` must be given: the result's length would depend
+  on the values)."""
+  if isinstance(a, Tracer) and size is None:
+    raise NotSupportedError(f"{name} of a traced array without size= (its length depends on "
+                            f"the values): pass size= (and fill_value=), as in JAX")
+  return isinstance(a, Tracer)
+
+
+def _padded(values, size, fill_value):
+  """numpy's result cut or padded to `size` (JAX's size= on concrete arrays)."""
+  values = np.asarray(values)
+  if size is None:
+    return values
+  out = np.full((size,) + values.shape[1:], 0 if fill_value is None else fill_value,
+                values.dtype)
+  out[:builtins.min(size, len(values))] = values[:size]
+  return out
+
+
+@_op
+def flatnonzero(a, *, size=None, fill_value=None):
+  """The flat indices of a's nonzero entries (int64); traced, the first `size` of them,
+  padded with fill_value (0 by default), as JAX."""
+  if not _static_size("flatnonzero", size, a):
+    return asarray(_padded(np.flatnonzero(np.asarray(a)), size, fill_value))
+  flat = ravel(as_array(a))
+  return _first_true(not_equal(flat, zeros_like(flat)), int(size),
+                     0 if fill_value is None else fill_value)
+
+
+@_op
+def nonzero(a, *, size=None, fill_value=None):
+  """A tuple of index arrays, one per dimension, of a's nonzero entries (see flatnonzero
+  for size= and fill_value=, which may be a tuple, one per dimension)."""
+  shape = aval_of(as_array(a)).shape
+  fills = fill_value if isinstance(fill_value, tuple) else (fill_value,) * len(shape)
+  if not _static_size("nonzero", size, a):
+    return tuple(asarray(_padded(i, size, f)) for i, f in zip(np.nonzero(np.asarray(a)), fills))
+  flat = flatnonzero(a, size=size, fill_value=-1)
+  coords = unravel_index(maximum(flat, 0), shape)
+  return tuple(where(equal(flat, -1), 0 if f is None else f, c) for c, f in zip(coords, fills))
+
+
+@_op
+def argwhere(a, *, size=None, fill_value=None):
+  """The indices of a's nonzero entries as rows (n, ndim); size= as nonzero's."""
+  if not _static_size("argwhere", size, a):
+    return asarray(_padded(np.argwhere(np.asarray(a)), size, fill_value))
+  return stack(nonzero(a, size=size, fill_value=fill_value), axis=-1)
+
+
+@_op
+def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *,
+           size=None, fill_value=None):
+  """The sorted distinct values of ar (flattened). Traced: the first `size` of them,
+  padded with fill_value (the smallest value by default), as JAX; return_index,
+  return_inverse, return_counts and axis are supported on constant arrays only."""
+  extra = return_index or return_inverse or return_counts or axis is not None
+  if not isinstance(ar, Tracer):
+    out = np.unique(np.asarray(ar), return_index, return_inverse, return_counts, axis)
+    if size is not None and not extra:
+      if fill_value is None:
+        fill_value = out.min() if out.size else 0
+      out = _padded(out, size, fill_value)
+    return tuple(asarray(o) for o in out) if extra else asarray(out)
+  _static_size("unique", size, ar)
+  if extra:
+    raise NotSupportedError("unique of a traced array with return_index, return_inverse, "
+                            "return_counts or axis is not supported")
+  s = sort(ravel(as_array(ar)))
+  first = concatenate([P.full((1,), True, "bool"), not_equal(s[1:], s[:-1])])
+  idx = _first_true(first, int(size), -1)
+  values = take(s, maximum(idx, 0))
+  fill = s[0] if fill_value is None else fill_value
+  return where(equal(idx, -1), fill, values)
+
+
 @_op
 def signbit(x):
   """Whether x's sign bit is set (true for -0.0 and -nan); x < 0 for integers."""
