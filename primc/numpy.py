@@ -2705,6 +2705,18 @@ def searchsorted(a, v, side="left"):
 
 
 @_op
+def digitize(x, bins, right=False):
+  """The index of the bin of each x (numpy.digitize): bins constant and monotonic."""
+  edges = np.asarray(bins)
+  if edges.ndim != 1:
+    raise PrimcError(f"digitize: bins must be 1-D, got shape {edges.shape}")
+  if edges.size > 1 and edges[0] > edges[-1]:  # decreasing: numpy counts from the end
+    found = searchsorted(edges[::-1].copy(), x, side="right" if right else "left")
+    return subtract(edges.size, found)
+  return searchsorted(edges, x, side="left" if right else "right")
+
+
+@_op
 def interp(x, xp, fp, left=None, right=None):
   """numpy.interp: piecewise-linear through (xp, fp), xp increasing; constant beyond the
   ends (left/right if given). Differentiable in x and fp."""
