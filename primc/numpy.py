@@ -2917,6 +2917,227 @@ def polyval(p, x):
   return out
 
 
+def _poly_pair(a1, a2):
+  """Two coefficient arrays (highest power first) padded at the front to one length."""
+  a1, a2 = ravel(_float(array(a1))), ravel(_float(array(a2)))
+  n1, n2 = aval_of(a1).shape[0], aval_of(a2).shape[0]
+  n = builtins.max(n1, n2)
+  return pad(a1, (n - n1, 0)), pad(a2, (n - n2, 0))
+
+
+@_op
+def polyadd(a1, a2):
+  return add(*_poly_pair(a1, a2))
+
+
+@_op
+def polysub(a1, a2):
+  return subtract(*_poly_pair(a1, a2))
+
+
+@_op
+def polymul(a1, a2):
+  return convolve(ravel(_float(array(a1))), ravel(_float(array(a2))))
+
+
+@_op
+def polyder(p, m=1):
+  """The m-th derivative's coefficients (highest power first)."""
+  p = ravel(_float(array(p)))
+  for _ in range(int(m)):
+    n = aval_of(p).shape[0]
+    if n <= 1:
+      return zeros((1,), aval_of(p).dtype)
+    p = multiply(p[:-1], np.arange(n - 1, 0, -1))  # numpy's promotion: float64
+  return p
+
+
+@_op
+def polyint(p, m=1, k=None):
+  """The m-th antiderivative's coefficients, integration constants k (0 by default)."""
+  p = ravel(_float(array(p)))
+  ks = np.zeros(int(m)) if k is None else np.broadcast_to(np.asarray(k, np.float64), (int(m),))
+  for j in range(int(m)):
+    n = aval_of(p).shape[0]
+    p = concatenate([divide(p, np.arange(n, 0, -1)), np.asarray([ks[j]])])
+  return p
+
+
+@_op
+def polyfit(x, y, deg, rcond=None):
+  """Least-squares polynomial coefficients of degree `deg` (highest power first), by
+  lstsq on the Vandermonde matrix (numpy also scales its columns: equal up to
+  rounding)."""
+  x, y = _float(array(x)), _float(array(y))
+  return _lstsq(vander(x, int(deg) + 1), y, rcond=rcond)[0]
+
+
+@_op
+def piecewise(x, condlist, funclist):
+  """numpy.piecewise: funclist[k](x) where condlist[k] (a later condition overriding an
+  earlier one), an extra last function (or value) where none holds, else 0. Every
+  function is evaluated on all of x (as JAX does)."""
+  x = as_array(x)
+  conds = [condlist] if isinstance(condlist, (Tracer, np.ndarray)) and aval_of(
+      as_array(condlist)).shape == aval_of(x).shape else list(condlist)
+  funcs = list(funclist)
+  if len(funcs) not in (len(conds), len(conds) + 1):
+    raise PrimcError(f"piecewise: {len(funcs)} functions for {len(conds)} conditions")
+  value = lambda f: f(x) if callable(f) else full_like(x, f)
+  out = value(funcs[-1]) if len(funcs) == len(conds) + 1 else zeros_like(x)
+  for cond, f in zip(conds, funcs):
+    out = where(cond, value(f), out)
+  return out
+
+
+@_op
+def choose(a, choices, mode="raise"):
+  """choices[a] elementwise (broadcast). An index out of range is numpy's ValueError for a
+  constant `a`; a traced `a` needs mode='clip' or 'wrap' (its range is not known)."""
+  n = len(choices)
+  if isinstance(a, Tracer):
+    if mode == "raise":
+      raise NotSupportedError("choose with a traced index array needs mode='clip' or 'wrap' "
+                              "(an index out of range cannot be checked while tracing)")
+    a = clip(a, 0, n - 1) if mode == "clip" else mod(a, n)
+  else:
+    a = np.asarray(a)
+    if mode == "raise" and ((a < 0) | (a >= n)).any():
+      raise ValueError("invalid entry in choice array")
+    a = np.clip(a, 0, n - 1) if mode == "clip" else np.mod(a, n)
+  out = as_array(choices[-1])
+  for k in range(n - 2, -1, -1):
+    out = where(equal(a, k), choices[k], out)
+  return out
+
+
+@_op
+def compress(condition, a, axis=None):
+  """The entries of `a` (flattened when axis is None) where the constant `condition` is
+  true."""
+  if isinstance(condition, Tracer):
+    raise NotSupportedError("compress with a traced condition (the result's length depends "
+                            "on it)")
+  a = as_array(a)
+  if axis is None:
+    a, axis = ravel(a), 0
+  return take(a, np.nonzero(np.asarray(condition))[0], axis=axis)
+
+
+@_op
+def resize(a, new_shape):
+  """a's elements repeated cyclically to fill `new_shape` (numpy.resize)."""
+  a = ravel(as_array(a))
+  shape = (new_shape,) if isinstance(new_shape, (int, np.integer)) else tuple(new_shape)
+  size = int(np.prod(shape, dtype=np.int64))
+  n = aval_of(a).shape[0]
+  if n == 0 or size == 0:
+    return zeros(shape, aval_of(a).dtype)
+  return reshape(take(a, np.arange(size) % n), shape)
+
+
+@_op
+def isin(element, test_elements, invert=False):
+  """Whether each element is among the (constant or traced) test_elements."""
+  element = as_array(element)
+  tests = ravel(array(test_elements))
+  grid = aval_of(element).shape + aval_of(tests).shape
+  nd = aval_of(element).ndim
+  hit = any(equal(P.broadcast_in_dim(element, grid, tuple(range(nd))),
+                  P.broadcast_in_dim(tests, grid, (nd,))), -1) if aval_of(tests).shape[0] \
+      else full_like(element, False, "bool")
+  return logical_not(hit) if invert else hit
+
+
+@_op
+def indices(dimensions, dtype=int, sparse=False):
+  return tuple(asarray(i) for i in np.indices(dimensions, dtype, sparse)) if sparse else \
+      asarray(np.indices(dimensions, dtype))
+
+
+@_op
+def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
+  """Flat indices of index arrays in an array of shape `dims`; a traced index out of range
+  needs mode='clip' or 'wrap' (it cannot be checked while tracing)."""
+  if not builtins.any(isinstance(i, Tracer) for i in multi_index):
+    return asarray(np.ravel_multi_index(tuple(np.asarray(i) for i in multi_index), dims,
+                                        mode, order))
+  if mode == "raise":
+    raise NotSupportedError("ravel_multi_index of traced indices needs mode='clip' or 'wrap'")
+  order_dims = list(range(len(dims)))[::-1] if order == "F" else list(range(len(dims)))
+  flat = None
+  for k in order_dims:
+    i = astype(as_array(multi_index[k]), "int64")
+    i = clip(i, 0, dims[k] - 1) if mode == "clip" else mod(i, dims[k])
+    flat = i if flat is None else add(multiply(flat, dims[k]), i)
+  return flat
+
+
+@_op
+def ldexp(x1, x2):
+  """x1 * 2**x2 (x2 integers)."""
+  x1 = _float(x1)
+  return multiply(x1, power(asarray(2.0, aval_of(x1).dtype), astype(x2, aval_of(x1).dtype)))
+
+
+@_op
+def spacing(x):
+  """The distance from x to the next float away from zero (negative for negative x)."""
+  x = _float(x)
+  return subtract(nextafter(x, copysign(full_like(x, np.inf), x)), x)
+
+
+@_op
+def histogram_bin_edges(a, bins=10, range=None, weights=None):
+  return histogram(a, bins, range)[1]
+
+
+@_op
+def array_equiv(a1, a2):
+  """Whether a1 and a2 are equal after broadcasting (False when they cannot broadcast)."""
+  a1, a2 = as_array(a1), as_array(a2)
+  try:
+    np.broadcast_shapes(aval_of(a1).shape, aval_of(a2).shape)
+  except ValueError:
+    return asarray(False)
+  return all(equal(a1, a2))
+
+
+@_op
+def real_if_close(a, tol=100):
+  return as_array(a)  # real arrays only (complex numbers are not supported)
+
+
+@_op
+def apply_along_axis(func1d, axis, arr, *args, **kwargs):
+  """func1d applied to every 1-D slice along `axis` (batched by vmap, not a loop); the
+  result's axes take the place of `axis`, as numpy's."""
+  from primc.api import vmap  # primc.api imports this module
+  arr = as_array(arr)
+  nd = aval_of(arr).ndim
+  axis = int(axis) % nd
+  moved = moveaxis(arr, axis, -1)
+  lead = aval_of(moved).shape[:-1]
+  rows = reshape(moved, (-1, aval_of(moved).shape[-1]))
+  out = vmap(lambda row: as_array(func1d(row, *args, **kwargs)))(rows)
+  result = aval_of(out).shape[1:]
+  out = reshape(out, lead + result)
+  k = len(result)
+  return moveaxis(out, list(range(len(lead), len(lead) + k)), list(range(axis, axis + k)))
+
+
+def _window(name):
+  def window(M, *args):
+    return asarray(getattr(np, name)(M, *args))
+  window.__name__ = name
+  window.__doc__ = f"numpy.{name} (a constant array)."
+  return window
+
+
+hamming, hanning, blackman, bartlett, kaiser = map(
+    _window, ("hamming", "hanning", "blackman", "bartlett", "kaiser"))
+
+
 @_op
 def vander(x, N=None, increasing=False):
   x = ravel(as_array(x))
