@@ -24,8 +24,11 @@ import numpy as np
 
 from primc import contraction
 from primc import prims as P
-from primc.core import FLOAT_DTYPES, PrimcError, PrimcIndexError, ShapeError, index_error
-from primc.trace import Tracer, as_array, aval_of, locate, size_constant, user_op, user_source
+from primc.core import (FLOAT_DTYPES, PrimcError, PrimcIndexError, ShapedArray, ShapeError,
+                        index_error)
+from primc.batching import batch_program
+from primc.trace import (Tracer, as_array, aval_of, eval_program, locate, size_constant,
+                         trace_flat, user_op, user_source)
 
 float32, float64, int32, int64, bool_ = (np.float32, np.float64, np.int32, np.int64, np.bool_)
 pi, e, inf, nan = np.pi, np.e, np.inf, np.nan
@@ -3110,16 +3113,20 @@ def real_if_close(a, tol=100):
 
 @_op
 def apply_along_axis(func1d, axis, arr, *args, **kwargs):
-  """func1d applied to every 1-D slice along `axis` (batched by vmap, not a loop); the
-  result's axes take the place of `axis`, as numpy's."""
-  from primc.api import vmap  # primc.api imports this module
+  """func1d applied to every 1-D slice along `axis` (traced once on one slice and batched,
+  not a loop); the result's axes take the place of `axis`, as numpy's."""
   arr = as_array(arr)
   nd = aval_of(arr).ndim
   axis = int(axis) % nd
   moved = moveaxis(arr, axis, -1)
   lead = aval_of(moved).shape[:-1]
   rows = reshape(moved, (-1, aval_of(moved).shape[-1]))
-  out = vmap(lambda row: as_array(func1d(row, *args, **kwargs)))(rows)
+  one = ShapedArray(aval_of(rows).shape[1:], aval_of(rows).dtype)
+  program, captured, _ = trace_flat(lambda row: [as_array(func1d(row, *args, **kwargs))],
+                                    [one])
+  count = aval_of(rows).shape[0]
+  batched = batch_program(program, [True] + [False] * len(captured), count)
+  out, = eval_program(batched, rows, *captured)
   result = aval_of(out).shape[1:]
   out = reshape(out, lead + result)
   k = len(result)

@@ -611,3 +611,13 @@ def test_data_dependent_shapes_take_jax_size(seed):
     np.testing.assert_array_equal(got, want)
   with pytest.raises(pnp.NotSupportedError, match="without size="):
     primc.jit(pnp.nonzero)(x)
+
+
+def test_apply_along_axis_closes_over_traced_values():
+  x, w = np.random.default_rng(2).standard_normal((3, 4)), np.arange(4.0)
+  f = lambda w: pnp.sum(pnp.apply_along_axis(lambda r: pnp.sum(pnp.tanh(r * w)), 1, x))
+  want = np.sum(np.tanh(x * w))
+  np.testing.assert_allclose(f(w), want, rtol=1e-12)
+  np.testing.assert_allclose(primc.jit(primc.grad(f))(w),
+                             np.sum(x * (1 - np.tanh(x * w) ** 2), 0), rtol=1e-10)
+  primc.check_grads(f, (w,), order=2)
