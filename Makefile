@@ -20,11 +20,13 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/suite.py
+	$(BIN)/python benchmarks/w8_train.py --compare
 	$(BIN)/python benchmarks/w9_dask.py
 
 bench-peers: $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib
 	$(BIN)/python benchmarks/suite.py
+	$(BIN)/python benchmarks/w8_train.py --compare
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

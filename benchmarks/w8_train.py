@@ -103,7 +103,10 @@ def compare(steps: int, jax_python: str | None) -> None:
   cache = tempfile.mkdtemp(prefix="primc-w8-")
   rows = [("primc, empty cache", _fresh("primc", steps, cache)),
           ("primc, warm cache", _fresh("primc", steps, cache))]
-  rows.append(("JAX", _fresh("jax", steps, cache, jax_python or sys.executable)))
+  python = jax_python or sys.executable
+  has_jax = subprocess.run([python, "-c", "import jax"], capture_output=True).returncode == 0
+  rows.append(("JAX", _fresh("jax", steps, cache, python) if has_jax else
+               {"impl": "jax", "error": "not installed here (make bench-peers installs it)"}))
   print(f"| W8, {steps} steps | first step | all steps, from process start | steady step "
         "| loss first → last | peak MB (+ compile workers) |")
   print("|---|---|---|---|---|---|")
