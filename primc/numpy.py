@@ -2596,6 +2596,51 @@ def _quantiles(a, qs, axis, keepdims, name):
   return outs[0] if np.ndim(qs) == 0 else stack(outs, 0)
 
 
+def _nan_quantiles(a, qs, axis, keepdims, name):
+  """As `_quantiles`, over each slice's values that are not NaN (their count is traced:
+  the order statistics are gathered at positions computed from it); NaN for a slice of
+  NaNs only."""
+  original = as_array(a)
+  s, ax, flat = _sorted_along(original, axis)  # NaNs sort last
+  if aval_of(s).shape[ax] == 0:
+    raise ShapeError(f"{name} of an empty axis")
+  valid = sum(logical_not(_nan_mask(s)), ax, keepdims=True)
+  last = astype(maximum(subtract(valid, 1), 0), aval_of(s).dtype)
+  outs = []
+  for q in np.atleast_1d(np.asarray(qs, np.float64)).ravel():
+    if not 0 <= q <= 1:
+      raise ValueError(f"{name}: quantiles must be in [0, 1] (percentiles in [0, 100])")
+    pos = multiply(last, q)
+    lo = floor(pos)
+    frac = subtract(pos, lo)
+    at = lambda i: take_along_axis(s, astype(i, "int64"), ax)
+    v = add(multiply(at(lo), subtract(1.0, frac)), multiply(at(ceil(pos)), frac))
+    v = where(equal(valid, 0), full_like(v, np.nan), v)
+    if keepdims:
+      v = reshape(v, (1,) * aval_of(original).ndim) if flat else v
+    else:
+      v = reshape(v, ()) if flat else squeeze(v, ax)
+    outs.append(v)
+  return outs[0] if np.ndim(qs) == 0 else stack(outs, 0)
+
+
+@_op
+def nanmedian(a, axis=None, keepdims=False):
+  return _nan_quantiles(a, 0.5, axis, keepdims, "nanmedian")
+
+
+@_op
+def nanquantile(a, q, axis=None, keepdims=False, method="linear"):
+  if method != "linear":
+    raise NotSupportedError(f"nanquantile method {method!r} (only 'linear')")
+  return _nan_quantiles(a, q, axis, keepdims, "nanquantile")
+
+
+@_op
+def nanpercentile(a, q, axis=None, keepdims=False, method="linear"):
+  return nanquantile(a, np.asarray(q, np.float64) / 100.0, axis, keepdims, method)
+
+
 @_op
 def median(a, axis=None, keepdims=False):
   return _quantiles(a, 0.5, axis, keepdims, "median")

@@ -1,5 +1,6 @@
 """Every primc.numpy op, traced and interpreted (and run eagerly), equals numpy."""
 import pathlib
+import warnings
 import re
 
 import numpy as np
@@ -621,3 +622,22 @@ def test_apply_along_axis_closes_over_traced_values():
   np.testing.assert_allclose(primc.jit(primc.grad(f))(w),
                              np.sum(x * (1 - np.tanh(x * w) ** 2), 0), rtol=1e-10)
   primc.check_grads(f, (w,), order=2)
+
+
+def test_nan_quantiles_match_numpy():
+  x = np.random.default_rng(6).standard_normal((4, 6))
+  x[0, 1] = x[3, 0] = x[3, 5] = np.nan
+  x[2, :] = np.nan
+  cases = [(lambda m, a: m.nanmedian(a, axis=1)),
+           (lambda m, a: m.nanquantile(a, [0.1, 0.75], axis=0, keepdims=True)),
+           (lambda m, a: m.nanpercentile(a, 30)), (lambda m, a: m.nanmedian(a, keepdims=True))]
+  with np.errstate(all="ignore"), warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)  # numpy warns about the NaN-only row
+    for f in cases:
+      want = f(np, x)
+      for got in (f(pnp, x), primc.jit(lambda a: f(pnp, a))(x)):
+        assert np.shape(got) == np.shape(want)
+        np.testing.assert_allclose(got, want, rtol=1e-12, equal_nan=True)
+  # gradients go to the order statistics used (finite differences need no NaN)
+  primc.check_grads(lambda a: pnp.nanquantile(a, 0.3, axis=1),
+                    (np.random.default_rng(7).standard_normal((2, 6)),), order=2)
