@@ -2624,42 +2624,32 @@ def _nan_quantiles(a, qs, axis, keepdims, name):
   return outs[0] if np.ndim(qs) == 0 else stack(outs, 0)
 
 
-@_op
-def nanmedian(a, axis=None, keepdims=False):
-  return _nan_quantiles(a, 0.5, axis, keepdims, "nanmedian")
+def _quantile_family(compute, prefix: str):
+  """median, quantile and percentile (linear interpolation, constant q) over `compute`:
+  `_quantiles`, or `_nan_quantiles` for the nan- versions."""
+  def median(a, axis=None, keepdims=False):
+    return compute(a, 0.5, axis, keepdims, f"{prefix}median")
+
+  def quantile(a, q, axis=None, keepdims=False, method="linear"):
+    if method != "linear":
+      raise NotSupportedError(f"{prefix}quantile method {method!r} (only 'linear')")
+    if isinstance(q, Tracer):
+      raise NotSupportedError(f"{prefix}quantile at traced q (q must be known while tracing)")
+    return compute(a, q, axis, keepdims, f"{prefix}quantile")
+
+  def percentile(a, q, axis=None, keepdims=False, method="linear"):
+    if isinstance(q, Tracer):
+      raise NotSupportedError(f"{prefix}percentile at traced q (q must be known while "
+                              f"tracing)")
+    return quantile(a, np.asarray(q, np.float64) / 100.0, axis, keepdims, method)
+
+  for fn in (median, quantile, percentile):
+    fn.__name__ = fn.__qualname__ = prefix + fn.__name__
+  return _op(median), _op(quantile), _op(percentile)
 
 
-@_op
-def nanquantile(a, q, axis=None, keepdims=False, method="linear"):
-  if method != "linear":
-    raise NotSupportedError(f"nanquantile method {method!r} (only 'linear')")
-  return _nan_quantiles(a, q, axis, keepdims, "nanquantile")
-
-
-@_op
-def nanpercentile(a, q, axis=None, keepdims=False, method="linear"):
-  return nanquantile(a, np.asarray(q, np.float64) / 100.0, axis, keepdims, method)
-
-
-@_op
-def median(a, axis=None, keepdims=False):
-  return _quantiles(a, 0.5, axis, keepdims, "median")
-
-
-@_op
-def quantile(a, q, axis=None, keepdims=False, method="linear"):
-  if method != "linear":
-    raise NotSupportedError(f"quantile method {method!r} (only 'linear')")
-  if isinstance(q, Tracer):
-    raise NotSupportedError("quantile at traced q (q must be known while tracing)")
-  return _quantiles(a, q, axis, keepdims, "quantile")
-
-
-@_op
-def percentile(a, q, axis=None, keepdims=False, method="linear"):
-  if isinstance(q, Tracer):
-    raise NotSupportedError("percentile at traced q (q must be known while tracing)")
-  return quantile(a, np.asarray(q, np.float64) / 100.0, axis, keepdims, method)
+median, quantile, percentile = _quantile_family(_quantiles, "")
+nanmedian, nanquantile, nanpercentile = _quantile_family(_nan_quantiles, "nan")
 
 
 @_op
