@@ -453,9 +453,8 @@ def elementwise_grad(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.elementwise_grad (and `deriv`): the vector-Jacobian product with ones, the
   sum of each column of the Jacobian; the derivative itself for elementwise functions."""
   def grad_fn(*args):
-    f, x = _at_argnum(fun, args, argnum)
-    out, pullback = vjp(f, x)
-    return pullback(pnp.ones_like(out))[0]
+    pullback, out = make_vjp(fun, argnum)(*args)
+    return pullback(pnp.ones_like(out))
   return grad_fn
 
 

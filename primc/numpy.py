@@ -3656,9 +3656,8 @@ def _diagonal(x, offset=0):
 
 @_linalg_op
 def _trace(x, offset=0, dtype=None):
-  """numpy.linalg.trace: the sums of the diagonals of the last two axes (batched)."""
-  out = sum(_diagonal(x, offset), -1)
-  return out if dtype is None else astype(out, dtype)
+  """numpy.linalg.trace: numpy.trace over the last two axes (batched)."""
+  return trace(x, offset, -2, -1, dtype)
 
 
 @_linalg_op
