@@ -10,8 +10,9 @@ something is first compiled (`primc.compile.backend`).
 """
 from primc import numpy
 from primc.core import VERSION as __version__
-from primc.core import (Eqn, Lit, PrimcError, PrimcIndexError, Primitive, Program,
-                        ShapedArray, ShapeError, TypeCheckError, Var, pp_program, typecheck)
+from primc.core import (Eqn, Lit, PrimcError, PrimcIndexError, PrimcTypeError, Primitive,
+                        Program, ShapedArray, ShapeError, TypeCheckError, Var, pp_program,
+                        typecheck)
 from primc.interpreter import interpret
 from primc.trace import make_program
 from primc.api import (check_grads, grad, hessian, hvp, jacfwd, jacrev, jvp, linearize,

@@ -8,6 +8,7 @@ other and `make_program` prints the derivative program at any order.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -16,7 +17,7 @@ from primc import ad, batching, passes
 from primc import numpy as pnp
 from primc.settings import config
 from primc import prims as P
-from primc.core import PrimcError, Program, ShapedArray
+from primc.core import PrimcError, PrimcTypeError, Program, ShapedArray
 from primc.trace import (Tracer, as_array, aval_of, eval_program, trace_flat, user_source,
                          weak_leaves)
 from primc.tree import tree_flatten, tree_unflatten
@@ -50,6 +51,12 @@ def _named(transform: str, fun: Callable, wrapper: Callable) -> Callable:
   wrapper.__qualname__ = wrapper.__name__ = f"{transform}({inner})"
   wrapper.__wrapped__ = fun
   return wrapper
+
+
+def _keywords(fun: Callable, kwargs: dict) -> Callable:
+  """fun with keyword arguments bound: transforms pass them through, undifferentiated
+  (as JAX and autograd do); only positional arguments are differentiated."""
+  return functools.partial(fun, **kwargs) if kwargs else fun
 
 
 def _argnums(argnums, nargs) -> tuple[int, ...]:
@@ -91,32 +98,32 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
     `(value, grads)` where grads has the structure of `args[argnums]` (a tuple for tuple
     argnums).
   """
-  def value_and_grad_fn(*args):
+  def value_and_grad_fn(*args, **kwargs):
     nums = _argnums(argnums, len(args))
-    program, leaves, captured, _, out_tree = _trace(fun, args)
+    program, leaves, captured, _, out_tree = _trace(_keywords(fun, kwargs), args)
     owners = _leaf_owners(args)
     wrt = [o in nums for o in owners] + [False] * len(captured)
     for o, leaf in zip(owners, leaves):
       if o in nums and not aval_of(leaf).is_float:
-        raise PrimcError(f"grad with respect to argument {o} of dtype {aval_of(leaf).dtype}: "
+        raise PrimcTypeError(f"grad with respect to argument {o} of dtype {aval_of(leaf).dtype}: "
                          f"only float inputs can be differentiated, at {user_source()}")
     value_idx, aux_idx = _split_aux(out_tree, has_aux, "grad")
     if not isinstance(value_idx, int):
       raise PrimcError("grad needs a function with one array output (use jacrev for several)")
     value_aval = program.out_avals[value_idx]
     if value_aval.size != 1 or not value_aval.is_float:
-      raise PrimcError(f"grad needs a function with a one-element float output, got "
+      raise PrimcTypeError(f"grad needs a function with a one-element float output, got "
                        f"{value_aval} (use vjp, jacrev or primc.autograd.grad), at {user_source()}")
     ct_mask = [i == value_idx for i in range(len(program.outputs))]
     vjp_p = optimize(ad.vjp_program(program, wrt, ct_mask))
     one = np.ones(value_aval.shape, value_aval.dtype)
     res = eval_program(vjp_p, *leaves, *captured, one)
     outs, cts = res[:len(program.outputs)], iter(res[len(program.outputs):])
-    grads = []
-    for i in nums:
+    by_arg = {}  # the cotangents come in argument order, whatever the order of argnums
+    for i in sorted(set(nums)):
       n = len(tree_flatten(args[i])[0])
-      grads.append(tree_unflatten(tree_flatten(args[i])[1], [next(cts) for _ in range(n)]))
-    g = grads[0] if isinstance(argnums, int) else tuple(grads)
+      by_arg[i] = tree_unflatten(tree_flatten(args[i])[1], [next(cts) for _ in range(n)])
+    g = by_arg[nums[0]] if isinstance(argnums, int) else tuple(by_arg[i] for i in nums)
     value = outs[value_idx]
     return ((value, _pick(outs, aux_idx)) if has_aux else value), g
   return _named("value_and_grad", fun, value_and_grad_fn)
@@ -132,8 +139,8 @@ def grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   """
   vg = value_and_grad(fun, argnums, has_aux)
 
-  def grad_fn(*args):
-    (value_aux, g) = vg(*args)
+  def grad_fn(*args, **kwargs):
+    (value_aux, g) = vg(*args, **kwargs)
     return (g, value_aux[1]) if has_aux else g
   return _named("grad", fun, grad_fn)
 
@@ -292,14 +299,13 @@ def _per_argnum(jac_one, argnums, name, has_aux=False):
   """The Jacobians of `jac_one.fun` for `argnums`; with `has_aux` the function returns
   `(output, aux)`: the Jacobians are of the output, and `(jacobians, aux)` is returned
   (aux from the function's value at the arguments)."""
-  def jac(*args):
+  def jac(*args, **kwargs):
     nums = _argnums(argnums, len(args))
-    fun = jac_one.fun
-    if has_aux:
-      fun = lambda *a: _checked_pair(jac_one.fun(*a), name)[0]
+    base = _keywords(jac_one.fun, kwargs)
+    fun = (lambda *a: _checked_pair(base(*a), name)[0]) if has_aux else base
     jacs = [jac_one(_with_arg(fun, args, i), as_array(args[i])) for i in nums]
     out = jacs[0] if isinstance(argnums, int) else tuple(jacs)
-    return (out, _checked_pair(jac_one.fun(*args), name)[1]) if has_aux else out
+    return (out, _checked_pair(base(*args), name)[1]) if has_aux else out
   return _named(name, jac_one.fun, jac)
 
 
@@ -434,13 +440,14 @@ def check_grads(f: Callable, args: Sequence, order: int = 1, modes=("fwd", "rev"
 # ---------------------------------------------------------------------------------------
 # autograd's spellings (`argnum`: one positional argument), over the transforms above
 
-def _at_argnum(fun: Callable, args, argnum: int):
-  """`fun` as a function of its argument `argnum` alone (the others fixed), and that
-  argument."""
+def _at_argnum(fun: Callable, args, argnum: int, kwargs=None):
+  """`fun` as a function of its argument `argnum` alone (the others and the keyword
+  arguments fixed), and that argument."""
   args = list(args)
+  kwargs = kwargs or {}
 
   def of_one(x):
-    return fun(*args[:argnum], x, *args[argnum + 1:])
+    return fun(*args[:argnum], x, *args[argnum + 1:], **kwargs)
   return of_one, args[argnum]
 
 
@@ -452,8 +459,8 @@ def jacobian(fun: Callable, argnum: int = 0) -> Callable:
 def elementwise_grad(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.elementwise_grad (and `deriv`): the vector-Jacobian product with ones, the
   sum of each column of the Jacobian; the derivative itself for elementwise functions."""
-  def grad_fn(*args):
-    pullback, out = make_vjp(fun, argnum)(*args)
+  def grad_fn(*args, **kwargs):
+    pullback, out = make_vjp(fun, argnum)(*args, **kwargs)
     return pullback(pnp.ones_like(out))
   return grad_fn
 
@@ -463,8 +470,8 @@ deriv = elementwise_grad
 
 def grad_and_aux(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.grad_and_aux: fun returns (value, aux); gives (gradient, aux)."""
-  def grad_fn(*args):
-    (_, aux), g = value_and_grad(fun, argnums=argnum, has_aux=True)(*args)
+  def grad_fn(*args, **kwargs):
+    (_, aux), g = value_and_grad(fun, argnums=argnum, has_aux=True)(*args, **kwargs)
     return g, aux
   return grad_fn
 
@@ -472,8 +479,8 @@ def grad_and_aux(fun: Callable, argnum: int = 0) -> Callable:
 def make_vjp(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.make_vjp: `make_vjp(f)(x)` is `(vjp_fn, f(x))`, vjp_fn(v) the cotangent of
   argument `argnum`."""
-  def at(*args):
-    f, x = _at_argnum(fun, args, argnum)
+  def at(*args, **kwargs):
+    f, x = _at_argnum(fun, args, argnum, kwargs)
     out, pullback = vjp(f, x)
     return (lambda v: pullback(v)[0]), out
   return at
@@ -481,18 +488,23 @@ def make_vjp(fun: Callable, argnum: int = 0) -> Callable:
 
 def make_jvp(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.make_jvp: `make_jvp(f)(x)(v)` is `(f(x), J v)` in argument `argnum`."""
-  def at(*args):
-    f, x = _at_argnum(fun, args, argnum)
+  def at(*args, **kwargs):
+    f, x = _at_argnum(fun, args, argnum, kwargs)
     return lambda v: jvp(f, (x,), (v,))
   return at
 
 
 def tensor_jacobian_product(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.tensor_jacobian_product (and `vector_jacobian_product`): `(*args, v)` ->
-  v contracted with the Jacobian's output axes."""
-  def product(*args_and_v):
+  v contracted with the Jacobian's leading output axes, `tensordot(v, J, v.ndim)`: shape
+  the output's remaining axes + the input's (the vjp when v has the output's shape)."""
+  def product(*args_and_v, **kwargs):
     *args, v = args_and_v
-    return make_vjp(fun, argnum)(*args)[0](v)
+    v = as_array(v)
+
+    def v_dot_fun(*a):
+      return pnp.tensordot(v, fun(*a, **kwargs), axes=aval_of(v).ndim)
+    return jacobian(v_dot_fun, argnum)(*args)
   return product
 
 
@@ -502,9 +514,9 @@ vector_jacobian_product = tensor_jacobian_product
 def hessian_tensor_product(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.hessian_tensor_product (and `hessian_vector_product`): `(*args, v)` -> the
   Hessian in argument `argnum` contracted with v (forward over reverse: `hvp`)."""
-  def product(*args_and_v):
+  def product(*args_and_v, **kwargs):
     *args, v = args_and_v
-    f, x = _at_argnum(fun, args, argnum)
+    f, x = _at_argnum(fun, args, argnum, kwargs)
     return hvp(f, (x,), (v,))[0]
   return product
 
@@ -514,8 +526,9 @@ hessian_vector_product = hessian_tensor_product
 
 def make_hvp(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.make_hvp: `make_hvp(f)(x)` is `(hvp_fn, f(x))`."""
-  def at(*args):
-    return (lambda v: hessian_tensor_product(fun, argnum)(*args, v)), fun(*args)
+  def at(*args, **kwargs):
+    return ((lambda v: hessian_tensor_product(fun, argnum)(*args, v, **kwargs)),
+            fun(*args, **kwargs))
   return at
 
 

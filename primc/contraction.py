@@ -54,7 +54,7 @@ def _sizes(terms, operands, subscripts):
     for c, n in zip(t, aval_of(x).shape):
       if sizes.get(c, n) != n and 1 not in (n, sizes[c]):
         raise ShapeError(f"einsum {subscripts!r}: index {c!r} has sizes {sizes[c]} and {n}")
-      sizes[c] = max(sizes.get(c, 1), n)
+      sizes[c] = n if n != 1 or c not in sizes else sizes[c]  # 1 broadcasts; 0 does not
   return sizes
 
 

@@ -28,6 +28,12 @@ class ShapeError(PrimcError):
   """Raised by abstract rules; the tracer adds the op and source location."""
 
 
+class PrimcTypeError(PrimcError, TypeError):
+  """A value of the wrong kind for the call: a traced value where Python needs a concrete
+  one (`if x:`, `float(x)`), a non-float output or input for `grad`. Also a TypeError, as
+  JAX and autograd raise there."""
+
+
 class TypeCheckError(PrimcError):
   """A malformed program."""
 

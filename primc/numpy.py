@@ -18,6 +18,7 @@ import builtins
 import collections
 import functools
 import math
+import operator
 from typing import Callable, Sequence
 
 import numpy as np
@@ -27,9 +28,27 @@ from primc import prims as P
 from primc.core import (FLOAT_DTYPES, PrimcError, PrimcIndexError, ShapedArray, ShapeError,
                         index_error)
 from primc.batching import batch_program
-from primc.trace import (Tracer, as_array, aval_of, eval_program, locate, size_constant,
-                         trace_flat, user_op, user_source)
+from primc.trace import (Tracer, aval_of, eval_program, locate, size_constant, trace_flat,
+                         user_op, user_source)
+from primc.trace import as_array as leaf_array
 
+
+class _ArrayType(type):
+  def __instancecheck__(cls, x):
+    return isinstance(x, (np.ndarray, Tracer))
+
+
+class ndarray(metaclass=_ArrayType):
+  """`isinstance(x, pnp.ndarray)` holds for numpy arrays and traced arrays alike (as for
+  `jax.Array`); arrays are made by `pnp.array`, `pnp.zeros`, ..., not by this class."""
+
+  def __new__(cls, *args, **kwargs):
+    raise PrimcError("primc.numpy.ndarray is for isinstance checks; make arrays with "
+                     "pnp.array, pnp.zeros, pnp.empty, ...")
+
+
+# numpy's own types: `x.dtype.type is pnp.float32` holds as with numpy (a traced value is
+# converted by `x.astype(pnp.int64)`, not by calling the type)
 float32, float64, int32, int64, bool_ = (np.float32, np.float64, np.int32, np.int64, np.bool_)
 pi, e, inf, nan = np.pi, np.e, np.inf, np.nan
 
@@ -104,6 +123,20 @@ def _python_arithmetic(fn):
   return op
 
 
+def _holds_tracer(x) -> bool:
+  if isinstance(x, (list, tuple)):
+    return builtins.any(_holds_tracer(item) for item in x)
+  return isinstance(x, Tracer)
+
+
+def as_array(x):
+  """An operand as an array, numpy's `array_like`: nested lists and tuples of arrays and
+  scalars too (`array`), as `np.mean([a, b])` or `np.sum([1.0, 2.0])` take them."""
+  if isinstance(x, (list, tuple)):
+    return array(x) if _holds_tracer(x) else leaf_array(np.asarray(x))
+  return leaf_array(x)
+
+
 def asarray(x, dtype=None):
   x = as_array(x)
   if dtype is not None and np.dtype(dtype).name != aval_of(x).dtype:
@@ -155,6 +188,7 @@ def broadcast_to(x, shape):
 
 def _promote(*args):
   """Converts operands to one dtype and one shape (numpy rules, weak Python scalars)."""
+  args = [as_array(a) if isinstance(a, (list, tuple)) else a for a in args]
   strong = [aval_of(a).dtype for a in args if not _is_weak(a)]
   if strong:
     dtype = np.result_type(*strong).name
@@ -460,7 +494,12 @@ def reciprocal(x):
 
 
 @_op
-def where(condition, x, y):
+def where(condition, x=None, y=None):
+  """numpy.where: x where condition holds, else y; with condition alone, `nonzero`."""
+  if x is None and y is None:
+    return nonzero(condition)
+  if x is None or y is None:
+    raise PrimcError("where: either both or neither of x and y should be given")
   condition = as_array(condition)
   if aval_of(condition).dtype != "bool":
     condition = not_equal(condition, 0)
@@ -1198,11 +1237,25 @@ def dot(a, b):
 @_op
 def einsum(subscripts, *operands, optimize="greedy"):
   """numpy.einsum with a subscripts string (explicit or implicit output, ellipses,
-  repeated indices); the contraction order is opt_einsum's (`optimize`: its strategy)."""
+  repeated indices), or numpy's interleaved form `einsum(a, [0, 1], b, [1, 2], [0, 2])`
+  (ints for indices, `...` for an ellipsis); the contraction order is opt_einsum's
+  (`optimize`: its strategy)."""
   if not isinstance(subscripts, str):
-    raise NotSupportedError("einsum with (operand, sublist) arguments is not supported; "
-                            "pass a subscripts string")
+    subscripts, operands = _sublists_to_subscripts((subscripts, *operands))
   return contraction.einsum(subscripts, *_promote_list(operands), optimize=optimize)
+
+
+def _sublists_to_subscripts(args) -> tuple[str, list]:
+  """numpy.einsum's (operand, sublist, ..., [output sublist]) as (subscripts, operands)."""
+  def letters(sublist):
+    return "".join("..." if i is Ellipsis else _EINSUM_LETTERS[operator.index(i)]
+                   for i in sublist)
+  pairs, out = (args[:-1], args[-1]) if len(args) % 2 else (args, None)
+  operands, terms = list(pairs[0::2]), [letters(sub) for sub in pairs[1::2]]
+  return ",".join(terms) + ("" if out is None else "->" + letters(out)), operands
+
+
+_EINSUM_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 @_op
@@ -1791,7 +1844,13 @@ def prod(a, axis=None, keepdims=False, dtype=None):
 
 @_op
 def std(a, axis=None, ddof=0, keepdims=False):
-  return sqrt(var(a, axis, keepdims, ddof=ddof))
+  """numpy.std. Over single elements (ddof=0) it is the constant 0, derivatives 0 too (as
+  autograd; sqrt's derivative at a zero variance would be 0/0 elsewhere)."""
+  v = var(a, axis, keepdims, ddof=ddof)
+  shape = aval_of(as_array(a)).shape
+  if not ddof and builtins.all(shape[i] == 1 for i in _axes(axis, len(shape))):
+    return multiply(stop_gradient(v), 0)
+  return sqrt(v)
 
 
 def _arg_extreme(a, axis, reduce_fn):

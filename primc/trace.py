@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from primc import core
-from primc.core import (Eqn, Lit, Primitive, PrimcError, Program, ShapedArray, ShapeError,
+from primc.core import (Eqn, Lit, Primitive, PrimcError, PrimcTypeError, Program, ShapedArray, ShapeError,
                         SUPPORTED_DTYPES, Var, abstract_rules, dtype_name, impl_rules,
                         make_params, results, run)
 from primc.tree import tree_flatten, tree_unflatten
@@ -96,13 +96,13 @@ class Tracer:
     return f"Tracer<{self.aval}>"
 
   def __bool__(self):
-    raise PrimcError(f"the truth value of a traced array {self.aval} is not known while "
+    raise PrimcTypeError(f"the truth value of a traced array {self.aval} is not known while "
                      f"tracing (a Python `if` or `while` on a traced value): use "
                      f"primc.lax.cond / switch / while_loop / fori_loop / scan, or "
                      f"pnp.where, at {user_source()}")
 
   def _concrete(self, kind):
-    raise PrimcError(f"{kind}() of a traced array {self.aval} is not known while tracing "
+    raise PrimcTypeError(f"{kind}() of a traced array {self.aval} is not known while tracing "
                      f"(its value exists only when the program runs): keep it an array "
                      f"(pnp.astype for a dtype, the value itself in arithmetic), at "
                      f"{user_source()}")
