@@ -119,6 +119,9 @@ for _prim, _call in ((P.erf_p, "math.erf({})"), (P.erfc_p, "math.erfc({})"),
   lower_rules[_prim] = _libm(_call)
 lower_rules[P.polygamma_p] = lambda ctx, e, x: (
     f"{_np(e.outputs[0].aval.dtype)}(polygamma_f64({e.kw['n']}, np.float64({x})))")
+lower_rules[P.special_p] = lambda ctx, e, *xs: (  # scipy's C function (codegen/special.py)
+    f"{_np(e.outputs[0].aval.dtype)}(SP_{e.kw['name'].upper()}("
+    f"{''.join(f'np.float64({x}), ' for x in xs)}np.int32(0)))")
 lower_rules[P.nextafter_p] = _libm("np.nextafter({}, {})")
 lower_rules[P.signbit_p] = lambda ctx, e, x: f"(math.copysign(1.0, {x}) < 0.0)"
 lower_rules[P.add_p] = _binop("+")

@@ -11,6 +11,7 @@ module lives in memory only: its globals say `CACHE = False` and numba caches no
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import types
@@ -93,7 +94,28 @@ def link_library(sources, in_memory: bool = False) -> bool:
     for name, (symbol, function) in getattr(lib, "EXTERNALS", {}).items():
       if symbol not in _externals and any(f"{name}(" in s for s in sources):
         compiled |= _link(lib, symbol, function)
+    for name, (symbol, function) in getattr(lib, "FOREIGN", {}).items():
+      if symbol not in _externals and any(f"{name}(" in s for s in sources):
+        _link_foreign(symbol, function)
   return compiled
+
+
+def _link_foreign(symbol: str, function: str) -> None:
+  """Gives LLVM the address of scipy.special's C function `function`: the specialization
+  on doubles (`double (double, ..., int __pyx_skip_dispatch)`) among those Cython exports."""
+  from llvmlite import binding
+  from numba.extending import get_cython_function_address
+  import scipy.special.cython_special as cython_special
+  exports = cython_special.__pyx_capi__
+  for name in [function] + [f"__pyx_fuse_{i}{function}" for i in range(4)]:
+    signature = str(exports.get(name, "")).split('"')[1:2]
+    if signature and re.fullmatch(r"double \((double, )+int __pyx_skip_dispatch\)",
+                                  signature[0]):
+      with _lock:
+        binding.add_symbol(symbol, get_cython_function_address(cython_special.__name__, name))
+        _externals[symbol] = name
+      return
+  raise RuntimeError(f"scipy.special.cython_special has no double version of {function}")
 
 
 def _link(lib: types.ModuleType, symbol: str, function: str) -> bool:

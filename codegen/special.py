@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+
+from primc.prims import SPECIAL_ARITY
 
 CACHE = globals().get("CACHE", False)  # set by codegen.loader when it runs this file
 _OPTS = dict(cache=CACHE, error_model="numpy")
@@ -216,3 +218,13 @@ def erfcinv_f64(c):
   if 0.5 <= c <= 1.5:  # 1 - c exact: erfinv of it keeps its relative accuracy
     return erfinv_f64(1.0 - c)
   return _erfc_inverse(c) if c < 0.5 else -_erfc_inverse(2.0 - c)
+
+
+# scipy.special's own C functions (`scipy.special.cython_special`) for the `special[name]`
+# primitive: kernels call them by name, `SP_J0(x, np.int32(0))` (the last argument is
+# Cython's dispatch flag), and `codegen.loader.link_library` gives LLVM their addresses in
+# each process, so that cached machine code holds the name, never an address.
+FOREIGN = {f"SP_{name.upper()}": (f"primc_scipy_{name}", name) for name in SPECIAL_ARITY}
+for _name, _arity in SPECIAL_ARITY.items():
+  globals()[f"SP_{_name.upper()}"] = types.ExternalFunction(
+      f"primc_scipy_{_name}", types.float64(*[types.float64] * _arity, types.int32))

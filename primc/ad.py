@@ -155,6 +155,85 @@ defjvp(P.gamma_p, lambda t, out, x: P.mul(t, P.mul(out, P.polygamma_p.bind(x, n=
 defjvp(P.polygamma_p, lambda t, out, x, *, n: P.mul(t, P.polygamma_p.bind(x, n=n + 1)))
 
 
+# scipy.special's other functions (`special[name]`): the derivative in the last operand (x)
+# from formulas in the same family; in the others (a Bessel order, gammainc's a) it is not
+# supported: an error, never a zero
+def _sp(name, *xs):
+  return P.special_p.bind(*xs, name=name)
+
+
+def _half(x):
+  return P.mul(x, _one(x, 0.5))
+
+
+def _shift(v, k):
+  return P.add(v, _one(v, k))
+
+
+def _log_power_density(a, x):  # x^(a-1) e^(-x) / Gamma(a), in logs
+  return P.sub(P.sub(P.mul(_shift(a, -1), P.log(x)), x), P.gammaln_p.bind(a))
+
+
+def _log_beta_density(a, b, x):  # x^(a-1) (1-x)^(b-1) / B(a, b), in logs
+  betaln = P.sub(P.add(P.gammaln_p.bind(a), P.gammaln_p.bind(b)), P.gammaln_p.bind(P.add(a, b)))
+  return P.sub(P.add(P.mul(_shift(a, -1), P.log(x)), P.mul(_shift(b, -1), P.log1p_p.bind(
+      P.neg(x)))), betaln)
+
+
+def _recurrence(name, sign):  # (f(v-1, x) + sign f(v+1, x)) / 2
+  return lambda out, v, x: _half((P.add if sign > 0 else P.sub)(
+      _sp(name, _shift(v, -1), x), _sp(name, _shift(v, 1), x)))
+
+
+def _two(x):
+  return _one(x, 2)
+
+
+_SPECIAL_DERIVATIVES = {  # name -> (out, *operands) -> d out / d (last operand)
+    "j0": lambda out, x: P.neg(_sp("j1", x)),
+    "j1": lambda out, x: _half(P.sub(_sp("j0", x), _sp("jv", _two(x), x))),
+    "y0": lambda out, x: P.neg(_sp("y1", x)),
+    "y1": lambda out, x: _half(P.sub(_sp("y0", x), _sp("yv", _two(x), x))),
+    "i0": lambda out, x: _sp("i1", x),
+    "i1": lambda out, x: _half(P.add(_sp("i0", x), _sp("iv", _two(x), x))),
+    "i0e": lambda out, x: P.sub(_sp("i1e", x), P.mul(P.sign(x), out)),
+    "i1e": lambda out, x: P.sub(_half(P.add(_sp("i0e", x), _sp("ive", _two(x), x))),
+                                P.mul(P.sign(x), out)),
+    "k0": lambda out, x: P.neg(_sp("k1", x)),
+    "k1": lambda out, x: P.neg(_half(P.add(_sp("k0", x), _sp("kv", _two(x), x)))),
+    "k0e": lambda out, x: P.sub(out, _sp("k1e", x)),
+    "k1e": lambda out, x: P.sub(out, _half(P.add(_sp("k0e", x), _sp("kve", _two(x), x)))),
+    "jv": _recurrence("jv", -1),
+    "yv": _recurrence("yv", -1),
+    "iv": _recurrence("iv", 1),
+    "ive": lambda out, v, x: P.sub(_recurrence("ive", 1)(out, v, x), P.mul(P.sign(x), out)),
+    "kv": lambda out, v, x: P.neg(_recurrence("kv", 1)(out, v, x)),
+    "kve": lambda out, v, x: P.sub(out, _recurrence("kve", 1)(out, v, x)),
+    "gammasgn": lambda out, x: P.zeros(aval_of(out)),  # piecewise constant
+    "exp1": lambda out, x: P.neg(P.div(P.exp(P.neg(x)), x)),
+    "expi": lambda out, x: P.div(P.exp(x), x),
+    "dawsn": lambda out, x: P.sub(_one(x), P.mul(_two(x), P.mul(x, out))),
+    "gammainc": lambda out, a, x: P.exp(_log_power_density(a, x)),
+    "gammaincc": lambda out, a, x: P.neg(P.exp(_log_power_density(a, x))),
+    "gammaincinv": lambda out, a, y: P.exp(P.neg(_log_power_density(a, out))),
+    "gammainccinv": lambda out, a, y: P.neg(P.exp(P.neg(_log_power_density(a, out)))),
+    "betainc": lambda out, a, b, x: P.exp(_log_beta_density(a, b, x)),
+    "betaincinv": lambda out, a, b, y: P.exp(P.neg(_log_beta_density(a, b, out))),
+}
+
+
+def _special_operand(i):
+  def rule(t, out, *xs, name):
+    if i != len(xs) - 1:
+      raise PrimcError(f"scipy.special.{name}: the derivative with respect to operand {i} "
+                       f"(of {len(xs)}) is not supported, only in the last one")
+    return P.mul(t, _SPECIAL_DERIVATIVES[name](out, *xs))
+  return rule
+
+
+defjvp(P.special_p, *map(_special_operand, range(3)))
+
+
 def _sum_of_squares(x, y):
   return P.add(P.mul(x, x), P.mul(y, y))
 

@@ -166,6 +166,29 @@ polygamma_p = Primitive("polygamma", traits=("elementwise",))
 abstract_rules[polygamma_p] = lambda x, *, n: unary_float(x)
 impl_rules[polygamma_p] = _errstate(lambda x, *, n: np.asarray(
     _scipy_special("polygamma")(x, n=n), dtype=x.dtype))
+# scipy.special's other real functions: one primitive, the function's name a parameter
+# (`special[name=j0] x`); all operands float, of one shape and dtype. scipy computes them
+# here; kernels call scipy's own C functions by name (codegen/special.py, `FOREIGN`).
+SPECIAL_ARITY = {
+    **dict.fromkeys(("j0", "j1", "y0", "y1", "i0", "i1", "i0e", "i1e", "k0", "k1", "k0e",
+                     "k1e", "gammasgn", "exp1", "expi", "dawsn"), 1),
+    **dict.fromkeys(("jv", "yv", "iv", "ive", "kv", "kve", "gammainc", "gammaincc",
+                     "gammaincinv", "gammainccinv"), 2),
+    **dict.fromkeys(("betainc", "betaincinv"), 3)}
+special_p = Primitive("special", traits=("elementwise",))
+
+
+def _special_rule(*xs, name):
+  _check(name in SPECIAL_ARITY, f"unknown function {name!r}")
+  _check(len(xs) == SPECIAL_ARITY[name], f"{name} takes {SPECIAL_ARITY[name]} operands")
+  for x in xs[1:]:
+    binary_float(xs[0], x)
+  return unary_float(xs[0])
+
+
+abstract_rules[special_p] = _special_rule
+impl_rules[special_p] = _errstate(lambda *xs, name: np.asarray(
+    _scipy_special(name)(*xs), dtype=xs[0].dtype))
 # the sign bit of a float (-0.0 and -nan included), and the next float towards another
 signbit_p = Primitive("signbit", traits=("elementwise", "nondifferentiable"))
 abstract_rules[signbit_p] = lambda x: ShapedArray(unary_float(x).shape, "bool")

@@ -72,6 +72,20 @@ def _svd_oracle(a):
   return np.concatenate([u * np.sign(big), s[..., None, :], v * np.sign(big)], -2)
 
 
+def _periodic_mean(integrand, n=256):
+  """(1/pi) * the integral over [0, pi] of an integrand even and 2 pi-periodic in t: the mean
+  over a period, by the trapezoid rule (exact to rounding for these smooth integrands)."""
+  t = np.arange(n) * (2 * np.pi / n)
+  return integrand(t).mean(-1)
+
+
+def _special_at(name, *args):
+  """special[name] with constant leading operands (the last, x, is the argument)."""
+  x = args[-1]
+  consts = [P.full(aval_of(x).shape, a, aval_of(x).dtype) for a in args[:-1]]
+  return P.special_p.bind(*consts, x, name=name)
+
+
 def _erfinv_oracle(x):
   """erfinv by bisection on math.erf (float64; then rounded as x)."""
   lo, hi = np.full(np.shape(x), -6.0), np.full(np.shape(x), 6.0)
@@ -191,6 +205,19 @@ CASES = [
     *[Case(P.polygamma_p, lambda x, n=n: P.polygamma_p.bind(x, n=n),
            args(uniform(0.5, 4.0, 3, 4)), lambda x, n=n: _polygamma_oracle(n, x),
            name=f"polygamma_{n}") for n in (0, 1, 3)],
+    # special[name]: oracles by quadrature of the integral representations (the trapezoid
+    # rule on a period is exact to rounding here) and the finite sums of integer orders
+    Case(P.special_p, lambda x: P.special_p.bind(x, name="j0"), args(uniform(0.1, 6.0, 3, 4)),
+         lambda x: _periodic_mean(lambda t: np.cos(x[..., None] * np.sin(t))), name="j0"),
+    Case(P.special_p, lambda x: _special_at("iv", 1.0, x), args(uniform(0.1, 3.0, 3, 4)),
+         lambda x: _periodic_mean(lambda t: np.exp(x[..., None] * np.cos(t)) * np.cos(t)),
+         name="iv_1"),
+    Case(P.special_p, lambda x: _special_at("gammainc", 3.0, x), args(uniform(0.2, 5.0, 3, 4)),
+         lambda x: 1 - np.exp(-x) * (1 + x + x * x / 2), name="gammainc_3"),
+    Case(P.special_p, lambda x: _special_at("betainc", 2.0, 3.0, x),
+         args(uniform(0.05, 0.95, 3, 4)),
+         lambda x: sum(math.comb(4, j) * x ** j * (1 - x) ** (4 - j) for j in (2, 3, 4)),
+         name="betainc_2_3"),
     Case(P.add_p, P.add, args(normal(3, 4), normal(3, 4)), np.add, linear=(0, 1)),
     Case(P.sub_p, P.sub, args(normal(3, 4), normal(3, 4)), np.subtract, linear=(0, 1)),
     Case(P.mul_p, P.mul, args(normal(3, 4), normal(3, 4)), np.multiply, linear=(0, 1), bilinear=True),

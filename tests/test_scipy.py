@@ -15,6 +15,7 @@ import primc
 import primc.scipy.linalg as psl
 import primc.scipy.special as ps
 import primc.scipy.stats as pst
+from primc import numpy as pnp
 from primc import prims as P
 from primc.numpy import NotSupportedError
 
@@ -57,6 +58,22 @@ CASES = {
     "log_ndtr": (lambda m, x: m.log_ndtr(x), (np.array([-50.0, -21.0, -19.0, 0.0, 5.0, 12.0]),),
                  True),
     "ndtri": (lambda m, p: m.ndtri(p), (UNIT,), True),
+    # the `special[name]` primitive (scipy's C functions in kernels), in the last operand
+    **{name: ((lambda name: lambda m, x: getattr(m, name)(x))(name), (POS * 3,), True)
+       for name in ("j0", "j1", "y0", "y1", "i0", "i1", "i0e", "i1e", "k0", "k1", "k0e",
+                    "k1e", "exp1", "expi")},
+    "dawsn": (lambda m, x: m.dawsn(x), (REAL * 3,), True),
+    "i1e_negative": (lambda m, x: m.i1e(x), (-POS,), True),
+    "gammasgn": (lambda m, x: m.gammasgn(x), (REAL * 3,), False),
+    **{name: ((lambda name: lambda m, x: getattr(m, name)(1.7, x))(name), (POS * 3,), True)
+       for name in ("jv", "yv", "iv", "kv", "kve", "gammainc", "gammaincc")},
+    "ive": (lambda m, x: m.ive(0.6, x), (REAL * 3,), True),
+    "jn": (lambda m, x: m.jn(2, x), (POS * 3,), True),
+    "yn": (lambda m, x: m.yn(3, x), (POS * 3,), True),
+    "gammaincinv": (lambda m, y: m.gammaincinv(1.7, y), (UNIT,), True),
+    "gammainccinv": (lambda m, y: m.gammainccinv(1.7, y), (UNIT,), True),
+    "betainc": (lambda m, x: m.betainc(1.7, 2.5, x), (UNIT,), True),
+    "betaincinv": (lambda m, y: m.betaincinv(1.7, 2.5, y), (UNIT,), True),
     "norm.logpdf": (lambda m, x: m.norm.logpdf(x, 0.3, 1.7), (REAL,), True),
     "norm.pdf": (lambda m, x: m.norm.pdf(x, 0.3, 1.7), (REAL,), True),
     "norm.cdf": (lambda m, x: m.norm.cdf(x, 0.3, 1.7), (REAL,), True),
@@ -75,6 +92,28 @@ CASES = {
     "beta.pdf": (lambda m, x, a, b: m.beta.pdf(x, a, b), (UNIT, POS + 1, POS[::-1] + 1), True),
     "poisson.logpmf": (lambda m, k: m.poisson.logpmf(k, 2.5), (COUNTS,), False),
     "poisson.pmf": (lambda m, mu: m.poisson.pmf(3.0, mu), (POS,), True),
+    # distribution functions: the middle, both tails (log-probabilities near 0 keep their
+    # digits), the support's edges; derivatives in x (and loc, scale)
+    **{f"t.{f}": ((lambda f: lambda m, x, loc: getattr(m.t, f)(x, 3.5, loc, 1.3))(f),
+                  (np.concatenate([REAL[:3] * 3, [0.0, 40.0, -1e3]]), REAL), True)
+       for f in ("cdf", "sf", "logcdf", "logsf")},
+    "t.cdf_df": (lambda m, x, df: m.t.cdf(x, df), (REAL * 4, np.array([0.6, 1, 2, 5, 30, 1e3])),
+                 False),
+    **{f"gamma.{f}": ((lambda f: lambda m, x: getattr(m.gamma, f)(x, 2.5, 0.1, 1.2))(f),
+                      (np.concatenate([POS[:4], [0.2, 60.0]]),), True)
+       for f in ("cdf", "sf", "logcdf", "logsf")},
+    "gamma.cdf_edges": (lambda m, x: m.gamma.cdf(x, 2.5), (np.array([-1, 0, 1e-300, 1, 1e3, 7]),),
+                        False),
+    "chi2.cdf": (lambda m, x: m.chi2.cdf(x, 3), (POS,), True),
+    "chi2.logsf": (lambda m, x: m.chi2.logsf(x, 3), (POS * 10,), True),
+    **{f"beta.{f}": ((lambda f: lambda m, x: getattr(m.beta, f)(x, 2.5, 1.5))(f),
+                     (np.concatenate([UNIT[:4], [1e-3, 0.999]]),), True)
+       for f in ("cdf", "sf", "logcdf", "logsf")},
+    "beta.cdf_edges": (lambda m, x: m.beta.cdf(x, 2.5, 1.5), (np.array([-1, 0, 0.5, 1, 2, 1.0]),),
+                       False),
+    "poisson.cdf": (lambda m, mu: m.poisson.cdf(3.0, mu), (POS,), True),
+    "poisson.sf": (lambda m, mu: m.poisson.sf(3.0, mu), (POS,), True),
+    "poisson.cdf_counts": (lambda m, k: m.poisson.cdf(k, 2.5), (COUNTS,), False),
 }
 
 
@@ -121,6 +160,62 @@ def test_distributions_of_vectors_match_scipy():
   primc.check_grads(lambda m, c: pst.multivariate_normal.logpdf(points, m, c @ c.T + np.eye(3)),
                     (mean, cov), order=2)
   primc.check_grads(lambda a: pst.dirichlet.logpdf(x, a), (alpha,), order=2)
+
+
+def test_special_functions_differentiate_only_in_their_last_operand():
+  """The orders of Bessel functions and gammainc's a have no derivative rule: an error
+  naming the function, never a zero (eager and compiled)."""
+  for f in (lambda v: ps.jv(v, 2.0), lambda a: ps.gammainc(a, 2.0),
+            lambda b: ps.betainc(1.5, b, 0.3)):
+    for g in (primc.grad(f), primc.jit(primc.grad(f))):
+      with pytest.raises(primc.PrimcError, match=r"derivative with respect to operand"):
+        g(1.5)
+
+
+def test_compiled_special_functions_load_from_the_cache_in_a_new_process(tmp_path):
+  """Kernels call scipy's C functions by name: a process that loads them from the disk
+  cache links the names again (cached machine code holds no address)."""
+  code = ("import numpy as np, primc, primc.numpy as pnp, primc.scipy.special as ps\n"
+          "f = primc.jit(primc.grad(lambda x: pnp.sum(ps.jv(1.5, x) * ps.gammaincc(2.0, x))))\n"
+          "print(repr(f(np.array([0.5, 1.5, 4.0])).tolist()), primc.cache_stats().get("
+          "'numba_compiles', 0))")
+  env = {**__import__("os").environ, "PRIMC_CACHE_DIR": str(tmp_path / "cache")}
+  runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env=env) for _ in range(2)]
+  for run in runs:
+    assert run.returncode == 0, run.stderr
+  (first, compiles1), (second, compiles2) = [r.stdout.rsplit(" ", 1) for r in runs]
+  assert int(compiles1) >= 1 and int(compiles2) == 0
+  x = np.array([0.5, 1.5, 4.0])
+  want = (S.jv(0.5, x) - S.jv(2.5, x)) / 2 * S.gammaincc(2.0, x) - S.jv(1.5, x) * np.exp(
+      -x) * x / S.gamma(2.0)
+  np.testing.assert_allclose(eval(first), want, rtol=1e-12)
+  assert eval(first) == eval(second)
+
+
+def test_multivariate_normal_singular_and_entropy():
+  cov = np.zeros((4, 4))
+  cov[:2, :2] = [[1.0, 0.3], [0.3, 0.5]]
+  mean = np.array([0.1, -0.2, 0.5, 0.0])
+  x = np.concatenate([R.standard_normal((3, 2)), np.tile(mean[2:], (3, 1))], 1)
+  want = ST.multivariate_normal.logpdf(x, mean, cov, allow_singular=True)
+  for f in (pst.multivariate_normal.logpdf, primc.jit(pst.multivariate_normal.logpdf,
+                                                     static_argnames=("allow_singular",))):
+    np.testing.assert_allclose(f(x, mean, cov, allow_singular=True), want, rtol=1e-12)
+  primc.check_grads(lambda m: pst.multivariate_normal.logpdf(
+      x, pnp.concatenate([m, mean[2:]]), cov, allow_singular=True), (mean[:2],), order=2)
+  full = np.array([[2.0, 0.3, 0.1], [0.3, 1.0, -0.2], [0.1, -0.2, 0.7]])
+  np.testing.assert_allclose(pst.multivariate_normal.entropy(None, full),
+                             ST.multivariate_normal.entropy(None, full), rtol=1e-13)
+  primc.check_grads(lambda c: pst.multivariate_normal.entropy(None, c @ c.T + np.eye(3)),
+                    (full,), order=2)
+
+
+def test_rvs_samples_with_scipy_and_refuses_traced_parameters():
+  a = pst.dirichlet.rvs([1.0, 2.0, 3.0], size=4, random_state=0)
+  np.testing.assert_array_equal(a, ST.dirichlet.rvs([1.0, 2.0, 3.0], size=4, random_state=0))
+  with pytest.raises(NotSupportedError, match="rvs of traced parameters"):
+    primc.grad(lambda s: pnp.sum(pst.norm.rvs(0.0, s, size=2)))(1.0)
 
 
 def _compiled(prim, **params):
@@ -183,8 +278,8 @@ def test_right_where_scipy_is_not():
 
 
 def test_missing_names_raise_errors_that_name_them():
-  with pytest.raises(NotSupportedError, match=r"scipy\.special\.j0"):
-    ps.j0(1.0)
+  with pytest.raises(NotSupportedError, match=r"scipy\.special\.struve"):
+    ps.struve(1.0, 2.0)
   with pytest.raises(NotSupportedError, match=r"scipy\.stats\.laplace"):
     pst.laplace
   with pytest.raises(NotSupportedError, match=r"norm\.entropy"):
@@ -207,7 +302,7 @@ def test_readme_scipy_table_matches_the_modules():
   import re
   readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
   rows = [line for line in readme.splitlines() if re.match(r"\| `(special|stats)`", line)]
-  assert len(rows) == 3
+  assert len(rows) == 4
   linalg_row, = [line for line in readme.splitlines() if line.startswith("| `linalg`")]
   for name in re.findall(r"`(\w+)`", linalg_row.split("|")[2]):
     assert callable(getattr(psl, name)), name
@@ -219,9 +314,10 @@ def test_readme_scipy_table_matches_the_modules():
     for name in names:
       if row.startswith("| `special`"):
         assert callable(getattr(ps, name)), name
-      elif name not in ("loc", "scale"):  # a distribution, or a method of some
+      elif name not in ("loc", "scale", "allow_singular"):  # a distribution, or a method
         assert name in distributions or any(
-            callable(getattr(pst, d).__dict__.get(name)) for d in distributions), name
+            callable(getattr(pst, d).__dict__.get(name)) or
+            callable(getattr(type(getattr(pst, d)), name, None)) for d in distributions), name
 
 
 _M = R.standard_normal((4, 4))

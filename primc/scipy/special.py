@@ -2,7 +2,9 @@
 
 Primitives: erf, erfc, erfinv, erfcinv, gammaln, gamma and polygamma (digamma is
 polygamma of order 0): the interpreter calls scipy.special, kernels numba's math or
-`codegen/special.py`. The others are compositions of primitives, with scipy's values at
+`codegen/special.py`. Bessel functions (j0 ... kve), the incomplete gamma and beta
+functions and their inverses, exp1, expi, dawsn and gammasgn are one primitive,
+`special[name]`, which kernels run by calling scipy's own C functions. The others are compositions of primitives, with scipy's values at
 the edges of their domains (poles, zeros, infinities), and derivatives that stay finite
 where the value is (`_guarded`). Other names scipy.special has raise NotSupportedError.
 """
@@ -209,6 +211,22 @@ def log_ndtr(x):
 def ndtri(p):
   """The inverse of ndtr: -sqrt(2) erfcinv(2p)."""
   return pnp.multiply(-np.sqrt(2.0), erfcinv(pnp.multiply(2.0, pnp._float(p))))
+
+
+def _special(name: str):
+  def fn(*xs):
+    return P.special_p.bind(*(pnp._float(x) for x in pnp._promote(*xs)), name=name)
+  fn.__name__ = fn.__qualname__ = name
+  fn.__doc__ = (f"scipy.special.{name}: scipy's own function in both paths (its C code, "
+                f"called by kernels); derivatives of every order in the last operand.")
+  return _op(fn)
+
+
+# Bessel functions, incomplete gamma and beta functions and their inverses, exponential
+# integrals, Dawson's integral (`primc.prims.SPECIAL_ARITY`)
+for _name in P.SPECIAL_ARITY:
+  globals()[_name] = _special(_name)
+jn, yn = _special("jv"), _special("yv")  # integer orders: the same values
 
 
 def __getattr__(name: str):
