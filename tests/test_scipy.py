@@ -303,9 +303,11 @@ def test_readme_scipy_table_matches_the_modules():
   readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
   rows = [line for line in readme.splitlines() if re.match(r"\| `(special|stats)`", line)]
   assert len(rows) == 4
-  linalg_row, = [line for line in readme.splitlines() if line.startswith("| `linalg`")]
-  for name in re.findall(r"`(\w+)`", linalg_row.split("|")[2]):
-    assert callable(getattr(psl, name)), name
+  import primc.scipy.signal as pss
+  for module, row_name in ((psl, "linalg"), (pss, "signal")):
+    row, = [line for line in readme.splitlines() if line.startswith(f"| `{row_name}`")]
+    for name in re.findall(r"`(\w+)`", row.split("|")[2]):
+      assert callable(getattr(module, name)), name
   distributions = [d for d in ("norm", "t", "gamma", "chi2", "beta", "dirichlet",
                                "multivariate_normal", "poisson") if d in rows[-1]]
   for row in rows:
@@ -338,7 +340,40 @@ LINALG = {  # name -> (function of scipy.linalg or primc's, arguments, finite di
     "svd_values": (lambda m, a: m.svd(a, compute_uv=False), (_GEN,), True),
     "block_diag": (lambda m, a, b: m.block_diag(a, b, np.array([7.0])), (_GEN[:2, :3], _B),
                    True),
+    **{f"solve_banded_{lo}{up}": ((lambda lo, up: lambda m, ab, b: m.solve_banded((lo, up), ab, b))(
+        lo, up), (R.standard_normal((lo + up + 1, 5)) + 6 * (np.arange(lo + up + 1) == up)[:, None],
+                  R.standard_normal(5) if lo else R.standard_normal((5, 2))), True)
+       for lo, up in ((1, 1), (0, 2), (2, 0))},
 }
+
+
+_SIGNAL_PAIRS = [((4,), (2,)), ((3,), (6,)), ((5, 4), (3, 2)), ((6, 7), (4, 1)), ((2, 3), (4, 5)),
+                 ((2, 5), (3, 2)), ((3, 3, 2), (2, 2, 2))]
+
+
+@pytest.mark.parametrize("fn", ["convolve", "correlate"])
+@pytest.mark.parametrize("mode", ["full", "valid", "same"])
+@pytest.mark.parametrize("shapes", _SIGNAL_PAIRS, ids=str)
+def test_scipy_signal_matches_scipy(fn, mode, shapes):
+  """N-d convolve/correlate: scipy's values, shapes, swaps and errors (for 'valid', one
+  operand must contain the other), eager and compiled; finite differences in both."""
+  import scipy.signal as SS
+  import primc.scipy.signal as pss
+  a, b = (R.standard_normal(s) for s in shapes)
+  try:
+    want = getattr(SS, fn)(a, b, mode)
+  except ValueError:
+    with pytest.raises(ValueError):
+      getattr(pss, fn)(a, b, mode)
+    return
+  for got in (getattr(pss, fn)(a, b, mode),
+              primc.jit(lambda a, b: getattr(pss, fn)(a, b, mode))(a, b)):
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+  if len(shapes[0]) == 2:
+    np.testing.assert_allclose(getattr(pss, fn + "2d")(a, b, mode),
+                               getattr(SS, fn + "2d")(a, b, mode), rtol=1e-12, atol=1e-13)
+  primc.check_grads(lambda a, b: getattr(pss, fn)(a, b, mode), (a, b), order=1)
 
 
 @pytest.mark.parametrize("name", LINALG)

@@ -3,6 +3,7 @@ primitives and their derivative rules of every order). Names scipy.linalg has an
 does not raise NotSupportedError naming them."""
 from __future__ import annotations
 
+import numpy as np
 
 from primc import numpy as pnp
 from primc.numpy import NotSupportedError, _op
@@ -99,6 +100,23 @@ def solve_sylvester(a, b, q):
   k = pnp.add(pnp.kron(a, pnp.eye(n, dtype=dtype)),
               pnp.kron(pnp.eye(m, dtype=dtype), pnp.matrix_transpose(b)))
   return pnp.reshape(pnp.linalg.solve(k, pnp.ravel(q)), (m, n))
+
+
+@_op
+def solve_banded(l_and_u, ab, b, overwrite_ab=False, overwrite_b=False, check_finite=True):
+  """x with a x = b for the banded `a` stored as scipy stores it: a[i, j] = ab[u + i - j, j]
+  (l bands below the diagonal, u above), by the dense system (n^2 entries: for the small
+  and moderate n it is used on; derivatives in ab and b from solve's)."""
+  lower, upper = (int(k) for k in l_and_u)
+  rows, n = pnp.shape(ab)
+  if rows != lower + upper + 1:
+    raise ValueError(f"solve_banded: ab has {rows} rows, (l, u) = {(lower, upper)} needs "
+                     f"{lower + upper + 1}")
+  i, j = np.indices((n, n))
+  band = upper + i - j
+  inside = (band >= 0) & (band < rows)
+  values = pnp.take(pnp.ravel(ab), np.where(inside, band * n + j, 0).astype(np.int64))
+  return pnp.linalg.solve(pnp.where(inside, values, 0.0), b)
 
 
 @_op
