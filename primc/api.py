@@ -59,6 +59,25 @@ def _keywords(fun: Callable, kwargs: dict) -> Callable:
   return functools.partial(fun, **kwargs) if kwargs else fun
 
 
+def _is_array(x) -> bool:
+  return isinstance(x, (Tracer, np.ndarray, np.generic))
+
+
+def _python_values_bound(fun: Callable, args: tuple, nums) -> tuple[Callable, tuple]:
+  """Positional arguments not differentiated that hold anything but arrays (a Python
+  number or bool, a type, a string, a function, None) bound as Python values, as autograd
+  passes them (`if flag:` works on them); in `args` each becomes an empty tuple (no
+  leaves), so argument positions stay."""
+  fixed = {i: a for i, a in enumerate(args)
+           if i not in nums and not all(map(_is_array, tree_flatten(a)[0]))}
+  if not fixed:
+    return fun, args
+
+  def bound(*a):
+    return fun(*[fixed[i] if i in fixed else x for i, x in enumerate(a)])
+  return bound, tuple(() if i in fixed else a for i, a in enumerate(args))
+
+
 def _argnums(argnums, nargs) -> tuple[int, ...]:
   nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
   for i in nums:
@@ -100,7 +119,8 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   """
   def value_and_grad_fn(*args, **kwargs):
     nums = _argnums(argnums, len(args))
-    program, leaves, captured, _, out_tree = _trace(_keywords(fun, kwargs), args)
+    f, args = _python_values_bound(_keywords(fun, kwargs), args, nums)
+    program, leaves, captured, _, out_tree = _trace(f, args)
     owners = _leaf_owners(args)
     wrt = [o in nums for o in owners] + [False] * len(captured)
     for o, leaf in zip(owners, leaves):

@@ -176,3 +176,25 @@ def test_grad_of_a_non_float_output_is_a_type_error():
     primc.grad(lambda x: pnp.allclose(x, x * 3.0 / 3.0))(np.ones(3))
   with pytest.raises(TypeError, match="truth value"):
     primc.grad(lambda x: pnp.sum(x) if x[0] else 0.0)(np.ones(3))
+
+
+@pytest.mark.parametrize("path", ["eager", "jit_outside"])
+def test_arguments_not_differentiated_may_be_python_values(path):
+  """Types, functions, None and Python numbers in positions grad does not differentiate
+  reach the function as they are (autograd's behaviour: `if flag:` works), eager; under an
+  outer jit they are its static or traced arguments as usual."""
+  def f(x, activation, flag, scale, kind):
+    assert kind is list or kind is None
+    y = activation(x) if flag else x
+    return pnp.sum(y) * scale
+  x = R.standard_normal(3)
+  want = (1 - np.tanh(x) ** 2) * 2.5
+  g = primc.grad(f)
+  if path == "eager":
+    np.testing.assert_allclose(g(x, pnp.tanh, True, 2.5, list), want, rtol=1e-13)
+    np.testing.assert_allclose(g(x, pnp.tanh, False, 2.5, None), np.full(3, 2.5), rtol=1e-13)
+  else:
+    jg = primc.jit(g, static_argnums=(1, 2, 4))
+    np.testing.assert_allclose(jg(x, pnp.tanh, True, 2.5, list), want, rtol=1e-13)
+  with pytest.raises(primc.PrimcError, match="expected an array argument"):
+    primc.grad(f, argnums=4)(x, pnp.tanh, True, 2.5, "text")
