@@ -221,3 +221,32 @@ def test_scalars_and_0d_arrays_take_the_native_entry(x, monkeypatch):
     got = f(x)
     assert type(got) is np.ndarray and got.shape == () and got.dtype == want.dtype
     assert got == want
+
+
+def test_arenas_are_shared_across_sizes_and_distinct_across_threads():
+  """A program at a new size runs in an arena block an earlier size gave back (no fresh
+  pages); concurrent calls each take their own block and get their own right results."""
+  import threading
+  from primc.codegen import executor
+  f = primc.jit(lambda x, w: pnp.sum(pnp.tanh(pnp.tanh(x @ w) @ w.T) ** 2, axis=1))
+  w = R.standard_normal((64, 64)).astype(np.float32) / 8
+  want = lambda x: np.sum(np.tanh(np.tanh(x @ w) @ w.T) ** 2, axis=1)
+  x = R.standard_normal((4096, 64)).astype(np.float32)
+  np.testing.assert_allclose(f(x, w), want(x), rtol=2e-5)
+  free = {id(b) for b in executor.BLOCKS._free}
+  for n in (4000, 3000, 1):
+    np.testing.assert_allclose(f(x[:n], w), want(x[:n]), rtol=2e-5)
+    assert {id(b) for b in executor.BLOCKS._free} == free  # the same blocks, none new
+  results = {}
+
+  def call(k):
+    xs = x[k * 512:(k + 1) * 512] * (k + 1)
+    for _ in range(20):
+      got = f(xs, w)
+    results[k] = np.allclose(got, want(xs), rtol=2e-5)
+  threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert results == {k: True for k in range(4)}
