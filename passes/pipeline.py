@@ -86,8 +86,9 @@ def run_pass(p: Pass, program: Program, *, check: bool, show: set[str], fast: bo
 
 
 def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
-             print_after=None) -> Program:
-  """Runs the pipeline (simplify, combine, CSE, DCE) until no pass changes the program.
+             print_after=None, rounds: int = MAX_ROUNDS) -> Program:
+  """Runs the pipeline (simplify, combine, CSE, DCE) until no pass changes the program
+  (or for `rounds` rounds).
 
   Args:
     program: the program to optimize.
@@ -95,6 +96,7 @@ def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
     check: typecheck after every pass (default: the PRIMC_CHECKS environment variable).
     print_after: pass names (a list or a comma-separated string) whose output to print
       (default: the PRIMC_DUMP / PRIMC_PRINT_AFTER environment variables).
+    rounds: at most this many rounds (the default: until a round changes nothing).
   Returns:
     an equivalent program with the same inputs and outputs.
   Raises:
@@ -103,7 +105,7 @@ def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
   check, show = checks_enabled(check), print_after_names(print_after)
   if check:
     typecheck(program)
-  for _ in range(MAX_ROUNDS):
+  for _ in range(rounds):
     start = program
     for p in PIPELINE:
       program = run_pass(p, program, check=check, show=show, fast=fast)
