@@ -10,6 +10,8 @@
                program that has them) and its run plan (steps as data)
   runner.py    the one native function (LLVM IR) that runs a plan's steps; threads by
                handing a step's tasks to numba's thread pool
+  loops.py     control-flow loops over compiled bodies, run natively (the runner called
+               on the bodies' pointer tables, step after step)
   loader.py    content-addressed module files under the cache directory; kernel cfuncs
   native.py    the native entry: a CPython function (LLVM IR) that checks the inputs,
                allocates the outputs and fills the runner's pointer table

@@ -3,7 +3,7 @@ imports numba; the rest of primc, and `primc.codegen.store` for the command line
 """
 from __future__ import annotations
 
-from primc.codegen import cache, executor, module, plan, store, tiered  # noqa: F401
+from primc.codegen import cache, executor, loops, module, plan, store, tiered  # noqa: F401
 
 
 def ready() -> None:

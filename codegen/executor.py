@@ -157,6 +157,32 @@ class Executable:
       return native.entry(spec, keep)
     return native.ctypes_entry(spec, keep, self.driver, handler)
 
+  # -- the pointer table, for a caller that runs the driver itself (codegen.loops) --------
+  def native_loop_ready(self) -> bool:
+    """Compiles the kernels if need be; whether the driver writes every output, in order
+    (then a pointer table runs the whole program)."""
+    if self._first:
+      self._first_call()
+    return self._outs_in_order
+
+  @property
+  def arena_bytes(self) -> int:
+    return self._arena_bytes
+
+  def pointer_table(self, inputs, outputs, arena: int, err: int) -> np.ndarray:
+    """The driver's table `[words, err, inputs..., constants..., outputs..., arena
+    views...]` for these addresses (arena: a block of at least `arena_bytes`)."""
+    views = [arena + self._arena_starts[k] + off * np.dtype(self.plan.buffers[k].dtype).itemsize
+             for k, off in self.plan.views]
+    return np.array([self._words.ctypes.data, err, *inputs, *(c.ctypes.data for c in self._consts),
+                     *outputs, *views], np.int64)
+
+  def input_slot(self, j: int) -> int:
+    return 2 + j
+
+  def output_slot(self, j: int) -> int:
+    return 2 + self._n_in + len(self._consts) + j
+
   def _raise_index_error(self, site: int, index: int, size: int):
     raise self.plan.index_error(site, index, size)
 

@@ -317,7 +317,8 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
   traced = inline_calls(traced)  # custom rules are done with: the functions' programs
   if has_control_flow(traced):  # straight-line segments and bodies compiled one by one
     return Segmented(passes.optimize(traced),
-                     lambda program: load_executable(program, tiered, prefer, label))
+                     lambda program: load_executable(program, tiered, prefer, label),
+                     None if config.interpret or codegen.jit_disabled() else codegen.loops)
   key = codegen.cache.program_key(traced)
   plan, optimized = st.read_entry("plan", key, codegen.plan.Plan.from_bytes), None
   if plan is None:

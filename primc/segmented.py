@@ -2,8 +2,10 @@
 `while` and `scan` equations into straight-line segments, each compiled as any program
 is (fused kernels, cached); a control-flow equation runs its loop or branch choice here,
 calling the compiled programs of its branches or body (each compiled once, nested control
-flow the same way). Loops are real loops, never unrolled; each step is one call of a
-compiled body.
+flow the same way). Loops are real loops, never unrolled: where cond and body are
+compiled programs, the whole loop runs natively (`codegen.loops`: the runner called on the
+bodies' pointer tables, no Python between steps); otherwise each step is one call of a
+compiled body from here.
 """
 from __future__ import annotations
 
@@ -51,11 +53,14 @@ def _segments(program: Program) -> list:
 
 
 class Segmented:
-  """The executable of a program with control flow (see the module docstring)."""
+  """The executable of a program with control flow (see the module docstring). `loops`:
+  the native loops (`codegen.loops`: run_while, run_scan), which run a loop whose cond and
+  body are compiled programs without Python between steps; None: every loop steps here."""
 
-  def __init__(self, program: Program, load: Callable):
+  def __init__(self, program: Program, load: Callable, loops=None):
     self.program = program
     self._load = load
+    self._loops = loops
     self._steps = [self._step(p) for p in _segments(program)]
     kernels = set()
     for exe in self._executables:
@@ -88,7 +93,7 @@ class Segmented:
       if kind == "segment":
         env.update(zip(piece.outputs, exe([read(a) for a in piece.inputs], None)))
       else:
-        outs = _RUN[kind](exe, piece, [read(a) for a in piece.inputs])
+        outs = _RUN[kind](exe, piece, [read(a) for a in piece.inputs], self._loops)
         env.update(zip(piece.outputs, outs, strict=True))
     results = [np.array(read(a), order="C") for a in self.program.outputs]
     if out is None:
@@ -106,7 +111,7 @@ class Segmented:
     return None  # no single native entry: calls take the general path
 
 
-def _run_cond(exes, eqn, args):
+def _run_cond(exes, eqn, args, loops):
   k = int(args[0])
   if not 0 <= k < len(exes):
     raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(exes)} "
@@ -114,22 +119,28 @@ def _run_cond(exes, eqn, args):
   return exes[k](list(args[1:]), None)
 
 
-def _run_while(exes, eqn, args):
+def _run_while(exes, eqn, args, loops):
   cond, body = exes
   n_cond, n_body = eqn.kw["n_cond"], eqn.kw["n_body"]
   consts_c, consts_b = args[:n_cond], args[n_cond:n_cond + n_body]
   carry = list(args[n_cond + n_body:])
+  done = loops.run_while(cond, body, consts_c, consts_b, carry) if loops else None
+  if done is not None:
+    return done
   while bool(cond([*consts_c, *carry], None)[0]):
     carry = body([*consts_b, *carry], None)
   return carry
 
 
-def _run_scan(exes, eqn, args):
+def _run_scan(exes, eqn, args, loops):
   (body,) = exes
   kw = eqn.kw
   n_consts, n_carry, length = kw["n_consts"], kw["n_carry"], kw["length"]
   consts, carry = args[:n_consts], list(args[n_consts:n_consts + n_carry])
   xs = [np.ascontiguousarray(x) for x in args[n_consts + n_carry:]]
+  done = loops.run_scan(body, consts, carry, xs, length, kw["reverse"]) if loops else None
+  if done is not None:
+    return list(done[0]) + list(done[1])
   ys = [np.empty(a.aval.shape, a.aval.dtype) for a in eqn.outputs[n_carry:]]
   for i in (range(length - 1, -1, -1) if kw["reverse"] else range(length)):
     outs = body([*consts, *carry, *[x[i] for x in xs]], None)
