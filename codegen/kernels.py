@@ -122,6 +122,24 @@ lower_rules[P.polygamma_p] = lambda ctx, e, x: (
 lower_rules[P.special_p] = lambda ctx, e, *xs: (  # scipy's C function (codegen/special.py)
     f"{_np(e.outputs[0].aval.dtype)}(SP_{e.kw['name'].upper()}("
     f"{''.join(f'np.float64({x}), ' for x in xs)}np.int32(0)))")
+lower_rules[P.bit_and_p] = _binop("&")
+lower_rules[P.bit_or_p] = _binop("|")
+lower_rules[P.bit_xor_p] = _binop("^")
+lower_rules[P.bit_not_p] = lambda ctx, e, x: f"{_np(e.outputs[0].aval.dtype)}(~{x})"
+lower_rules[P.shift_left_p] = lambda ctx, e, x, y: _shift(e, x, y, "<<")
+lower_rules[P.shift_right_p] = lambda ctx, e, x, y: _shift(e, x, y, ">>")
+
+
+def _shift(e, x, y, op):
+  """numpy's shifts: counts outside [0, bits) give 0, or the sign's fill shifting right
+  (LLVM's shift by such a count is undefined: never emitted)."""
+  dtype = e.outputs[0].aval.dtype
+  bits = 8 * np.dtype(dtype).itemsize
+  fill = f"({_np(dtype)}(-1) if {x} < 0 else {_np(dtype)}(0))" if op == ">>" else \
+      f"{_np(dtype)}(0)"
+  return (f"({_np(dtype)}({x} {op} {y}) if {y} >= 0 and {y} < {bits} else {fill})")
+
+
 lower_rules[P.nextafter_p] = _libm("np.nextafter({}, {})")
 lower_rules[P.signbit_p] = lambda ctx, e, x: f"(math.copysign(1.0, {x}) < 0.0)"
 lower_rules[P.add_p] = _binop("+")

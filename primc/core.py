@@ -148,6 +148,7 @@ TRAITS = {
     "sorting": "orders its operand along its last axis (argsort)",
     "linalg": "a LAPACK routine on the matrices of its last two axes (batched)",
     "nondifferentiable": "zero derivative by definition",
+    "integer": "takes integer (or bool) operands only (bitwise operations)",
 }
 
 

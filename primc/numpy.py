@@ -25,8 +25,8 @@ import numpy as np
 
 from primc import contraction
 from primc import prims as P
-from primc.core import (FLOAT_DTYPES, PrimcError, PrimcIndexError, ShapedArray, ShapeError,
-                        index_error)
+from primc.core import (FLOAT_DTYPES, PrimcError, PrimcIndexError, PrimcTypeError, ShapedArray,
+                        ShapeError, index_error)
 from primc.batching import batch_program
 from primc.trace import (Tracer, aval_of, eval_program, locate, size_constant, trace_flat,
                          user_op, user_source)
@@ -2275,23 +2275,41 @@ def logical_xor(x, y):
   return P.ne_p.bind(x, y)
 
 
-def _bitwise(logical, name):
-  """numpy's bitwise `name` (and Python's operator): the logical one on bool arrays; on
-  integers not supported."""
+def _bitwise(logical, prim, name):
+  """numpy's bitwise `name` (and Python's operator): the logical one on bool arrays, the
+  bitwise primitive on integers (bools mixed in become integers, as numpy's)."""
   def fn(*xs):
-    xs = [as_array(x) for x in xs]
-    if builtins.any(aval_of(x).dtype != "bool" for x in xs):
-      raise NotSupportedError(f"{name} of {', '.join(str(aval_of(x).dtype) for x in xs)} "
-                              f"arrays: bitwise operations are supported on bool arrays only")
-    return logical(*xs)
+    xs = [as_array(x) if not _is_python_scalar(x) else x for x in xs]
+    if builtins.all(not _is_python_scalar(x) and aval_of(x).dtype == "bool" for x in xs):
+      return logical(*xs)
+    xs = _promote(*xs) if len(xs) > 1 else [as_array(xs[0])]
+    if builtins.any(aval_of(x).dtype in FLOAT_DTYPES for x in xs):
+      raise PrimcTypeError(f"{name} of {', '.join(str(aval_of(x).dtype) for x in xs)}: "
+                           f"bitwise operations take integer or bool arrays (as numpy)")
+    return prim.bind(*xs)
   fn.__name__ = name
   return _op(fn)
 
 
-bitwise_and = _bitwise(logical_and, "bitwise_and")
-bitwise_or = _bitwise(logical_or, "bitwise_or")
-bitwise_xor = _bitwise(logical_xor, "bitwise_xor")
-invert = bitwise_not = bitwise_invert = _bitwise(logical_not, "invert")
+bitwise_and = _bitwise(logical_and, P.bit_and_p, "bitwise_and")
+bitwise_or = _bitwise(logical_or, P.bit_or_p, "bitwise_or")
+bitwise_xor = _bitwise(logical_xor, P.bit_xor_p, "bitwise_xor")
+invert = bitwise_not = bitwise_invert = _bitwise(logical_not, P.bit_not_p, "invert")
+
+
+def _shift(prim, name):
+  def fn(x, y):
+    x, y = _promote(x, y)
+    if builtins.any(aval_of(a).dtype in FLOAT_DTYPES + ("bool",) for a in (x, y)):
+      raise PrimcTypeError(f"{name} of {aval_of(x).dtype}, {aval_of(y).dtype}: shifts take "
+                           f"integer arrays")
+    return prim.bind(x, y)
+  fn.__name__ = name
+  return _op(fn)
+
+
+left_shift = bitwise_left_shift = _shift(P.shift_left_p, "left_shift")
+right_shift = bitwise_right_shift = _shift(P.shift_right_p, "right_shift")
 
 
 @_op
@@ -3787,7 +3805,9 @@ _MORE_METHODS = {"ravel": ravel, "flatten": ravel, "squeeze": squeeze, "prod": p
                  "trace": trace, "repeat": repeat, "dot": dot, "round": round,
                  "take": take, "__and__": bitwise_and, "__rand__": _swap(bitwise_and),
                  "__or__": bitwise_or, "__ror__": _swap(bitwise_or), "__xor__": bitwise_xor,
-                 "__rxor__": _swap(bitwise_xor), "__invert__": invert}
+                 "__rxor__": _swap(bitwise_xor), "__invert__": invert,
+                 "__lshift__": left_shift, "__rlshift__": _swap(left_shift),
+                 "__rshift__": right_shift, "__rrshift__": _swap(right_shift)}
 _TRACER_METHODS.update(_MORE_METHODS)
 for _name, _fn in _MORE_METHODS.items():
   setattr(Tracer, _name, _fn)

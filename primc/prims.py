@@ -203,6 +203,32 @@ rint_p = def_unary("rint", np.rint, traits=("nondifferentiable",))  # halves to 
 stop_gradient_p = def_unary("stop_gradient", lambda x: x, lambda x: x,
                             traits=("nondifferentiable",))
 
+# bitwise operations on integers (and bools), numpy's: a shift by a count outside
+# [0, bits) gives 0 (left) or the sign's fill (right; arithmetic for signed integers)
+def integer_binary(x, y):
+  _check(x.dtype not in FLOAT_DTYPES, f"expects integer or bool operands, got {x.dtype}")
+  return binary_same(x, y)
+
+
+def integer_unary(x):
+  _check(x.dtype not in FLOAT_DTYPES, f"expects an integer or bool operand, got {x.dtype}")
+  return x
+
+
+_INTEGER = ("integer", "nondifferentiable")
+bit_and_p = def_binary("bit_and", np.bitwise_and, integer_binary,
+                       traits=_INTEGER + ("commutative",))
+bit_or_p = def_binary("bit_or", np.bitwise_or, integer_binary, traits=_INTEGER + ("commutative",))
+bit_xor_p = def_binary("bit_xor", np.bitwise_xor, integer_binary,
+                       traits=_INTEGER + ("commutative",))
+bit_not_p = def_unary("bit_not", np.invert, integer_unary, traits=_INTEGER)
+def shift_rule(x, y):
+  _check(x.dtype not in FLOAT_DTYPES + ("bool",), f"expects integer operands, got {x.dtype}")
+  return binary_same(x, y)
+
+
+shift_left_p = def_binary("shift_left", np.left_shift, shift_rule, traits=_INTEGER)
+shift_right_p = def_binary("shift_right", np.right_shift, shift_rule, traits=_INTEGER)
 nextafter_p = def_binary("nextafter", np.nextafter, binary_float)
 add_p = def_binary("add", np.add, ieee=True, traits=("commutative",), linear=(0, 1))
 sub_p = def_binary("sub", np.subtract, ieee=True, linear=(0, 1))

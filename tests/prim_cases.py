@@ -72,6 +72,15 @@ def _svd_oracle(a):
   return np.concatenate([u * np.sign(big), s[..., None, :], v * np.sign(big)], -2)
 
 
+def _ints(x, scale=8):
+  """floor(scale x) as int64 (the integer operands of the bitwise cases)."""
+  return P.convert(P.floor_p.bind(P.mul(x, P.scalar_like(scale, x))), "int64")
+
+
+def _as_float(n, x):
+  return P.convert(n, aval_of(x).dtype)
+
+
 def _periodic_mean(integrand, n=256):
   """(1/pi) * the integral over [0, pi] of an integrand even and 2 pi-periodic in t: the mean
   over a period, by the trapezoid rule (exact to rounding for these smooth integrands)."""
@@ -218,6 +227,17 @@ CASES = [
          args(uniform(0.05, 0.95, 3, 4)),
          lambda x: sum(math.comb(4, j) * x ** j * (1 - x) ** (4 - j) for j in (2, 3, 4)),
          name="betainc_2_3"),
+    # bitwise operations: on integers made from the float arguments (floor(8 x); shift
+    # counts floor(20 y), negative and past the width included), the result as a float
+    *[Case(p, (lambda p, s: lambda x, y: _as_float(p.bind(_ints(x), _ints(y, s)), x))(p, s),
+           args(normal(3, 4), normal(3, 4)),
+           (lambda f, s: lambda x, y: f(np.floor(8 * x).astype(np.int64),
+                                        np.floor(s * y).astype(np.int64)).astype(x.dtype))(f, s))
+      for p, f, s in ((P.bit_and_p, np.bitwise_and, 8), (P.bit_or_p, np.bitwise_or, 8),
+                      (P.bit_xor_p, np.bitwise_xor, 8), (P.shift_left_p, np.left_shift, 40),
+                      (P.shift_right_p, np.right_shift, 40))],
+    Case(P.bit_not_p, lambda x: _as_float(P.bit_not_p.bind(_ints(x)), x), args(normal(3, 4)),
+         lambda x: np.invert(np.floor(8 * x).astype(np.int64)).astype(x.dtype)),
     Case(P.add_p, P.add, args(normal(3, 4), normal(3, 4)), np.add, linear=(0, 1)),
     Case(P.sub_p, P.sub, args(normal(3, 4), normal(3, 4)), np.subtract, linear=(0, 1)),
     Case(P.mul_p, P.mul, args(normal(3, 4), normal(3, 4)), np.multiply, linear=(0, 1), bilinear=True),

@@ -21,8 +21,9 @@ def _arity(prim) -> int:
   return sum(p.kind is p.POSITIONAL_OR_KEYWORD for p in params)
 
 
-PRIMS = sorted((p for p in P.ALL_PRIMITIVES if p in ELEMENTWISE and p is not P.convert_p),
-               key=lambda p: p.name)
+PRIMS = sorted((p for p in P.ALL_PRIMITIVES if p in ELEMENTWISE and p is not P.convert_p
+                and p not in P.with_trait("integer")), key=lambda p: p.name)
+INTEGER = sorted(P.with_trait("integer"), key=lambda p: p.name)  # on integer operands
 UNARY = [p for p in PRIMS if _arity(p) == 1]
 BINARY = [p for p in PRIMS if _arity(p) == 2]
 assert len(UNARY) >= 10 and len(BINARY) >= 13 and P.select_p in PRIMS
@@ -124,3 +125,31 @@ def test_programs_that_once_failed_to_compile():
   # check_grads with pytree (tuple, dict) arguments of different shapes
   primc.check_grads(lambda t, d: primc.numpy.sum(t[0] * d["w"]) + primc.numpy.sum(t[1]),
                     ((np.ones(2), np.arange(3.0)), {"w": np.array([0.5, 2.0])}), order=2)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_primitives_in_every_form_compile_and_match(dtype):
+  """The bitwise primitives on integer operands in every form (shift counts from -3 to
+  the width and past it: numpy's 0 or sign fill outside [0, bits))."""
+  bits = 8 * np.dtype(dtype).itemsize
+  forms = list(FORMS)
+  args = []
+  for form in forms:
+    shape, _ = FORMS[form]
+    args += [R.integers(-2 ** 20, 2 ** 20, shape).astype(dtype),
+             R.integers(-3, bits + 4, shape).astype(dtype)]
+
+  def program(*xs):
+    outs = []
+    for k, form in enumerate(forms):
+      x, y = (FORMS[form][1](a) for a in xs[2 * k:2 * k + 2])
+      outs += [p.bind(x) if p is P.bit_not_p else p.bind(x, y) for p in INTEGER]
+    return outs
+
+  compiled = primc.jit(program)(*args)
+  want = primc.interpret(primc.make_program(program)(*args), *args)
+  assert len(compiled) == len(want) == len(forms) * len(INTEGER)
+  for k, (g, w) in enumerate(zip(compiled, want)):
+    assert g.dtype == w.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(g, w, err_msg=f"{forms[k // len(INTEGER)]}:"
+                                                f"{INTEGER[k % len(INTEGER)].name}")

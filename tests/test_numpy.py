@@ -573,9 +573,31 @@ def test_histogram_bincount_matrix_rank_lstsq_match_numpy():
   primc.check_grads(lambda m, v: pnp.linalg.lstsq(m, v)[0], (a, b), order=2)
 
 
-def test_bitwise_operations_on_integers_are_a_clear_error():
-  with pytest.raises(pnp.NotSupportedError, match="bitwise_and of int64, int64"):
-    primc.jit(lambda a: (a * 3).astype(int) & pnp.ones(4, dtype=int))(np.ones(4))
+@pytest.mark.parametrize("path", ["eager", "jit"])
+def test_bitwise_operations_match_numpy(path):
+  """Integers, bools, the two mixed, Python ints, operators and numpy's names; shift counts
+  past the width; floats a TypeError as in numpy."""
+  wrap = primc.jit if path == "jit" else (lambda f: f)
+  a = np.array([5, -7, 12, 0, 2 ** 40 + 3, -1])
+  b = np.array([3, 6, -10, 1, 65, 63])
+  m = np.array([True, False, True, True, False, True])
+  cases = [lambda np_, a, b, m: np_.bitwise_and(a, b), lambda np_, a, b, m: np_.bitwise_or(a, 12),
+           lambda np_, a, b, m: np_.bitwise_xor(m, a), lambda np_, a, b, m: np_.invert(a),
+           lambda np_, a, b, m: np_.invert(m), lambda np_, a, b, m: np_.left_shift(a, b),
+           lambda np_, a, b, m: np_.right_shift(a, b), lambda np_, a, b, m: np_.bitwise_and(m, m),
+           lambda np_, a, b, m: (a & b) | (a ^ 3) + (a << 2) - (b >> 1) + ~a,
+           lambda np_, a, b, m: np_.right_shift(a.astype(np_.int32), 3)]
+  for k, f in enumerate(cases):
+    got, want = wrap(lambda a, b, m: f(pnp, a, b, m))(a, b, m), f(np, a, b, m)
+    assert got.dtype == want.dtype, k
+    np.testing.assert_array_equal(got, want, err_msg=str(k))
+  with pytest.raises(TypeError, match="bitwise"):
+    wrap(lambda a: pnp.bitwise_and(a, a))(np.ones(3))
+  with pytest.raises(TypeError, match="shifts take integer"):
+    wrap(lambda m: pnp.left_shift(m, m))(m)
+
+
+def test_reductions_with_where_need_initial():
   with pytest.raises(primc.PrimcError, match="needs initial"):
     pnp.max(np.ones(3), where=np.ones(3, bool))
 
