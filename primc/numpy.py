@@ -2396,6 +2396,14 @@ imag = _real_only("imag", zeros_like)
 
 
 @_op
+def angle(z, deg=False):
+  """The argument of real numbers: 0, or pi for negative ones (and -0.0), as numpy's
+  arctan2(0, x); derivative 0."""
+  out = arctan2(zeros_like(_float(z)), _float(z))
+  return multiply(out, 180.0 / np.pi) if deg else out
+
+
+@_op
 def copy(a):
   return as_array(a)
 

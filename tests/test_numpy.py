@@ -82,6 +82,8 @@ ARRAY_FUNCTIONS = [
     ("copysign", lambda x: pnp.copysign(x, x[::-1]), lambda x: np.copysign(x, x[::-1])),
     ("nextafter", lambda x: pnp.nextafter(x, x[::-1]), lambda x: np.nextafter(x, x[::-1])),
     ("signbit", lambda x: pnp.signbit(x * 0.0), lambda x: np.signbit(x * 0.0)),
+    ("angle", pnp.angle, np.angle),
+    ("angle_deg", lambda x: pnp.angle(x, deg=True), lambda x: np.angle(x, deg=True)),
     # API variants (orders, axis tuples, modes, keyword axes) a numpy program uses
     ("reshape_F", lambda x: pnp.reshape(x, (2, -1), order="F"),
      lambda x: np.reshape(x, (2, -1), order="F")),
