@@ -28,7 +28,6 @@ from primc.codegen.plan import Plan
 
 POOLED_MIN_BYTES = 1 << 16  # smaller outputs: plain np.empty (numpy caches those)
 POOL_DEPTH = 2              # arrays kept per output
-ARENA_ALIGN = 64            # bytes: each arena buffer starts at a multiple of this
 
 
 class ArenaBlocks:
@@ -52,7 +51,9 @@ class ArenaBlocks:
           return self._free.pop(k)
     return np.empty(nbytes, np.uint8)
 
-  def give(self, block: np.ndarray) -> None:
+  def give(self, block: np.ndarray | None) -> None:
+    if block is None:  # a program without an arena took none
+      return
     with self._lock:
       self._free.append(block)
       if len(self._free) > self.KEEP:
@@ -75,7 +76,7 @@ class Executable:
     self.modules = modules
     self.kernels = None  # the compiled cfuncs, once ready
     self.out_specs = plan.out_specs
-    sizes = [-(-n // ARENA_ALIGN) * ARENA_ALIGN for n in plan.buffer_bytes]
+    sizes = [-(-n // native.ALIGN) * native.ALIGN for n in plan.buffer_bytes]
     self._arena_starts = [sum(sizes[:k]) for k in range(len(sizes))]
     self._arena_bytes = sum(sizes)
     self._arena_views: dict[int, tuple] = {}  # id(block) -> (block, buffer views)
@@ -192,7 +193,10 @@ class Executable:
       self._first_call()
 
   def _take_arena(self) -> tuple:
-    """(block, its buffer views): a block of `BLOCKS` (the views made once per block)."""
+    """(block, its buffer views): a block of `BLOCKS` (the views made once per block);
+    (None,) for a program without an arena."""
+    if not self.plan.buffers:
+      return (None,)
     block = BLOCKS.take(self._arena_bytes)
     arena = self._arena_views.get(id(block))
     if arena is None or arena[0] is not block:

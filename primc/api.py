@@ -128,15 +128,17 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
     wrt = [o in nums for o in owners] + [False] * len(captured)
     for o, leaf in zip(owners, leaves):
       if o in nums and not aval_of(leaf).is_float:
-        raise PrimcTypeError(f"grad with respect to argument {o} of dtype {aval_of(leaf).dtype}: "
-                         f"only float inputs can be differentiated, at {user_source()}")
+        raise PrimcTypeError(f"grad with respect to argument {o} of dtype "
+                             f"{aval_of(leaf).dtype}: only float inputs can be "
+                             f"differentiated, at {user_source()}")
     value_idx, aux_idx = _split_aux(out_tree, has_aux, "grad")
     if not isinstance(value_idx, int):
       raise PrimcError("grad needs a function with one array output (use jacrev for several)")
     value_aval = program.out_avals[value_idx]
     if value_aval.size != 1 or not value_aval.is_float:
       raise PrimcTypeError(f"grad needs a function with a one-element float output, got "
-                       f"{value_aval} (use vjp, jacrev or primc.autograd.grad), at {user_source()}")
+                           f"{value_aval} (use vjp, jacrev or primc.autograd.grad), at "
+                           f"{user_source()}")
     ct_mask = [i == value_idx for i in range(len(program.outputs))]
     vjp_p = optimize(ad.vjp_program(program, wrt, ct_mask))
     one = np.ones(value_aval.shape, value_aval.dtype)

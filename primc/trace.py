@@ -18,9 +18,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from primc import core
-from primc.core import (Eqn, Lit, Primitive, PrimcError, PrimcTypeError, Program, ShapedArray, ShapeError,
-                        SUPPORTED_DTYPES, Var, abstract_rules, dtype_name, impl_rules,
-                        make_params, results, run)
+from primc.core import (Eqn, Lit, Primitive, PrimcError, PrimcTypeError, Program,
+                        ShapedArray, ShapeError, SUPPORTED_DTYPES, Var, abstract_rules,
+                        dtype_name, impl_rules, make_params, results, run)
 from primc.tree import tree_flatten, tree_unflatten
 
 _PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d

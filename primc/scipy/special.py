@@ -4,9 +4,10 @@ Primitives: erf, erfc, erfinv, erfcinv, gammaln, gamma and polygamma (digamma is
 polygamma of order 0): the interpreter calls scipy.special, kernels numba's math or
 `codegen/special.py`. Bessel functions (j0 ... kve), the incomplete gamma and beta
 functions and their inverses, exp1, expi, dawsn and gammasgn are one primitive,
-`special[name]`, which kernels run by calling scipy's own C functions. The others are compositions of primitives, with scipy's values at
-the edges of their domains (poles, zeros, infinities), and derivatives that stay finite
-where the value is (`_guarded`). Other names scipy.special has raise NotSupportedError.
+`special[name]`, which kernels run by calling scipy's own C functions. The others are
+compositions of primitives, with scipy's values at the edges of their domains (poles,
+zeros, infinities), and derivatives that stay finite where the value is (`_guarded`).
+Other names scipy.special has raise NotSupportedError.
 """
 from __future__ import annotations
 
