@@ -76,9 +76,9 @@ class Executable:
     self.modules = modules
     self.kernels = None  # the compiled cfuncs, once ready
     self.out_specs = plan.out_specs
-    sizes = [-(-n // native.ALIGN) * native.ALIGN for n in plan.buffer_bytes]
-    self._arena_starts = [sum(sizes[:k]) for k in range(len(sizes))]
-    self._arena_bytes = sum(sizes)
+    *self._arena_starts, self._arena_bytes = native.arena_starts(plan.buffer_bytes)
+    self._views = tuple((k, off * np.dtype(plan.buffers[k].dtype).itemsize)
+                        for k, off in plan.views)  # (buffer, byte offset)
     self._arena_views: dict[int, tuple] = {}  # id(block) -> (block, buffer views)
     # a pool per large output (None: a plain np.empty)
     self._pools = [[] if dtype.itemsize * int(np.prod(shape)) >= POOLED_MIN_BYTES else None
@@ -149,8 +149,7 @@ class Executable:
         outputs=tuple((alloc, shape, id(dtype)) for shape, dtype in self.out_specs),
         buffers=plan.buffer_bytes,
         stack_arena=alloc,
-        views=tuple((k, off * np.dtype(plan.buffers[k].dtype).itemsize)
-                    for k, off in plan.views),
+        views=self._views,
         sizes=self._words.ctypes.data, driver=self.driver, result=result,
         on_error=id(handler))
     keep = (self._words, self._consts, descrs, self.kernels, handler)
@@ -173,10 +172,9 @@ class Executable:
   def pointer_table(self, inputs, outputs, arena: int, err: int) -> np.ndarray:
     """The driver's table `[words, err, inputs..., constants..., outputs..., arena
     views...]` for these addresses (arena: a block of at least `arena_bytes`)."""
-    views = [arena + self._arena_starts[k] + off * np.dtype(self.plan.buffers[k].dtype).itemsize
-             for k, off in self.plan.views]
-    return np.array([self._words.ctypes.data, err, *inputs, *(c.ctypes.data for c in self._consts),
-                     *outputs, *views], np.int64)
+    return np.array(native.pointer_table(
+        self._words.ctypes.data, err, inputs, [c.ctypes.data for c in self._consts], outputs,
+        [arena + s for s in self._arena_starts], self._views), np.int64)
 
   def input_slot(self, j: int) -> int:
     return 2 + j

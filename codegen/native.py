@@ -80,8 +80,7 @@ class EntrySpec:
 
   def words(self) -> np.ndarray:
     """The entry's data, in the order `entry_ir` reads it (see `_Words`)."""
-    starts = list(itertools.accumulate((-(-n // ALIGN) * ALIGN for n in self.buffers),
-                                       initial=0))
+    starts = arena_starts(self.buffers)
     words = [self.sizes, self.driver, self.on_error, max(starts[-1], 1)]
     for _, shape in self.inputs:
       words += shape
@@ -91,6 +90,18 @@ class EntrySpec:
     words += starts[:-1]
     words += [off for _, off in self.views]
     return np.array(words, np.uint64).view(np.int64)
+
+
+def arena_starts(buffers) -> list[int]:
+  """Where each arena buffer (sizes in bytes) starts in one block, ALIGN-aligned; the
+  block's size last."""
+  return list(itertools.accumulate((-(-n // ALIGN) * ALIGN for n in buffers), initial=0))
+
+
+def pointer_table(sizes: int, err: int, inputs, consts, outputs, bases, views) -> list[int]:
+  """The driver's table `[words, err, inputs..., constants..., outputs..., arena
+  views...]` (views: (buffer, byte offset) into the buffers at `bases`)."""
+  return [sizes, err, *inputs, *consts, *outputs, *(bases[k] + off for k, off in views)]
 
 
 @functools.cache
@@ -421,8 +432,8 @@ def ctypes_entry(spec: EntrySpec, keep_alive, driver, on_error):
     data = [a.ctypes.data for a in args]
     bases = data[n_in + n_out:]
     err = np.zeros(4, np.int64)
-    table = table_type(spec.sizes, err.ctypes.data, *data[:n_in], *spec.consts,
-                       *data[n_in:n_in + n_out], *(bases[k] + off for k, off in spec.views))
+    table = table_type(*pointer_table(spec.sizes, err.ctypes.data, data[:n_in], spec.consts,
+                                      data[n_in:n_in + n_out], bases, spec.views))
     status = call(table)
     if status == 2:
       on_error(*err[:3].tolist())

@@ -185,24 +185,20 @@ def _recurrence(name, sign):  # (f(v-1, x) + sign f(v+1, x)) / 2
       _sp(name, _shift(v, -1), x), _sp(name, _shift(v, 1), x)))
 
 
-def _two(x):
-  return _one(x, 2)
-
-
 _SPECIAL_DERIVATIVES = {  # name -> (out, *operands) -> d out / d (last operand)
     "j0": lambda out, x: P.neg(_sp("j1", x)),
-    "j1": lambda out, x: _half(P.sub(_sp("j0", x), _sp("jv", _two(x), x))),
+    "j1": lambda out, x: _half(P.sub(_sp("j0", x), _sp("jv", _one(x, 2), x))),
     "y0": lambda out, x: P.neg(_sp("y1", x)),
-    "y1": lambda out, x: _half(P.sub(_sp("y0", x), _sp("yv", _two(x), x))),
+    "y1": lambda out, x: _half(P.sub(_sp("y0", x), _sp("yv", _one(x, 2), x))),
     "i0": lambda out, x: _sp("i1", x),
-    "i1": lambda out, x: _half(P.add(_sp("i0", x), _sp("iv", _two(x), x))),
+    "i1": lambda out, x: _half(P.add(_sp("i0", x), _sp("iv", _one(x, 2), x))),
     "i0e": lambda out, x: P.sub(_sp("i1e", x), P.mul(P.sign(x), out)),
-    "i1e": lambda out, x: P.sub(_half(P.add(_sp("i0e", x), _sp("ive", _two(x), x))),
+    "i1e": lambda out, x: P.sub(_half(P.add(_sp("i0e", x), _sp("ive", _one(x, 2), x))),
                                 P.mul(P.sign(x), out)),
     "k0": lambda out, x: P.neg(_sp("k1", x)),
-    "k1": lambda out, x: P.neg(_half(P.add(_sp("k0", x), _sp("kv", _two(x), x)))),
+    "k1": lambda out, x: P.neg(_half(P.add(_sp("k0", x), _sp("kv", _one(x, 2), x)))),
     "k0e": lambda out, x: P.sub(out, _sp("k1e", x)),
-    "k1e": lambda out, x: P.sub(out, _half(P.add(_sp("k0e", x), _sp("kve", _two(x), x)))),
+    "k1e": lambda out, x: P.sub(out, _half(P.add(_sp("k0e", x), _sp("kve", _one(x, 2), x)))),
     "jv": _recurrence("jv", -1),
     "yv": _recurrence("yv", -1),
     "iv": _recurrence("iv", 1),
@@ -212,7 +208,7 @@ _SPECIAL_DERIVATIVES = {  # name -> (out, *operands) -> d out / d (last operand)
     "gammasgn": lambda out, x: P.zeros(aval_of(out)),  # piecewise constant
     "exp1": lambda out, x: P.neg(P.div(P.exp(P.neg(x)), x)),
     "expi": lambda out, x: P.div(P.exp(x), x),
-    "dawsn": lambda out, x: P.sub(_one(x), P.mul(_two(x), P.mul(x, out))),
+    "dawsn": lambda out, x: P.sub(_one(x), P.mul(_one(x, 2), P.mul(x, out))),
     "gammainc": lambda out, a, x: P.exp(_log_power_density(a, x)),
     "gammaincc": lambda out, a, x: P.neg(P.exp(_log_power_density(a, x))),
     "gammaincinv": lambda out, a, y: P.exp(P.neg(_log_power_density(a, out))),
