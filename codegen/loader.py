@@ -10,13 +10,17 @@ module lives in memory only: its globals say `CACHE = False` and numba caches no
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import re
 import sys
 import threading
 import types
 
-from primc.codegen import cache, kernels, store
+from primc.codegen import cache, kernels, store, translate
+
+log = logging.getLogger("primc.cache")
 
 _lock = threading.Lock()
 _loaded: dict[tuple[str, bool], types.ModuleType] = {}
@@ -170,9 +174,65 @@ def compile_kernel(module: types.ModuleType, wait: bool = True):
   return cfunc
 
 
+def compiler() -> str:
+  """Which compiler turns kernel sources into machine code: "llvm" (`codegen.translate`,
+  the default; numba for a kernel outside its subset) or "numba" for every kernel
+  (PRIMC_KERNEL_COMPILER=numba)."""
+  return "numba" if os.environ.get("PRIMC_KERNEL_COMPILER") == "numba" else "llvm"
+
+
+@dataclasses.dataclass(frozen=True)
+class Translated:
+  """A kernel compiled by `codegen.translate` (what the executor reads of a numba cfunc)."""
+  address: int
+  cache_hits: int  # 1: loaded from the cache's object file, 0: compiled now
+
+
+_translated: dict[str, int] = {}  # module key -> the address of its loaded kernel
+OBJECT_SUFFIX = ".kernel.o"  # a module's object file, beside numba's files (sealed as they are)
+
+
+def write_object(path: str, data: bytes) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  store.write_atomic(path, data)
+
+
+def _translated_kernel(module: types.ModuleType) -> Translated | None:
+  """The module's kernel compiled by LLVM from its source: loaded from its object file in
+  the cache (verified against the module's seal by the caller), else translated, compiled
+  and written there; None for a source outside the translated subset."""
+  key, symbol = module.KEY, f"primc_kernel_{module.KEY}"
+  with _lock:
+    if key in _translated:
+      return Translated(_translated[key], 1)
+  path = (None if module.DIRECTORY is None else
+          os.path.join(store.Store.numba_dir(module.DIRECTORY), f"m_{key}{OBJECT_SUFFIX}"))
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except (OSError, TypeError):  # none yet (or no cache directory)
+    data = None
+  hits = int(data is not None)
+  if data is None:
+    try:
+      text = translate.kernel_ir(module.SOURCE, vars(module), symbol)
+    except translate.Unsupported as e:
+      log.debug("kernel %s is compiled by numba: %s", key, e)
+      return None
+    data = translate.object_code(text)
+    if path:
+      write_object(path, data)  # an OSError: compile_kernel compiles it in memory
+  with _lock:
+    if key not in _translated:
+      _translated[key] = translate.load(data, symbol)
+    return Translated(_translated[key], hits)
+
+
 def _cfunc(module: types.ModuleType):
-  import numba
-  cfunc = numba.cfunc(kernels.SIGNATURE, cache=module.CACHE, **kernels.OPTIONS)(module.KERNEL)
+  cfunc = _translated_kernel(module) if compiler() == "llvm" else None
+  if cfunc is None:
+    import numba
+    cfunc = numba.cfunc(kernels.SIGNATURE, cache=module.CACHE, **kernels.OPTIONS)(module.KERNEL)
   with _lock:
     module._primc_cfunc = getattr(module, "_primc_cfunc", None) or cfunc
     return module._primc_cfunc

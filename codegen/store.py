@@ -5,20 +5,24 @@ part of primc (loader, executor, tiered and kernel workers, the CLI) asks this m
 A cache directory (PRIMC_CACHE_DIR, default the platform's per-user cache directory):
 
   m_<key>.py      a generated module; <key> is a hash of its source
-  m_<key>.seal    JSON: numba's cache files of that module, with their sizes and SHA-256
-                  digests, written once the module is compiled (the module is "sealed")
+  m_<key>.seal    JSON: the compiled files of that module (its object file, or numba's
+                  cache files), with their sizes and SHA-256 digests, written once the
+                  module is compiled (the module is "sealed")
   m_<key>.lock    the module's inter-process lock (compile, seal, evict)
   library.lock    the lock of the library modules' numba files (verify, seal)
   m_<key>.log     the stderr of a background compile of the module (tiered)
   p_<key>.plan    a compile plan: a header line binding it to its key and environment,
                   then an npz archive of arrays and JSON (no pickle)
-  __pycache__/    numba's cache files (`m_<key>.<function>-<line>.pyXY.nbi|.nbc`), or
-                  numba's NUMBA_CACHE_DIR when that is set
+  __pycache__/    the compiled files: a kernel's object file (`m_<key>.kernel.o`, see
+                  codegen.translate), numba's cache files of kernels numba compiles and of
+                  the library (`m_<key>.<function>-<line>.pyXY.nbi|.nbc`); under numba's
+                  NUMBA_CACHE_DIR when that is set
 
 What is guaranteed:
 - Nothing is trusted unverified. A module file is executed only if its content hashes to
-  its key (else it is rewritten from the source in hand). numba's files for a module are
-  handed to numba only if they are exactly the files its seal lists, byte for byte; any
+  its key (else it is rewritten from the source in hand). A module's compiled files are
+  loaded (an object file into the engine, numba's files by numba) only if they are
+  exactly the files its seal lists, byte for byte; any
   other state (unsealed files, a flipped bit, a file swapped in from another module) is
   purged and compiled again. A plan is decoded (arrays and JSON, never a pickle) only if
   its header names its key, the current environment and the digest of its payload.
@@ -354,12 +358,12 @@ class Store:
     if not files and not (isinstance(seal, dict) and seal.get("files")):
       return False  # nothing to load
     if not isinstance(seal, dict):
-      raise Bad("numba cache files without a seal")
+      raise Bad("compiled files without a seal")
     if (seal.get("format"), seal.get("key"), seal.get("env")) != (FORMAT, key, cache.env_hash()):
       raise Bad("its seal belongs to another module or environment")
     listed = seal.get("files") or {}
     if set(files) != set(listed):
-      raise Bad(f"numba cache files differ from its seal ({len(files)} present, "
+      raise Bad(f"compiled files differ from its seal ({len(files)} present, "
                 f"{len(listed)} sealed)")
     numba_dir = self.numba_dir(directory)
     for name in files:
@@ -368,7 +372,7 @@ class Store:
       except OSError as e:
         raise Bad(f"{name} is unreadable ({e.strerror})") from None
       if got != listed[name]:
-        raise Bad(f"numba cache file {name} does not match its seal")
+        raise Bad(f"compiled file {name} does not match its seal")
     return True
 
   def prepare_numba(self, directory: str, key: str) -> bool:
@@ -380,7 +384,7 @@ class Store:
     except Bad as e:
       cache.count("numba_cache_rebuilds", str(e))
       self.warn(("bad", directory, key), f"primc cache: module {key}: {e}; purging its "
-                "numba cache files and compiling it again")
+                "compiled files and compiling it again")
       self.purge_numba(directory, key)
       return False
     if sealed:

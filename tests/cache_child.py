@@ -4,8 +4,8 @@ statistics and results as JSON (last line of stdout).
   python cache_child.py [threaded | two | shapes N]
 
 PRIMC_TEST_FAULT injects a fault first: `nospace` (every write fails with ENOSPC: primc's
-and numba's), `nospace-numba` (numba's writes of its cache files fail: the disk filled up
-during a compile)."""
+and numba's), `nospace-kernels` (writes of compiled kernels fail, object files and numba's
+cache files: the disk filled up during a compile)."""
 import errno
 import json
 import os
@@ -24,10 +24,12 @@ def loss(w, x):
 def inject(fault):
   def no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
-  if fault in ("nospace", "nospace-numba"):
+  if fault in ("nospace", "nospace-kernels"):
     from numba.core import caching
+    from primc.codegen import loader
     caching.IndexDataCacheFile._save_data = no_space
     caching.IndexDataCacheFile._save_index = no_space
+    loader.write_object = no_space
   if fault == "nospace":
     from primc.codegen import store
     store.write_atomic = no_space

@@ -28,20 +28,40 @@ def second_want():
   return np.exp(x) * 3
 
 
-@pytest.fixture(scope="module")
-def warm(tmp_path_factory):
-  """A cache warmed by a fresh process with two programs (two plans, two modules)."""
+def _warm(tmp_path_factory, **env):
   path = tmp_path_factory.mktemp("warm")
   os.chmod(path, 0o700)
-  out, _ = run_child(path, "two")
+  out, _ = run_child(path, "two", **env)
   assert compiled(out["stats"]) == out["kernels"] >= 2
   return path
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+  """A cache warmed by a fresh process with two programs (two plans, two modules): their
+  kernels compiled by LLVM (object files)."""
+  return _warm(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def warm_numba(tmp_path_factory):
+  """The same, every kernel compiled by numba (its cache files, and the library's)."""
+  return _warm(tmp_path_factory, PRIMC_KERNEL_COMPILER="numba")
 
 
 @pytest.fixture
 def cache(warm, tmp_path):
   dst = tmp_path / "cache"
   shutil.copytree(warm, dst)
+  return dst
+
+
+@pytest.fixture
+def numba_cache(warm_numba, tmp_path, monkeypatch):
+  """A copy of `warm_numba`, its processes compiling with numba too."""
+  monkeypatch.setenv("PRIMC_KERNEL_COMPILER", "numba")
+  dst = tmp_path / "cache"
+  shutil.copytree(warm_numba, dst)
   return dst
 
 
@@ -76,6 +96,12 @@ def numba_files(path, suffix, library=False):
                 if (os.path.basename(f)[2:].split(".")[0] in keys) == library)
 
 
+def object_files(path):
+  """The object files of the generated modules' kernels (codegen.translate)."""
+  from primc.codegen import loader
+  return sorted(glob.glob(str(path / "__pycache__" / f"m_*{loader.OBJECT_SUFFIX}")))
+
+
 def flip_bit(f, at=0.5):
   data = bytearray(open(f, "rb").read())
   data[int(len(data) * at)] ^= 0x10
@@ -91,11 +117,19 @@ class Planted:
     return (open, (self.marker, "w"))
 
 
-@pytest.mark.parametrize("damage", ["flip_bit_data", "flip_bit_index", "garble_data",
-                                    "truncate_data", "swap_data_between_modules"])
-def test_damaged_numba_files_are_purged_and_rebuilt(cache, damage):
-  data, index = numba_files(cache, ".nbc"), numba_files(cache, ".nbi")
-  assert len(data) >= 2 and len(index) >= 2
+@pytest.mark.parametrize("compiler,damage", [
+    (c, d) for c in ("llvm", "numba") for d in ("flip_bit_data", "flip_bit_index",
+                                                 "garble_data", "truncate_data",
+                                                 "swap_data_between_modules")
+    if (c, d) != ("llvm", "flip_bit_index")])  # an object file has no index
+def test_damaged_compiled_files_are_purged_and_rebuilt(request, compiler, damage):
+  cache = request.getfixturevalue("cache" if compiler == "llvm" else "numba_cache")
+  if compiler == "llvm":
+    data = object_files(cache)
+    assert len(data) >= 2 and not numba_files(cache, ".nbc")  # every kernel translated
+  else:
+    data, index = numba_files(cache, ".nbc"), numba_files(cache, ".nbi")
+    assert len(data) >= 2 and len(index) >= 2 and not object_files(cache)
   if damage == "flip_bit_data":
     flip_bit(data[0])
   elif damage == "flip_bit_index":
@@ -113,14 +147,16 @@ def test_damaged_numba_files_are_purged_and_rebuilt(cache, damage):
   check_right(out)
   reasons = out["stats"]["miss_reasons"]
   assert any("does not match its seal" in r for r in reasons), reasons
-  assert err.count("purging its numba cache files") == (2 if "swap" in damage else 1), err
+  assert err.count("purging its compiled files") == (2 if "swap" in damage else 1), err
   check_warm_again(cache)
 
 
 @pytest.mark.parametrize("damage", ["flip_bit", "planted"])
-def test_damaged_library_files_are_removed(cache, tmp_path, damage):
+def test_damaged_library_files_are_removed(numba_cache, tmp_path, damage):
   """The math library and the products are cached as modules too (their files grow with
-  each new signature a kernel needs): a bad file is removed, the rest kept."""
+  each new signature a kernel numba compiles needs): a bad file is removed, the rest
+  kept."""
+  cache = numba_cache
   data = numba_files(cache, ".nbc", library=True)
   assert data
   marker = tmp_path / "pwned"
@@ -159,8 +195,9 @@ def test_unsealed_numba_files_are_never_loaded(cache):
   check_warm_again(cache)
 
 
-def test_a_planted_numba_index_never_runs(cache, tmp_path):
-  marker = tmp_path / "pwned"
+def test_a_planted_numba_index_never_runs(numba_cache, tmp_path):
+  cache, marker = numba_cache, tmp_path / "pwned"
+  assert numba_files(cache, ".nbi")
   for index in numba_files(cache, ".nbi"):
     with open(index, "wb") as f:
       pickle.dump(numba_version(), f)
@@ -227,7 +264,7 @@ def test_a_damaged_module_file_is_rewritten(cache):
 
 
 def test_verify_reports_exactly_what_loading_refuses(cache):
-  flip_bit(numba_files(cache, ".nbc")[0])
+  flip_bit(object_files(cache)[0])
   plans = sorted(glob.glob(str(cache / "p_*.plan")))
   blob = open(plans[0], "rb").read()
   open(plans[0], "wb").write(blob[:-10])
@@ -284,8 +321,10 @@ def test_unsafe_directories_are_refused_with_one_warning(tmp_path, where):
   assert compiled(out["stats"]) == out["kernels"]
 
 
-@pytest.mark.parametrize("fault", ["nospace", "nospace-numba"])
-def test_a_full_disk_costs_speed_not_the_run(tmp_path, fault):
+@pytest.mark.parametrize("fault,compiler", [("nospace", "llvm"), ("nospace-kernels", "llvm"),
+                                            ("nospace-kernels", "numba")])
+def test_a_full_disk_costs_speed_not_the_run(tmp_path, monkeypatch, fault, compiler):
+  monkeypatch.setenv("PRIMC_KERNEL_COMPILER", compiler)
   path = tmp_path / "full"
   path.mkdir(mode=0o700)
   out, err = run_child(path, "two", PRIMC_TEST_FAULT=fault)

@@ -1,0 +1,1137 @@
+"""Kernels compiled by LLVM directly: the kernel emitters' Python, translated to LLVM IR.
+
+The sources `codegen.kernels` writes use a small part of Python over scalars: assignments,
+`if`, `for ... in range`, `while`, arithmetic and comparisons, element access by address
+(`LOAD`, `STORE`, the words through `carray`), the math library's functions and C
+functions by symbol. numba compiles such a kernel in 0.05-0.5 s, most of it numba's own
+typing and lowering in Python; this module types the same subset as numba does and emits
+the LLVM IR itself, so a kernel costs LLVM's optimization and code generation only.
+
+Typing follows numba: integer arithmetic in int64 (numba's at-least-intp rule), numpy's
+promotion between integers and floats (an int and a float32 give a float64), Python
+literals int64/float64, `/` of integers a float64, `//` and `%` of integers with Python's
+signs (0 for a zero divisor: numba's numpy error model), comparisons that are false for
+NaN but `!=`, `min`/`max` as numba's (`b if b > a else a`), `and`/`or`/conditional
+expressions that evaluate what Python evaluates, negative indices of views wrapped, float
+arithmetic with LLVM's `contract` flag (`fastmath={"contract"}`), math functions from the
+same libm entries or LLVM intrinsics numba calls. The math library's functions (plain
+Python under `njit`) are translated the same way, once per argument types, inlined. A
+source that steps outside the subset raises Unsupported, and numba compiles it.
+
+A kernel compiles to an object file, kept by the cache beside its module (one of the
+module's files that its seal lists and loading verifies), and loaded into one MCJIT engine
+of this process.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import functools
+import inspect
+import itertools
+import math
+import threading
+
+import numpy as np
+from llvmlite import ir
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+I8P = I8.as_pointer()
+LL = {"bool": I1, "int32": I32, "int64": I64, "float32": F32, "float64": F64, "ptr": I8P,
+      "table": I8P.as_pointer()}
+INTS = ("bool", "int32", "int64")
+FLOATS = ("float32", "float64")
+NUMPY_TYPES = {np.float32: "float32", np.float64: "float64", np.int32: "int32",
+               np.int64: "int64", np.bool_: "bool", float: "float64", int: "int64",
+               bool: "bool"}
+FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
+INT_OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.BitAnd: "and_",
+           ast.BitOr: "or_", ast.BitXor: "xor", ast.LShift: "shl", ast.RShift: "ashr"}
+COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
+           ast.GtE: ">="}
+# math functions: (float32 symbol, float64 symbol) of libm, or an LLVM intrinsic ("llvm.")
+MATH = {"exp": "llvm.exp", "log": "llvm.log", "log10": "llvm.log10", "sin": "llvm.sin",
+        "cos": "llvm.cos", "sqrt": "llvm.sqrt", "fabs": "llvm.fabs",
+        "log2": ("log2f", "log2"), "log1p": ("log1pf", "log1p"), "expm1": ("expm1f", "expm1"),
+        "erf": ("erff", "erf"), "erfc": ("erfcf", "erfc"), "tan": ("tanf", "tan"),
+        "asin": ("asinf", "asin"), "acos": ("acosf", "acos"), "atan": ("atanf", "atan"),
+        "asinh": ("asinhf", "asinh"), "acosh": ("acoshf", "acosh"),
+        "atanh": ("atanhf", "atanh"), "sinh": ("sinhf", "sinh"), "cosh": ("coshf", "cosh"),
+        "tanh": ("tanhf", "tanh"), "gamma": ("tgammaf", "tgamma"),
+        "lgamma": ("lgammaf", "lgamma"), "atan2": ("atan2f", "atan2"),
+        "hypot": ("hypotf", "hypot"), "copysign": "llvm.copysign",
+        "floor": "llvm.floor", "ceil": "llvm.ceil", "trunc": "llvm.trunc"}
+NUMPY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil",
+         "trunc": "llvm.trunc", "rint": "llvm.rint", "abs": "llvm.fabs",
+         "absolute": "llvm.fabs", "fabs": "llvm.fabs", "copysign": "llvm.copysign"}
+BITCASTS = {"f32_from_bits": ("int32", "float32"), "f32_to_bits": ("float32", "int32"),
+            "f64_from_bits": ("int64", "float64"), "f64_to_bits": ("float64", "int64")}
+
+
+class Unsupported(Exception):
+  """The source steps outside the subset this module translates (numba compiles it)."""
+
+
+class _Retype(Exception):
+  """A variable of function `key` takes values of two types: translate again with `ty`."""
+
+  def __init__(self, key, name: str, ty: str):
+    super().__init__(key, name, ty)
+    self.key, self.name, self.ty = key, name, ty
+
+
+@dataclasses.dataclass(frozen=True)
+class Val:
+  ty: str          # a scalar type (LL), "ptr" or "table"
+  v: ir.Value
+
+
+@dataclasses.dataclass(frozen=True)
+class Tup:
+  items: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class View:      # carray(pointer, shape, dtype): elements by index, as numba's arrays
+  ptr: ir.Value
+  dtype: str
+  shape: tuple   # i64 values
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:    # a Python object the source names (a module, a function, a constant)
+  obj: object
+
+
+def unify(a: str, b: str) -> str:
+  """The type numba gives a variable assigned values of types a and b (numpy's
+  promotion: bool and int32 give int32, int64 and float32 float64)."""
+  if a == b:
+    return a
+  if a in LL and b in LL and a not in ("ptr", "table") and b not in ("ptr", "table"):
+    return str(np.promote_types(a, b))
+  raise Unsupported(f"values of types {a} and {b} in one variable")
+
+
+def arith(a: str, b: str) -> str:
+  """The type of an arithmetic result of operands of types a and b."""
+  if a in INTS and b in INTS:
+    return "int64"
+  return unify(a, b)
+
+
+class Function:
+  """One Python function translated into its compiler's module for argument types
+  `arg_types`: returning `ret` (an LLVM type), or, when `ret` is None, a probe that only
+  collects the types of what it returns (`returned`)."""
+
+  def __init__(self, compiler: "Compiler", key, fn_ast: ast.FunctionDef, globals_: dict,
+               arg_types: tuple, name: str, ret=None, linkage: str = "internal"):
+    self.c, self.key, self.ast, self.globals = compiler, key, fn_ast, globals_
+    self.var_types = compiler.var_types.setdefault(key, {})
+    self.arg_types, self.name, self.ret, self.linkage = arg_types, name, ret, linkage
+    self.returned: list = []
+
+  def build(self) -> ir.Function:
+    ret = ir.VoidType() if self.ret is None else self.ret
+    fn = ir.Function(self.c.module, ir.FunctionType(ret, [LL[t] for t in self.arg_types]),
+                     self.name)
+    fn.linkage = self.linkage
+    if self.linkage == "internal":
+      fn.attributes.add("alwaysinline")
+    self.fn = fn
+    self.entry = fn.append_basic_block("entry")  # the variables' allocas, then `start`
+    start = fn.append_basic_block("start")
+    self.b, self.allocas = ir.IRBuilder(start), ir.IRBuilder(self.entry)
+    self.exit = fn.append_basic_block("exit")
+    self.ret_slot = self.alloca(ret) if self.ret is not None else None
+    self.slots, self.loops, self.heap = {}, [], {}
+    for arg, ty, a in zip(self.ast.args.args, self.arg_types, fn.args):
+      self.assign(arg.arg, Val(ty, a))
+    self.body(self.ast.body)
+    if not self.b.block.is_terminated:
+      if self.ret is not None:
+        raise Unsupported(f"{self.ast.name} may end without a value")
+      self.b.branch(self.exit)
+    self.b.position_at_end(self.exit)
+    for slot in self.heap.values():  # the arrays np.full allocated
+      self.b.call(self.c.libc("free"), [self.b.load(slot)])
+    self.b.ret(self.b.load(self.ret_slot) if self.ret_slot is not None else None)
+    self.allocas.branch(start)
+    return fn
+
+  # -- variables -----------------------------------------------------------------------
+  # A variable is an alloca (a view: of its pointer and of each dim). A name given a value
+  # of another kind (a view, then an integer) starts a new variable from there on, as
+  # numba's versions of a name do; numba rejects sources where both could reach a use.
+  def assign(self, name: str, value) -> None:
+    if isinstance(value, (Tup, Static)):
+      raise Unsupported(f"{name}: a tuple or a Python object in a variable")
+    slot = self.slots.get(name)
+    if isinstance(value, View):
+      rank = len(value.shape)
+      if slot is None or slot[0] != ("view", value.dtype, rank):
+        slot = self.slots[name] = (("view", value.dtype, rank), self.alloca(I8P),
+                                   tuple(self.alloca(I64) for _ in range(rank)))
+      _, ptr, dims = slot
+      self.b.store(value.ptr, ptr)
+      for d, v in zip(dims, value.shape):
+        self.b.store(v, d)
+      return
+    if slot is None or isinstance(slot[0], tuple):
+      ty = self.var_types.get(name, value.ty)
+      if ty != value.ty and unify(ty, value.ty) != ty:
+        raise _Retype(self.key, name, unify(ty, value.ty))
+      slot = self.slots[name] = (ty, self.alloca(LL[ty]))
+    ty, ptr = slot
+    if value.ty != ty:
+      if unify(ty, value.ty) != ty:
+        raise _Retype(self.key, name, unify(ty, value.ty))
+      value = self.cast(value, ty)
+    self.b.store(value.v, ptr)
+
+  def lookup(self, name: str):
+    if name in self.slots:
+      slot = self.slots[name]
+      if isinstance(slot[0], tuple):
+        (_, dtype, _), ptr, dims = slot
+        return View(self.b.load(ptr), dtype, tuple(self.b.load(d) for d in dims))
+      ty, ptr = slot
+      return Val(ty, self.b.load(ptr))
+    if name in self.globals:
+      return Static(self.globals[name])
+    if name in ("min", "max", "abs", "range", "float", "int", "bool"):
+      return Static(getattr(builtins, name))
+    raise Unsupported(f"unknown name {name}")
+
+  # -- statements ----------------------------------------------------------------------
+  def body(self, stmts) -> None:
+    for s in stmts:
+      if self.b.block.is_terminated:
+        return  # code after a return, break or continue
+      self.stmt(s)
+
+  def stmt(self, s) -> None:
+    kind = type(s)
+    if kind is ast.Assign:
+      value = self.expr(s.value)
+      for target in s.targets:
+        self.store(target, value)
+    elif kind is ast.AugAssign:
+      self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
+    elif kind is ast.Expr:
+      if not isinstance(s.value, ast.Constant):  # docstrings
+        self.expr(s.value)
+    elif kind is ast.If:
+      self.if_(s)
+    elif kind is ast.For:
+      self.for_(s)
+    elif kind is ast.While:
+      self.while_(s)
+    elif kind is ast.Return:
+      self.return_(s)
+    elif kind is ast.Break or kind is ast.Continue:
+      if not self.loops:
+        raise Unsupported("break outside a loop")
+      self.b.branch(self.loops[-1][kind is ast.Continue])
+    elif kind is not ast.Pass:
+      raise Unsupported(f"statement {kind.__name__}")
+
+  def store(self, target, value) -> None:
+    if isinstance(target, ast.Name):
+      self.assign(target.id, value)
+    elif isinstance(target, ast.Tuple) and isinstance(value, Tup):
+      if len(target.elts) != len(value.items):
+        raise Unsupported("unpacking of another length")
+      for t, v in zip(target.elts, value.items):
+        self.store(t, v)
+    elif isinstance(target, ast.Subscript):
+      view = self.expr(target.value)
+      if not isinstance(view, View):
+        raise Unsupported("item assignment to a non-view")
+      at, count = self.element(view, target.slice, partial=True)
+      value = self.cast(value, view.dtype).v
+      if count is None:
+        self.b.store(value, at)
+      else:  # a[i] = x of a view of higher rank: every element of a[i]
+        self.fill(at, count, value)
+    else:
+      raise Unsupported(f"assignment to {type(target).__name__}")
+
+  def if_(self, s) -> None:
+    cond = self.truth(self.expr(s.test))
+    then, other, after = (self.fn.append_basic_block(n) for n in ("then", "else", "endif"))
+    self.b.cbranch(cond, then, other)
+    for block, stmts in ((then, s.body), (other, s.orelse)):
+      self.b.position_at_end(block)
+      self.body(stmts)
+      if not self.b.block.is_terminated:
+        self.b.branch(after)
+    self.b.position_at_end(after)
+
+  def for_(self, s) -> None:
+    it = s.iter
+    if (s.orelse or not isinstance(s.target, ast.Name) or not isinstance(it, ast.Call)
+        or self.static(it.func) is not range or it.keywords or not 1 <= len(it.args) <= 3):
+      raise Unsupported("a for loop other than over range(...)")
+    args = [self.cast(self.expr(a), "int64").v for a in it.args]
+    if len(args) == 1:
+      args = [ir.Constant(I64, 0)] + args
+    start, stop = args[0], args[1]
+    step = args[2] if len(args) == 3 else ir.Constant(I64, 1)
+    try:
+      sign = self.constant(it.args[2]) if len(args) == 3 else 1
+    except Unsupported:  # a computed step: its sign at run time; 0 fails the kernel
+      if self.key != "kernel":  # (numba raises; a kernel reports a failure by returning 0)
+        raise
+      sign = None
+      zero, fail, go = ir.Constant(I64, 0), *(self.fn.append_basic_block(n)
+                                               for n in ("step0", "stepok"))
+      self.b.cbranch(self.b.icmp_signed("==", step, zero), fail, go)
+      self.b.position_at_end(fail)
+      self.b.store(zero, self.ret_slot)
+      self.b.branch(self.exit)
+      self.b.position_at_end(go)
+    if sign == 0:
+      raise Unsupported("range with step 0")
+    counter = self.alloca(I64)
+    self.b.store(start, counter)
+    head, body, step_block, after = (self.fn.append_basic_block(n)
+                                     for n in ("for", "body", "step", "endfor"))
+    self.b.branch(head)
+    self.b.position_at_end(head)
+    i = self.b.load(counter)
+    if sign is None:
+      going = self.b.select(self.b.icmp_signed(">", step, ir.Constant(I64, 0)),
+                            self.b.icmp_signed("<", i, stop), self.b.icmp_signed(">", i, stop))
+    else:
+      going = self.b.icmp_signed(">" if sign < 0 else "<", i, stop)
+    self.b.cbranch(going, body, after)
+    self.b.position_at_end(body)
+    self.assign(s.target.id, Val("int64", i))
+    self.loops.append((after, step_block))
+    self.body(s.body)
+    self.loops.pop()
+    if not self.b.block.is_terminated:
+      self.b.branch(step_block)
+    self.b.position_at_end(step_block)
+    self.b.store(self.b.add(self.b.load(counter), step), counter)
+    self.b.branch(head)
+    self.b.position_at_end(after)
+
+  def while_(self, s) -> None:
+    if s.orelse:
+      raise Unsupported("while ... else")
+    head, body, after = (self.fn.append_basic_block(n) for n in ("while", "wbody", "endwhile"))
+    self.b.branch(head)
+    self.b.position_at_end(head)
+    self.b.cbranch(self.truth(self.expr(s.test)), body, after)
+    self.b.position_at_end(body)
+    self.loops.append((after, head))
+    self.body(s.body)
+    self.loops.pop()
+    if not self.b.block.is_terminated:
+      self.b.branch(head)
+    self.b.position_at_end(after)
+
+  def return_(self, s) -> None:
+    if s.value is None:
+      if self.ret_slot is not None:
+        raise Unsupported("return without a value")
+      self.b.branch(self.exit)
+      return
+    value = self.expr(s.value)
+    if self.ret_slot is None:  # a probe: what it returns
+      self.returned.append(value)
+      self.b.branch(self.exit)
+      return
+    self.b.store(self.packed(value, self.ret), self.ret_slot)
+    self.b.branch(self.exit)
+
+  def packed(self, value, lltype):
+    if isinstance(value, Tup):
+      if not isinstance(lltype, ir.LiteralStructType) or len(lltype.elements) != len(value.items):
+        raise Unsupported("returns of different shapes")
+      out = ir.Constant(lltype, ir.Undefined)
+      for k, (item, ty) in enumerate(zip(value.items, lltype.elements)):
+        out = self.b.insert_value(out, self.packed(item, ty), k)
+      return out
+    if not isinstance(value, Val):
+      raise Unsupported("returns a Python object")
+    target = next((t for t, l in LL.items() if l == lltype and t != "table"), None)
+    if target is None:
+      raise Unsupported("returns of different shapes")
+    return self.cast(value, target).v
+
+  # -- expressions ---------------------------------------------------------------------
+  def static(self, node):
+    """The Python object a name or attribute stands for, or None if it is a value."""
+    if isinstance(node, ast.Name):
+      if node.id in self.slots:
+        return None
+      value = self.lookup(node.id)
+      return value.obj
+    if isinstance(node, ast.Attribute):
+      base = self.static(node.value)
+      if base is None or not inspect.ismodule(base):
+        return None
+      return getattr(base, node.attr, None)
+    return None
+
+  def constant(self, node):
+    """A Python value for a node of constants only (literals, `1 / 6`, `np.inf`, `-x`)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
+      return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+      return -self.constant(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.Div):
+      a, b = self.constant(node.left), self.constant(node.right)
+      if type(a) not in (int, float) or type(b) not in (int, float):
+        raise Unsupported("numpy scalars in a constant expression")  # numpy's rules differ
+      if isinstance(node.op, ast.Div) and b == 0:
+        raise Unsupported("a constant division by zero")
+      return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(node.op)) \
+          if not isinstance(node.op, ast.Div) else a / b
+    obj = self.static(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+    if isinstance(obj, (bool, int, float, np.floating, np.integer, np.bool_)):
+      return obj
+    raise Unsupported("not a constant")
+
+  def literal(self, value) -> Val:
+    if isinstance(value, (bool, np.bool_)):
+      return Val("bool", ir.Constant(I1, int(bool(value))))
+    if isinstance(value, (int, np.integer)):
+      ty = NUMPY_TYPES.get(type(value), "int64")
+      if ty not in INTS:
+        raise Unsupported(f"an integer constant of type {type(value).__name__}")
+      if not -2 ** 63 <= int(value) < 2 ** 63:
+        raise Unsupported("an integer constant beyond int64")
+      return Val(ty, ir.Constant(LL[ty], int(value)))
+    if isinstance(value, (float, np.floating)):
+      ty = NUMPY_TYPES.get(type(value))
+      if ty is None:
+        raise Unsupported(f"a float constant of type {type(value).__name__}")
+      return Val(ty, ir.Constant(LL[ty], float(value)))
+    raise Unsupported(f"a constant {value!r}")
+
+  def expr(self, node):
+    kind = type(node)
+    if kind is ast.Constant:
+      return self.literal(node.value)
+    if kind is ast.Name:
+      value = self.lookup(node.id)
+      if isinstance(value, Static) and isinstance(
+          value.obj, (bool, int, float, np.floating, np.integer, np.bool_)):
+        return self.literal(value.obj)
+      return value
+    if kind is ast.Attribute:
+      if isinstance(node.value, ast.Name) and node.value.id in self.slots:
+        return self.view_attribute(self.lookup(node.value.id), node.attr)
+      obj = self.static(node)
+      if isinstance(obj, (bool, int, float, np.floating, np.integer)):
+        return self.literal(obj)
+      if obj is None:
+        raise Unsupported(f"attribute {ast.unparse(node)}")
+      return Static(obj)
+    if kind is ast.BinOp or kind is ast.UnaryOp:
+      try:  # constants only (`-1`, `1 / 6`): folded, as numba folds them
+        return self.literal(self.constant(node))
+      except Unsupported:
+        pass
+      if kind is ast.UnaryOp:
+        return self.unary(node.op, self.expr(node.operand))
+      return self.binop(node.op, self.expr(node.left), self.expr(node.right))
+    if kind is ast.Compare:
+      return self.compare(node)
+    if kind is ast.BoolOp:
+      return self.boolop(node)
+    if kind is ast.IfExp:
+      return self.ifexp(node)
+    if kind is ast.Call:
+      return self.call(node)
+    if kind is ast.Subscript:
+      return self.subscript(node)
+    if kind is ast.Tuple:
+      return Tup(tuple(self.expr(e) for e in node.elts))
+    raise Unsupported(f"expression {kind.__name__}")
+
+  def scalar(self, value) -> Val:
+    if isinstance(value, Static) and isinstance(
+        value.obj, (bool, int, float, np.floating, np.integer, np.bool_)):
+      return self.literal(value.obj)
+    if not isinstance(value, Val) or value.ty not in INTS + FLOATS:
+      raise Unsupported("arithmetic on a non-number")
+    return value
+
+  def cast(self, value, ty: str) -> Val:
+    value = self.scalar(value) if ty != "ptr" or not isinstance(value, Val) else value
+    src, b, v = value.ty, self.b, value.v
+    if src == ty:
+      return value
+    if ty == "bool":
+      return Val("bool", self.truth(value))
+    if src == "bool":
+      return Val(ty, b.zext(v, LL[ty]) if ty in INTS else b.uitofp(v, LL[ty]))
+    if src in INTS and ty in INTS:
+      wider = LL[ty].width > LL[src].width
+      return Val(ty, b.sext(v, LL[ty]) if wider else b.trunc(v, LL[ty]))
+    if src in INTS and ty in FLOATS:
+      return Val(ty, b.sitofp(v, LL[ty]))
+    if src in FLOATS and ty in INTS:
+      return Val(ty, b.fptosi(v, LL[ty]))
+    if src in FLOATS and ty in FLOATS:
+      return Val(ty, b.fpext(v, F64) if ty == "float64" else b.fptrunc(v, F32))
+    raise Unsupported(f"a cast from {src} to {ty}")
+
+  def truth(self, value) -> ir.Value:
+    value = self.scalar(value)
+    if value.ty == "bool":
+      return value.v
+    if value.ty in INTS:
+      return self.b.icmp_signed("!=", value.v, ir.Constant(LL[value.ty], 0))
+    return self.b.fcmp_unordered("!=", value.v, ir.Constant(LL[value.ty], 0.0))
+
+  def flags(self, instr):
+    instr.flags.append("contract")
+    return instr
+
+  def binop(self, op, x, y) -> Val:
+    x, y, b, kind = self.scalar(x), self.scalar(y), self.b, type(op)
+    if kind is ast.Div:
+      ty = "float64" if x.ty in INTS and y.ty in INTS else arith(x.ty, y.ty)
+      return Val(ty, self.flags(b.fdiv(self.cast(x, ty).v, self.cast(y, ty).v)))
+    if kind in (ast.BitAnd, ast.BitOr, ast.BitXor) and x.ty == y.ty == "bool":
+      return Val("bool", getattr(b, INT_OPS[kind])(x.v, y.v))
+    ty = arith(x.ty, y.ty)
+    xv, yv = self.cast(x, ty).v, self.cast(y, ty).v
+    if ty in FLOATS:
+      if kind in FLOAT_OPS:
+        return Val(ty, self.flags(getattr(b, FLOAT_OPS[kind])(xv, yv)))
+      if kind is ast.Pow:
+        if x.ty not in FLOATS or y.ty not in FLOATS:
+          raise Unsupported("a power with an integer operand (numba: repeated products)")
+        return Val(ty, self.intrinsic("llvm.pow", [xv, yv]))
+      raise Unsupported(f"{kind.__name__} of floats")
+    if kind in INT_OPS:
+      return Val(ty, getattr(b, INT_OPS[kind])(xv, yv))
+    if kind in (ast.FloorDiv, ast.Mod):
+      return Val(ty, self.int_divmod(xv, yv, kind is ast.Mod))
+    raise Unsupported(f"{kind.__name__} of integers")
+
+  def int_divmod(self, x, y, mod: bool) -> ir.Value:
+    """Python's x // y or x % y (signs of the divisor's side), 0 for y == 0."""
+    b, zero, one = self.b, ir.Constant(I64, 0), ir.Constant(I64, 1)
+    is_zero = b.icmp_signed("==", y, zero)
+    safe = b.select(is_zero, one, y)
+    # INT64_MIN // -1 overflows sdiv: numba's result wraps; avoid the trap with y = 1
+    overflow = b.and_(b.icmp_signed("==", x, ir.Constant(I64, -2 ** 63)),
+                      b.icmp_signed("==", safe, ir.Constant(I64, -1)))
+    safe = b.select(overflow, one, safe)
+    q, r = b.sdiv(x, safe), b.srem(x, safe)
+    q = b.select(overflow, b.sub(zero, x), q)
+    r = b.select(overflow, zero, r)
+    adjust = b.and_(b.icmp_signed("!=", r, zero),
+                    b.icmp_signed("<", b.xor(r, safe), zero))
+    q = b.select(adjust, b.sub(q, one), q)
+    r = b.select(adjust, b.add(r, safe), r)
+    return b.select(is_zero, zero, r if mod else q)
+
+  def unary(self, op, x) -> Val:
+    x, b = self.scalar(x), self.b
+    if isinstance(op, ast.Not):
+      return Val("bool", b.xor(self.truth(x), ir.Constant(I1, 1)))
+    if isinstance(op, ast.UAdd):
+      return x if x.ty != "bool" else self.cast(x, "int64")
+    if isinstance(op, ast.USub):
+      if x.ty in FLOATS:
+        return Val(x.ty, self.flags(b.fneg(x.v)))
+      if x.ty == "bool":
+        x = self.cast(x, "int64")
+      # numba negates in the operand's own width, then widens (-INT32_MIN stays negative)
+      return self.cast(Val(x.ty, b.sub(ir.Constant(LL[x.ty], 0), x.v)), "int64")
+    if isinstance(op, ast.Invert) and x.ty == "bool":
+      return Val("bool", b.xor(x.v, ir.Constant(I1, 1)))
+    if isinstance(op, ast.Invert) and x.ty in ("int32", "int64"):
+      x = self.cast(x, "int64")
+      return Val("int64", b.xor(x.v, ir.Constant(I64, -1)))
+    raise Unsupported(f"unary {type(op).__name__} of {x.ty}")
+
+  def compare_pair(self, op, x, y) -> ir.Value:
+    x, y = self.scalar(x), self.scalar(y)
+    if type(op) not in COMPARE:
+      raise Unsupported(f"comparison {type(op).__name__}")
+    sym = COMPARE[type(op)]
+    if x.ty == y.ty == "bool":
+      return self.b.icmp_unsigned(sym, x.v, y.v)
+    ty = arith(x.ty, y.ty)
+    xv, yv = self.cast(x, ty).v, self.cast(y, ty).v
+    if ty in FLOATS:
+      return (self.b.fcmp_unordered if sym == "!=" else self.b.fcmp_ordered)(sym, xv, yv)
+    return self.b.icmp_signed(sym, xv, yv)
+
+  def compare(self, node) -> Val:
+    left = self.expr(node.left)
+    if len(node.ops) == 1:
+      return Val("bool", self.compare_pair(node.ops[0], left, self.expr(node.comparators[0])))
+    # a < b < c: each comparison only if the ones before it held, b evaluated once
+    result = self.alloca(I1)
+    after = self.fn.append_basic_block("endcmp")
+    for k, (op, right) in enumerate(zip(node.ops, node.comparators)):
+      right = self.expr(right)
+      c = self.compare_pair(op, left, right)
+      self.b.store(c, result)
+      if k + 1 < len(node.ops):
+        more = self.fn.append_basic_block("cmp")
+        self.b.cbranch(c, more, after)
+        self.b.position_at_end(more)
+      left = right
+    self.b.branch(after)
+    self.b.position_at_end(after)
+    return Val("bool", self.b.load(result))
+
+  def alloca(self, ty):
+    return self.allocas.alloca(ty)
+
+  def boolop(self, node) -> Val:
+    result = self.alloca(I1)
+    after = self.fn.append_basic_block("endbool")
+    is_and = isinstance(node.op, ast.And)
+    for k, operand in enumerate(node.values):
+      value = self.scalar(self.expr(operand))
+      if value.ty != "bool":
+        raise Unsupported("and/or of non-booleans")
+      self.b.store(value.v, result)
+      if k + 1 < len(node.values):
+        more = self.fn.append_basic_block("bool")
+        self.b.cbranch(value.v, more, after) if is_and else self.b.cbranch(value.v, after, more)
+        self.b.position_at_end(more)
+    self.b.branch(after)
+    self.b.position_at_end(after)
+    return Val("bool", self.b.load(result))
+
+  def ifexp(self, node) -> Val:
+    cond = self.truth(self.expr(node.test))
+    then, other, after = (self.fn.append_basic_block(n) for n in ("ifx", "elsex", "endifx"))
+    self.b.cbranch(cond, then, other)
+    self.b.position_at_end(then)
+    a = self.scalar(self.expr(node.body))
+    a_end = self.b.block
+    self.b.position_at_end(other)
+    c = self.scalar(self.expr(node.orelse))
+    ty = unify(a.ty, c.ty)
+    c_v = self.cast(c, ty).v
+    c_end = self.b.block
+    self.b.branch(after)
+    self.b.position_at_end(a_end)
+    a_v = self.cast(a, ty).v
+    a_end = self.b.block
+    self.b.branch(after)
+    self.b.position_at_end(after)
+    phi = self.b.phi(LL[ty])
+    phi.add_incoming(a_v, a_end)
+    phi.add_incoming(c_v, c_end)
+    return Val(ty, phi)
+
+  def subscript(self, node):
+    base = self.expr(node.value)
+    if isinstance(base, View):
+      at, _ = self.element(base, node.slice)
+      return Val(base.dtype, self.b.load(at))
+    if isinstance(base, Tup):  # a.shape[k]
+      k = self.constant(node.slice)
+      if not isinstance(k, int) or not -len(base.items) <= k < len(base.items):
+        raise Unsupported("a tuple index that is not a constant in range")
+      return base.items[k]
+    if isinstance(base, Val) and base.ty == "table":
+      index = self.cast(self.expr(node.slice), "int64").v
+      return Val("ptr", self.b.load(self.b.gep(base.v, [index], inbounds=True)))
+    raise Unsupported(f"subscript of {ast.unparse(node.value)}")
+
+  def element(self, view: View, index_node, partial: bool = False):
+    """The address of `view[index]`, and None; with `partial`, an index of fewer
+    dimensions gives the address of the first element of that part and its size."""
+    indices = index_node.elts if isinstance(index_node, ast.Tuple) else [index_node]
+    if len(indices) > len(view.shape) or len(indices) < len(view.shape) and not partial:
+      raise Unsupported("an index of another rank than the view")
+    b, flat = self.b, ir.Constant(I64, 0)
+    for node, n in zip(indices, view.shape):
+      if isinstance(node, ast.Slice):
+        raise Unsupported("a slice of a view")
+      i = self.cast(self.expr(node), "int64").v
+      i = b.select(b.icmp_signed("<", i, ir.Constant(I64, 0)), b.add(i, n), i)  # numba wraps
+      flat = b.add(b.mul(flat, n), i)
+    count = None
+    if len(indices) < len(view.shape):
+      count = self.product(view.shape[len(indices):])
+      flat = b.mul(flat, count)
+    base = b.bitcast(view.ptr, LL[view.dtype].as_pointer())
+    return b.gep(base, [flat], inbounds=True), count
+
+  def product(self, dims) -> ir.Value:
+    out = ir.Constant(I64, 1)
+    for d in dims:
+      out = self.b.mul(out, d)
+    return out
+
+  def fill(self, at, count, value) -> None:
+    """Stores `value` in `count` elements from `at`."""
+    b = self.b
+    i = self.alloca(I64)
+    b.store(ir.Constant(I64, 0), i)
+    head, body, after = (self.fn.append_basic_block(n) for n in ("fill", "fillbody", "endfill"))
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.load(i)
+    b.cbranch(b.icmp_signed("<", k, count), body, after)
+    b.position_at_end(body)
+    b.store(value, b.gep(at, [k], inbounds=True))
+    b.store(b.add(k, ir.Constant(I64, 1)), i)
+    b.branch(head)
+    b.position_at_end(after)
+
+  def view_attribute(self, view, attr: str):
+    if not isinstance(view, View) or attr not in ("shape", "size"):
+      raise Unsupported(f"attribute {attr}")
+    if attr == "size":
+      return Val("int64", self.product(view.shape))
+    return Tup(tuple(Val("int64", d) for d in view.shape))
+
+  def dims(self, value) -> tuple:
+    items = value.items if isinstance(value, Tup) else (value,)
+    return tuple(self.cast(v, "int64").v for v in items)
+
+  def reshape(self, view: View, args) -> View:
+    """`view.reshape(shape)`: the same elements with the dims of `shape` (one -1: the rest)."""
+    values = [self.expr(a) for a in args]
+    if len(values) == 1 and isinstance(values[0], Tup):
+      values = list(values[0].items)
+    dims = list(self.dims(Tup(tuple(values))))
+    unknown = [k for k, a in enumerate(values) if isinstance(a.v, ir.Constant)
+               and a.v.constant == -1]
+    if len(unknown) > 1:
+      raise Unsupported("reshape with two -1")
+    if unknown:
+      rest = self.product([d for k, d in enumerate(dims) if k != unknown[0]])
+      dims[unknown[0]] = self.b.sdiv(self.product(view.shape),
+                                     self.b.select(self.b.icmp_signed("==", rest, ir.Constant(
+                                         I64, 0)), ir.Constant(I64, 1), rest))
+    return View(view.ptr, view.dtype, tuple(dims))
+
+  def full(self, node, args) -> View:
+    """np.full(shape, value, dtype): an array on the heap, freed when the function returns
+    (or when this call runs again)."""
+    if len(args) != 3:
+      raise Unsupported("np.full without a dtype")
+    dims = self.dims(self.expr(args[0]))
+    value, dtype = self.scalar(self.expr(args[1])), self.dtype_arg(args[2])
+    slot = self.heap.get(node)
+    if slot is None:
+      slot = self.heap[node] = self.alloca(I8P)
+      self.allocas.store(ir.Constant(I8P, None), slot)
+    b, count = self.b, self.product(dims)
+    b.call(self.c.libc("free"), [b.load(slot)])
+    size = b.mul(count, ir.Constant(I64, np.dtype(dtype).itemsize))
+    data = b.call(self.c.libc("malloc"), [b.select(b.icmp_signed(
+        "<", size, ir.Constant(I64, 1)), ir.Constant(I64, 1), size)])
+    b.store(data, slot)
+    self.fill(b.bitcast(data, LL[dtype].as_pointer()), count, self.cast(value, dtype).v)
+    return View(data, dtype, dims)
+
+  def intrinsic(self, name: str, args):
+    ty = args[0].type
+    fn = self.c.module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty] * len(args)))
+    return self.b.call(fn, args)
+
+  def extern(self, symbol: str, ret, args):
+    mod = self.c.module
+    fn = mod.globals.get(symbol)
+    if fn is None:
+      fn = ir.Function(mod, ir.FunctionType(ret, [a.type for a in args]), symbol)
+    return self.b.call(fn, args)
+
+  def dtype_arg(self, node) -> str:
+    obj = self.static(node)
+    if obj not in NUMPY_TYPES:
+      raise Unsupported(f"dtype {ast.unparse(node)}")
+    return NUMPY_TYPES[obj]
+
+  def call(self, node):
+    if node.keywords:
+      raise Unsupported("keyword arguments")
+    fn_node, args = node.func, node.args
+    name = fn_node.id if isinstance(fn_node, ast.Name) else None
+    special = getattr(self, f"call_{name}", None) if name in INTRINSICS else None
+    if special is not None and name not in self.slots:
+      return special(args)
+    if isinstance(fn_node, ast.Attribute) and isinstance(fn_node.value, ast.Name) and \
+        fn_node.value.id in self.slots and fn_node.attr == "reshape":
+      view = self.lookup(fn_node.value.id)
+      if isinstance(view, View):
+        return self.reshape(view, args)
+    obj = self.static(fn_node)
+    if obj is None:
+      raise Unsupported(f"call of {ast.unparse(fn_node)}")
+    if obj is np.full:
+      return self.full(node, args)
+    if obj is np.fmod and len(args) == 2:
+      x, y = (self.scalar(self.expr(a)) for a in args)
+      if x.ty != y.ty or x.ty not in FLOATS:
+        raise Unsupported("np.fmod of mixed or integer operands (numpy's loop choice)")
+      return Val(x.ty, self.flags(self.b.frem(x.v, y.v)))
+    if obj in NUMPY_TYPES:
+      (arg,) = args
+      ty = NUMPY_TYPES[obj]
+      try:  # a constant: converted in Python, as numba folds it
+        value = self.constant(arg)
+      except Unsupported:
+        x = self.scalar(self.expr(arg))
+        if obj is float:  # numba: a float32 stays one; bools are refused
+          if x.ty == "bool":
+            raise Unsupported("float of a bool") from None
+          ty = x.ty if x.ty in FLOATS else "float64"
+        elif obj is int:  # numba: an int32 stays one
+          ty = "int32" if x.ty == "int32" else "int64"
+        return self.cast(x, ty)
+      try:
+        return self.literal(obj(value))
+      except (OverflowError, ValueError) as e:
+        raise Unsupported(f"constant {value!r} as {ty}") from e
+    if name in ("min", "max") and obj in (min, max) and len(args) >= 2:
+      return self.minmax(obj is max, [self.scalar(self.expr(a)) for a in args])
+    if obj is abs and len(args) == 1:
+      x = self.scalar(self.expr(args[0]))
+      if x.ty in FLOATS:
+        return Val(x.ty, self.intrinsic("llvm.fabs", [x.v]))
+      if x.ty == "bool":
+        raise Unsupported("abs of a bool (numba: an int8)")
+      zero = ir.Constant(LL[x.ty], 0)
+      neg = self.b.icmp_signed("<", x.v, zero)
+      return Val(x.ty, self.b.select(neg, self.b.sub(zero, x.v), x.v))
+    module = getattr(obj, "__module__", None) or ""
+    if getattr(obj, "__self__", None) is None and module == "math" or (
+        inspect.isbuiltin(obj) and getattr(math, getattr(obj, "__name__", ""), None) is obj):
+      return self.math_call(obj.__name__, args, MATH)
+    if isinstance(obj, np.ufunc) and getattr(np, obj.__name__, None) is obj:
+      return self.math_call(obj.__name__, args, NUMPY)
+    if hasattr(obj, "py_func"):
+      return self.inline(obj.py_func, args)
+    symbol, sig = getattr(obj, "symbol", None), getattr(obj, "sig", None)
+    if symbol is not None and sig is not None and type(obj).__name__ == "ExternalFunction":
+      return self.external(symbol, sig, args)
+    raise Unsupported(f"call of {ast.unparse(fn_node)}")
+
+  def minmax(self, is_max: bool, values) -> Val:
+    acc = values[0]
+    for v in values[1:]:
+      ty = unify(acc.ty, v.ty)
+      a, x = self.cast(acc, ty), self.cast(v, ty)
+      pred = self.compare_pair(ast.Gt() if is_max else ast.Lt(), x, a)
+      acc = Val(ty, self.b.select(pred, x.v, a.v))
+    return acc
+
+  def math_call(self, fname: str, args, table) -> Val:
+    entry = table.get(fname)
+    if entry is None:
+      raise Unsupported(f"function {fname}")
+    values = [self.scalar(self.expr(a)) for a in args]
+    if table is NUMPY:  # numpy's loops: one float type only (ints keep odd types)
+      if any(v.ty != values[0].ty or v.ty not in FLOATS for v in values):
+        raise Unsupported(f"np.{fname} of integers or mixed types")
+      ty = values[0].ty
+    else:  # math: the operands' common type, a float (ints and bools alone: float64)
+      ty = values[0].ty
+      for v in values[1:]:
+        ty = unify(ty, v.ty)
+      ty = ty if ty in FLOATS else "float64"
+    vs = [self.cast(v, ty).v for v in values]
+    if fname in ("floor", "ceil", "trunc") and table is MATH:  # numba: an int64 result
+      return self.cast(Val(ty, self.intrinsic(entry, vs)), "int64")
+    if isinstance(entry, str):
+      return Val(ty, self.intrinsic(entry, vs))
+    return Val(ty, self.extern(entry[ty == "float64"], LL[ty], vs))
+
+  def external(self, symbol: str, sig, args):
+    names = [str(t) for t in sig.args]
+    ret = str(sig.return_type)
+    if any(t not in LL for t in names) or ret not in LL and ret != "none":
+      raise Unsupported(f"external {symbol} of signature {sig}")
+    vs = [self.cast(self.expr(a), t).v for a, t in zip(args, names)]
+    result = self.extern(symbol, ir.VoidType() if ret == "none" else LL[ret], vs)
+    return Val("int64", ir.Constant(I64, 0)) if ret == "none" else Val(ret, result)
+
+  def inline(self, py_func, args):
+    values = [self.scalar(self.expr(a)) for a in args]
+    fn = self.c.function_for(py_func, tuple(v.ty for v in values))
+    result = self.b.call(fn, [v.v for v in values])
+    return self.c.unpacked(result, fn.function_type.return_type, self.b)
+
+  # -- the kernels' intrinsics ---------------------------------------------------------
+  def call_LOAD(self, args):
+    ptr, offset, dtype = args
+    ty = self.dtype_arg(dtype)
+    base = self.b.bitcast(self.pointer(self.expr(ptr)), LL[ty].as_pointer())
+    at = self.b.gep(base, [self.cast(self.expr(offset), "int64").v], inbounds=True)
+    return Val(ty, self.b.load(at))
+
+  def call_STORE(self, args):
+    ptr, offset, value, dtype = args
+    ty = self.dtype_arg(dtype)
+    base = self.b.bitcast(self.pointer(self.expr(ptr)), LL[ty].as_pointer())
+    at = self.b.gep(base, [self.cast(self.expr(offset), "int64").v], inbounds=True)
+    self.b.store(self.cast(self.expr(value), ty).v, at)
+    return Val("int64", ir.Constant(I64, 0))
+
+  def pointer(self, value) -> ir.Value:
+    if isinstance(value, Val) and value.ty == "ptr":
+      return value.v
+    if isinstance(value, Val) and value.ty in ("int64",):
+      return self.b.inttoptr(value.v, I8P)
+    raise Unsupported("an address that is not a pointer")
+
+  def call_NONNEG(self, args):
+    (x,) = args
+    x = self.scalar(self.expr(x))
+    if x.ty not in ("int32", "int64"):
+      raise Unsupported("NONNEG of a non-integer")
+    assume = self.c.module.declare_intrinsic("llvm.assume", fnty=ir.FunctionType(
+        ir.VoidType(), [I1]))
+    self.b.call(assume, [self.b.icmp_signed(">=", x.v, ir.Constant(x.v.type, 0))])
+    return x
+
+  def call_ADDRESS(self, args):
+    (x,) = args
+    return Val("int64", self.b.ptrtoint(self.pointer(self.expr(x)), I64))
+
+  def call_carray(self, args):
+    ptr, shape, dtype = args
+    if not isinstance(shape, ast.Tuple):
+      raise Unsupported("carray with a shape that is not a tuple")
+    dims = tuple(self.cast(self.expr(d), "int64").v for d in shape.elts)
+    return View(self.pointer(self.expr(ptr)), self.dtype_arg(dtype), dims)
+
+  def bitcast(self, name, args):
+    (x,) = args
+    src, dst = BITCASTS[name]
+    return Val(dst, self.b.bitcast(self.cast(self.expr(x), src).v, LL[dst]))
+
+  def call_f32_from_bits(self, args):
+    return self.bitcast("f32_from_bits", args)
+
+  def call_f32_to_bits(self, args):
+    return self.bitcast("f32_to_bits", args)
+
+  def call_f64_from_bits(self, args):
+    return self.bitcast("f64_from_bits", args)
+
+  def call_f64_to_bits(self, args):
+    return self.bitcast("f64_to_bits", args)
+
+
+INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", *BITCASTS)
+
+
+class Compiler:
+  """One LLVM module: a kernel and the library functions it calls. `var_types` and
+  `returns` (per function and argument types) carry over between attempts."""
+
+  def __init__(self, name: str, var_types: dict, returns: dict):
+    self.module = ir.Module(name=name)
+    self.var_types, self.returns = var_types, returns
+    self.functions: dict[tuple, ir.Function] = {}
+
+  def libc(self, name: str) -> ir.Function:
+    fn = self.module.globals.get(name)
+    if fn is None:
+      fnty = (ir.FunctionType(I8P, [I64]) if name == "malloc" else
+              ir.FunctionType(ir.VoidType(), [I8P]))
+      fn = ir.Function(self.module, fnty, name)
+    return fn
+
+  def lltype_of(self, values):
+    first = values[0]
+    if isinstance(first, Tup):
+      if any(not isinstance(v, Tup) or len(v.items) != len(first.items) for v in values):
+        raise Unsupported("returns of different shapes")
+      return ir.LiteralStructType([self.lltype_of([v.items[k] for v in values])
+                                   for k in range(len(first.items))])
+    if any(not isinstance(v, Val) or v.ty not in INTS + FLOATS for v in values):
+      raise Unsupported("returns something other than numbers")
+    ty = values[0].ty
+    for v in values[1:]:
+      ty = unify(ty, v.ty)
+    return LL[ty]
+
+  def unpacked(self, value, lltype, b):
+    if isinstance(lltype, ir.LiteralStructType):
+      return Tup(tuple(self.unpacked(b.extract_value(value, k), t, b)
+                       for k, t in enumerate(lltype.elements)))
+    ty = next(t for t, l in LL.items() if l == lltype)
+    return Val(ty, value)
+
+  def function_for(self, py_func, arg_types: tuple) -> ir.Function:
+    """The module's translation of a library function for these argument types (its
+    return type found first by a probe into a scratch module)."""
+    key = (py_func, arg_types)
+    fn = self.functions.get(key)
+    if fn is None:
+      fn_ast, globals_ = parsed(py_func)
+      if key not in self.returns:
+        probe = Compiler("probe", self.var_types, self.returns)
+        f = Function(probe, key, fn_ast, globals_, arg_types, py_func.__name__)
+        f.build()
+        if not f.returned:
+          raise Unsupported(f"{py_func.__name__} returns nothing")
+        self.returns[key] = self.lltype_of(f.returned)
+      name = f"{py_func.__name__}.{len(self.functions)}"
+      fn = Function(self, key, fn_ast, globals_, arg_types, name, self.returns[key]).build()
+      self.functions[key] = fn
+    return fn
+
+
+@functools.lru_cache(maxsize=16)
+def _functions(source: str) -> dict[str, ast.FunctionDef]:
+  return {n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+
+
+def parsed(py_func):
+  """The syntax tree of a library function and its globals: from its module's SOURCE
+  (the library runs as modules of the cache, from source) or its file."""
+  globals_ = py_func.__globals__
+  source = globals_.get("SOURCE")
+  if not isinstance(source, str):
+    try:
+      source = inspect.getsource(inspect.getmodule(py_func))
+    except (OSError, TypeError) as e:
+      raise Unsupported(f"no source for {py_func.__name__}") from e
+  fn = _functions(source).get(py_func.__name__)
+  if fn is None or fn.args.vararg or fn.args.kwarg or fn.args.defaults or \
+      fn.args.kwonlyargs or fn.decorator_list and len(fn.decorator_list) != 1:
+    raise Unsupported(f"function {py_func.__name__}")
+  return fn, globals_
+
+
+def kernel_ir(source: str, globals_: dict, symbol: str) -> str:
+  """The LLVM IR of a generated module's kernel, as the C function `symbol`
+  (`int64 symbol(int64 phase, int64 lo, int64 hi, void **p)`); raises Unsupported."""
+  tree = ast.parse(source)
+  defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+  kernel = next((n.value.id for n in tree.body if isinstance(n, ast.Assign)
+                 and [t.id for t in n.targets if isinstance(t, ast.Name)] == ["KERNEL"]
+                 and isinstance(n.value, ast.Name)), None)
+  if kernel not in defs or len(defs) != 1:
+    raise Unsupported("a module other than one kernel function")
+  for n in tree.body:
+    if not isinstance(n, (ast.FunctionDef, ast.Assign, ast.Import, ast.ImportFrom, ast.Expr)):
+      raise Unsupported(f"module statement {type(n).__name__}")
+  names = {**globals_, "math": math, "np": np}
+  return _module(symbol, lambda c: Function(
+      c, "kernel", defs[kernel], names, ("int64", "int64", "int64", "table"), symbol, I64,
+      linkage="external").build())
+
+
+def function_ir(source: str, name: str, arg_types: tuple, globals_: dict,
+                symbol: str) -> tuple[str, str]:
+  """The LLVM IR of the function `name` of `source` for scalar arguments `arg_types`, as
+  the C function `symbol`, and its return type (numba's for the same arguments); raises
+  Unsupported. (Tests hold the translator to numba's semantics through it.)"""
+  fn_ast = _functions(source).get(name)
+  if fn_ast is None:
+    raise Unsupported(f"no function {name}")
+  ret = []
+
+  def build(c):
+    probe = Function(Compiler("probe", c.var_types, c.returns), "f", fn_ast, globals_,
+                     arg_types, name)
+    probe.build()
+    if not probe.returned:
+      raise Unsupported(f"{name} returns nothing")
+    ret[:] = [c.lltype_of(probe.returned)]
+    Function(c, "f", fn_ast, globals_, arg_types, symbol, ret[0], linkage="external").build()
+  text = _module(symbol, build)
+  return text, next(t for t, l in LL.items() if l == ret[0])
+
+
+def _module(symbol: str, build) -> str:
+  """The IR of the module `build(compiler)` fills, translated again with a variable's
+  wider type each time numba would have unified two (`_Retype`)."""
+  var_types, returns = {}, {}
+  for _ in range(50):
+    c = Compiler(symbol, var_types, returns)
+    try:
+      build(c)
+      return str(c.module)
+    except _Retype as r:
+      var_types.setdefault(r.key, {})[r.name] = r.ty
+      returns.clear()
+  raise Unsupported("variable types do not settle")
+
+
+# -- machine code --------------------------------------------------------------------------
+
+_lock = threading.Lock()          # the engine
+_compile_lock = threading.Lock()  # the target machine
+_engine = None
+
+
+@functools.cache
+def target_machine():
+  """This machine's CPU, as numba targets it (its name and features, optimizing)."""
+  import llvmlite.binding as llvm
+  llvm.initialize_native_target()
+  llvm.initialize_native_asmprinter()
+  return llvm.Target.from_default_triple().create_target_machine(
+      cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
+      reloc="default", codemodel="jitdefault", jit=True)
+
+
+def optimized(ir_text: str):
+  """A module of IR parsed, verified and optimized for this machine (llvmlite's module)."""
+  import llvmlite.binding as llvm
+  tm = target_machine()
+  mod = llvm.parse_assembly(ir_text)
+  mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
+  mod.verify()
+  options = llvm.create_pipeline_tuning_options(speed_level=3)
+  options.loop_vectorization = options.slp_vectorization = True
+  builder = llvm.create_pass_builder(tm, options)
+  builder.getModulePassManager().run(mod, builder)
+  return mod
+
+
+def object_code(ir_text: str) -> bytes:
+  """LLVM's optimized machine code for a module of IR, as an object file."""
+  with _compile_lock:  # one target machine for the process
+    return target_machine().emit_object(optimized(ir_text))
+
+
+def assembly(ir_text: str) -> str:
+  """The machine code of a module of IR as assembly (as numba's `inspect_asm`)."""
+  with _compile_lock:
+    return target_machine().emit_assembly(optimized(ir_text))
+
+
+_counter = itertools.count()
+
+
+def compile_function(source: str, name: str, arg_types: tuple, globals_: dict):
+  """`function_ir` compiled and loaded: (the C function's address, its return type)."""
+  symbol = f"primc_function_{next(_counter)}"
+  text, ret = function_ir(source, name, arg_types, globals_, symbol)
+  return load(object_code(text), symbol), ret
+
+
+def load(obj: bytes, symbol: str) -> int:
+  """Loads an object file into this process's engine; the address of `symbol`."""
+  import llvmlite.binding as llvm
+  global _engine
+  with _lock:
+    if _engine is None:
+      _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+    _engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    _engine.finalize_object()
+    address = _engine.get_function_address(symbol)
+  if not address:
+    raise RuntimeError(f"the object file has no function {symbol}")
+  return address

@@ -1,0 +1,199 @@
+"""codegen.translate against numba: the kernels' Python subset means the same compiled
+either way. numba is the reference the translator's typing follows; every function here
+runs on generated values (NaN, infinities, signed zeros, zero divisors, int64 limits) in
+both, and results and result types must agree exactly."""
+import ctypes
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+from primc.codegen import kernels, mathlib, translate
+
+CTYPES = {"int64": ctypes.c_int64, "int32": ctypes.c_int32, "float32": ctypes.c_float,
+          "float64": ctypes.c_double, "bool": ctypes.c_bool}
+_compiled = {}
+
+
+def both(source: str, arg_types: tuple, globals_=None):
+  """(translated, numba) versions of the function `f` in `source` for `arg_types`, or
+  None when the translator refuses it (numba then compiles such a kernel)."""
+  key = (source, arg_types)
+  if key not in _compiled:
+    names = {"np": np, "math": math, **(globals_ or {})}
+    exec(source, names)
+    try:
+      address, ret = translate.compile_function(source, "f", arg_types, names)
+    except translate.Unsupported:
+      _compiled[key] = None
+      return None
+    fn = ctypes.CFUNCTYPE(CTYPES[ret], *(CTYPES[t] for t in arg_types))(address)
+    reference = njit(**kernels.OPTIONS)(names["f"])
+    _compiled[key] = (fn, ret, reference)
+  return _compiled[key]
+
+
+def same(source: str, arg_types: tuple, *args, globals_=None, required=True):
+  """Runs both versions on `args`: the same result type and bits (NaNs alike). A case the
+  translator refuses fails when `required` (the kernels' subset), else passes."""
+  compiled = both(source, arg_types, globals_)
+  if compiled is None:
+    assert not required, f"not translated: {source!r} for {arg_types}"
+    return
+  fn, ret, reference = compiled
+  typed = [np.dtype(t).type(a) for t, a in zip(arg_types, args)]
+  want = reference(*typed)
+  got = fn(*typed)
+  assert str(reference.nopython_signatures[-1].return_type) == ret, (source, arg_types)
+  want = np.asarray(want, ret)
+  got = np.asarray(got, ret)
+  assert got.tobytes() == want.tobytes() or (
+      np.isnan(want) and np.isnan(got) if want.dtype.kind == "f" else False), \
+      (source, arg_types, args, got, want)
+
+
+def floats(width=64):
+  return st.floats(width=width, allow_nan=True, allow_infinity=True) | st.sampled_from(
+      [0.0, -0.0, 1.0, -1.0, 0.5, 2.5, -2.5, 3.0, math.inf, -math.inf, math.nan])
+
+
+INT64 = st.integers(-2 ** 63, 2 ** 63 - 1) | st.sampled_from([0, 1, -1, 2, -2, 3, -7, 7])
+INT32 = st.integers(-2 ** 31, 2 ** 31 - 1) | st.sampled_from([0, 1, -1, 3, -7])
+VALUES = {"int64": INT64, "int32": INT32, "float64": floats(), "float32": floats(32),
+          "bool": st.booleans()}
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+BINARY = ["a + b", "a - b", "a * b", "a / b", "min(a, b)", "max(a, b)", "a < b", "a <= b",
+          "a == b", "a != b", "a > b", "a >= b", "a if a > b else b", "(a > 0) and (b > 0)",
+          "(a > 0) or (b < 1)", "abs(a) + abs(b)", "-a + b"]
+INTEGER = ["a // b", "a % b", "a & b", "a | b", "a ^ b", "a >> (b & 31)", "a << (b & 31)",
+           "~a"]
+FLOAT = ["a ** b", "np.fmod(a, b)", "math.copysign(a, b)", "math.atan2(a, b)",
+         "math.hypot(a, b)"]
+PAIRS = [("int64", "int64"), ("float64", "float64"), ("float32", "float32"),
+         ("int64", "float32"), ("int32", "float64"), ("bool", "int64"), ("float32", "bool"),
+         ("int32", "int32")]
+
+
+def _defined(expr: str, types) -> bool:
+  """Whether numba types `expr` for these operand types (the cases both must agree on)."""
+  ints = all(t in ("int64", "int32", "bool") for t in types)
+  if expr in INTEGER:
+    return all(t in ("int64", "int32") for t in types)
+  if expr in FLOAT:
+    return not ints and ("**" not in expr or "bool" not in types)
+  return True
+
+
+@pytest.mark.parametrize("expr,types", [(e, t) for e in BINARY + INTEGER + FLOAT
+                                        for t in PAIRS if _defined(e, t)],
+                         ids=lambda v: v if isinstance(v, str) else "-".join(v))
+def test_operators_type_and_value_as_numba(expr, types):
+  source = f"def f(a, b):\n  return {expr}\n"
+
+  # operands of one type are what kernels write; numba's rules for odd mixes (a bool and
+  # a float32 in math.atan2, a power of an integer, numpy's loop choice for np.fmod of
+  # an int and a float32) may be refused, never answered differently
+  required = types[0] == types[1] != "bool" and "**" not in expr or expr in BINARY[:4]
+
+  @SETTINGS
+  @given(VALUES[types[0]], VALUES[types[1]])
+  def check(a, b):
+    same(source, types, a, b, required=required and (types[0] != "int32" or expr not in FLOAT))
+  check()
+
+
+UNARY = ["math.tanh(a)", "math.erf(a)", "math.log1p(a)", "math.expm1(a)", "math.sin(a)",
+         "math.exp(a)", "math.log(abs(a) + 1)", "np.sqrt(abs(a))", "np.floor(a)",
+         "np.rint(a)", "np.trunc(a)", "np.float32(a)", "np.float64(a)", "float(a)",
+         "not a", "-a", "a > 0.5 > -a", "np.int64(a) if abs(a) < 1e18 else 0",
+         "np.int32(a) if abs(a) < 1e9 else 0"]
+
+
+@pytest.mark.parametrize("ty", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("expr", UNARY)
+def test_functions_and_casts_as_numba(expr, ty):
+  source = f"def f(a):\n  return {expr}\n"
+
+  @SETTINGS
+  @given(VALUES[ty])
+  def check(a):  # numpy functions of integers keep odd types in numba: may be refused
+    same(source, (ty,), a, required=ty != "int64" or not expr.startswith("np.") or "np.int" in expr)
+  check()
+
+
+LOOPS = {
+    # a variable that takes an int, then floats: numba unifies it to float64
+    "unified": "def f(n, x):\n  s = 0\n  for i in range(n % 50):\n    s += x * i\n  return s\n",
+    "reverse": "def f(n, x):\n  s = x\n  for i in range(n % 40, -3, -2):\n    s = s * 0.5 + i\n"
+               "  return s\n",
+    "while": "def f(n, x):\n  k = 0\n  s = 0.0\n  while True:\n    k += 1\n"
+             "    if k % 3 == 0:\n      continue\n    if k > n % 30:\n      break\n"
+             "    s += x / k\n  return s\n",
+    "early": "def f(n, x):\n  for i in range(100):\n    if i * x > n:\n      return i\n"
+             "  return -1\n",
+    "arrays": "def f(n, x):\n  m = n % 7 + 1\n  a = np.full((m, 3), x, np.float64)\n"
+              "  a[m - 1] = 2.0\n  a[0, 1] += 1.0\n  s = a.reshape(-1)\n  t = 0.0\n"
+              "  for j in range(s.size):\n    t += s[j] * (j + 1)\n  return t + a.shape[0]\n",
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPS))
+def test_control_flow_and_arrays_as_numba(name):
+  @SETTINGS
+  @given(st.integers(0, 10 ** 6), floats())
+  def check(n, x):
+    same(LOOPS[name], ("int64", "float64"), n, x)
+  check()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["exp", "log", "tanh", "sin", "cos"])
+def test_math_library_translated_as_numba(name, dtype):
+  """The math library's functions (tuple returns, bit casts, their helpers) translated
+  give numba's results bit for bit."""
+  fn = getattr(mathlib, mathlib.FUNCTIONS[(name, dtype)])
+  source = "def f(a):\n  return fn(a)\n"
+
+  @SETTINGS
+  @given(VALUES[dtype])
+  def check(a):
+    same(source, (dtype,), a, globals_={"fn": fn})
+  check()
+
+
+def test_outside_the_subset_is_unsupported():
+  """What the translator does not know raises Unsupported (numba compiles such kernels),
+  never a guess."""
+  names = {"np": np, "math": math}
+  for source in ["def f(a):\n  return len(a)\n",
+                 "def f(a):\n  try:\n    return a\n  except Exception:\n    return 0\n",
+                 "def f(a):\n  return math.nextafter(a, 0.0)\n",
+                 "def f(a):\n  return a.real\n",
+                 "def f(a):\n  x = (a, a)\n  return a\n"]:
+    with pytest.raises(translate.Unsupported):
+      translate.compile_function(source, "f", ("float64",), names)
+
+
+def test_generated_kernels_translate():
+  """Every loop, dot and reduction kernel the emitters write for a small program set is
+  in the subset (a kernel outside it would silently fall back to numba's slow compile)."""
+  import primc
+  import primc.numpy as pnp
+
+  def loss(w, x):
+    h = pnp.tanh(x @ w)
+    return pnp.mean(h ** 2) + pnp.sum(pnp.sin(h), axis=0).max()
+
+  x = np.random.default_rng(0).standard_normal((33, 5)).astype(np.float32)
+  w = np.ones((5, 4), np.float32)
+  jitted = primc.jit(primc.grad(loss))
+  np.testing.assert_allclose(jitted(w, x), primc.grad(loss)(w, x), rtol=1e-5, atol=1e-6)
+  (executable, _), = jitted._compiled.values()
+  assert len(executable.modules) >= 3, "the program compiled into several kernels"
+  for m in executable.modules:
+    translate.kernel_ir(m.SOURCE, vars(m), "probe")  # raises if outside the subset
