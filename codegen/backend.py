@@ -6,13 +6,6 @@ from __future__ import annotations
 from primc.codegen import cache, executor, loops, module, plan, store, tiered  # noqa: F401
 
 
-def ready() -> None:
-  """Readies numba's CPU target, so that a first compiled call only loads machine code."""
-  from numba.core.registry import cpu_target
-  cpu_target.typing_context.refresh()
-  cpu_target.target_context.refresh()
-
-
 def jit_disabled() -> bool:
   """numba's NUMBA_DISABLE_JIT: then programs run on the reference interpreter."""
   from numba.core import config

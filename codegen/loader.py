@@ -146,11 +146,12 @@ def forget(source: str) -> None:
 
 
 def compile_kernel(module: types.ModuleType, wait: bool = True):
-  """The module's kernel as a numba cfunc (`kernels.SIGNATURE`), loaded from numba's cache
-  when the store has verified its files against the module's seal, else compiled (and
-  sealed), under the module's lock, so that concurrent processes compile it once. A
-  kernel numba cannot write to disk is compiled in memory. Without `wait`, None when
-  another process holds the lock (it is compiling the kernel)."""
+  """The module's kernel (`kernels.SIGNATURE`; compiled by LLVM, `Translated`, or a numba
+  cfunc, see `compiler`), loaded from its compiled files in the cache when the store has
+  verified them against the module's seal, else compiled (and sealed), under the
+  module's lock, so that concurrent processes compile it once. A kernel whose files
+  cannot be written is compiled in memory. Without `wait`, None when another process
+  holds the lock (it is compiling the kernel)."""
   cfunc = compiled_kernel(module)
   if cfunc is not None:
     return cfunc
@@ -197,6 +198,22 @@ def write_object(path: str, data: bytes) -> None:
   store.write_atomic(path, data)
 
 
+def translated_ir(module: types.ModuleType) -> str | None:
+  """The LLVM IR of the module's kernel (`codegen.translate`, kept on the module), or None
+  when numba compiles it (a source outside the translated subset, or numba chosen)."""
+  if compiler() != "llvm":
+    return None
+  text = getattr(module, "_primc_ir", False)
+  if text is False:
+    try:
+      text = translate.kernel_ir(module.SOURCE, vars(module), f"primc_kernel_{module.KEY}")
+    except translate.Unsupported as e:
+      log.debug("kernel %s is compiled by numba: %s", module.KEY, e)
+      text = None
+    module._primc_ir = text
+  return text
+
+
 def _translated_kernel(module: types.ModuleType) -> Translated | None:
   """The module's kernel compiled by LLVM from its source: loaded from its object file in
   the cache (verified against the module's seal by the caller), else translated, compiled
@@ -214,10 +231,8 @@ def _translated_kernel(module: types.ModuleType) -> Translated | None:
     data = None
   hits = int(data is not None)
   if data is None:
-    try:
-      text = translate.kernel_ir(module.SOURCE, vars(module), symbol)
-    except translate.Unsupported as e:
-      log.debug("kernel %s is compiled by numba: %s", key, e)
+    text = translated_ir(module)
+    if text is None:
       return None
     data = translate.object_code(text)
     if path:

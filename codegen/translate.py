@@ -1070,14 +1070,15 @@ def _module(symbol: str, build) -> str:
 
 # -- machine code --------------------------------------------------------------------------
 
-_lock = threading.Lock()          # the engine
-_compile_lock = threading.Lock()  # the target machine
+_lock = threading.Lock()  # the engine
 _engine = None
 
 
 @functools.cache
 def target_machine():
-  """This machine's CPU, as numba targets it (its name and features, optimizing)."""
+  """This machine's CPU, as numba targets it (its name and features, optimizing). (llvmlite
+  runs one LLVM call at a time in a process: kernels compile in parallel in processes,
+  see codegen.kernel_workers.)"""
   import llvmlite.binding as llvm
   llvm.initialize_native_target()
   llvm.initialize_native_asmprinter()
@@ -1102,14 +1103,12 @@ def optimized(ir_text: str):
 
 def object_code(ir_text: str) -> bytes:
   """LLVM's optimized machine code for a module of IR, as an object file."""
-  with _compile_lock:  # one target machine for the process
-    return target_machine().emit_object(optimized(ir_text))
+  return target_machine().emit_object(optimized(ir_text))
 
 
 def assembly(ir_text: str) -> str:
   """The machine code of a module of IR as assembly (as numba's `inspect_asm`)."""
-  with _compile_lock:
-    return target_machine().emit_assembly(optimized(ir_text))
+  return target_machine().emit_assembly(optimized(ir_text))
 
 
 _counter = itertools.count()

@@ -32,14 +32,15 @@ PROGRAMS_KEPT = 256   # executables by program key (the tapes' backward programs
 
 @functools.cache
 def backend():
-  """`primc.codegen`, imported on the first compile. Then numba's CPU target is readied,
-  and the garbage collector's view of the objects that exist is frozen (`gc.freeze`,
-  unless PRIMC_GC_FREEZE=0): the imports leave ~10^5 long-lived objects (numba, llvmlite)
-  that the next full collection would walk, ~40 ms here, inside the first compiled call
-  (W6 warm: 82 ms -> 35 ms). Frozen objects are never collected: those made before the
-  first compile and later dropped in a reference cycle stay allocated."""
+  """`primc.codegen`, imported on the first compile. Then the garbage collector's view of
+  the objects that exist is frozen (`gc.freeze`, unless PRIMC_GC_FREEZE=0): the imports
+  leave ~10^5 long-lived objects (numba, llvmlite) that the next full collection would
+  walk, ~40 ms here, inside the first compiled call (W6 warm: 82 ms -> 35 ms). Frozen
+  objects are never collected: those made before the first compile and later dropped in a
+  reference cycle stay allocated. numba's CPU target is not readied here (~0.5 s): kernels
+  LLVM compiles (codegen.translate) never need it; numba readies it when it first compiles
+  or loads a kernel or a library function."""
   from primc.codegen import backend as codegen  # numba: at the first compile, not before
-  codegen.ready()
   if os.environ.get("PRIMC_GC_FREEZE") != "0":
     gc.freeze()
   return codegen
