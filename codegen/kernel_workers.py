@@ -89,7 +89,7 @@ def finish(modules, jobs) -> int:
         err.seek(0)
         log.warning("a kernel compile worker failed (exit %d); its kernels compile in this "
                     "process: %s", job.returncode, err.read().decode(errors="replace")[-2000:])
-      else:  # this process loads them (numba_cache_loads)
+      else:  # this process loads them (kernel_cache_loads)
         last = (out.split() or [b""])[-1]
         cache.count("worker_compiles", n=int(last) if last.isdigit() else 0)
   return len(jobs)

@@ -171,7 +171,7 @@ def compile_kernel(module: types.ModuleType, wait: bool = True):
       cfunc = _cfunc(module)
     if module.DIRECTORY is not None and not (sealed and cfunc.cache_hits):
       st.seal(module.DIRECTORY, key)
-  cache.count("numba_cache_loads" if cfunc.cache_hits else "numba_compiles")
+  cache.count("kernel_cache_loads" if cfunc.cache_hits else "kernel_compiles")
   return cfunc
 
 

@@ -382,7 +382,7 @@ class Store:
     try:
       sealed = self.verify_numba(directory, key)
     except Bad as e:
-      cache.count("numba_cache_rebuilds", str(e))
+      cache.count("compiled_file_rebuilds", str(e))
       self.warn(("bad", directory, key), f"primc cache: module {key}: {e}; purging its "
                 "compiled files and compiling it again")
       self.purge_numba(directory, key)
@@ -420,7 +420,7 @@ class Store:
       if not ok:
         why = "library cache file not in its seal" if name not in listed else \
             "library cache file that does not match its seal"
-        cache.count("numba_cache_rebuilds", why)
+        cache.count("compiled_file_rebuilds", why)
         removed.append(f"{name} ({why})")
         remove(path)
     if removed:

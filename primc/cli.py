@@ -99,7 +99,7 @@ def _warmup(args) -> int:
     try:
       fn(*example_args(sig))
       after = primc.cache_stats()
-      built = lambda s: s.get("numba_compiles", 0) + s.get("worker_compiles", 0)
+      built = lambda s: s.get("kernel_compiles", 0) + s.get("worker_compiles", 0)
       compiled = built(after) > built(before)
       status = "compiled" if compiled else "cached"
     except Exception as e:  # reported in the summary, exit code non-zero

@@ -67,7 +67,7 @@ def numba_cache(warm_numba, tmp_path, monkeypatch):
 
 def compiled(stats):
   """Kernels numba compiled for this process: by itself or by its compile workers."""
-  return stats.get("numba_compiles", 0) + stats.get("worker_compiles", 0)
+  return stats.get("kernel_compiles", 0) + stats.get("worker_compiles", 0)
 
 
 def check_right(out):

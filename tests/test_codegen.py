@@ -220,7 +220,7 @@ def test_ten_batch_sizes_of_a_training_step_compile_once(sizes):
   params = [(f32(a, b) * 0.5, f32(b)) for a, b in [(2, 24), (24, 24), (24, 1)]]
   step = primc.jit(primc.value_and_grad(_mlp_loss))
   compiles = lambda: sum(primc.cache_stats().get(k, 0)
-                         for k in ("numba_compiles", "worker_compiles"))
+                         for k in ("kernel_compiles", "worker_compiles"))
   for i, n in enumerate(sizes):
     x, y = f32(n, 2), f32(n, 1)
     before = compiles()
@@ -247,7 +247,7 @@ def test_a_training_step_shares_the_kernels_of_its_gradient():
     g = primc.grad(_mlp_loss)(params, x, y)
     return [(w - 0.1 * gw, b - 0.1 * gb) for (w, b), (gw, gb) in zip(params, g)]
   compiles = lambda: sum(primc.cache_stats().get(k, 0)
-                         for k in ("numba_compiles", "worker_compiles"))
+                         for k in ("kernel_compiles", "worker_compiles"))
   before = compiles()
   step_jit = primc.jit(step)
   new = step_jit(params, x, y)
@@ -263,7 +263,7 @@ def test_a_training_step_shares_the_kernels_of_its_gradient():
 def _numba_counts():
   from primc.codegen import cache
   counts = cache.stats()
-  return counts.get("numba_compiles", 0), counts.get("numba_cache_loads", 0)
+  return counts.get("kernel_compiles", 0), counts.get("kernel_cache_loads", 0)
 
 
 def test_jit_composes_with_transforms():

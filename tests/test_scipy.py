@@ -178,7 +178,7 @@ def test_compiled_special_functions_load_from_the_cache_in_a_new_process(tmp_pat
   code = ("import numpy as np, primc, primc.numpy as pnp, primc.scipy.special as ps\n"
           "f = primc.jit(primc.grad(lambda x: pnp.sum(ps.jv(1.5, x) * ps.gammaincc(2.0, x))))\n"
           "print(repr(f(np.array([0.5, 1.5, 4.0])).tolist()), primc.cache_stats().get("
-          "'numba_compiles', 0))")
+          "'kernel_compiles', 0))")
   env = {**__import__("os").environ, "PRIMC_CACHE_DIR": str(tmp_path / "cache")}
   runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, env=env) for _ in range(2)]

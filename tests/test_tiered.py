@@ -64,7 +64,7 @@ def test_first_calls_interpret_then_native_code_runs(fresh_cache, args):
   [exe] = executables(fn)
   assert isinstance(exe, tiered.Tiered)
   after = primc.cache_stats()
-  for counter in ("numba_compiles", "numba_cache_loads"):  # nothing native ran here yet
+  for counter in ("kernel_compiles", "kernel_cache_loads"):  # nothing native ran here yet
     assert after.get(counter, 0) == before.get(counter, 0)
   assert fn.wait_compiled(timeout=300)
   assert exe.job.returncode == 0 and isinstance(exe.native, Executable)
@@ -73,8 +73,8 @@ def test_first_calls_interpret_then_native_code_runs(fresh_cache, args):
   native = fn(*args)
   check(native, *args)
   final = primc.cache_stats()
-  assert final.get("numba_compiles", 0) == before.get("numba_compiles", 0)  # the worker's
-  assert final.get("numba_cache_loads", 0) == before.get("numba_cache_loads", 0) + new
+  assert final.get("kernel_compiles", 0) == before.get("kernel_compiles", 0)  # the worker's
+  assert final.get("kernel_cache_loads", 0) == before.get("kernel_cache_loads", 0) + new
   assert all(map(store.current().sealed, kernels))
   # a new function with the same program finds native code in the cache: no tier
   again = primc.jit(step, tiered=True)
