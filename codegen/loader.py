@@ -97,10 +97,43 @@ def link_library(sources, in_memory: bool = False) -> bool:
   for lib in library(in_memory):
     for name, (symbol, function) in getattr(lib, "EXTERNALS", {}).items():
       if symbol not in _externals and any(f"{name}(" in s for s in sources):
-        compiled |= _link(lib, symbol, function)
+        linked = _link_translated(lib, symbol, function) if compiler() == "llvm" else None
+        compiled |= _link(lib, symbol, function) if linked is None else linked
     for name, (symbol, function) in getattr(lib, "FOREIGN", {}).items():
       if symbol not in _externals and any(f"{name}(" in s for s in sources):
         _link_foreign(symbol, function)
+  return compiled
+
+
+def _link_translated(lib: types.ModuleType, symbol: str, function: str) -> bool | None:
+  """A library entry (`EXTERNALS`) compiled by LLVM (`codegen.translate`), its object file
+  kept with the library's files (`m_<key>.<symbol>.o`, used only as the library's seal
+  lists it); None when it is outside the translated subset (numba compiles it). True
+  when it was compiled (the library's files changed)."""
+  from llvmlite import binding
+  name = f"m_{lib.KEY}.{symbol}.o"
+  st = store.current()
+  data = None if lib.DIRECTORY is None else st.sealed_file(lib.DIRECTORY, lib.KEY, name)
+  compiled = data is None
+  if compiled:
+    try:
+      arg_types = tuple(re.findall(r"\w+", lib.EXTERNAL_SIGNATURE.split("(", 1)[1]))
+      text, _ = translate.function_ir(lib.SOURCE, function, arg_types, vars(lib), symbol,
+                                      fastmath=())
+    except translate.Unsupported as e:
+      log.debug("library entry %s is compiled by numba: %s", symbol, e)
+      return None
+    data = translate.object_code(text)
+    if lib.DIRECTORY is not None:
+      try:
+        write_object(os.path.join(store.Store.numba_dir(lib.DIRECTORY), name), data)
+      except OSError as e:  # it serves this process from memory
+        st.write_failed(e, lib.DIRECTORY)
+  with _lock:
+    if symbol not in _externals:
+      address = translate.load(data, symbol)
+      binding.add_symbol(symbol, address)
+      _externals[symbol] = address
   return compiled
 
 

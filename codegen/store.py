@@ -428,6 +428,23 @@ class Store:
                 f"library module {key} in {numba_dir}: {', '.join(removed[:3])}"
                 + (", ..." if len(removed) > 3 else ""))
 
+  def sealed_file(self, directory: str, key: str, name: str) -> bytes | None:
+    """The bytes of module `key`'s compiled file `name` if its seal (of this environment)
+    lists it with these bytes, else None: for a library file read without the library's
+    lock (the next seal takes in a file written meanwhile)."""
+    try:
+      seal = json.loads(_read(self.path(directory, "seal", key)) or b"null")
+    except ValueError:
+      return None
+    if not isinstance(seal, dict) or (seal.get("format"), seal.get("key"), seal.get(
+        "env")) != (FORMAT, key, cache.env_hash()):
+      return None
+    data = _read(os.path.join(self.numba_dir(directory), name))
+    listed = (seal.get("files") or {}).get(name)
+    if data is None or listed != [len(data), hashlib.sha256(data).hexdigest()]:
+      return None
+    return data
+
   def purge_numba(self, directory: str, key: str) -> None:
     numba_dir = self.numba_dir(directory)
     for name in self.numba_files(directory, key):

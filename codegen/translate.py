@@ -128,10 +128,13 @@ class Function:
   collects the types of what it returns (`returned`)."""
 
   def __init__(self, compiler: "Compiler", key, fn_ast: ast.FunctionDef, globals_: dict,
-               arg_types: tuple, name: str, ret=None, linkage: str = "internal"):
+               arg_types: tuple, name: str, ret=None, linkage: str = "internal",
+               fastmath=("contract",), params=None):
     self.c, self.key, self.ast, self.globals = compiler, key, fn_ast, globals_
     self.var_types = compiler.var_types.setdefault(key, {})
     self.arg_types, self.name, self.ret, self.linkage = arg_types, name, ret, linkage
+    self.fastmath = tuple(fastmath)  # LLVM's flags on float arithmetic (numba's fastmath)
+    self.params = params if params is not None else [a.arg for a in fn_ast.args.args]
     self.returned: list = []
 
   def build(self) -> ir.Function:
@@ -146,19 +149,23 @@ class Function:
     start = fn.append_basic_block("start")
     self.b, self.allocas = ir.IRBuilder(start), ir.IRBuilder(self.entry)
     self.exit = fn.append_basic_block("exit")
-    self.ret_slot = self.alloca(ret) if self.ret is not None else None
+    void = isinstance(ret, ir.VoidType)
+    self.ret_slot = None if void else self.alloca(ret)
     self.slots, self.loops, self.heap = {}, [], {}
-    for arg, ty, a in zip(self.ast.args.args, self.arg_types, fn.args):
-      self.assign(arg.arg, Val(ty, a))
+    for name, ty, a in zip(self.params, self.arg_types, fn.args):
+      self.assign(name, Val(ty, a))
     self.body(self.ast.body)
     if not self.b.block.is_terminated:
-      if self.ret is not None:
+      if not void:
         raise Unsupported(f"{self.ast.name} may end without a value")
       self.b.branch(self.exit)
     self.b.position_at_end(self.exit)
     for slot in self.heap.values():  # the arrays np.full allocated
       self.b.call(self.c.libc("free"), [self.b.load(slot)])
-    self.b.ret(self.b.load(self.ret_slot) if self.ret_slot is not None else None)
+    if self.ret_slot is None:
+      self.b.ret_void()
+    else:
+      self.b.ret(self.b.load(self.ret_slot))
     self.allocas.branch(start)
     return fn
 
@@ -494,7 +501,7 @@ class Function:
     return self.b.fcmp_unordered("!=", value.v, ir.Constant(LL[value.ty], 0.0))
 
   def flags(self, instr):
-    instr.flags.append("contract")
+    instr.flags.extend(self.fastmath)
     return instr
 
   def binop(self, op, x, y) -> Val:
@@ -611,28 +618,41 @@ class Function:
     self.b.position_at_end(after)
     return Val("bool", self.b.load(result))
 
-  def ifexp(self, node) -> Val:
+  def ifexp(self, node):
+    """`a if cond else c`: one branch evaluated, as in Python (numbers, or tuples of them)."""
     cond = self.truth(self.expr(node.test))
     then, other, after = (self.fn.append_basic_block(n) for n in ("ifx", "elsex", "endifx"))
     self.b.cbranch(cond, then, other)
     self.b.position_at_end(then)
-    a = self.scalar(self.expr(node.body))
+    a = self.expr(node.body)
     a_end = self.b.block
     self.b.position_at_end(other)
-    c = self.scalar(self.expr(node.orelse))
-    ty = unify(a.ty, c.ty)
-    c_v = self.cast(c, ty).v
+    c = self.expr(node.orelse)
+    items_a, items_c = self.numbers(a), self.numbers(c)
+    if len(items_a) != len(items_c) or isinstance(a, Tup) != isinstance(c, Tup):
+      raise Unsupported("a conditional expression of two shapes")
+    tys = [unify(x.ty, y.ty) for x, y in zip(items_a, items_c)]
+    c_vs = [self.cast(x, t).v for x, t in zip(items_c, tys)]
     c_end = self.b.block
     self.b.branch(after)
     self.b.position_at_end(a_end)
-    a_v = self.cast(a, ty).v
+    a_vs = [self.cast(x, t).v for x, t in zip(items_a, tys)]
     a_end = self.b.block
     self.b.branch(after)
     self.b.position_at_end(after)
-    phi = self.b.phi(LL[ty])
-    phi.add_incoming(a_v, a_end)
-    phi.add_incoming(c_v, c_end)
-    return Val(ty, phi)
+    out = []
+    for t, x, y in zip(tys, a_vs, c_vs):
+      phi = self.b.phi(LL[t])
+      phi.add_incoming(x, a_end)
+      phi.add_incoming(y, c_end)
+      out.append(Val(t, phi))
+    return Tup(tuple(out)) if isinstance(a, Tup) else out[0]
+
+  def numbers(self, value) -> list:
+    """A number, or a flat tuple of numbers, as a list of Vals."""
+    if isinstance(value, Tup):
+      return [self.scalar(v) for v in value.items]
+    return [self.scalar(value)]
 
   def subscript(self, node):
     base = self.expr(node.value)
@@ -816,7 +836,7 @@ class Function:
     if isinstance(obj, np.ufunc) and getattr(np, obj.__name__, None) is obj:
       return self.math_call(obj.__name__, args, NUMPY)
     if hasattr(obj, "py_func"):
-      return self.inline(obj.py_func, args)
+      return self.inline(obj, args)
     symbol, sig = getattr(obj, "symbol", None), getattr(obj, "sig", None)
     if symbol is not None and sig is not None and type(obj).__name__ == "ExternalFunction":
       return self.external(symbol, sig, args)
@@ -861,10 +881,24 @@ class Function:
     result = self.extern(symbol, ir.VoidType() if ret == "none" else LL[ret], vs)
     return Val("int64", ir.Constant(I64, 0)) if ret == "none" else Val(ret, result)
 
-  def inline(self, py_func, args):
-    values = [self.scalar(self.expr(a)) for a in args]
-    fn = self.c.function_for(py_func, tuple(v.ty for v in values))
-    result = self.b.call(fn, [v.v for v in values])
+  def inline(self, dispatcher, args):
+    """A call of a library function: translated for these argument types (arguments that
+    are Python objects, a dtype, bound as constants of that translation), inlined."""
+    names = [a.arg for a in parsed(dispatcher.py_func)[0].args.args]
+    if len(names) != len(args):
+      raise Unsupported(f"call of {dispatcher.py_func.__name__} with other arguments")
+    values, statics = [], []
+    for name, a in zip(names, args):
+      value = self.expr(a)
+      if isinstance(value, Static) and value.obj in NUMPY_TYPES:
+        statics.append((name, value.obj))
+      else:
+        values.append((name, self.scalar(value)))
+    fn = self.c.function_for(dispatcher, tuple(v.ty for _, v in values), tuple(statics),
+                             [n for n, _ in values])
+    result = self.b.call(fn, [v.v for _, v in values])
+    if isinstance(fn.function_type.return_type, ir.VoidType):
+      return Val("int64", ir.Constant(I64, 0))
     return self.c.unpacked(result, fn.function_type.return_type, self.b)
 
   # -- the kernels' intrinsics ---------------------------------------------------------
@@ -916,6 +950,33 @@ class Function:
     src, dst = BITCASTS[name]
     return Val(dst, self.b.bitcast(self.cast(self.expr(x), src).v, LL[dst]))
 
+  def call__blas_gemm(self, args):
+    """codegen.blas's `_blas_gemm(dtype, ta, m, n, k, a, b, c, beta)`: BLAS through numba's
+    `numba_xxgemm` (column-major: the row-major c = A @ B + beta c is c^T = B^T A^T), as
+    the numba intrinsic of that name emits it."""
+    if len(args) != 9:
+      raise Unsupported("_blas_gemm with other arguments")
+    ty = self.dtype_arg(args[0])
+    if ty not in FLOATS:
+      raise Unsupported("_blas_gemm of integers")
+    ta, m, n, k, a, b, c, beta = (self.cast(self.expr(x), "int64").v for x in args[1:])
+    bld, fl, char = self.b, LL[ty], I8
+    one, scale = self.alloca(fl), self.alloca(fl)
+    bld.store(ir.Constant(fl, 1.0), one)
+    bld.store(bld.sitofp(beta, fl), scale)
+    transposed = bld.icmp_signed("!=", ta, ir.Constant(I64, 0))
+    transb = bld.select(transposed, ir.Constant(char, ord("t")), ir.Constant(char, ord("n")))
+    ldb = bld.select(transposed, m, k)
+    at_least_1 = lambda v: bld.select(bld.icmp_signed("<", v, ir.Constant(I64, 1)),
+                                      ir.Constant(I64, 1), v)
+    ptr = lambda v: bld.inttoptr(v, I8P)
+    args = [ir.Constant(char, ord("s" if ty == "float32" else "d")),
+            ir.Constant(char, ord("n")), transb, n, m, k, bld.bitcast(one, I8P), ptr(b),
+            at_least_1(n), ptr(a), at_least_1(ldb), bld.bitcast(scale, I8P), ptr(c),
+            at_least_1(n)]
+    self.extern("numba_xxgemm", I32, args)
+    return Val("int64", ir.Constant(I64, 0))
+
   def call_f32_from_bits(self, args):
     return self.bitcast("f32_from_bits", args)
 
@@ -929,7 +990,7 @@ class Function:
     return self.bitcast("f64_to_bits", args)
 
 
-INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", *BITCASTS)
+INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", "_blas_gemm", *BITCASTS)
 
 
 class Compiler:
@@ -970,22 +1031,28 @@ class Compiler:
     ty = next(t for t, l in LL.items() if l == lltype)
     return Val(ty, value)
 
-  def function_for(self, py_func, arg_types: tuple) -> ir.Function:
-    """The module's translation of a library function for these argument types (its
-    return type found first by a probe into a scratch module)."""
-    key = (py_func, arg_types)
+  def function_for(self, dispatcher, arg_types: tuple, statics=(), params=None):
+    """The module's translation of a library function (numba's dispatcher) for these
+    argument types and constant arguments `statics` ((name, object) pairs); its return
+    type (none: void) found first by a probe into a scratch module."""
+    py_func = dispatcher.py_func
+    options = getattr(dispatcher, "targetoptions", {})
+    if options.get("error_model") != "numpy":  # numba's python model raises on x / 0
+      raise Unsupported(f"{py_func.__name__} is not compiled with error_model='numpy'")
+    fastmath = options.get("fastmath") or ()
+    fastmath = ("fast",) if fastmath is True else tuple(sorted(fastmath))
+    key = (py_func, arg_types, statics)
     fn = self.functions.get(key)
     if fn is None:
       fn_ast, globals_ = parsed(py_func)
+      globals_ = {**globals_, **dict(statics)}
+      make = lambda c, name, ret=None: Function(c, key, fn_ast, globals_, arg_types, name, ret,
+                                                fastmath=fastmath, params=params)
       if key not in self.returns:
-        probe = Compiler("probe", self.var_types, self.returns)
-        f = Function(probe, key, fn_ast, globals_, arg_types, py_func.__name__)
+        f = make(Compiler("probe", self.var_types, self.returns), py_func.__name__)
         f.build()
-        if not f.returned:
-          raise Unsupported(f"{py_func.__name__} returns nothing")
-        self.returns[key] = self.lltype_of(f.returned)
-      name = f"{py_func.__name__}.{len(self.functions)}"
-      fn = Function(self, key, fn_ast, globals_, arg_types, name, self.returns[key]).build()
+        self.returns[key] = self.lltype_of(f.returned) if f.returned else ir.VoidType()
+      fn = make(self, f"{py_func.__name__}.{len(self.functions)}", self.returns[key]).build()
       self.functions[key] = fn
     return fn
 
@@ -1031,11 +1098,12 @@ def kernel_ir(source: str, globals_: dict, symbol: str) -> str:
       linkage="external").build())
 
 
-def function_ir(source: str, name: str, arg_types: tuple, globals_: dict,
-                symbol: str) -> tuple[str, str]:
+def function_ir(source: str, name: str, arg_types: tuple, globals_: dict, symbol: str,
+                fastmath=("contract",)) -> tuple[str, str | None]:
   """The LLVM IR of the function `name` of `source` for scalar arguments `arg_types`, as
-  the C function `symbol`, and its return type (numba's for the same arguments); raises
-  Unsupported. (Tests hold the translator to numba's semantics through it.)"""
+  the C function `symbol`, and its return type (numba's for the same arguments; None: it
+  returns nothing); raises Unsupported. (The library's C entries, and tests holding the
+  translator to numba's semantics.)"""
   fn_ast = _functions(source).get(name)
   if fn_ast is None:
     raise Unsupported(f"no function {name}")
@@ -1043,14 +1111,13 @@ def function_ir(source: str, name: str, arg_types: tuple, globals_: dict,
 
   def build(c):
     probe = Function(Compiler("probe", c.var_types, c.returns), "f", fn_ast, globals_,
-                     arg_types, name)
+                     arg_types, name, fastmath=fastmath)
     probe.build()
-    if not probe.returned:
-      raise Unsupported(f"{name} returns nothing")
-    ret[:] = [c.lltype_of(probe.returned)]
-    Function(c, "f", fn_ast, globals_, arg_types, symbol, ret[0], linkage="external").build()
+    ret[:] = [c.lltype_of(probe.returned) if probe.returned else ir.VoidType()]
+    Function(c, "f", fn_ast, globals_, arg_types, symbol, ret[0], linkage="external",
+             fastmath=fastmath).build()
   text = _module(symbol, build)
-  return text, next(t for t, l in LL.items() if l == ret[0])
+  return text, next((t for t, l in LL.items() if l == ret[0]), None)
 
 
 def _module(symbol: str, build) -> str:
@@ -1118,6 +1185,8 @@ def compile_function(source: str, name: str, arg_types: tuple, globals_: dict):
   """`function_ir` compiled and loaded: (the C function's address, its return type)."""
   symbol = f"primc_function_{next(_counter)}"
   text, ret = function_ir(source, name, arg_types, globals_, symbol)
+  if ret is None:
+    raise Unsupported(f"{name} returns nothing")
   return load(object_code(text), symbol), ret
 
 

@@ -185,6 +185,32 @@ def test_damaged_library_files_are_removed(numba_cache, tmp_path, damage):
   check_warm_again(cold)
 
 
+@pytest.mark.parametrize("damage", ["flip_bit", "unsealed"])
+def test_damaged_library_objects_are_compiled_again(tmp_path, damage):
+  """The products' entries LLVM compiled are library files too: one its seal does not
+  list byte for byte is never loaded (compiled again), and the next process is warm."""
+  path = tmp_path / "many"
+  path.mkdir(mode=0o700)
+  want, _ = run_child(path, "many")  # a program whose product calls the library
+  objects = numba_files(path, ".o", library=True)
+  assert objects
+  good = {f: open(f, "rb").read() for f in objects}
+  if damage == "flip_bit":
+    for f in objects:
+      flip_bit(f)
+  else:  # the library's files without a seal
+    for seal in glob.glob(str(path / "m_*.seal")):
+      if os.path.basename(seal)[2:].split(".")[0] in library_keys():
+        os.unlink(seal)
+  out, _ = run_child(path, "many")
+  for got, expected in zip(out["grad"], want["grad"]):
+    np.testing.assert_array_equal(got, expected)
+  assert out["stats"].get("kernel_compiles", 0) == 0  # the kernels' own files were fine
+  again, _ = run_child(path, "many")
+  assert again["stats"].get("kernel_compiles", 0) == 0 and not again["stats"]["miss_reasons"]
+  assert {f: open(f, "rb").read() for f in numba_files(path, ".o", library=True)} == good
+
+
 def test_unsealed_numba_files_are_never_loaded(cache):
   for seal in glob.glob(str(cache / "m_*.seal")):
     os.unlink(seal)

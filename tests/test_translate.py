@@ -197,3 +197,33 @@ def test_generated_kernels_translate():
   assert len(executable.modules) >= 3, "the program compiled into several kernels"
   for m in executable.modules:
     translate.kernel_ir(m.SOURCE, vars(m), "probe")  # raises if outside the subset
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_library_products_translated(dtype):
+  """The products kernels call by symbol (codegen.blas's gemm entries: loops for small
+  products, BLAS above), translated, against numpy: both layouts of A, accumulating or
+  not, empty and one-column shapes."""
+  from primc.codegen import loader
+  blas = next(m for m in loader.library(True) if hasattr(m, "EXTERNALS"))
+  name = "gemm_f32" if dtype == "float32" else "gemm_f64"
+  symbol = f"primc_test_{name}"
+  text, ret = translate.function_ir(blas.SOURCE, name, ("int64",) * 8, vars(blas), symbol,
+                                    fastmath=())
+  assert ret is None
+  fn = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)(translate.load(translate.object_code(text),
+                                                                   symbol))
+  r = np.random.default_rng(0)
+  tol = 1e-4 if dtype == "float32" else 1e-12
+  for m, n, k in [(3, 4, 5), (64, 64, 64), (10, 1, 7), (1, 9, 300), (0, 3, 3), (33, 17, 129),
+                  (5, 8, 0)]:
+    for ta in (0, 1):
+      a = r.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+      b = r.standard_normal((k, n)).astype(dtype)
+      c0 = r.standard_normal((m, n)).astype(dtype)
+      for acc in (0, 1):
+        c = c0.copy()
+        fn(ta, m, n, k, a.ctypes.data, b.ctypes.data, c.ctypes.data, acc)
+        want = (a.T if ta else a).astype(np.float64) @ b + (c0 if acc else 0)
+        np.testing.assert_allclose(c, want, rtol=tol, atol=tol * max(1, k),
+                                   err_msg=f"{m}x{n}x{k} ta={ta} acc={acc}")
