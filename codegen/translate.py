@@ -572,7 +572,7 @@ class Function:
     sym = COMPARE[type(op)]
     if x.ty == y.ty == "bool":
       return self.b.icmp_unsigned(sym, x.v, y.v)
-    ty = arith(x.ty, y.ty)
+    ty = unify(x.ty, y.ty)  # numba compares two int32s as int32s (vectors twice as wide)
     xv, yv = self.cast(x, ty).v, self.cast(y, ty).v
     if ty in FLOATS:
       return (self.b.fcmp_unordered if sym == "!=" else self.b.fcmp_ordered)(sym, xv, yv)
