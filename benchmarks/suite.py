@@ -214,8 +214,8 @@ def _report(results, partial=False):
         imports.setdefault(impl, []).append(r["process_to_result_s"] - r["first_call_s"])
   if imports:
     lines.append("\nFirst calls are from the end of the imports to the first result, in a fresh "
-                 "process; the imports themselves (median, primc's loads numba and readies "
-                 "its CPU target): " + ", ".join(
+                 "process; the imports themselves (median; `import primc` does not load "
+                 "numba, its first compile does, within the first call): " + ", ".join(
                      f"{impl} {fmt(sorted(v)[len(v) // 2])}" for impl, v in imports.items()))
   table = "\n".join(lines)
   print(table)
