@@ -1,7 +1,10 @@
-"""Code generation: fused regions to numba kernels, the disk cache and the executor.
+"""Code generation: fused regions to kernels, the disk cache and the executor.
 
   kernels.py   region -> kernel source (one lowering rule per primitive); a kernel is a
-               numba cfunc of one signature, run in phases (setup, tasks, finish)
+               C function of one signature, run in phases (setup, tasks, finish), written
+               as Python that numba compiles as it is
+  translate.py kernel source -> LLVM IR -> object file, without numba (numba's typing of
+               the kernels' subset); numba compiles what is outside it
   mathlib.py   vectorizable float32/float64 exp, log, tanh, sin, cos; element access by
                address (LOAD, STORE)
   special.py   polygamma, erfinv, erfcinv (scipy.special's functions numba lacks)
@@ -12,7 +15,8 @@
                handing a step's tasks to numba's thread pool
   loops.py     control-flow loops over compiled bodies, run natively (the runner called
                on the bodies' pointer tables, step after step)
-  loader.py    content-addressed module files under the cache directory; kernel cfuncs
+  loader.py    content-addressed module files under the cache directory (run only when
+               needed); compiled kernels, by LLVM or numba; the library's C entries
   native.py    the native entry: a CPython function (LLVM IR) that checks the inputs,
                allocates the outputs and fills the runner's pointer table
   executor.py  runs a plan: arena buffers, outputs, one call into the runner
@@ -26,6 +30,7 @@
   threads.py   numba's threading layer for the runner's tasks: TBB, which survives fork
 
 Threads: the runner hands the tasks of a large step to numba's thread pool
-(`numba_parallel_for`), started on a fork-safe layer by `threads.layer()` when primc
-first runs a program (nothing is set at import). Kernels themselves are serial.
+(`numba_parallel_for`, reached through a pointer `runner.enable_threads` sets), started on
+a fork-safe layer by `threads.layer()` when primc first runs a program with threaded steps
+(nothing is set at import). Kernels themselves are serial.
 """

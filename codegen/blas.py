@@ -3,10 +3,11 @@ kernel). `codegen.loader` runs this file as a module of the cache with `CACHE = 
 so numba keeps their machine code there, sealed and verified like every module's;
 imported as a package module it caches nothing.
 
-Float kernels call `gemm_f32` / `gemm_f64` as C functions by name (`EXTERNALS`: numba
-`cfunc`s whose addresses `codegen.loader.link_library` gives LLVM), with the addresses of
-C-contiguous matrices: a kernel then holds a call, not a copy of the product's code, and
-compiles in a fraction of the time (W4's product kernels: ~1 s -> ~0.2 s each).
+Float kernels call `gemm_f32` / `gemm_f64` as C functions by name
+(`codegen.kernels.EXTERNALS`: compiled by LLVM from this source, `codegen.translate`, or
+numba `cfunc`s; `codegen.loader.link_library` gives LLVM their addresses), with the
+addresses of C-contiguous matrices: a kernel then holds a call, not a copy of the
+product's code, and compiles in a fraction of the time.
 """
 from __future__ import annotations
 
@@ -137,10 +138,8 @@ def gemm_f64(ta, m, n, k, a, b, c, acc):
   _gemm(ta, m, n, k, a, b, c, acc, np.float64)
 
 
+# what kernels call (GEMM_F32(ta, m, n, k, a, b, c, acc), see codegen.kernels.EXTERNALS):
+# gemm_f32 / gemm_f64 compiled as C functions of this signature
 EXTERNAL_SIGNATURE = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
-# what kernels call (GEMM_F32(ta, m, n, k, a, b, c, acc)) -> (C symbol, the function of this
-# module compiled as a cfunc under that name)
-EXTERNALS = {"GEMM_F32": ("primc_gemm_f32", "gemm_f32"),
-             "GEMM_F64": ("primc_gemm_f64", "gemm_f64")}
 GEMM_F32 = types.ExternalFunction("primc_gemm_f32", types.void(*[types.int64] * 8))
 GEMM_F64 = types.ExternalFunction("primc_gemm_f64", types.void(*[types.int64] * 8))

@@ -96,9 +96,9 @@ class Executable:
       self._ready(cfuncs)
 
   def _first_call(self) -> None:
-    """The first call compiles the kernels or loads them from numba's disk cache (each
-    under its module's lock, after the store has verified numba's files against the
-    module's seal); kernels no cache holds yet are compiled by parallel processes first."""
+    """The first call compiles the kernels or loads them from the disk cache (each under
+    its module's lock, after the store has verified its files against the module's seal);
+    kernels no cache holds yet are compiled by parallel processes first."""
     t0 = time.perf_counter()
     st = store.current()
     in_memory = any(m.DIRECTORY is None for m in self.modules)
@@ -130,6 +130,8 @@ class Executable:
     process's: the plan holds their indices) and builds the general entry."""
     self.kernels = cfuncs
     run, tasks = runner.addresses()
+    if any(int(self.plan.words[slot + 1]) & runner.THREADED for slot in self.plan.kernel_slots):
+      runner.enable_threads()
     self.driver = run
     self._words[1] = tasks
     for slot in self.plan.kernel_slots:

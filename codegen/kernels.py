@@ -34,7 +34,6 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import Eqn, Lit, Primitive, Printer, Program, Var, pp_lit, pp_param, pp_program
-from primc.codegen.mathlib import SINCOS_LIMIT
 from primc.codegen.writer import Writer
 from primc.passes.fusion import lazy_eqns
 
@@ -42,6 +41,19 @@ lower_rules: dict[Primitive, Callable] = {}   # (ctx, eqn, *operand expressions)
 SIGNATURE = "int64(int64, int64, int64, CPointer(voidptr))"
 OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
 TASK_ELEMENTS = 1 << 12  # elements per task of a loop kernel
+# the math library's sin/cos reduce x by k = round(x * 2/pi), which must stay small enough
+# that k * (first part of pi/2) is exact: below 2**20 for float64 (33-bit part), below
+# 2**13 for float32 (8-bit part, 24-bit k*p); larger arguments take libm's (see _loop_code)
+SINCOS_LIMIT = {"float32": 8192.0, "float64": 1e6}
+# C functions kernels call by name, their addresses given to LLVM per process
+# (`codegen.loader.link_library`), so that cached machine code holds names, never
+# addresses: the library's products, `GEMM_F32(ta, m, n, k, a, b, c, acc)` -> (C symbol,
+# library file, its function), and scipy.special's own C functions (`cython_special`),
+# `SP_J0(x, np.int32(0))` (the last argument is Cython's dispatch flag) -> (C symbol,
+# scipy's name)
+EXTERNALS = {"GEMM_F32": ("primc_gemm_f32", "blas.py", "gemm_f32"),
+             "GEMM_F64": ("primc_gemm_f64", "blas.py", "gemm_f64")}
+FOREIGN = {f"SP_{name.upper()}": (f"primc_scipy_{name}", name) for name in P.SPECIAL_ARITY}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,14 +35,15 @@ LIBRARY = ("mathlib.py", "blas.py", "special.py")
 
 def load(source: str, in_memory: bool = False) -> types.ModuleType:
   """The module for `source`: from its file in the cache directory (written, or rewritten
-  when damaged, by the store), or in memory when no cache directory takes it. Its
-  globals hold the library (`library`)."""
-  globals_ = library_globals(in_memory)
+  when damaged, by the store), or in memory when no cache directory takes it. Its source
+  runs only when something needs what it defines (`executed`): a kernel loaded from its
+  object file needs nothing of it, and a process that only loads such kernels never
+  imports numba."""
   with _lock:
-    return _load(source, in_memory, globals_)
+    return _load(source, in_memory, False)
 
 
-def _load(source: str, in_memory: bool, globals_: dict) -> types.ModuleType:
+def _load(source: str, in_memory: bool, is_library: bool) -> types.ModuleType:
   key = module_key(source)
   module = _loaded.get((key, in_memory))
   if module is not None:
@@ -51,36 +52,58 @@ def _load(source: str, in_memory: bool, globals_: dict) -> types.ModuleType:
   directory = None if in_memory else store.current().module_dir(source)
   name = f"primc_kernels.m_{key}" + ("" if directory else "_memory")
   module = types.ModuleType(name)
-  module.__dict__.update(globals_)
   module.DIRECTORY, module.KEY, module.SOURCE = directory, key, source
   module.CACHE = directory is not None  # read by numba decorators in the module
   module.__file__ = (store.Store.path(directory, "module", key) if directory
                      else f"<primc module m_{key}>")
-  code = compile(source, module.__file__, "exec")
-  sys.modules[name] = module  # before exec: numba's cache looks the module up by name
-  exec(code, module.__dict__)
+  module._primc_library, module._primc_in_memory = is_library, in_memory
   cache.count("modules_loaded")
   _loaded[(key, in_memory)] = module
   return module
 
 
+_exec_lock = threading.Lock()
+OWN = ("DIRECTORY", "KEY", "SOURCE", "CACHE")  # a module's own names, never the library's
+
+
+def executed(module: types.ModuleType) -> types.ModuleType:
+  """`module` with its source run (which imports numba): a generated one sees the
+  library's functions and constants as globals (`library_globals`)."""
+  if module.__dict__.get("_primc_executed"):
+    return module
+  globals_ = {} if module._primc_library else library_globals(module._primc_in_memory)
+  with _exec_lock:
+    if not module.__dict__.get("_primc_executed"):
+      module.__dict__.update(globals_)
+      code = compile(module.SOURCE, module.__file__, "exec")
+      sys.modules[module.__name__] = module  # before exec: numba's cache finds it by name
+      exec(code, module.__dict__)
+      module._primc_executed = True
+  return module
+
+
 def library(in_memory: bool = False) -> list[types.ModuleType]:
-  """The library modules of this process (loaded once, by the first `load`)."""
+  """The library modules of this process (their files in the cache; not run yet)."""
   here = os.path.dirname(os.path.abspath(__file__))
   modules = []
   with _lock:
     for name in LIBRARY:
       with open(os.path.join(here, name)) as f:
-        modules.append(_load(f.read(), in_memory, {}))
+        modules.append(_load(f.read(), in_memory, True))
   return modules
+
+
+def library_module(name: str, in_memory: bool = False) -> types.ModuleType:
+  """The library module of file `name` (one of LIBRARY), run."""
+  return executed(library(in_memory)[LIBRARY.index(name)])
 
 
 def library_globals(in_memory: bool) -> dict:
   """What generated modules see of the library: its numba functions and constants."""
   out = {}
   for module in library(in_memory):
-    out.update({k: v for k, v in vars(module).items() if not k.startswith("_") and (
-        hasattr(v, "py_func") or k.isupper() and k != "CACHE")})
+    out.update({k: v for k, v in vars(executed(module)).items() if not k.startswith("_")
+                and k not in OWN and (hasattr(v, "py_func") or k.isupper())})
   return out
 
 
@@ -88,20 +111,21 @@ _externals: dict[str, object] = {}  # C symbol -> its cfunc, kept alive for the 
 
 
 def link_library(sources, in_memory: bool = False) -> bool:
-  """Compiles (or loads from numba's cache) the library's C entry points (`EXTERNALS`)
-  that the kernels of `sources` call, and gives LLVM their addresses by name, once per
-  process, before those kernels are compiled or loaded. Callers that read the cache have
+  """Compiles (or loads from the cache) the library's C entry points that the kernels of
+  `sources` call (`kernels.EXTERNALS`; by LLVM, or numba), and gives LLVM their
+  addresses by name, once per process, before those kernels are compiled or loaded; and
+  scipy's functions they call (`kernels.FOREIGN`). Callers that read the cache have
   verified the library's files first (`store.prepare_library`). True when something was
   compiled (the library's files changed: seal them again)."""
   compiled = False
-  for lib in library(in_memory):
-    for name, (symbol, function) in getattr(lib, "EXTERNALS", {}).items():
-      if symbol not in _externals and any(f"{name}(" in s for s in sources):
-        linked = _link_translated(lib, symbol, function) if compiler() == "llvm" else None
-        compiled |= _link(lib, symbol, function) if linked is None else linked
-    for name, (symbol, function) in getattr(lib, "FOREIGN", {}).items():
-      if symbol not in _externals and any(f"{name}(" in s for s in sources):
-        _link_foreign(symbol, function)
+  for name, (symbol, file, function) in kernels.EXTERNALS.items():
+    if symbol not in _externals and any(f"{name}(" in s for s in sources):
+      lib = library(in_memory)[LIBRARY.index(file)]
+      linked = _link_translated(lib, symbol, function) if compiler() == "llvm" else None
+      compiled |= _link(executed(lib), symbol, function) if linked is None else linked
+  for name, (symbol, function) in kernels.FOREIGN.items():
+    if symbol not in _externals and any(f"{name}(" in s for s in sources):
+      _link_foreign(symbol, function)
   return compiled
 
 
@@ -117,6 +141,7 @@ def _link_translated(lib: types.ModuleType, symbol: str, function: str) -> bool 
   compiled = data is None
   if compiled:
     try:
+      lib = executed(lib)
       arg_types = tuple(re.findall(r"\w+", lib.EXTERNAL_SIGNATURE.split("(", 1)[1]))
       text, _ = translate.function_ir(lib.SOURCE, function, arg_types, vars(lib), symbol,
                                       fastmath=())
@@ -129,6 +154,7 @@ def _link_translated(lib: types.ModuleType, symbol: str, function: str) -> bool 
         write_object(os.path.join(store.Store.numba_dir(lib.DIRECTORY), name), data)
       except OSError as e:  # it serves this process from memory
         st.write_failed(e, lib.DIRECTORY)
+  translate.link_numba_helpers()  # the products' BLAS calls (numba_xxgemm)
   with _lock:
     if symbol not in _externals:
       address = translate.load(data, symbol)
@@ -141,7 +167,6 @@ def _link_foreign(symbol: str, function: str) -> None:
   """Gives LLVM the address of scipy.special's C function `function`: the specialization
   on doubles (`double (double, ..., int __pyx_skip_dispatch)`) among those Cython exports."""
   from llvmlite import binding
-  from numba.extending import get_cython_function_address
   import scipy.special.cython_special as cython_special
   exports = cython_special.__pyx_capi__
   for name in [function] + [f"__pyx_fuse_{i}{function}" for i in range(4)]:
@@ -149,10 +174,21 @@ def _link_foreign(symbol: str, function: str) -> None:
     if signature and re.fullmatch(r"double \((double, )+int __pyx_skip_dispatch\)",
                                   signature[0]):
       with _lock:
-        binding.add_symbol(symbol, get_cython_function_address(cython_special.__name__, name))
+        binding.add_symbol(symbol, _capsule_pointer(exports[name]))
         _externals[symbol] = name
       return
   raise RuntimeError(f"scipy.special.cython_special has no double version of {function}")
+
+
+def _capsule_pointer(capsule) -> int:
+  """The pointer a PyCapsule holds (a Cython module's exported C function)."""
+  import ctypes
+  api = ctypes.pythonapi
+  api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = ctypes.c_char_p, [
+      ctypes.py_object]
+  api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+  api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+  return api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule))
 
 
 def _link(lib: types.ModuleType, symbol: str, function: str) -> bool:
@@ -239,7 +275,8 @@ def translated_ir(module: types.ModuleType) -> str | None:
   text = getattr(module, "_primc_ir", False)
   if text is False:
     try:
-      text = translate.kernel_ir(module.SOURCE, vars(module), f"primc_kernel_{module.KEY}")
+      text = translate.kernel_ir(module.SOURCE, vars(executed(module)),
+                                 f"primc_kernel_{module.KEY}")
     except translate.Unsupported as e:
       log.debug("kernel %s is compiled by numba: %s", module.KEY, e)
       text = None
@@ -280,7 +317,8 @@ def _cfunc(module: types.ModuleType):
   cfunc = _translated_kernel(module) if compiler() == "llvm" else None
   if cfunc is None:
     import numba
-    cfunc = numba.cfunc(kernels.SIGNATURE, cache=module.CACHE, **kernels.OPTIONS)(module.KERNEL)
+    cfunc = numba.cfunc(kernels.SIGNATURE, cache=module.CACHE,
+                        **kernels.OPTIONS)(executed(module).KERNEL)
   with _lock:
     module._primc_cfunc = getattr(module, "_primc_cfunc", None) or cfunc
     return module._primc_cfunc

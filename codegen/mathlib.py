@@ -21,6 +21,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from primc.codegen.kernels import SINCOS_LIMIT  # noqa: F401 (sin/cos's range)
+
 # CACHE: set by codegen.loader, which runs this file as a module of the cache (so numba
 # keeps the machine code there, sealed and verified); imported as a package module, False
 CACHE = globals().get("CACHE", False)
@@ -321,9 +323,7 @@ def _sincos_f64(x, shift):
   return -v if q >= 2 else v
 
 
-# k = round(x * 2/pi) must stay small enough that k * (first part of pi/2) is exact:
-# below 2**20 for float64 (33-bit part), below 2**13 for float32 (8-bit part, 24-bit k*p)
-SINCOS_LIMIT = {"float32": 8192.0, "float64": 1e6}
+# SINCOS_LIMIT (codegen.kernels, which versions loops for larger arguments)
 
 
 @njit(**_OPTS)

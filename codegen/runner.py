@@ -56,15 +56,35 @@ def _capi(name: str) -> int:
   return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
 
 
+THREAD_POOL = ("numba_parallel_for", "get_num_threads")  # numba's, the runner calls by pointer
+
+
 @functools.cache
 def addresses() -> tuple[int, int]:
-  """(runner, trampoline) in this process (numba's thread pool started first: the runner
-  calls its `numba_parallel_for` and `get_num_threads`)."""
-  threads.layer()
+  """(runner, trampoline) in this process. The runner reaches numba's thread pool through
+  two pointers it holds (`primc_<name>` globals), null until `enable_threads` sets them:
+  till then every step runs on the calling thread, and nothing of numba is loaded."""
   mod = ir.Module(name="primc_runner")
+  for name in THREAD_POOL:
+    pointer = ir.GlobalVariable(mod, PTR, f"primc_{name}")
+    pointer.initializer = ir.Constant(PTR, None)
   _trampoline(mod)
   _runner(mod)
   return native.jit_functions(str(mod), ["primc_run", "primc_tasks"])
+
+
+@functools.cache
+def enable_threads() -> None:
+  """Starts numba's thread pool (`threads.layer`) and points the runner at it: before the
+  first program with threaded steps runs."""
+  from llvmlite import binding
+  addresses()
+  threads.layer()
+  for name in THREAD_POOL:
+    address = binding.address_of_symbol(name)
+    if not address:
+      raise RuntimeError(f"numba's thread pool has no {name}")
+    ctypes.c_void_p.from_address(native.global_address(f"primc_{name}")).value = address
 
 
 def _trampoline(mod: ir.Module) -> None:
@@ -107,9 +127,8 @@ class _RunnerWriter:
             "finish", "next", "index_error", "failed", "done")
 
   def __init__(self, mod: ir.Module):
-    self.parallel_for = ir.Function(
-        mod, ir.FunctionType(ir.VoidType(), [PTR] * 5 + [I64] * 3), "numba_parallel_for")
-    self.num_threads = ir.Function(mod, ir.FunctionType(I32, []), "get_num_threads")
+    self.parallel_for = mod.globals["primc_numba_parallel_for"]
+    self.num_threads = mod.globals["primc_get_num_threads"]
     fn = ir.Function(mod, ir.FunctionType(I64, [PTR.as_pointer()]), "primc_run")
     (self.p,) = fn.args
     self.blocks = {name: fn.append_basic_block(name) for name in self.BLOCKS}
@@ -187,7 +206,13 @@ class _RunnerWriter:
     """Phase 1 on numba's thread pool, without the GIL (a kernel that fails takes it to
     print its error)."""
     b = self.at("threads")
-    nthreads = b.sext(b.call(self.num_threads, []), I64)
+    parallel_for = b.load(self.parallel_for)
+    with b.if_then(b.icmp_unsigned("==", parallel_for, ir.Constant(PTR, None)), likely=False):
+      b.branch(self.blocks["serial"])  # no thread pool (yet): see enable_threads
+    num_threads = b.bitcast(b.load(self.num_threads), ir.FunctionType(I32, []).as_pointer())
+    parallel_for = b.bitcast(parallel_for, ir.FunctionType(
+        ir.VoidType(), [PTR] * 5 + [I64] * 3).as_pointer())
+    nthreads = b.sext(b.call(num_threads, []), I64)
     with b.if_then(b.icmp_signed("<", nthreads, _c(2))):
       b.branch(self.blocks["serial"])
     b.store(b.ptrtoint(self.kernel, I64), self.ctx)
@@ -195,7 +220,7 @@ class _RunnerWriter:
     b.store(_c(0), b.gep(self.ctx, [_c(2)]))
     b.store(self.ntasks, self.count)
     state = b.call(b.inttoptr(_c(_capi("PyEval_SaveThread")), SAVE.as_pointer()), [])
-    b.call(self.parallel_for, [b.inttoptr(self.trampoline, PTR), b.bitcast(self.first, PTR),
+    b.call(parallel_for, [b.inttoptr(self.trampoline, PTR), b.bitcast(self.first, PTR),
                                b.bitcast(self.count, PTR), b.bitcast(self.stride, PTR),
                                b.bitcast(self.ctx, PTR), _c(0), _c(1), nthreads])
     b.call(b.inttoptr(_c(_capi("PyEval_RestoreThread")), RESTORE.as_pointer()), [state])

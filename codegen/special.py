@@ -223,8 +223,8 @@ def erfcinv_f64(c):
 # scipy.special's own C functions (`scipy.special.cython_special`) for the `special[name]`
 # primitive: kernels call them by name, `SP_J0(x, np.int32(0))` (the last argument is
 # Cython's dispatch flag), and `codegen.loader.link_library` gives LLVM their addresses in
-# each process, so that cached machine code holds the name, never an address.
-FOREIGN = {f"SP_{name.upper()}": (f"primc_scipy_{name}", name) for name in SPECIAL_ARITY}
+# each process, so that cached machine code holds the name, never an address (their
+# symbols: codegen.kernels.FOREIGN).
 for _name, _arity in SPECIAL_ARITY.items():
   globals()[f"SP_{_name.upper()}"] = types.ExternalFunction(
       f"primc_scipy_{_name}", types.float64(*[types.float64] * _arity, types.int32))

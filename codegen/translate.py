@@ -1190,6 +1190,20 @@ def compile_function(source: str, name: str, arg_types: tuple, globals_: dict):
   return load(object_code(text), symbol), ret
 
 
+# numba's C helpers translated code may call (numba gives LLVM their addresses only when
+# its CPU target starts, which a process that compiles nothing with numba never does)
+NUMBA_HELPERS = {"numba_xxgemm": "xxgemm"}
+
+
+def link_numba_helpers() -> None:
+  """Gives LLVM the addresses of numba's C helpers (imports numba, not its target)."""
+  from llvmlite import binding
+  from numba import _helperlib
+  for symbol, name in NUMBA_HELPERS.items():
+    if not binding.address_of_symbol(symbol):
+      binding.add_symbol(symbol, _helperlib.c_helpers[name])
+
+
 def load(obj: bytes, symbol: str) -> int:
   """Loads an object file into this process's engine; the address of `symbol`."""
   import llvmlite.binding as llvm

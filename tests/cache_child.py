@@ -73,7 +73,7 @@ def main():
     out["kernels"] = len(kernels)
   stats = primc.cache_stats()
   stats.pop("load_seconds", None)
-  print(json.dumps({"stats": stats, **out}))
+  print(json.dumps({"stats": stats, "numba_imported": "numba" in sys.modules, **out}))
 
 
 if __name__ == "__main__":

@@ -168,6 +168,21 @@ def test_a_failed_kernel_worker_is_logged_not_fatal(caplog, monkeypatch):
   assert "kernel compile worker failed" in caplog.text and "No such file" in caplog.text
 
 
+def test_warm_serial_programs_never_import_numba(tmp_path):
+  """A process that loads LLVM-compiled kernels of programs without threaded steps from
+  the cache runs them without numba (its import and CPU target cost ~0.2-0.5 s); with
+  numba compiling the kernels, it is needed."""
+  cold, _ = run_child(tmp_path / "llvm", "two")
+  warm, _ = run_child(tmp_path / "llvm", "two")
+  np.testing.assert_allclose(warm["grad"], expected_grad(), rtol=1e-5)
+  assert cold["numba_imported"] and not warm["numba_imported"]
+  assert warm["stats"].get("kernel_compiles", 0) == 0
+  run_child(tmp_path / "numba", "two", PRIMC_KERNEL_COMPILER="numba")
+  warm, _ = run_child(tmp_path / "numba", "two", PRIMC_KERNEL_COMPILER="numba")
+  np.testing.assert_allclose(warm["grad"], expected_grad(), rtol=1e-5)
+  assert warm["numba_imported"]
+
+
 def test_numba_cache_dir_is_honoured(tmp_path):
   path, numba_cache = tmp_path / "primc", tmp_path / "numba"
   env = dict(NUMBA_CACHE_DIR=str(numba_cache))

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from primc.codegen import kernels, mathlib, translate
+from primc.codegen import kernels, loader, mathlib, translate
 
 CTYPES = {"int64": ctypes.c_int64, "int32": ctypes.c_int32, "float32": ctypes.c_float,
           "float64": ctypes.c_double, "bool": ctypes.c_bool}
@@ -196,7 +196,7 @@ def test_generated_kernels_translate():
   (executable, _), = jitted._compiled.values()
   assert len(executable.modules) >= 3, "the program compiled into several kernels"
   for m in executable.modules:
-    translate.kernel_ir(m.SOURCE, vars(m), "probe")  # raises if outside the subset
+    translate.kernel_ir(m.SOURCE, vars(loader.executed(m)), "probe")  # or Unsupported
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -204,8 +204,7 @@ def test_library_products_translated(dtype):
   """The products kernels call by symbol (codegen.blas's gemm entries: loops for small
   products, BLAS above), translated, against numpy: both layouts of A, accumulating or
   not, empty and one-column shapes."""
-  from primc.codegen import loader
-  blas = next(m for m in loader.library(True) if hasattr(m, "EXTERNALS"))
+  blas = loader.library_module("blas.py", in_memory=True)
   name = "gemm_f32" if dtype == "float32" else "gemm_f64"
   symbol = f"primc_test_{name}"
   text, ret = translate.function_ir(blas.SOURCE, name, ("int64",) * 8, vars(blas), symbol,
