@@ -12,12 +12,12 @@ product's code, and compiles in a fraction of the time.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from primc.codegen.mathlib import LOAD, STORE
+from primc.codegen.translate import xxgemm_call
 
 CACHE = globals().get("CACHE", False)  # set by codegen.loader when it runs this file
 
@@ -70,23 +70,8 @@ def _blas_gemm(typingctx, dtype, ta, m, n, k, a, b, c, beta):
   def codegen(context, builder, signature, args):
     _, ta, m, n, k, a, b, c, beta = args
     value = context.get_value_type(float_type)
-    char, i64, void_p = ir.IntType(8), ir.IntType(64), cgutils.voidptr_t
-    fnty = ir.FunctionType(ir.IntType(32), [char, char, char, i64, i64, i64, void_p,
-                                            void_p, i64, void_p, i64, void_p, void_p, i64])
-    fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemm")
     one, scale = cgutils.alloca_once(builder, value), cgutils.alloca_once(builder, value)
-    builder.store(ir.Constant(value, 1.0), one)
-    builder.store(builder.sitofp(beta, value), scale)
-    kind = ir.Constant(char, ord("s" if float_type.bitwidth == 32 else "d"))
-    transposed = builder.icmp_signed("!=", ta, ir.Constant(i64, 0))
-    transb = builder.select(transposed, ir.Constant(char, ord("t")), ir.Constant(char, ord("n")))
-    ldb = builder.select(transposed, m, k)
-    at_least_1 = lambda v: builder.select(builder.icmp_signed("<", v, ir.Constant(i64, 1)),
-                                          ir.Constant(i64, 1), v)
-    ptr = lambda v: builder.inttoptr(v, void_p)
-    builder.call(fn, [kind, ir.Constant(char, ord("n")), transb, n, m, k,
-                      builder.bitcast(one, void_p), ptr(b), at_least_1(n), ptr(a),
-                      at_least_1(ldb), builder.bitcast(scale, void_p), ptr(c), at_least_1(n)])
+    xxgemm_call(builder, value, one, scale, ta, m, n, k, a, b, c, beta)
     return context.get_dummy_value()
   return types.none(dtype, types.int64, types.int64, types.int64, types.int64, types.int64,
                     types.int64, types.int64, types.int64), codegen

@@ -280,6 +280,11 @@ def translated_ir(module: types.ModuleType) -> str | None:
     except translate.Unsupported as e:
       log.debug("kernel %s is compiled by numba: %s", module.KEY, e)
       text = None
+    except Exception as e:  # a translator bug: numba, the reference, compiles it
+      log.warning("primc: translating kernel %s failed (%s: %s); numba compiles it",
+                  module.KEY, type(e).__name__, e)
+      cache.count("translate_failures")
+      text = None
     module._primc_ir = text
   return text
 

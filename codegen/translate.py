@@ -7,16 +7,20 @@ functions by symbol. numba compiles such a kernel in 0.05-0.5 s, most of it numb
 typing and lowering in Python; this module types the same subset as numba does and emits
 the LLVM IR itself, so a kernel costs LLVM's optimization and code generation only.
 
-Typing follows numba: integer arithmetic in int64 (numba's at-least-intp rule), numpy's
-promotion between integers and floats (an int and a float32 give a float64), Python
-literals int64/float64, `/` of integers a float64, `//` and `%` of integers with Python's
-signs (0 for a zero divisor: numba's numpy error model), comparisons that are false for
-NaN but `!=`, `min`/`max` as numba's (`b if b > a else a`), `and`/`or`/conditional
-expressions that evaluate what Python evaluates, negative indices of views wrapped, float
-arithmetic with LLVM's `contract` flag (`fastmath={"contract"}`), math functions from the
-same libm entries or LLVM intrinsics numba calls. The math library's functions (plain
-Python under `njit`) are translated the same way, once per argument types, inlined. A
-source that steps outside the subset raises Unsupported, and numba compiles it.
+Typing follows numba: integer arithmetic in int64 (numba's at-least-intp rule; a negation
+in the operand's width), numpy's promotion between types elsewhere (an int and a float32
+give a float64; comparisons and `min`/`max` in the operands' common type, two int32s as
+int32s), Python literals int64/float64, `/` of integers a float64, `//` and `%` of
+integers with Python's signs (0 for a zero divisor: numba's numpy error model),
+comparisons that are false for NaN but `!=`, `min`/`max` as numba's (`b if b > a else a`),
+`and`/`or`/conditional expressions that evaluate what Python evaluates, negative indices
+of views wrapped, float arithmetic with the function's fastmath flags (kernels:
+`contract`), math functions from the same libm entries or LLVM intrinsics numba calls,
+`np.full` arrays on the heap (freed when the function returns). The library's functions
+(plain Python under `njit`: the math library, the products) are translated the same way,
+once per argument types (a dtype argument bound as a constant), inlined. A source that
+steps outside the subset, or where numba's choices are odd (a power with an integer
+operand, numpy's loops for mixed types), raises Unsupported, and numba compiles it.
 
 A kernel compiles to an object file, kept by the cache beside its module (one of the
 module's files that its seal lists and loading verifies), and loaded into one MCJIT engine
@@ -318,11 +322,7 @@ class Function:
     self.b.cbranch(going, body, after)
     self.b.position_at_end(body)
     self.assign(s.target.id, Val("int64", i))
-    self.loops.append((after, step_block))
-    self.body(s.body)
-    self.loops.pop()
-    if not self.b.block.is_terminated:
-      self.b.branch(step_block)
+    self.loop_body(s.body, after, step_block)
     self.b.position_at_end(step_block)
     self.b.store(self.b.add(self.b.load(counter), step), counter)
     self.b.branch(head)
@@ -336,12 +336,16 @@ class Function:
     self.b.position_at_end(head)
     self.b.cbranch(self.truth(self.expr(s.test)), body, after)
     self.b.position_at_end(body)
-    self.loops.append((after, head))
-    self.body(s.body)
+    self.loop_body(s.body, after, head)
+    self.b.position_at_end(after)
+
+  def loop_body(self, stmts, after, again) -> None:
+    """A loop's body: `break` goes to `after`, `continue` and its end to `again`."""
+    self.loops.append((after, again))
+    self.body(stmts)
     self.loops.pop()
     if not self.b.block.is_terminated:
-      self.b.branch(head)
-    self.b.position_at_end(after)
+      self.b.branch(again)
 
   def return_(self, s) -> None:
     if s.value is None:
@@ -800,7 +804,9 @@ class Function:
       if x.ty != y.ty or x.ty not in FLOATS:
         raise Unsupported("np.fmod of mixed or integer operands (numpy's loop choice)")
       return Val(x.ty, self.flags(self.b.frem(x.v, y.v)))
-    if obj in NUMPY_TYPES:
+    if isinstance(obj, type) and obj in NUMPY_TYPES:
+      if len(args) != 1:
+        raise Unsupported(f"{obj.__name__} of {len(args)} arguments")
       (arg,) = args
       ty = NUMPY_TYPES[obj]
       try:  # a constant: converted in Python, as numba folds it
@@ -829,9 +835,7 @@ class Function:
       zero = ir.Constant(LL[x.ty], 0)
       neg = self.b.icmp_signed("<", x.v, zero)
       return Val(x.ty, self.b.select(neg, self.b.sub(zero, x.v), x.v))
-    module = getattr(obj, "__module__", None) or ""
-    if getattr(obj, "__self__", None) is None and module == "math" or (
-        inspect.isbuiltin(obj) and getattr(math, getattr(obj, "__name__", ""), None) is obj):
+    if inspect.isbuiltin(obj) and getattr(math, getattr(obj, "__name__", ""), None) is obj:
       return self.math_call(obj.__name__, args, MATH)
     if isinstance(obj, np.ufunc) and getattr(np, obj.__name__, None) is obj:
       return self.math_call(obj.__name__, args, NUMPY)
@@ -960,21 +964,8 @@ class Function:
     if ty not in FLOATS:
       raise Unsupported("_blas_gemm of integers")
     ta, m, n, k, a, b, c, beta = (self.cast(self.expr(x), "int64").v for x in args[1:])
-    bld, fl, char = self.b, LL[ty], I8
-    one, scale = self.alloca(fl), self.alloca(fl)
-    bld.store(ir.Constant(fl, 1.0), one)
-    bld.store(bld.sitofp(beta, fl), scale)
-    transposed = bld.icmp_signed("!=", ta, ir.Constant(I64, 0))
-    transb = bld.select(transposed, ir.Constant(char, ord("t")), ir.Constant(char, ord("n")))
-    ldb = bld.select(transposed, m, k)
-    at_least_1 = lambda v: bld.select(bld.icmp_signed("<", v, ir.Constant(I64, 1)),
-                                      ir.Constant(I64, 1), v)
-    ptr = lambda v: bld.inttoptr(v, I8P)
-    args = [ir.Constant(char, ord("s" if ty == "float32" else "d")),
-            ir.Constant(char, ord("n")), transb, n, m, k, bld.bitcast(one, I8P), ptr(b),
-            at_least_1(n), ptr(a), at_least_1(ldb), bld.bitcast(scale, I8P), ptr(c),
-            at_least_1(n)]
-    self.extern("numba_xxgemm", I32, args)
+    xxgemm_call(self.b, LL[ty], self.alloca(LL[ty]), self.alloca(LL[ty]),
+                ta, m, n, k, a, b, c, beta)
     return Val("int64", ir.Constant(I64, 0))
 
   def call_f32_from_bits(self, args):
@@ -991,6 +982,29 @@ class Function:
 
 
 INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", "_blas_gemm", *BITCASTS)
+
+
+def xxgemm_call(b: ir.IRBuilder, fl, one, scale, ta, m, n, k, a, b_, c, beta) -> None:
+  """Emits the row-major c = A @ B + beta c by numba's BLAS helper `numba_xxgemm`
+  (column-major: c^T = B^T A^T), A the (m, k) matrix at address `a` or (ta) the transpose
+  of the (k, m) one there, B (k, n) at `b_`; `one` and `scale` are allocas of the float
+  type `fl` (the helper takes alpha and beta by address). For codegen.blas's numba
+  intrinsic and its translation alike."""
+  char, i64 = I8, I64
+  fn = b.module.globals.get("numba_xxgemm") or ir.Function(b.module, ir.FunctionType(
+      I32, [char] * 3 + [i64] * 3 + [I8P, I8P, i64, I8P, i64, I8P, I8P, i64]), "numba_xxgemm")
+  b.store(ir.Constant(fl, 1.0), one)
+  b.store(b.sitofp(beta, fl), scale)
+  transposed = b.icmp_signed("!=", ta, ir.Constant(i64, 0))
+  transb = b.select(transposed, ir.Constant(char, ord("t")), ir.Constant(char, ord("n")))
+  ldb = b.select(transposed, m, k)
+  at_least_1 = lambda v: b.select(b.icmp_signed("<", v, ir.Constant(i64, 1)),
+                                  ir.Constant(i64, 1), v)
+  ptr = lambda v: b.inttoptr(v, I8P)
+  kind = ir.Constant(char, ord("s" if isinstance(fl, ir.FloatType) else "d"))
+  b.call(fn, [kind, ir.Constant(char, ord("n")), transb, n, m, k, b.bitcast(one, I8P),
+              ptr(b_), at_least_1(n), ptr(a), at_least_1(ldb), b.bitcast(scale, I8P), ptr(c),
+              at_least_1(n)])
 
 
 class Compiler:

@@ -183,6 +183,19 @@ def test_warm_serial_programs_never_import_numba(tmp_path):
   assert warm["numba_imported"]
 
 
+def test_numba_compiles_the_same_program_to_the_same_results(tmp_path):
+  """PRIMC_KERNEL_COMPILER=numba (every kernel and the products' entries by numba) and the
+  default (LLVM) agree on a program with a BLAS product, a threaded step and a reduction."""
+  llvm, _ = run_child(tmp_path / "llvm", "many")
+  by_numba, _ = run_child(tmp_path / "numba", "many", PRIMC_KERNEL_COMPILER="numba")
+  assert by_numba["stats"].get("kernel_compiles", 0) + by_numba["stats"].get(
+      "worker_compiles", 0) >= 2
+  for a, b in zip(llvm["grad"], by_numba["grad"]):
+    np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+  assert list(os.scandir(tmp_path / "numba" / "__pycache__")) and not [
+      f for f in os.listdir(tmp_path / "numba" / "__pycache__") if f.endswith(".o")]
+
+
 def test_numba_cache_dir_is_honoured(tmp_path):
   path, numba_cache = tmp_path / "primc", tmp_path / "numba"
   env = dict(NUMBA_CACHE_DIR=str(numba_cache))
