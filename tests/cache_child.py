@@ -1,7 +1,7 @@
 """Run in a fresh process by the cache tests: compiles programs, prints its cache
 statistics and results as JSON (last line of stdout).
 
-  python cache_child.py [threaded | two | shapes N]
+  python cache_child.py [threaded | two | shapes N | many | blas]
 
 PRIMC_TEST_FAULT injects a fault first: `nospace` (every write fails with ENOSPC: primc's
 and numba's), `nospace-kernels` (writes of compiled kernels fail, object files and numba's
@@ -56,6 +56,12 @@ def main():
       assert abs(f(v) - 2 * np.tanh(1.0) * v.size) < 1e-3 * v.size
     out["rss_growth"] = rss() - before
     out["signatures"] = len(f._compiled)
+  elif args == ["blas"]:  # a serial program whose product calls BLAS (64^3 multiply-adds)
+    a = np.linspace(-1, 1, 64 * 64, dtype=np.float32).reshape(64, 64)
+    b = np.linspace(0.5, -0.5, 64 * 64, dtype=np.float32).reshape(64, 64)
+    f = primc.jit(lambda x, w: pnp.tanh(x @ w))
+    out["grad"] = f(a, b).tolist()
+    out["want"] = np.tanh(a.astype(np.float64) @ b).tolist()
   elif args == ["many"]:  # a program of several kernels, one of them threaded
     a = np.linspace(-1, 1, 256 * 128, dtype=np.float32).reshape(256, 128)
     b = np.linspace(0.02, -0.01, 128 * 128, dtype=np.float32).reshape(128, 128)

@@ -177,6 +177,10 @@ def test_warm_serial_programs_never_import_numba(tmp_path):
   np.testing.assert_allclose(warm["grad"], expected_grad(), rtol=1e-5)
   assert cold["numba_imported"] and not warm["numba_imported"]
   assert warm["stats"].get("kernel_compiles", 0) == 0
+  for _ in range(2):  # a BLAS product: numba's BLAS helper without numba
+    blas, _ = run_child(tmp_path / "llvm", "blas")
+    np.testing.assert_allclose(blas["grad"], blas["want"], rtol=2e-5, atol=2e-6)
+  assert not blas["numba_imported"]
   run_child(tmp_path / "numba", "two", PRIMC_KERNEL_COMPILER="numba")
   warm, _ = run_child(tmp_path / "numba", "two", PRIMC_KERNEL_COMPILER="numba")
   np.testing.assert_allclose(warm["grad"], expected_grad(), rtol=1e-5)
