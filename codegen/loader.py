@@ -107,7 +107,7 @@ def library_globals(in_memory: bool) -> dict:
   return out
 
 
-_externals: dict[str, object] = {}  # C symbol -> its cfunc, kept alive for the process
+_externals: dict[str, object] = {}  # C symbol -> what gives it (a cfunc kept alive, ...)
 
 
 def link_library(sources, in_memory: bool = False) -> bool:
@@ -182,13 +182,12 @@ def _link_foreign(symbol: str, function: str) -> None:
 
 def _capsule_pointer(capsule) -> int:
   """The pointer a PyCapsule holds (a Cython module's exported C function)."""
-  import ctypes
-  api = ctypes.pythonapi
-  api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = ctypes.c_char_p, [
-      ctypes.py_object]
-  api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-  api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-  return api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule))
+  import ctypes  # prototypes of our own: ctypes.pythonapi's functions are shared
+  get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+      ("PyCapsule_GetName", ctypes.pythonapi))
+  get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+      ("PyCapsule_GetPointer", ctypes.pythonapi))
+  return get_pointer(capsule, get_name(capsule))
 
 
 def _link(lib: types.ModuleType, symbol: str, function: str) -> bool:
