@@ -68,8 +68,10 @@ MATH = {"exp": "llvm.exp", "log": "llvm.log", "log10": "llvm.log10", "sin": "llv
         "tanh": ("tanhf", "tanh"), "gamma": ("tgammaf", "tgamma"),
         "lgamma": ("lgammaf", "lgamma"), "atan2": ("atan2f", "atan2"),
         "hypot": ("hypotf", "hypot"), "copysign": "llvm.copysign",
-        "floor": "llvm.floor", "ceil": "llvm.ceil", "trunc": "llvm.trunc"}
-NUMPY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil",
+        "floor": "llvm.floor", "ceil": "llvm.ceil", "trunc": "llvm.trunc", "pow": "llvm.pow"}
+FLOAT_TYPES = {"float32": np.float32, "float64": np.float64}
+NUMPY = {"nextafter": ("nextafterf", "nextafter"), "sqrt": "llvm.sqrt", "floor": "llvm.floor",
+         "ceil": "llvm.ceil",
          "trunc": "llvm.trunc", "rint": "llvm.rint", "abs": "llvm.fabs",
          "absolute": "llvm.fabs", "fabs": "llvm.fabs", "copysign": "llvm.copysign"}
 BITCASTS = {"f32_from_bits": ("int32", "float32"), "f32_to_bits": ("float32", "int32"),
@@ -455,6 +457,8 @@ class Function:
         pass
       if kind is ast.UnaryOp:
         return self.unary(node.op, self.expr(node.operand))
+      if isinstance(node.op, ast.Pow):
+        return self.power(node)
       return self.binop(node.op, self.expr(node.left), self.expr(node.right))
     if kind is ast.Compare:
       return self.compare(node)
@@ -522,9 +526,7 @@ class Function:
     if ty in FLOATS:
       if kind in FLOAT_OPS:
         return Val(ty, self.flags(getattr(b, FLOAT_OPS[kind])(xv, yv)))
-      if kind is ast.Pow:
-        if x.ty not in FLOATS or y.ty not in FLOATS:
-          raise Unsupported("a power with an integer operand (numba: repeated products)")
+      if kind is ast.Pow and x.ty in FLOATS and y.ty in FLOATS:  # (x **= y)
         return Val(ty, self.intrinsic("llvm.pow", [xv, yv]))
       raise Unsupported(f"{kind.__name__} of floats")
     if kind in INT_OPS:
@@ -532,6 +534,55 @@ class Function:
     if kind in (ast.FloorDiv, ast.Mod):
       return Val(ty, self.int_divmod(xv, yv, kind is ast.Mod))
     raise Unsupported(f"{kind.__name__} of integers")
+
+  def power(self, node) -> Val:
+    """`x ** y` as numba computes it: a float exponent by `pow` (an int base converted); an
+    integer one by products, unrolled for a constant exponent (numba's static power),
+    else numba's loop (`_float_power`, `_int_power`, translated like library functions)."""
+    x = self.scalar(self.expr(node.left))
+    try:
+      n = self.constant(node.right)
+    except Unsupported:
+      n = None
+    if type(n) is int and abs(n) <= 0x10000 and x.ty in ("int32", "int64") + FLOATS:
+      return self.static_power(x, n)
+    y = self.scalar(self.expr(node.right))
+    if x.ty in ("int32", "int64") + FLOATS and y.ty in FLOATS:
+      ty = arith(x.ty, y.ty)
+      return Val(ty, self.intrinsic("llvm.pow", [self.cast(x, ty).v, self.cast(y, ty).v]))
+    if y.ty not in ("int32", "int64") or x.ty not in ("int32", "int64") + FLOATS:
+      raise Unsupported(f"a power of {x.ty} and {y.ty}")
+    if x.ty in FLOATS:
+      fn = self.c.function_for(_Python(_float_power, self.fastmath), (x.ty, y.ty),
+                               (("tp", FLOAT_TYPES[x.ty]),), ["a", "b"])
+    else:
+      fn = self.c.function_for(_Python(_int_power, self.fastmath), (x.ty, y.ty), (),
+                               ["a", "b"])
+    result = self.b.call(fn, [x.v, y.v])
+    return Val(x.ty if x.ty in FLOATS else "int64", result)
+
+  def static_power(self, x: Val, n: int) -> Val:
+    """numba's unrolled power for a constant integer exponent `n` (an inverse by a float64
+    division, or for integers: INT64_MIN for 0, 0 unless the base is 1 or -1)."""
+    ty = x.ty if x.ty in FLOATS else "int64"
+    val = self.cast(x, ty).v
+    mul = (lambda a, b: self.flags(self.b.fmul(a, b))) if ty in FLOATS else self.b.mul
+    res, k = ir.Constant(LL[ty], 1.0 if ty in FLOATS else 1), abs(n)
+    while k:
+      if k & 1:
+        res = mul(res, val)
+      k >>= 1
+      val = mul(val, val) if k else val
+    if n >= 0:
+      return Val(ty, res)
+    if ty in FLOATS:
+      inverse = self.flags(self.b.fdiv(ir.Constant(F64, 1.0), self.cast(Val(ty, res), "float64").v))
+      return self.cast(Val("float64", inverse), ty)
+    b, zero = self.b, ir.Constant(I64, 0)
+    unit = b.or_(b.icmp_signed("==", res, ir.Constant(I64, 1)),
+                 b.icmp_signed("==", res, ir.Constant(I64, -1)))
+    out = b.select(unit, res, zero)
+    return Val("int64", b.select(b.icmp_signed("==", res, zero), ir.Constant(I64, -2 ** 63), out))
 
   def int_divmod(self, x, y, mod: bool) -> ir.Value:
     """Python's x // y or x % y (signs of the divisor's side), 0 for y == 0."""
@@ -1007,6 +1058,55 @@ def xxgemm_call(b: ir.IRBuilder, fl, one, scale, ta, m, n, k, a, b_, c, beta) ->
   b.call(fn, [kind, ir.Constant(char, ord("n")), transb, n, m, k, b.bitcast(one, I8P),
               ptr(b_), at_least_1(n), ptr(a), at_least_1(ldb), b.bitcast(scale, I8P), ptr(c),
               at_least_1(n)])
+
+
+class _Python:
+  """A plain Python function of this module, translated as a library function is."""
+
+  def __init__(self, fn, fastmath):
+    self.py_func = fn
+    self.targetoptions = {"error_model": "numpy", "fastmath": set(fastmath)}
+
+  def __hash__(self):
+    return hash(self.py_func)
+
+
+# numba's int_power_impl, for a float base of type tp and an integer exponent; and for an
+# integer base (numba's numpy error model: 0 ** -n is INT64_MIN). An exponent of -2**63
+# takes pow (numba raises OverflowError there).
+def _float_power(a, b, tp):
+  r = tp(1)
+  a = tp(a)
+  invert = b < 0
+  exp = -b if invert else b
+  if exp > 65536 or exp < 0:
+    return tp(math.pow(a, float(b)))
+  while exp != 0:
+    if exp & 1:
+      r *= a
+    exp >>= 1
+    a *= a
+  return tp(1.0 / r) if invert else r
+
+
+def _int_power(a, b):
+  r = np.int64(1)
+  a = np.int64(a)
+  invert = b < 0
+  exp = -b if invert else b
+  if invert:
+    if a == 0:
+      return np.int64(-9223372036854775808)
+    if a != 1 and a != -1:
+      return np.int64(0)
+  if exp > 65536 or exp < 0:
+    return np.int64(math.pow(a, float(b)))
+  while exp != 0:
+    if exp & 1:
+      r *= a
+    exp >>= 1
+    a *= a
+  return np.int64(1.0 / r) if invert else r
 
 
 class Compiler:
