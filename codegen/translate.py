@@ -797,8 +797,11 @@ class Function:
     return View(view.ptr, view.dtype, tuple(dims))
 
   def full(self, node, args) -> View:
-    """np.full(shape, value, dtype): an array on the heap, freed when the function returns
-    (or when this call runs again)."""
+    """np.full(shape, value, dtype): an array on the heap, freed when the kernel returns or
+    when this call runs again (kernels never keep an older one under another name; a
+    library function might, so it is refused there)."""
+    if self.linkage != "external":  # an inlined library function
+      raise Unsupported("np.full in a library function")
     if len(args) != 3:
       raise Unsupported("np.full without a dtype")
     dims = self.dims(self.expr(args[0]))
@@ -1227,7 +1230,7 @@ def function_ir(source: str, name: str, arg_types: tuple, globals_: dict, symbol
 
   def build(c):
     probe = Function(Compiler("probe", c.var_types, c.returns), "f", fn_ast, globals_,
-                     arg_types, name, fastmath=fastmath)
+                     arg_types, name, linkage="external", fastmath=fastmath)
     probe.build()
     ret[:] = [c.lltype_of(probe.returned) if probe.returned else ir.VoidType()]
     Function(c, "f", fn_ast, globals_, arg_types, symbol, ret[0], linkage="external",
