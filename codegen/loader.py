@@ -137,30 +137,34 @@ def _link_translated(lib: types.ModuleType, symbol: str, function: str) -> bool 
   from llvmlite import binding
   name = f"m_{lib.KEY}.{symbol}.o"
   st = store.current()
-  data = None if lib.DIRECTORY is None else st.sealed_file(lib.DIRECTORY, lib.KEY, name)
-  compiled = data is None
-  if compiled:
+  cached = None if lib.DIRECTORY is None else st.sealed_file(lib.DIRECTORY, lib.KEY, name)
+  path = None if lib.DIRECTORY is None else os.path.join(
+      store.Store.numba_dir(lib.DIRECTORY), name)
+
+  def make_ir():
     try:
-      lib = executed(lib)
-      arg_types = tuple(re.findall(r"\w+", lib.EXTERNAL_SIGNATURE.split("(", 1)[1]))
-      text, _ = translate.function_ir(lib.SOURCE, function, arg_types, vars(lib), symbol,
-                                      fastmath=())
+      run = executed(lib)
+      arg_types = tuple(re.findall(r"\w+", run.EXTERNAL_SIGNATURE.split("(", 1)[1]))
+      return translate.function_ir(run.SOURCE, function, arg_types, vars(run), symbol,
+                                   fastmath=())[0]
     except translate.Unsupported as e:
       log.debug("library entry %s is compiled by numba: %s", symbol, e)
       return None
-    data = translate.object_code(text)
-    if lib.DIRECTORY is not None:
-      try:
-        write_object(os.path.join(store.Store.numba_dir(lib.DIRECTORY), name), data)
-      except OSError as e:  # it serves this process from memory
-        st.write_failed(e, lib.DIRECTORY)
+  data = _object(cached, make_ir)
+  if data is None:
+    return None
+  if cached is None and path:
+    try:
+      write_object(path, data)
+    except OSError as e:  # the entry serves this process from memory
+      st.write_failed(e, lib.DIRECTORY)
   translate.link_numba_helpers()  # the products' BLAS calls (numba_xxgemm)
   with _lock:
     if symbol not in _externals:
       address = translate.load(data, symbol)
       binding.add_symbol(symbol, address)
       _externals[symbol] = address
-  return compiled
+  return cached is None
 
 
 def _link_foreign(symbol: str, function: str) -> None:
@@ -266,26 +270,27 @@ def write_object(path: str, data: bytes) -> None:
   store.write_atomic(path, data)
 
 
-def translated_ir(module: types.ModuleType) -> str | None:
-  """The LLVM IR of the module's kernel (`codegen.translate`, kept on the module), or None
-  when numba compiles it (a source outside the translated subset, or numba chosen)."""
-  if compiler() != "llvm":
-    return None
-  text = getattr(module, "_primc_ir", False)
-  if text is False:
-    try:
-      text = translate.kernel_ir(module.SOURCE, vars(executed(module)),
-                                 f"primc_kernel_{module.KEY}")
-    except translate.Unsupported as e:
-      log.debug("kernel %s is compiled by numba: %s", module.KEY, e)
-      text = None
-    except Exception as e:  # a translator bug: numba, the reference, compiles it
-      log.warning("primc: translating kernel %s failed (%s: %s); numba compiles it",
-                  module.KEY, type(e).__name__, e)
-      cache.count("translate_failures")
-      text = None
-    module._primc_ir = text
-  return text
+def _kernel_ir(module: types.ModuleType, symbol: str) -> str | None:
+  """The LLVM IR of the module's kernel (`codegen.translate`), or None when numba compiles
+  it (a source outside the translated subset, or the translator failing)."""
+  try:
+    return translate.kernel_ir(module.SOURCE, vars(executed(module)), symbol)
+  except translate.Unsupported as e:
+    log.debug("kernel %s is compiled by numba: %s", module.KEY, e)
+  except Exception as e:  # a translator bug: numba, the reference, compiles it
+    log.warning("primc: translating kernel %s failed (%s: %s); numba compiles it",
+                module.KEY, type(e).__name__, e)
+    cache.count("translate_failures")
+  return None
+
+
+def _object(data: bytes | None, make_ir) -> bytes | None:
+  """`data` (an object file read from the cache), else LLVM's object code for `make_ir()`
+  (None: numba compiles it instead)."""
+  if data is None:
+    text = make_ir()
+    data = None if text is None else translate.object_code(text)
+  return data
 
 
 def _translated_kernel(module: types.ModuleType) -> Translated | None:
@@ -298,23 +303,16 @@ def _translated_kernel(module: types.ModuleType) -> Translated | None:
       return Translated(_translated[key], 1)
   path = (None if module.DIRECTORY is None else
           os.path.join(store.Store.numba_dir(module.DIRECTORY), f"m_{key}{OBJECT_SUFFIX}"))
-  try:
-    with open(path, "rb") as f:
-      data = f.read()
-  except (OSError, TypeError):  # none yet (or no cache directory)
-    data = None
-  hits = int(data is not None)
+  cached = store.read_bytes(path) if path else None
+  data = _object(cached, lambda: _kernel_ir(module, symbol))
   if data is None:
-    text = translated_ir(module)
-    if text is None:
-      return None
-    data = translate.object_code(text)
-    if path:
-      write_object(path, data)  # an OSError: compile_kernel compiles it in memory
+    return None
+  if cached is None and path:
+    write_object(path, data)  # an OSError: compile_kernel compiles it in memory
   with _lock:
     if key not in _translated:
       _translated[key] = translate.load(data, symbol)
-    return Translated(_translated[key], hits)
+    return Translated(_translated[key], int(cached is not None))
 
 
 def _cfunc(module: types.ModuleType):

@@ -311,7 +311,7 @@ class Store:
     if directory is None:
       return None
     path = self.path(directory, "module", key)
-    if _read(path) != source.encode():
+    if read_bytes(path) != source.encode():
       if os.path.lexists(path):
         cache.count("module_rebuilds", "corrupt module file")
         self.warn(("bad", path), f"primc module file {path} does not match its key: "
@@ -328,7 +328,7 @@ class Store:
   def copy_sealed(self, src: str, dst: str, source: str) -> bool:
     """Copies a verified sealed module (source, seal, numba files) from a read-only cache."""
     key = module_key(source)
-    if _read(self.path(src, "module", key)) != source.encode():
+    if read_bytes(self.path(src, "module", key)) != source.encode():
       return False
     try:
       self.verify_numba(src, key)
@@ -352,7 +352,7 @@ class Store:
     files = self.numba_files(directory, key)
     seal_path = self.path(directory, "seal", key)
     try:
-      seal = json.loads(_read(seal_path) or b"null")
+      seal = json.loads(read_bytes(seal_path) or b"null")
     except ValueError:
       raise Bad("its seal is unreadable") from None
     if not files and not (isinstance(seal, dict) and seal.get("files")):
@@ -397,12 +397,8 @@ class Store:
     library's files grow whenever a kernel needs a new signature, written by whichever
     process compiles it, so only the files that fail go (the next seal takes the rest)."""
     numba_dir = self.numba_dir(directory)
-    try:
-      seal = json.loads(_read(self.path(directory, "seal", key)) or b"null")
-    except ValueError:
-      seal = None
-    valid = isinstance(seal, dict) and (seal.get("format"), seal.get("key"), seal.get(
-        "env")) == (FORMAT, key, cache.env_hash())
+    seal = self._seal(directory, key)
+    valid = _current(seal, key)
     if isinstance(seal, dict) and not valid:  # files of an older primc or numba: stale
       log.info("primc cache: the library's numba files in %s are stale: removing them",
                numba_dir)
@@ -428,18 +424,21 @@ class Store:
                 f"library module {key} in {numba_dir}: {', '.join(removed[:3])}"
                 + (", ..." if len(removed) > 3 else ""))
 
+  def _seal(self, directory: str, key: str):
+    """Module `key`'s seal as read (None when missing or unreadable)."""
+    try:
+      return json.loads(read_bytes(self.path(directory, "seal", key)) or b"null")
+    except ValueError:
+      return None
+
   def sealed_file(self, directory: str, key: str, name: str) -> bytes | None:
     """The bytes of module `key`'s compiled file `name` if its seal (of this environment)
     lists it with these bytes, else None: for a library file read without the library's
     lock (the next seal takes in a file written meanwhile)."""
-    try:
-      seal = json.loads(_read(self.path(directory, "seal", key)) or b"null")
-    except ValueError:
+    seal = self._seal(directory, key)
+    if not _current(seal, key):
       return None
-    if not isinstance(seal, dict) or (seal.get("format"), seal.get("key"), seal.get(
-        "env")) != (FORMAT, key, cache.env_hash()):
-      return None
-    data = _read(os.path.join(self.numba_dir(directory), name))
+    data = read_bytes(os.path.join(self.numba_dir(directory), name))
     listed = (seal.get("files") or {}).get(name)
     if data is None or listed != [len(data), hashlib.sha256(data).hexdigest()]:
       return None
@@ -473,7 +472,7 @@ class Store:
     key = module_key(source)
     for directory in self._search_dirs():
       try:
-        seal = json.loads(_read(self.path(directory, "seal", key)) or b"null")
+        seal = json.loads(read_bytes(self.path(directory, "seal", key)) or b"null")
       except ValueError:
         continue
       if isinstance(seal, dict) and seal.get("key") == key and seal.get("env") == cache.env_hash():
@@ -602,7 +601,7 @@ class Store:
           bad.append((self.path(root, "plan", key), f"corrupt entry ({type(err).__name__})"))
         continue
       module = self.path(root, "module", key)
-      data = _read(module)
+      data = read_bytes(module)
       if data is not None and module_key(data.decode(errors="replace")) != key:
         bad.append((module, "content does not match key"))
       try:
@@ -617,7 +616,7 @@ class Store:
 
 def check_entry(path: str, kind: str, key: str) -> bytes:
   """The payload of a keyed entry file, or Bad with the reason it must not be used."""
-  data = _read(path)
+  data = read_bytes(path)
   if data is None:
     raise Bad("unreadable")
   if not data.startswith(MAGIC) or b"\n" not in data[len(MAGIC):]:
@@ -639,7 +638,14 @@ def check_entry(path: str, kind: str, key: str) -> bytes:
   return payload
 
 
-def _read(path: str) -> bytes | None:
+def _current(seal, key: str) -> bool:
+  """Whether `seal` is module `key`'s, of this format and environment."""
+  return isinstance(seal, dict) and (seal.get("format"), seal.get("key"), seal.get(
+      "env")) == (FORMAT, key, cache.env_hash())
+
+
+def read_bytes(path: str) -> bytes | None:
+  """A file's bytes, or None when it cannot be read."""
   try:
     with open(path, "rb") as f:
       return f.read()

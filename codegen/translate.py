@@ -842,9 +842,10 @@ class Function:
       raise Unsupported("keyword arguments")
     fn_node, args = node.func, node.args
     name = fn_node.id if isinstance(fn_node, ast.Name) else None
-    special = getattr(self, f"call_{name}", None) if name in INTRINSICS else None
-    if special is not None and name not in self.slots:
-      return special(args)
+    if name in INTRINSICS and name not in self.slots:
+      if name in BITCASTS:
+        return self.bitcast(name, args)
+      return getattr(self, f"call_{name}")(args)
     if isinstance(fn_node, ast.Attribute) and isinstance(fn_node.value, ast.Name) and \
         fn_node.value.id in self.slots and fn_node.attr == "reshape":
       view = self.lookup(fn_node.value.id)
@@ -1024,17 +1025,6 @@ class Function:
                 ta, m, n, k, a, b, c, beta)
     return Val("int64", ir.Constant(I64, 0))
 
-  def call_f32_from_bits(self, args):
-    return self.bitcast("f32_from_bits", args)
-
-  def call_f32_to_bits(self, args):
-    return self.bitcast("f32_to_bits", args)
-
-  def call_f64_from_bits(self, args):
-    return self.bitcast("f64_from_bits", args)
-
-  def call_f64_to_bits(self, args):
-    return self.bitcast("f64_to_bits", args)
 
 
 INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", "_blas_gemm", *BITCASTS)
@@ -1069,9 +1059,6 @@ class _Python:
   def __init__(self, fn, fastmath):
     self.py_func = fn
     self.targetoptions = {"error_model": "numpy", "fastmath": set(fastmath)}
-
-  def __hash__(self):
-    return hash(self.py_func)
 
 
 # numba's int_power_impl, for a float base of type tp and an integer exponent; and for an
