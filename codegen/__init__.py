@@ -26,11 +26,12 @@
                every call, under NUMBA_DISABLE_JIT=1)
   store.py     the disk cache: layout, verified reads, atomic writes, eviction
   cache.py     cache keys and this process's counters
-
-  threads.py   numba's threading layer for the runner's tasks: TBB, which survives fork
+  installed.py versions and files of installed distributions (no importlib.metadata)
+  threads.py   the thread pool for the runner's tasks: numba's TBB pool (it survives fork),
+               started without importing numba
 
 Threads: the runner hands the tasks of a large step to numba's thread pool
 (`numba_parallel_for`, reached through a pointer `runner.enable_threads` sets), started on
-a fork-safe layer by `threads.layer()` when primc first runs a program with threaded steps
+a fork-safe layer by `threads.pool()` when primc first runs a program with threaded steps
 (nothing is set at import). Kernels themselves are serial.
 """

@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
-import importlib.metadata
 import logging
 import os
 import platform
@@ -22,6 +21,7 @@ import numpy as np
 
 import primc.core
 from primc import passes
+from primc.codegen import installed
 from primc.core import VERSION, Eqn, Lit, Program, Var
 
 log = logging.getLogger("primc.cache")
@@ -32,8 +32,8 @@ _load_times: list[float] = []
 
 def versions() -> str:
   """The versions of what primc compiles with (read without importing numba)."""
-  return (f"numba={importlib.metadata.version('numba')} "
-          f"llvmlite={importlib.metadata.version('llvmlite')} numpy={np.__version__} "
+  return (f"numba={installed.version('numba')} "
+          f"llvmlite={installed.version('llvmlite')} numpy={np.__version__} "
           f"python={'.'.join(map(str, sys.version_info[:3]))}")
 
 

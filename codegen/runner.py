@@ -75,15 +75,12 @@ def addresses() -> tuple[int, int]:
 
 @functools.cache
 def enable_threads() -> None:
-  """Starts numba's thread pool (`threads.layer`) and points the runner at it: before the
+  """Starts the thread pool (`threads.pool`) and points the runner at it: before the
   first program with threaded steps runs."""
-  from llvmlite import binding
   addresses()
-  threads.layer()
-  for name in THREAD_POOL:
-    address = binding.address_of_symbol(name)
-    if not address:
-      raise RuntimeError(f"numba's thread pool has no {name}")
+  pool = threads.pool()
+  for name, address in zip(THREAD_POOL, (pool.parallel_for, pool.get_num_threads),
+                           strict=True):
     ctypes.c_void_p.from_address(native.global_address(f"primc_{name}")).value = address
 
 

@@ -1,5 +1,6 @@
-"""Threads for primc's kernels: numba's threading layer, chosen so that a process that
-has run threaded kernels can still fork.
+"""Threads for primc's kernels: numba's thread pool, started without importing numba
+where it can be, on a layer chosen so that a process that has run threaded kernels can
+still fork.
 
 numba picks its layer once, when it first starts its thread pool: TBB if it can load
 it, else OpenMP, else its own workqueue (unless NUMBA_THREADING_LAYER names one).
@@ -13,49 +14,138 @@ costs ~120 µs per launch and is not thread-safe).
 
 The `tbb` wheel (a dependency of primc where it exists) installs libtbb under
 `<prefix>/lib`, where the dynamic loader does not look, so numba's own attempt to load
-TBB fails there. `prepare()` loads it from the wheel's files before numba starts its
-pool; numba's default choice then finds it. It runs where primc first needs threads
-(readying the first program to run), not at import. A layer the user chose
-(NUMBA_THREADING_LAYER) is left alone, and so is a pool the user's own numba code
-started first. Where TBB is missing, OpenMP runs with a bounded GOMP_SPINCOUNT:
-idle OpenMP threads spinning for the default 300,000 rounds took the cores from the
-BLAS call that followed (a W3-like network went 50 -> 29 ms).
+TBB fails there. `pool()` loads it from the wheel's files, then numba's TBB pool (the C
+extension `numba.np.ufunc.tbbpool`) by itself and starts it as numba would: importing
+numba costs ~0.2 s, more than the rest of a warm first call. The module is registered
+under its own name, so numba, imported later, finds the pool already running and uses
+it (its `launch_threads` does nothing the second time). Where that fails, or where the
+user chose a layer (NUMBA_THREADING_LAYER) or numba's pool already runs, numba starts
+(or keeps) its pool its own way; then, where TBB is missing, OpenMP runs with a bounded
+GOMP_SPINCOUNT: idle OpenMP threads spinning for the default 300,000 rounds took the
+cores from the BLAS call that followed (a W3-like network went 50 -> 29 ms).
 """
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata
+import dataclasses
+import glob
+import importlib.machinery
+import importlib.util
 import os
 import sys
 import threading
 
+from primc.codegen import installed
+
 _lock = threading.Lock()
-_prepared = False
+_pool: Pool | None = None
 GOMP_SPINCOUNT = "10000"
+TBB_INTERFACE_MIN = 12060  # numba refuses older TBB runtimes
 _LIBTBB = {"linux": "libtbb.so.12", "win32": "tbb12.dll", "darwin": "libtbb.12.dylib"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Pool:
+  """A running thread pool: its layer's name and the addresses of its C functions
+  `parallel_for(fn, args, dims, steps, data, inner_ndim, array_count, num_threads)` and
+  `get_num_threads()` (numba's gufunc-style interface)."""
+  layer: str
+  parallel_for: int
+  get_num_threads: int
 
 
 def libtbb_path() -> str | None:
   """The libtbb of the installed `tbb` distribution, if there is one."""
   name = _LIBTBB.get(sys.platform)
-  try:
-    files = importlib.metadata.files("tbb") or []
-  except importlib.metadata.PackageNotFoundError:
-    return None
-  return next((str(f.locate()) for f in files if f.name == name), None)
+  return installed.file_path("tbb", name) if name else None
 
 
-def prepare() -> None:
-  """Makes TBB loadable for numba's thread pool (once, before the pool starts)."""
-  global _prepared
+def pool() -> Pool:
+  """Starts the thread pool once per process (see the module docstring) and returns it."""
+  global _pool
   with _lock:
-    if _prepared:
-      return
-    _prepared = True
-    from numba.core import config
-    from numba.np.ufunc import parallel
-    if parallel._is_initialized or str(config.THREADING_LAYER).lower() != "default":
-      return
+    if _pool is None:
+      _pool = (None if _numba_decides() else _tbb_pool()) or _numba_pool()
+    return _pool
+
+
+def layer() -> str:
+  """The threading layer primc's threaded kernels run on (starts the pool)."""
+  return pool().layer
+
+
+def num_threads() -> int:
+  """numba's thread count: NUMBA_NUM_THREADS, else the CPUs this process may run on."""
+  env = os.environ.get("NUMBA_NUM_THREADS")
+  if env:
+    return int(env)
+  if hasattr(os, "sched_getaffinity"):
+    return max(1, len(os.sched_getaffinity(0)))
+  return max(1, os.cpu_count() or 1)
+
+
+def _numba_decides() -> bool:
+  """Whether numba's own choice applies: a layer named by the user, or a pool of numba's
+  already running."""
+  if os.environ.get("NUMBA_THREADING_LAYER", "default").lower() != "default":
+    return True
+  if "numba.core.config" in sys.modules:
+    config = sys.modules["numba.core.config"]
+    if str(config.THREADING_LAYER).lower() != "default":
+      return True
+  parallel = sys.modules.get("numba.np.ufunc.parallel")
+  return bool(parallel is not None and parallel._is_initialized)
+
+
+def _tbb_pool() -> Pool | None:
+  """numba's TBB pool started without numba, or None where TBB or the extension is not
+  there or too old."""
+  path = libtbb_path()
+  if path is None:
+    return None
+  try:
+    libtbb = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)  # found later by its soname
+    version = libtbb.TBB_runtime_interface_version
+    version.restype = ctypes.c_int
+    if version() < TBB_INTERFACE_MIN:
+      return None
+    lib = _extension("numba.np.ufunc.tbbpool")
+  except (OSError, ImportError, AttributeError):
+    return None
+  count = num_threads()
+  ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.launch_threads)(count)
+  ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.set_num_threads)(count)  # this thread's count
+  return Pool("tbb", lib.parallel_for, lib.get_num_threads)
+
+
+def _extension(name: str):
+  """numba's C extension `name`, loaded from its file without importing numba, and
+  registered under its name (numba imports the same module object later)."""
+  module = sys.modules.get(name)
+  if module is not None:
+    return module
+  spec = importlib.util.find_spec("numba")
+  if spec is None or spec.origin is None:
+    raise ImportError("numba is not installed")
+  folder = os.path.join(os.path.dirname(spec.origin), *name.split(".")[1:-1])
+  leaf = name.rsplit(".", 1)[1]
+  paths = [p for suffix in importlib.machinery.EXTENSION_SUFFIXES
+           for p in glob.glob(os.path.join(folder, leaf + suffix))]
+  if not paths:
+    raise ImportError(f"no {name} extension under {folder}")
+  loader = importlib.machinery.ExtensionFileLoader(name, paths[0])
+  module = importlib.util.module_from_spec(
+    importlib.util.spec_from_file_location(name, paths[0], loader=loader))
+  loader.exec_module(module)
+  sys.modules[name] = module
+  return module
+
+
+def _numba_pool() -> Pool:
+  """numba's pool started by numba (its own choice of layer, TBB made loadable first)."""
+  from llvmlite import binding
+  from numba.np.ufunc import parallel
+  if not parallel._is_initialized:
     os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)  # read when libgomp loads
     path = libtbb_path()
     if path is not None:
@@ -63,11 +153,9 @@ def prepare() -> None:
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)  # numba finds it by its soname
       except OSError:
         pass
-
-
-def layer() -> str:
-  """The threading layer numba runs primc's threaded kernels on (starts the pool)."""
-  prepare()
   import numba
-  numba.get_num_threads()
-  return numba.threading_layer()
+  numba.get_num_threads()  # starts the pool
+  addresses = [binding.address_of_symbol(s) for s in ("numba_parallel_for", "get_num_threads")]
+  if not all(addresses):
+    raise RuntimeError("numba's thread pool gave no parallel_for/get_num_threads")
+  return Pool(numba.threading_layer(), *addresses)

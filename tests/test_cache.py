@@ -168,15 +168,20 @@ def test_a_failed_kernel_worker_is_logged_not_fatal(caplog, monkeypatch):
   assert "kernel compile worker failed" in caplog.text and "No such file" in caplog.text
 
 
-def test_warm_serial_programs_never_import_numba(tmp_path):
-  """A process that loads LLVM-compiled kernels of programs without threaded steps from
-  the cache runs them without numba (its import and CPU target cost ~0.2-0.5 s); with
-  numba compiling the kernels, it is needed."""
+def test_warm_programs_never_import_numba(tmp_path):
+  """A process that loads LLVM-compiled kernels from the cache runs them without numba
+  (its import and CPU target cost ~0.2-0.5 s), threaded steps included (numba's thread
+  pool started by itself); with numba compiling the kernels, it is needed."""
   cold, _ = run_child(tmp_path / "llvm", "two")
   warm, _ = run_child(tmp_path / "llvm", "two")
   np.testing.assert_allclose(warm["grad"], expected_grad(), rtol=1e-5)
   assert cold["numba_imported"] and not warm["numba_imported"]
   assert warm["stats"].get("kernel_compiles", 0) == 0
+  x = np.linspace(-3, 3, 1 << 16).reshape(256, 256)
+  for _ in range(2):
+    threaded, _ = run_child(tmp_path / "llvm", "threaded")
+    np.testing.assert_allclose(threaded["grad"], (1 - np.tanh(x) ** 2)[::64, ::64], rtol=1e-5)
+  assert not threaded["numba_imported"]
   for _ in range(2):  # a BLAS product: numba's BLAS helper without numba
     blas, _ = run_child(tmp_path / "llvm", "blas")
     np.testing.assert_allclose(blas["grad"], blas["want"], rtol=2e-5, atol=2e-6)
