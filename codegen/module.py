@@ -245,6 +245,16 @@ class _Arena:
                  for d in self.dtypes())
 
 
+def interpreted(program: Program) -> Plan:
+  """The plan of a program only the interpreter runs (of dtypes native code lacks): no
+  kernels and no steps; its outputs described as `build` describes them (for `out=`)."""
+  out_vars = list(dict.fromkeys(a for a in program.outputs
+                                if isinstance(a, Var) and a not in program.inputs))
+  words, slots = _words([], len(program.inputs), 0, len(out_vars))
+  return Plan((), words, slots, "(no kernels: run by the interpreter)", program.in_avals,
+              tuple(v.aval for v in out_vars), _program_outputs(program, out_vars), (), (), ())
+
+
 def _program_outputs(fused, out_vars) -> tuple:
   out = []
   for a in fused.outputs:

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import gc
 import inspect
+import logging
 import os
 import pickle
 import re
@@ -19,7 +20,7 @@ import numpy as np
 
 from primc import passes
 from primc.settings import config
-from primc.core import PrimcError, PrimcIndexError, Program
+from primc.core import NATIVE_DTYPES, PrimcError, PrimcIndexError, Program
 from primc.custom import inline_calls
 from primc.segmented import Segmented, has_control_flow
 from primc.trace import (SCALAR_ARRAYS, Tracer, aval_of, as_array, eval_program, trace_flat,
@@ -316,6 +317,11 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
   codegen = backend()
   st = codegen.store.current()
   traced = inline_calls(traced)  # custom rules are done with: the functions' programs
+  foreign = traced.dtypes() - set(NATIVE_DTYPES)
+  if foreign:
+    _interpreted_dtypes(frozenset(foreign))
+    program = passes.optimize(traced)
+    return codegen.tiered.Tiered(codegen.module.interpreted(program), program, None)
   if has_control_flow(traced):  # straight-line segments and bodies compiled one by one
     return Segmented(passes.optimize(traced),
                      lambda program: load_executable(program, tiered, prefer, label),
@@ -333,6 +339,13 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
       program = passes.optimize(traced) if optimized is None else optimized
       return codegen.tiered.Tiered(plan, program, job, key)
   return codegen.executor.Executable.load(plan, label)
+
+
+@functools.cache
+def _interpreted_dtypes(dtypes: frozenset) -> None:
+  logging.getLogger("primc").warning(
+      "programs of %s run on the interpreter, in numpy's own loops (native code is "
+      "float32/float64/int32/int64/bool)", ", ".join(sorted(dtypes)))
 
 
 _executables: "collections.OrderedDict[str, object]" = collections.OrderedDict()

@@ -14,10 +14,14 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 
 VERSION = "0.1.0"  # primc's version (pyproject.toml says the same)
-FLOAT_DTYPES = ("float32", "float64")
 INT_DTYPES = ("int32", "int64")
+# native code computes in these; float16 and long double (numpy's longdouble where it is
+# wider than float64) run on the interpreter, in numpy's own loops
+NATIVE_DTYPES = ("float32", "float64") + INT_DTYPES + ("bool",)
+FLOAT_DTYPES = tuple(dict.fromkeys(("float16", "float32", "float64", np.dtype(np.longdouble).name)))
 SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
-_SHORT_DTYPE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool"}
+_SHORT_DTYPE = {"float16": "f16", "float32": "f32", "float64": "f64", "float128": "f128",
+                "int32": "i32", "int64": "i64", "bool": "bool"}
 
 
 class PrimcError(Exception):
@@ -245,6 +249,17 @@ class Program:
     return pp_program(self)
 
   __repr__ = __str__
+
+  def dtypes(self) -> set[str]:
+    """The dtypes of every value of the program and of the programs in its parameters."""
+    found = {v.aval.dtype for v in self.inputs}
+    for e in self.eqns:
+      found.update(a.aval.dtype for a in (*e.inputs, *e.outputs))
+      for _, value in e.params:
+        for sub in value if isinstance(value, tuple) else (value,):
+          if isinstance(sub, Program):
+            found |= sub.dtypes()
+    return found
 
 
 # ---------------------------------------------------------------------------------------

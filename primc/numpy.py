@@ -47,9 +47,25 @@ class ndarray(metaclass=_ArrayType):
                      "pnp.array, pnp.zeros, pnp.empty, ...")
 
 
-# numpy's own types: `x.dtype.type is pnp.float32` holds as with numpy (a traced value is
-# converted by `x.astype(pnp.int64)`, not by calling the type)
-float32, float64, int32, int64, bool_ = (np.float32, np.float64, np.int32, np.int64, np.bool_)
+def _converting(int_type):
+  """numpy's integer type `int_type`, whose call also converts a traced array (as
+  `x.astype`; no derivative flows through an integer). A subclass, so it is a dtype where
+  numpy's is: `np.dtype(pnp.int64)` is int64; a value made by it is numpy's own."""
+  def __new__(cls, value=0, *args, **kwargs):
+    if _holds_tracer(value):
+      return asarray(value).astype(int_type)
+    return int_type(value, *args, **kwargs)
+  return type(int_type.__name__, (int_type,), {
+      "__new__": __new__, "__module__": __name__,
+      "__doc__": f"numpy.{int_type.__name__}; called on a traced array, `x.astype`."})
+
+
+# numpy's own float and bool types: `x.dtype.type is pnp.float32` holds as with numpy (a
+# traced value is converted by `x.astype(pnp.float32)`); the integer types convert a traced
+# value when called, as `np.int64(x)` converts an array (`pnp.int64(x)`: indices from
+# values)
+float32, float64, bool_ = np.float32, np.float64, np.bool_
+int32, int64 = _converting(np.int32), _converting(np.int64)
 pi, e, inf, nan = np.pi, np.e, np.inf, np.nan
 
 
@@ -3389,7 +3405,7 @@ issubdtype, promote_types, can_cast, isdtype = (np.issubdtype, np.promote_types,
                                                np.isdtype)
 float_ = double = np.float64
 single = np.float32
-int_ = np.int64
+int_ = int64
 
 
 # ndarray methods of the functions above

@@ -847,7 +847,26 @@ def scalar_like(value, x):
 ALL_PRIMITIVES = [p for p in abstract_rules]
 
 
+def _floats_limited(rule, dtypes: tuple[str, ...], why: str):
+  def limited(*xs, **params):
+    for x in xs:
+      _check(x.dtype not in FLOAT_DTYPES or x.dtype in dtypes,
+             f"computes in {' or '.join(dtypes)} only ({why}), got {x.dtype}: convert with "
+             f"x.astype(np.float32) or x.astype(np.float64)")
+    return rule(*xs, **params)
+  return limited
+
+
 def with_trait(trait: str) -> frozenset:
   """The primitives that declare `trait` (see primc.core.TRAITS)."""
   assert trait in TRAITS, trait
   return frozenset(p for p in ALL_PRIMITIVES if trait in p.traits)
+
+
+# LAPACK has no float16 or long double (numpy's linalg refuses them too), scipy.special no
+# long double: refused when traced (naming the op and the user's line), not when run
+for _p in with_trait("linalg"):
+  abstract_rules[_p] = _floats_limited(abstract_rules[_p], ("float32", "float64"), "LAPACK")
+for _p in (erf_p, erfc_p, erfinv_p, erfcinv_p, gammaln_p, gamma_p, polygamma_p, special_p):
+  abstract_rules[_p] = _floats_limited(abstract_rules[_p], ("float16", "float32", "float64"),
+                                       "scipy.special")

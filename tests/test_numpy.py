@@ -382,7 +382,7 @@ def test_promotion_follows_numpy_in_every_path(program):
     with np.errstate(all="ignore"):
       want = np.asarray(fn(np, x, y))
     if program == "sqrt_mul" and a in boolean:  # numpy's float of a bool is float16,
-      continue                                  # primc's float64 (it has no float16)
+      continue                                  # primc's float64 (native code's floats)
     program_out = primc.make_program(lambda a, b: fn(pnp, a, b))(x, y).outputs[0].aval.dtype
     got = {"eager": np.asarray(fn(pnp, x, y)).dtype.name, "traced": program_out}
     if (a, b) in compiled:
