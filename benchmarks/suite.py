@@ -16,6 +16,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from benchmarks.common import child_env  # noqa: E402
 
 
 def _leaves(x):
@@ -51,8 +52,8 @@ def first_call(workload: str, impl: str) -> dict:
 
 
 def _child(workload, impl, cache, tiered=False):
-  env = dict(os.environ, PRIMC_CACHE_DIR=cache, PRIMC_TIERED="1" if tiered else "0",
-             PRIMC_BENCH_PEERS="1" if impl == "jax" else "0")
+  env = child_env(PRIMC_CACHE_DIR=cache, PRIMC_TIERED="1" if tiered else "0",
+                  PRIMC_BENCH_PEERS="1" if impl == "jax" else "0")
   proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, "--child", workload,
                          impl], env=env, capture_output=True, text=True, timeout=900)
   if proc.returncode:

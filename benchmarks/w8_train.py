@@ -25,6 +25,8 @@ import tempfile  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks.common import child_env  # noqa: E402
 SIZES = [2, 64, 64, 64, 1]
 POINTS = 4096
 LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
@@ -40,7 +42,6 @@ def problem():
 
 
 def make_step(np_, value_and_grad, grad):
-  sys.path.insert(0, ROOT)
   from benchmarks.pinn import pinn_loss
   loss = pinn_loss(np_, grad)
 
@@ -91,7 +92,7 @@ def run(impl: str, steps: int) -> dict:
 
 
 def _fresh(impl, steps, cache, python=sys.executable):
-  env = dict(os.environ, PRIMC_CACHE_DIR=cache)
+  env = child_env(PRIMC_CACHE_DIR=cache)
   proc = subprocess.run([python, __file__, impl, "--steps", str(steps)], env=env,
                         capture_output=True, text=True, timeout=1800)
   if proc.returncode:
