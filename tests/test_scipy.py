@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 import scipy.linalg as SL
 import scipy.special as S
 import scipy.stats as ST
@@ -386,3 +387,74 @@ def test_scipy_linalg_matches_scipy(name):
     primc.check_grads(lambda *a: fn(psl, *a), args, order=2)
   with pytest.raises(NotSupportedError, match=r"scipy\.linalg\.expm"):
     psl.expm(_SPD)
+
+
+def _convolve_axes_oracle(a, b, axes, dot_axes, mode):
+  """The generalized convolution from scipy's N-d one, slice by slice: every index of the
+  arrays' other axes, summed over the dot axes' common indices."""
+  import itertools
+  import scipy.signal as SS
+  (c1, c2), (d1, d2) = axes, dot_axes
+  r1 = [x for x in range(a.ndim) if x not in c1 + d1]
+  r2 = [x for x in range(b.ndim) if x not in c2 + d2]
+  at = np.transpose(a, r1 + d1 + c1)
+  bt = np.transpose(b, r2 + d2 + c2)
+  lead1, lead2, dots = at.shape[:len(r1)], bt.shape[:len(r2)], at.shape[len(r1):len(r1) + len(d1)]
+  out = None
+  for i in itertools.product(*map(range, lead1)):
+    for j in itertools.product(*map(range, lead2)):
+      total = sum(SS.convolve(at[i + k], bt[j + k], mode) if c1 else at[i + k] * bt[j + k]
+                  for k in itertools.product(*map(range, dots)))
+      if out is None:
+        out = np.zeros(lead1 + lead2 + np.shape(total))
+      out[i + j] = total
+  return out
+
+
+@pytest.mark.parametrize("mode", ["full", "valid", "same"])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_convolve_over_chosen_axes_and_dot_axes(mode, data):
+  """autograd's generalization (`axes=`, `dot_axes=`): random ranks, pairings and sizes,
+  against scipy's N-d convolution slice by slice, eager and compiled; finite differences
+  in both operands. 'valid' needs one operand to contain the other on the convolved axes
+  (else a ValueError, as scipy)."""
+  import primc.scipy.signal as pss
+  n_conv, n_dot = data.draw(st.integers(0, 2)), data.draw(st.integers(0, 1))
+  if n_conv + n_dot == 0:
+    n_conv = 1
+  extra1, extra2 = data.draw(st.integers(0, 1)), data.draw(st.integers(0, 1))
+  nd1, nd2 = n_conv + n_dot + extra1, n_conv + n_dot + extra2
+  axes1 = data.draw(st.permutations(range(nd1)))[:n_conv + n_dot]
+  axes2 = data.draw(st.permutations(range(nd2)))[:n_conv + n_dot]
+  shape1 = [data.draw(st.integers(1, 4)) for _ in range(nd1)]
+  shape2 = [data.draw(st.integers(1, 4)) for _ in range(nd2)]
+  for x, y in zip(axes1[n_conv:], axes2[n_conv:]):
+    shape2[y] = shape1[x]
+  a, b = R.standard_normal(shape1), R.standard_normal(shape2)
+  axes = (list(axes1[:n_conv]), list(axes2[:n_conv]))
+  dots = (list(axes1[n_conv:]), list(axes2[n_conv:]))
+  conv = lambda a, b: pss.convolve(a, b, mode=mode, axes=axes, dot_axes=dots)
+  n, m = [shape1[x] for x in axes[0]], [shape2[y] for y in axes[1]]
+  if mode == "valid" and not (all(x >= y for x, y in zip(n, m)) or
+                              all(y >= x for x, y in zip(n, m))):
+    with pytest.raises(ValueError, match="valid"):
+      conv(a, b)
+    return
+  want = _convolve_axes_oracle(a, b, axes, dots, mode)
+  for got in (conv(a, b), primc.jit(conv)(a, b)):
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+  primc.check_grads(conv, (a, b), order=1)
+
+
+def test_convolve_axes_errors():
+  import primc.scipy.signal as pss
+  a, b = np.ones((3, 4)), np.ones((3, 2))
+  for kwargs, match in [(dict(axes=([0], [0, 1])), "pairs 1 axes"),
+                        (dict(axes=([2], [0])), "axis 2"),
+                        (dict(axes=([0], [0]), dot_axes=([0], [1])), "named twice"),
+                        (dict(axes=([0], [0]), dot_axes=([1], [1])), "differ in size"),
+                        (dict(dot_axes=([0], [0])), "needs axes")]:
+    with pytest.raises(ValueError, match=match):
+      pss.convolve(a, b, **kwargs)
