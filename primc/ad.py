@@ -719,6 +719,7 @@ def linearize_program(program: Program, wrt=None) -> tuple[Program, Program]:
       linear_vars.update(eqn.outputs)
     else:
       primal_eqns.append(eqn)
+  _check_split(jvp.outputs[:n_out], linear_eqns, linear_vars)
   residuals: dict[Var, None] = {}
   for eqn in linear_eqns:
     for a in eqn.inputs:
@@ -734,6 +735,33 @@ def linearize_program(program: Program, wrt=None) -> tuple[Program, Program]:
   linear = _rename(Program(res + tuple(tangent_ins), tuple(linear_eqns), jvp.outputs[n_out:]),
                    fresh)
   return primal, linear
+
+
+def _check_split(primal_outputs, linear_eqns, linear_vars) -> None:
+  """The primal program must not need a value only the linear one computes: an equation
+  whose JVP computes primal outputs and tangents together (while_loop's: one loop carries
+  both) cannot be split, so reverse mode cannot run through it."""
+  needed = {v for v in primal_outputs if isinstance(v, Var) and v in linear_vars}
+  if needed:
+    eqn = _mixed_origin(needed, linear_eqns)
+    where = f" (from {eqn.source})" if eqn.source else ""
+    raise PrimcError(f"reverse-mode differentiation through {eqn.prim.name}{where} is not "
+                     f"supported: its forward-mode rule computes the primal values and the "
+                     f"tangents in one equation, which cannot be transposed; use scan, or "
+                     f"fori_loop with constant bounds, or forward mode (jvp, jacfwd)")
+
+
+def _mixed_origin(needed: set, linear_eqns) -> Eqn:
+  """The equation that mixes primal values into the linear side: of the linear equations
+  the needed values come from, the first not linear in any operand (a loop carrying
+  values and tangents), else the first."""
+  ancestors = []
+  for eqn in reversed(linear_eqns):
+    if needed & set(eqn.outputs):
+      ancestors.append(eqn)
+      needed |= {a for a in eqn.inputs if isinstance(a, Var)}
+  ancestors.reverse()
+  return next((e for e in ancestors if e.prim.linear is None), ancestors[0])
 
 
 def _rename(program: Program, mapping: dict[Var, Var]) -> Program:

@@ -186,9 +186,9 @@ def _while_jvp(primals, tangents, *, cond, body, n_cond, n_body):
 
 
 def _while_transpose(cts, *args, **params):
-  raise PrimcError("reverse-mode differentiation of while_loop is not supported (its trip "
-                   "count is not known ahead): use scan, or fori_loop with constant bounds, "
-                   "or forward mode (jvp, jacfwd)")
+  raise PrimcError("reverse-mode differentiation through while (a while_loop) is not "
+                   "supported (its trip count is not known ahead): use scan, or fori_loop "
+                   "with constant bounds, or forward mode (jvp, jacfwd)")
 
 
 def _scan_jvp(primals, tangents, *, body, length, reverse, n_consts, n_carry):

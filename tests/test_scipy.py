@@ -458,3 +458,81 @@ def test_convolve_axes_errors():
                         (dict(dot_axes=([0], [0])), "needs axes")]:
     with pytest.raises(ValueError, match=match):
       pss.convolve(a, b, **kwargs)
+
+
+def _ode(y, t, a, b):  # non-autonomous and nonlinear (autograd's test system)
+  return -pnp.sqrt(t) - y + a - pnp.mean((y + b) ** 2)
+
+
+def _ode_np(y, t, a, b):
+  return -np.sqrt(t) - y + a - np.mean((y + b) ** 2)
+
+
+@pytest.mark.parametrize("times", [np.linspace(0.1, 0.2, 4), np.array([0.3, 0.25, 0.05]),
+                                   np.array([0.0, 0.5, 1.0])], ids=["rising", "falling", "long"])
+def test_odeint_matches_scipy(times):
+  """Values against scipy's LSODA at tight tolerances (both solvers well inside them),
+  eager, compiled and batched; times may fall; `tfirst` as scipy's."""
+  import scipy.integrate as SI
+  from primc.scipy import integrate as psi
+  y0, a, b = (R.standard_normal(3) * 0.5 for _ in range(3))
+  want = SI.odeint(_ode_np, y0, times, (a, b), rtol=1e-12, atol=1e-12)
+  tol = dict(rtol=1e-10, atol=1e-10)
+  for got in (psi.odeint(_ode, y0, times, (a, b), **tol),
+              primc.jit(lambda y0, t, a, b: psi.odeint(_ode, y0, t, (a, b), **tol))(y0, times, a, b),
+              psi.odeint(lambda t, y, a, b: _ode(y, t, a, b), y0, times, (a, b), tfirst=True,
+                         **tol)):
+    assert got.shape == want.shape and got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-8)  # an unstable system: the
+                                                                  # 1e-10 per step grows
+  starts = np.stack([y0, -y0, 0.5 * y0])
+  batched = primc.vmap(lambda y: psi.odeint(_ode, y, times, (a, b), **tol))(starts)
+  for row, start in zip(batched, starts):
+    np.testing.assert_allclose(row, SI.odeint(_ode_np, start, times, (a, b), rtol=1e-12,
+                                              atol=1e-12), rtol=1e-7, atol=1e-8)
+
+
+def test_odeint_linear_system_is_exact_to_the_tolerance():
+  """y' = A y: y(t) = expm(A t) y0 (a stable, oscillating A) at scipy's default tolerances."""
+  from primc.scipy import integrate as psi
+  A = np.array([[-0.5, 2.0], [-2.0, -0.5]])
+  y0, times = np.array([1.0, -0.5]), np.linspace(0, 3, 7)
+  got = psi.odeint(lambda y, t, A: A @ y, y0, times, (A,))
+  want = np.stack([SL.expm(A * t) @ y0 for t in times])
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("argnum", [0, 1, 2], ids=["y0", "t", "args"])
+def test_odeint_derivatives_by_the_adjoint_method(argnum):
+  """Reverse mode in y0, the times and the parameters, first and second order (a gradient
+  of a gradient differentiates the backward pass), against finite differences of odeint
+  itself; compiled equals eager; forward mode is a clear error (no forward rule)."""
+  from primc.scipy import integrate as psi
+  y0, a, b = (R.standard_normal(3) for _ in range(3))
+  times = np.linspace(0.1, 0.2, 4)
+
+  def f(x):
+    args = [y0, times, (a, b)]
+    args[argnum] = x
+    return psi.odeint(_ode, args[0], args[1], args[2])
+
+  x = [y0, times, (a, b)][argnum]
+  primc.check_grads(f, (x,), order=2, modes=("rev",))
+  loss = lambda x: pnp.sum(pnp.sin(f(x)))
+  tree = primc.jit(primc.grad(loss))(x), primc.grad(loss)(x)
+  for compiled, eager in zip(*(primc.tree_util.tree_leaves(v) for v in tree), strict=True):
+    np.testing.assert_allclose(compiled, eager, rtol=1e-9, atol=1e-12)
+  with pytest.raises(primc.PrimcError, match="reverse-mode rule only"):
+    primc.jvp(f, (x,), (x,))
+
+
+def test_odeint_options_and_step_limit():
+  from primc.scipy import integrate as psi
+  y0, times = np.ones(2), np.linspace(0, 1, 3)
+  with pytest.raises(NotSupportedError, match="Dfun"):
+    psi.odeint(lambda y, t: -y, y0, times, Dfun=lambda y, t: -np.eye(2))
+  out = psi.odeint(lambda y, t: -y, y0, times, mxstep=2, rtol=1e-13, atol=1e-13)
+  np.testing.assert_allclose(out[0], y0)
+  assert np.isnan(out[1:]).all()  # the step budget ran out: NaN, never a short answer
+  with pytest.raises(NotSupportedError, match="solve_ivp"):
+    psi.solve_ivp
