@@ -304,8 +304,9 @@ def test_readme_scipy_table_matches_the_modules():
   readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
   rows = [line for line in readme.splitlines() if re.match(r"\| `(special|stats)`", line)]
   assert len(rows) == 4
+  import primc.scipy.integrate as psi
   import primc.scipy.signal as pss
-  for module, row_name in ((psl, "linalg"), (pss, "signal")):
+  for module, row_name in ((psl, "linalg"), (pss, "signal"), (psi, "integrate")):
     row, = [line for line in readme.splitlines() if line.startswith(f"| `{row_name}`")]
     for name in re.findall(r"`(\w+)`", row.split("|")[2]):
       assert callable(getattr(module, name)), name
