@@ -108,7 +108,8 @@ def _pick(values, idx_tree):
   return tree_unflatten(td, [values[i] for i in leaves])
 
 
-def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
+def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, *,
+                   argnum=None) -> Callable:
   """Returns a function computing `(fun(*args), gradient of fun wrt args[argnums])`.
 
   Args:
@@ -116,10 +117,12 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
     argnums: an int or a tuple of ints: the positional arguments to differentiate.
     has_aux: if True, fun returns `(output, aux)`; aux is returned undifferentiated,
       as `((value, aux), grads)`.
+    argnum: autograd's spelling of `argnums` (`grad(f, argnum=1)`).
   Returns:
     `(value, grads)` where grads has the structure of `args[argnums]` (a tuple for tuple
     argnums).
   """
+  argnums = argnums if argnum is None else argnum
   def value_and_grad_fn(*args, **kwargs):
     nums = _argnums(argnums, len(args))
     f, args = _python_values_bound(_keywords(fun, kwargs), args, nums)
@@ -154,15 +157,16 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   return _named("value_and_grad", fun, value_and_grad_fn)
 
 
-def grad(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
+def grad(fun: Callable, argnums=0, has_aux: bool = False, *, argnum=None) -> Callable:
   """Returns a function computing the gradient of `fun` wrt `args[argnums]`.
 
   Args:
     fun: a function with a one-element float output (`(output, aux)` if has_aux).
     argnums: an int or a tuple of ints.
     has_aux: if True, returns `(grads, aux)`.
+    argnum: autograd's spelling of `argnums`.
   """
-  vg = value_and_grad(fun, argnums, has_aux)
+  vg = value_and_grad(fun, argnums, has_aux, argnum=argnum)
 
   def grad_fn(*args, **kwargs):
     (value_aux, g) = vg(*args, **kwargs)

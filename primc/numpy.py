@@ -67,6 +67,7 @@ def _converting(int_type):
 float32, float64, bool_ = np.float32, np.float64, np.bool_
 int32, int64 = _converting(np.int32), _converting(np.int64)
 pi, e, inf, nan = np.pi, np.e, np.inf, np.nan
+__version__ = np.__version__  # the numpy whose API and promotion rules this module follows
 
 
 def _op(fn):
@@ -1421,10 +1422,20 @@ def _numpy_name(func) -> str:
   return {"absolute": "abs", "true_divide": "divide"}.get(func.__name__, func.__name__)
 
 
+def _ours(func):
+  """primc.numpy's function of numpy's `func` (of its submodule's namespace for
+  numpy.linalg's and numpy.fft's), or None."""
+  module = getattr(func, "__module__", None) or ""
+  space = globals() if module.count(".") != 1 else {
+      "numpy.linalg": linalg.__dict__, "numpy.fft": fft.__dict__}.get(module, {})
+  return space.get(_numpy_name(func))
+
+
 def _numpy_dispatch(func, method, args, kwargs, fallback):
   """numpy's own functions and ufuncs applied to primc values (`np.tanh(t)`,
-  `np.sum(t, axis=0)`): the primc.numpy op of the same name, else `fallback()`."""
-  ours = globals().get(_numpy_name(func))
+  `np.sum(t, axis=0)`, `np.linalg.inv(t)`): the primc.numpy op of the same name, else
+  `fallback()`."""
+  ours = _ours(func)
   plain = method == "__call__" and builtins.all(v is None for k, v in kwargs.items()
                                        if k in ("out", "where", "casting", "order", "subok"))
   if ours is None or not callable(ours) or isinstance(ours, type) or not plain or \
@@ -1438,8 +1449,9 @@ def _refuse(func, method, what):
   module = getattr(func, "__module__", None) or "numpy"
   name = f"{module if module.startswith('numpy.') else 'numpy'}.{func.__name__}" + (
       "" if method == "__call__" else f".{method}")
-  ours = _numpy_name(func)
-  hint = (f"call primc.numpy.{ours} (without out=/where=)" if ours in globals() else
+  sub = module[len("numpy."):] + "." if module.count(".") == 1 else ""
+  ours = sub + _numpy_name(func)
+  hint = (f"call primc.numpy.{ours} (without out=/where=)" if _ours(func) is not None else
           f"primc.numpy has no {ours}")
   raise PrimcError(f"{name} cannot run on {what}: {hint}, at {user_source()}")
 
@@ -1717,6 +1729,18 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
   i = np.arange(length)
   flat = (i * m + i + k) if k >= 0 else ((i - k) * m + i)
   return take(ravel(a), flat.astype(np.int32))
+
+
+@_op
+def make_diagonal(D, offset=0, axis1=-1, axis2=-2):
+  """autograd's (not numpy's) complement of `diagonal`: arrays whose last two axes hold
+  D's last axis on their diagonal (autograd's only supported form: offset 0, axes -1, -2)."""
+  if int(offset) != 0 or {axis1, axis2} != {-1, -2}:
+    raise NotSupportedError("make_diagonal with offset != 0 or axes other than (-1, -2) "
+                            "(autograd's supported form)")
+  D = as_array(D)
+  n = aval_of(D).shape[-1]
+  return expand_dims(D, -1) * eye(n, dtype=aval_of(D).dtype)
 
 
 @_op
@@ -2128,19 +2152,21 @@ def _solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False):
   return _batched_solve(solve, a, b)
 
 
-class _Linalg:
-  """`primc.numpy.linalg`: inv, solve, det, slogdet (LAPACK, batched over leading axes,
-  derivatives of every order) and norm; other numpy.linalg names raise
-  NotSupportedError."""
+class _Namespace:
+  """A numpy submodule's namespace (`primc.numpy.linalg`, `primc.numpy.fft`): the functions
+  primc has; numpy's other names there raise NotSupportedError naming them (`why` says
+  why, where there is one reason)."""
 
-  def __init__(self, **functions):
+  def __init__(self, module: str, why: str = "", **functions):
+    self._module, self._why = module, why
     self.__dict__.update(functions)
 
   def __getattr__(self, name):
-    if name.startswith("__") or not hasattr(np.linalg, name):
-      raise AttributeError(f"module 'primc.numpy.linalg' has no attribute {name!r}")
-    raise NotSupportedError(f"primc.numpy.linalg.{name} (numpy.linalg.{name}) is not "
-                            f"supported yet")
+    if name.startswith("__") or not hasattr(getattr(np, self._module), name):
+      raise AttributeError(f"module 'primc.numpy.{self._module}' has no attribute {name!r}")
+    raise NotSupportedError(f"primc.numpy.{self._module}.{name} (numpy.{self._module}."
+                            f"{name}) is not supported{self._why or ' yet'}")
+
 
 # ---------------------------------------------------------------------------------------
 # Functional updates: x.at[idx].set(v) / .add(v) / .multiply(v) (traced arrays are
@@ -3837,7 +3863,21 @@ for _name, _fn in _MORE_METHODS.items():
   setattr(Tracer, _name, _fn)
 Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 _wrap_ops()
-linalg = _Linalg(**{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in (
+def _fftshift(x, axes=None, inverse=False):
+  x = as_array(x)
+  shape = aval_of(x).shape
+  axes = tuple(range(len(shape))) if axes is None else (
+      (axes,) if isinstance(axes, (int, np.integer)) else tuple(axes))
+  shifts = [(-(shape[a] // 2) if inverse else shape[a] // 2) for a in axes]
+  return roll(x, shifts, axes) if axes else x
+
+
+fft = _Namespace(
+    "fft", " (numpy's transforms are complex-valued; primc's dtypes are real)",
+    fftshift=_front_end_aware(_op(lambda x, axes=None: _fftshift(x, axes))),
+    ifftshift=_front_end_aware(_op(lambda x, axes=None: _fftshift(x, axes, inverse=True))),
+    fftfreq=np.fft.fftfreq, rfftfreq=np.fft.rfftfreq)
+linalg = _Namespace("linalg", **{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in (
     _inv, _solve, _det, _slogdet, _cholesky, _eigh, _eigvalsh, _qr, _solve_triangular, _svd,
     _svdvals, _pinv, _matrix_rank, _lstsq, _matrix_power, _multi_dot, _cond, _norm_of_matrices,
     _norm_of_vectors, _diagonal, _trace, _tensorinv, _tensorsolve)},

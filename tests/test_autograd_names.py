@@ -81,3 +81,34 @@ def test_argnum_selects_the_argument():
   np.testing.assert_allclose(primc.make_vjp(h, 1)(a, b)[0](1.0), a * np.cos(b), rtol=1e-12)
   np.testing.assert_allclose(primc.hessian_tensor_product(h, 1)(a, b, V[:4]),
                              -a * np.sin(b) * V[:4], rtol=1e-10)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_autograd_spellings_of_numpy_extras(compiled):
+  """`grad(f, argnum=1)`, `make_diagonal` (autograd's inverse of `diagonal`), `np.fft`'s
+  real shifts (against numpy's) and `np.__version__`; the derivatives of the shifts are
+  the shifts back, of make_diagonal the diagonal."""
+  wrap = primc.jit if compiled else (lambda f: f)
+  f = lambda x, y: pnp.sum(pnp.sin(x) * y)
+  np.testing.assert_allclose(wrap(primc.grad(f, argnum=1))(X, V), np.sin(X))
+  np.testing.assert_allclose(wrap(primc.value_and_grad(f, argnum=1))(X, V)[1], np.sin(X))
+  D = R.standard_normal((2, 4))
+  made = wrap(lambda d: pnp.make_diagonal(d, axis1=-1, axis2=-2))(D)
+  assert made.shape == (2, 4, 4)
+  np.testing.assert_array_equal(np.diagonal(made, axis1=-1, axis2=-2), D)
+  np.testing.assert_array_equal(made - np.eye(4) * made, 0)
+  ct = R.standard_normal((2, 4, 4))
+  np.testing.assert_allclose(
+      wrap(lambda d: primc.vjp(lambda e: pnp.make_diagonal(e), d)[1](ct)[0])(D),
+      np.diagonal(ct, axis1=-1, axis2=-2))
+  A = R.standard_normal((5, 6))
+  for axes in (None, 0, (1,), (0, 1)):
+    np.testing.assert_array_equal(wrap(lambda a: pnp.fft.fftshift(a, axes))(A),
+                                  np.fft.fftshift(A, axes))
+    np.testing.assert_array_equal(wrap(lambda a: pnp.fft.ifftshift(a, axes))(A),
+                                  np.fft.ifftshift(A, axes))
+    back = wrap(lambda a: primc.vjp(lambda b: pnp.fft.fftshift(b, axes), a)[1](A)[0])(A)
+    np.testing.assert_array_equal(back, np.fft.ifftshift(A, axes))
+  assert pnp.__version__ == np.__version__
+  with pytest.raises(primc.numpy.NotSupportedError, match="complex"):
+    pnp.fft.rfft(A)

@@ -408,7 +408,15 @@ def test_every_numpy_name_exists_or_raises_naming_it():
     except primc.numpy.NotSupportedError as e:
       assert f"numpy.{name}" in str(e) and isinstance(e, (primc.PrimcError, AttributeError))
       missing.append(name)
-  assert "fill_diagonal" in missing and "unique" not in missing and hasattr(pnp, "fft") is False
+  assert "fill_diagonal" in missing and "unique" not in missing
+  for sub in ("linalg", "fft"):  # numpy's submodules: each name exists or is refused
+    for name in dir(getattr(np, sub)):
+      if not name.startswith("_"):
+        try:
+          getattr(getattr(pnp, sub), name)
+        except primc.numpy.NotSupportedError as e:
+          assert f"numpy.{sub}.{name}" in str(e), e
+  assert callable(pnp.fft.fftshift) and not hasattr(pnp.fft, "fft")
   with pytest.raises(AttributeError, match="no attribute 'not_a_numpy_name'"):
     pnp.not_a_numpy_name
 
