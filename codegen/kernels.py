@@ -774,19 +774,19 @@ def _inline_dot(program: Program) -> bool | None:
 INLINE_FALLBACK_MACS = 1 << 17
 
 
-def dot_variants(name: str, program: Program) -> list[Kernel]:
+def dot_variants(name: str, program: Program):
   """The kernels that may compute a dot region at its sizes, the one the sizes prefer
   first: summed inline (small products), or by product calls. Each is right at every
   size, so a program keeps the variant it first ran when its sizes change
   (`codegen.module.build`'s `prefer`) and compiles nothing, unless that would run a large
-  product inline."""
+  product inline. Generated one at a time (a caller content with the first emits one)."""
   inline = _inline_dot(program)
   if inline is None:
-    return [emit_dot_kernel(name, program, False)]
-  variants = [emit_dot_kernel(name, program, inline)]
+    yield emit_dot_kernel(name, program, False)
+    return
+  yield emit_dot_kernel(name, program, inline)
   if inline or _product(program)[2] <= INLINE_FALLBACK_MACS:
-    variants.append(emit_dot_kernel(name, program, not inline))
-  return variants
+    yield emit_dot_kernel(name, program, not inline)
 
 
 def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> Kernel:

@@ -33,8 +33,12 @@ def _kernel(region: Program, kind: str, name: str, prefer) -> kernels.Kernel:
   if kind == "dot":  # the variant the program ran before at other sizes, if any
     if not prefer:
       return kernels.emit_dot_kernel(name, region)
-    variants = kernels.dot_variants(name, region)
-    return next((v for v in variants if module_source(v) in prefer), variants[0])
+    first = None
+    for variant in kernels.dot_variants(name, region):
+      if module_source(variant) in prefer:
+        return variant
+      first = first or variant
+    return first
   if kind == "gather":
     return kernels.emit_gather_kernel(name, region)
   if kind == "sort":

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -243,3 +244,40 @@ def test_numba_disable_jit_runs_the_interpreter(tmp_path):
   value, compiles = json.loads(proc.stdout)
   x = np.linspace(-1, 1, 5)
   assert compiles == 0 and abs(value - np.sum(np.tanh(x) * x)) < 1e-12
+
+
+def test_a_process_scans_the_cache_size_only_when_it_may_be_near_the_cap(tmp_path, monkeypatch):
+  """A directory scan costs ~13 µs a file: a process's first write scans only when the
+  last scan (`usage`) is older than SCAN_INTERVAL or found more than half the cap; the
+  scan records what it found. Past the cap it evicts, as before."""
+  from primc.codegen import store as st
+  root = tmp_path / "c"
+  root.mkdir(mode=0o700)
+  monkeypatch.setenv("PRIMC_CACHE_MAX_BYTES", "100000")
+  scans = []
+  real = st.Store.entries
+  monkeypatch.setattr(st.Store, "entries", lambda self, d=None: scans.append(1) or real(self, d))
+  usage = root / st.USAGE
+
+  def first_write(name):
+    s = st.Store(str(root))
+    assert s.write("plan", name, b"x" * 1000)
+    return s
+
+  first_write("a")  # no record: scan, and record it
+  assert len(scans) == 1 and int(usage.read_text()) == 1000
+  first_write("b")  # a recent record far below the cap: no scan
+  assert len(scans) == 1
+  os.utime(usage, (time.time() - st.SCAN_INTERVAL - 1,) * 2)
+  first_write("c")  # an old record: scan again
+  assert len(scans) == 2 and int(usage.read_text()) == 3000
+  usage.write_text("60000\n")  # past half the cap: scan
+  s = first_write("d")
+  assert len(scans) == 3 and int(usage.read_text()) == 4000
+  for k in range(120):  # every twentieth of the cap written: a scan, evicting past the cap
+    s.write("plan", f"e{k}", b"y" * 1000)
+  size = sum(f.stat().st_size for f in root.glob("p_*.plan"))
+  assert len(scans) > 3 and size <= 100000
+  usage.write_text("not a number")  # a damaged record: scan
+  first_write("f")
+  assert int(usage.read_text()) == sum(f.stat().st_size for f in root.glob("p_*.plan"))
