@@ -3863,6 +3863,8 @@ for _name, _fn in _MORE_METHODS.items():
   setattr(Tracer, _name, _fn)
 Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 _wrap_ops()
+
+
 def _fftshift(x, axes=None, inverse=False):
   x = as_array(x)
   shape = aval_of(x).shape
@@ -3877,6 +3879,8 @@ fft = _Namespace(
     fftshift=_front_end_aware(_op(lambda x, axes=None: _fftshift(x, axes))),
     ifftshift=_front_end_aware(_op(lambda x, axes=None: _fftshift(x, axes, inverse=True))),
     fftfreq=np.fft.fftfreq, rfftfreq=np.fft.rfftfreq)
+
+
 linalg = _Namespace("linalg", **{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in (
     _inv, _solve, _det, _slogdet, _cholesky, _eigh, _eigvalsh, _qr, _solve_triangular, _svd,
     _svdvals, _pinv, _matrix_rank, _lstsq, _matrix_power, _multi_dot, _cond, _norm_of_matrices,
