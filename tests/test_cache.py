@@ -281,3 +281,19 @@ def test_a_process_scans_the_cache_size_only_when_it_may_be_near_the_cap(tmp_pat
   usage.write_text("not a number")  # a damaged record: scan
   first_write("f")
   assert int(usage.read_text()) == sum(f.stat().st_size for f in root.glob("p_*.plan"))
+
+
+def test_workers_ignore_a_primc_in_the_working_directory(tmp_path):
+  """Compile workers (`python -m ...`) import the primc this process runs, not a `primc`
+  folder in the working directory (another checkout: its kernels would be compiled under
+  another environment, then purged and compiled again here)."""
+  cwd = tmp_path / "elsewhere"
+  (cwd / "primc").mkdir(parents=True)
+  (cwd / "primc" / "__init__.py").write_text("raise ImportError('a foreign primc')\n")
+  env = dict(os.environ, PRIMC_CACHE_DIR=str(tmp_path / "c"), PRIMC_COMPILE_WORKERS="2")
+  proc = subprocess.run([sys.executable, CHILD, "many"], env=env, cwd=cwd, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert "worker failed" not in proc.stderr and "another module or environment" not in proc.stderr
+  out = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert out["stats"].get("worker_compiles", 0) >= 1, out["stats"]
