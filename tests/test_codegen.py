@@ -603,3 +603,22 @@ def test_the_check_grads_fixture_shows_the_first_mismatches(check_grads):
   bad = lambda x: primc.stop_gradient(x) * x
   with pytest.raises(AssertionError, match=r"entries differ.*\n  at \(0,\): got"):
     check_grads(bad, (np.array([1.0, 2.0]),))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 31, 32, 33, 4095, 4096, 4097, 9000])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_argsort_is_numpys_stable_sort(n, dtype):
+  """The sort kernel (insertion-sorted runs, merges within blocks, then across them) on
+  row lengths around its run and block sizes, with ties, NaNs, infinities and -0.0:
+  numpy's stable order exactly, for rows of every count."""
+  rng = np.random.default_rng(n)
+  rows = 3
+  x = rng.integers(-3, 4, (rows, n)).astype(dtype)
+  special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], dtype)
+  mask = rng.random((rows, n)) < 0.2
+  x[mask] = rng.choice(special, mask.sum())
+  f = primc.jit(lambda v: (pnp.argsort(v, axis=1), pnp.sort(v, axis=1), pnp.argsort(v, axis=0)))
+  order, values, columns = f(x)
+  np.testing.assert_array_equal(order, np.argsort(x, axis=1, kind="stable"))
+  np.testing.assert_array_equal(values, np.sort(x, axis=1))
+  np.testing.assert_array_equal(columns, np.argsort(x, axis=0, kind="stable"))

@@ -219,8 +219,9 @@ def test_outside_the_subset_is_unsupported():
 
 
 def test_generated_kernels_translate():
-  """Every loop, dot and reduction kernel the emitters write for a small program set is
-  in the subset (a kernel outside it would silently fall back to numba's slow compile)."""
+  """Every loop, dot, reduction, gather, scatter and sort kernel the emitters write for a
+  small program set is in the subset (a kernel outside it would silently fall back to
+  numba's slow compile)."""
   import primc
   import primc.numpy as pnp
 
@@ -230,12 +231,18 @@ def test_generated_kernels_translate():
 
   x = np.random.default_rng(0).standard_normal((33, 5)).astype(np.float32)
   w = np.ones((5, 4), np.float32)
-  jitted = primc.jit(primc.grad(loss))
-  np.testing.assert_allclose(jitted(w, x), primc.grad(loss)(w, x), rtol=1e-5, atol=1e-6)
-  (executable, _), = jitted._compiled.values()
-  assert len(executable.modules) >= 3, "the program compiled into several kernels"
-  for m in executable.modules:
-    translate.kernel_ir(m.SOURCE, vars(loader.executed(m)), "probe")  # or Unsupported
+  def indexed(w, x, idx):  # a gather, its scatter_add gradient, and sorts
+    rows = pnp.tanh(x[idx] @ w)
+    return pnp.sum(pnp.sort(rows, axis=0) * pnp.argsort(rows, axis=1))
+
+  idx = np.array([3, 0, 3, 32, 7])
+  for fn, args in ((loss, (w, x)), (indexed, (w, x, idx))):
+    jitted = primc.jit(primc.grad(fn))
+    np.testing.assert_allclose(jitted(*args), primc.grad(fn)(*args), rtol=1e-5, atol=1e-6)
+    (executable, _), = jitted._compiled.values()
+    assert len(executable.modules) >= 3, "the program compiled into several kernels"
+    for m in executable.modules:
+      translate.kernel_ir(m.SOURCE, vars(loader.executed(m)), "probe")  # or Unsupported
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
