@@ -18,7 +18,7 @@ import sys
 import threading
 import types
 
-from primc.codegen import cache, kernels, store, translate
+from primc.codegen import cache, kernels, standins, store, translate
 
 log = logging.getLogger("primc.cache")
 
@@ -82,6 +82,44 @@ def executed(module: types.ModuleType) -> types.ModuleType:
   return module
 
 
+_read: dict[tuple[str, bool], dict] = {}  # (key, in memory) -> names for the translator
+
+
+def translation_names(module: types.ModuleType) -> dict:
+  """The globals the translator reads a module by: its source run against numba's
+  stand-ins (`codegen.standins`), a generated module's with the library's functions and
+  constants, so that translating a kernel imports no numba."""
+  cached = (module.KEY, module._primc_in_memory)
+  with _lock:
+    names = _read.get(cached)
+  if names is None:
+    own = {k: getattr(module, k) for k in OWN if hasattr(module, k)}
+    base = {} if module._primc_library else _library_names(module._primc_in_memory)
+    names = standins.run(module.SOURCE, module.__file__,
+                         {**base, **own, "__name__": module.__name__},
+                         _library_imports(module) if module._primc_library else {})
+    with _lock:
+      names = _read.setdefault(cached, names)
+  return names
+
+
+def _library_imports(module: types.ModuleType) -> dict:
+  """The library modules before `module`, by the package names the library's sources
+  import them by (blas.py: `from primc.codegen.mathlib import ...`)."""
+  modules = library(module._primc_in_memory)
+  index = next(i for i, m in enumerate(modules) if m.KEY == module.KEY)
+  return {f"primc.codegen.{name[:-3]}": translation_names(m)
+          for name, m in zip(LIBRARY[:index], modules[:index])}
+
+
+def _library_names(in_memory: bool) -> dict:
+  out = {}
+  for module in library(in_memory):
+    out.update({k: v for k, v in translation_names(module).items() if not k.startswith("_")
+                and k not in OWN and (hasattr(v, "py_func") or k.isupper())})
+  return out
+
+
 def library(in_memory: bool = False) -> list[types.ModuleType]:
   """The library modules of this process (their files in the cache; not run yet)."""
   here = os.path.dirname(os.path.abspath(__file__))
@@ -143,9 +181,9 @@ def _link_translated(lib: types.ModuleType, symbol: str, function: str) -> bool 
 
   def make_ir():
     try:
-      run = executed(lib)
-      arg_types = tuple(re.findall(r"\w+", run.EXTERNAL_SIGNATURE.split("(", 1)[1]))
-      return translate.function_ir(run.SOURCE, function, arg_types, vars(run), symbol,
+      names = translation_names(lib)
+      arg_types = tuple(re.findall(r"\w+", names["EXTERNAL_SIGNATURE"].split("(", 1)[1]))
+      return translate.function_ir(lib.SOURCE, function, arg_types, names, symbol,
                                    fastmath=())[0]
     except translate.Unsupported as e:
       log.debug("library entry %s is compiled by numba: %s", symbol, e)
@@ -274,7 +312,7 @@ def _kernel_ir(module: types.ModuleType, symbol: str) -> str | None:
   """The LLVM IR of the module's kernel (`codegen.translate`), or None when numba compiles
   it (a source outside the translated subset, or the translator failing)."""
   try:
-    return translate.kernel_ir(module.SOURCE, vars(executed(module)), symbol)
+    return translate.kernel_ir(module.SOURCE, translation_names(module), symbol)
   except translate.Unsupported as e:
     log.debug("kernel %s is compiled by numba: %s", module.KEY, e)
   except Exception as e:  # a translator bug: numba, the reference, compiles it

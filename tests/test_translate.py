@@ -4,6 +4,7 @@ runs on generated values (NaN, infinities, signed zeros, zero divisors, int64 li
 both, and results and result types must agree exactly."""
 import ctypes
 import math
+import re
 
 import numpy as np
 import pytest
@@ -221,7 +222,8 @@ def test_outside_the_subset_is_unsupported():
 def test_generated_kernels_translate():
   """Every loop, dot, reduction, gather, scatter and sort kernel the emitters write for a
   small program set is in the subset (a kernel outside it would silently fall back to
-  numba's slow compile)."""
+  numba's slow compile), and translates to the same IR whether its module (and the
+  library's C entries) ran with numba or with the translator's stand-ins for it."""
   import primc
   import primc.numpy as pnp
 
@@ -241,8 +243,15 @@ def test_generated_kernels_translate():
     np.testing.assert_allclose(jitted(*args), primc.grad(fn)(*args), rtol=1e-5, atol=1e-6)
     (executable, _), = jitted._compiled.values()
     assert len(executable.modules) >= 3, "the program compiled into several kernels"
-    for m in executable.modules:
-      translate.kernel_ir(m.SOURCE, vars(loader.executed(m)), "probe")  # or Unsupported
+    for m in executable.modules:  # or Unsupported; and read against numba's stand-ins,
+      real = translate.kernel_ir(m.SOURCE, vars(loader.executed(m)), "probe")
+      assert translate.kernel_ir(m.SOURCE, loader.translation_names(m), "probe") == real
+  for symbol, file, function in kernels.EXTERNALS.values():  # the library's C entries
+    lib = loader.library(in_memory=True)[loader.LIBRARY.index(file)]
+    run, names = loader.executed(lib), loader.translation_names(lib)
+    args = tuple(re.findall(r"\w+", run.EXTERNAL_SIGNATURE.split("(", 1)[1]))
+    assert translate.function_ir(lib.SOURCE, function, args, names, symbol)[0] == \
+        translate.function_ir(lib.SOURCE, function, args, vars(run), symbol)[0], symbol
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
