@@ -82,22 +82,24 @@ def executed(module: types.ModuleType) -> types.ModuleType:
   return module
 
 
-_read: dict[tuple[str, bool], dict] = {}  # (key, in memory) -> names for the translator
+_read: dict[tuple[str, bool], dict] = {}  # (key, in memory) -> the library's names
 
 
 def translation_names(module: types.ModuleType) -> dict:
   """The globals the translator reads a module by: its source run against numba's
   stand-ins (`codegen.standins`), a generated module's with the library's functions and
-  constants, so that translating a kernel imports no numba."""
+  constants, so that translating a kernel imports no numba. The library's are kept (a
+  kernel is translated once)."""
+  own = {k: getattr(module, k) for k in OWN if hasattr(module, k)}
+  own["__name__"] = module.__name__
+  if not module._primc_library:
+    return standins.run(module.SOURCE, module.__file__,
+                        {**_library_names(module._primc_in_memory), **own})
   cached = (module.KEY, module._primc_in_memory)
   with _lock:
     names = _read.get(cached)
   if names is None:
-    own = {k: getattr(module, k) for k in OWN if hasattr(module, k)}
-    base = {} if module._primc_library else _library_names(module._primc_in_memory)
-    names = standins.run(module.SOURCE, module.__file__,
-                         {**base, **own, "__name__": module.__name__},
-                         _library_imports(module) if module._primc_library else {})
+    names = standins.run(module.SOURCE, module.__file__, own, _library_imports(module))
     with _lock:
       names = _read.setdefault(cached, names)
   return names
