@@ -2157,15 +2157,16 @@ class _Namespace:
   primc has; numpy's other names there raise NotSupportedError naming them (`why` says
   why, where there is one reason)."""
 
-  def __init__(self, module: str, why: str = "", **functions):
-    self._module, self._why = module, why
+  def __init__(self, module: str, why: str = "", reasons=None, **functions):
+    self._module, self._why, self._reasons = module, why, reasons or {}
     self.__dict__.update(functions)
 
   def __getattr__(self, name):
     if name.startswith("__") or not hasattr(getattr(np, self._module), name):
       raise AttributeError(f"module 'primc.numpy.{self._module}' has no attribute {name!r}")
+    why = self._reasons.get(name, self._why) or " yet"
     raise NotSupportedError(f"primc.numpy.{self._module}.{name} (numpy.{self._module}."
-                            f"{name}) is not supported{self._why or ' yet'}")
+                            f"{name}) is not supported{why}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -3881,10 +3882,14 @@ fft = _Namespace(
     fftfreq=np.fft.fftfreq, rfftfreq=np.fft.rfftfreq)
 
 
-linalg = _Namespace("linalg", **{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in (
+_COMPLEX_EIGEN = (" (a general matrix's eigenvalues are complex; primc's dtypes are real: "
+                  "eigh and eigvalsh take symmetric matrices)")
+_LINALG_OPS = (
     _inv, _solve, _det, _slogdet, _cholesky, _eigh, _eigvalsh, _qr, _solve_triangular, _svd,
     _svdvals, _pinv, _matrix_rank, _lstsq, _matrix_power, _multi_dot, _cond, _norm_of_matrices,
-    _norm_of_vectors, _diagonal, _trace, _tensorinv, _tensorsolve)},
-                 norm=norm, matmul=matmul, tensordot=tensordot, vecdot=vecdot, outer=outer,
-                 cross=lambda x1, x2, axis=-1: cross(x1, x2, axis=axis),
-                 matrix_transpose=matrix_transpose)
+    _norm_of_vectors, _diagonal, _trace, _tensorinv, _tensorsolve)
+linalg = _Namespace(
+    "linalg", reasons=dict.fromkeys(("eig", "eigvals"), _COMPLEX_EIGEN),
+    **{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in _LINALG_OPS},
+    norm=norm, matmul=matmul, tensordot=tensordot, vecdot=vecdot, outer=outer,
+    cross=lambda x1, x2, axis=-1: cross(x1, x2, axis=axis), matrix_transpose=matrix_transpose)

@@ -417,6 +417,8 @@ def test_every_numpy_name_exists_or_raises_naming_it():
         except primc.numpy.NotSupportedError as e:
           assert f"numpy.{sub}.{name}" in str(e), e
   assert callable(pnp.fft.fftshift) and not hasattr(pnp.fft, "fft")
+  with pytest.raises(primc.numpy.NotSupportedError, match="complex"):
+    pnp.linalg.eig
   with pytest.raises(AttributeError, match="no attribute 'not_a_numpy_name'"):
     pnp.not_a_numpy_name
 
