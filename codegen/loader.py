@@ -117,9 +117,14 @@ def _library_imports(module: types.ModuleType) -> dict:
 def _library_names(in_memory: bool) -> dict:
   out = {}
   for module in library(in_memory):
-    out.update({k: v for k, v in translation_names(module).items() if not k.startswith("_")
-                and k not in OWN and (hasattr(v, "py_func") or k.isupper())})
+    out.update(_exports(translation_names(module)))
   return out
+
+
+def _exports(names: dict) -> dict:
+  """What generated modules see of a library module: its functions and constants."""
+  return {k: v for k, v in names.items() if not k.startswith("_") and k not in OWN
+          and (hasattr(v, "py_func") or k.isupper())}
 
 
 def library(in_memory: bool = False) -> list[types.ModuleType]:
@@ -142,8 +147,7 @@ def library_globals(in_memory: bool) -> dict:
   """What generated modules see of the library: its numba functions and constants."""
   out = {}
   for module in library(in_memory):
-    out.update({k: v for k, v in vars(executed(module)).items() if not k.startswith("_")
-                and k not in OWN and (hasattr(v, "py_func") or k.isupper())})
+    out.update(_exports(vars(executed(module))))
   return out
 
 

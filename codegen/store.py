@@ -478,14 +478,7 @@ class Store:
     """Whether the module of `source` was compiled into a cache this process reads (its
     seal exists for this environment; loading verifies the files)."""
     key = module_key(source)
-    for directory in self._search_dirs():
-      try:
-        seal = json.loads(read_bytes(self.path(directory, "seal", key)) or b"null")
-      except ValueError:
-        continue
-      if isinstance(seal, dict) and seal.get("key") == key and seal.get("env") == cache.env_hash():
-        return True
-    return False
+    return any(_current(self._seal(d, key), key) for d in self._search_dirs())
 
   @contextlib.contextmanager
   def lock(self, key: str, wait: bool = True):

@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import glob
-import importlib.machinery
-import importlib.util
 import os
 import sys
 import threading
@@ -109,36 +106,13 @@ def _tbb_pool() -> Pool | None:
     version.restype = ctypes.c_int
     if version() < TBB_INTERFACE_MIN:
       return None
-    lib = _extension("numba.np.ufunc.tbbpool")
+    lib = installed.extension("numba.np.ufunc.tbbpool")
   except (OSError, ImportError, AttributeError):
     return None
   count = num_threads()
   ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.launch_threads)(count)
   ctypes.CFUNCTYPE(None, ctypes.c_int)(lib.set_num_threads)(count)  # this thread's count
   return Pool("tbb", lib.parallel_for, lib.get_num_threads)
-
-
-def _extension(name: str):
-  """numba's C extension `name`, loaded from its file without importing numba, and
-  registered under its name (numba imports the same module object later)."""
-  module = sys.modules.get(name)
-  if module is not None:
-    return module
-  spec = importlib.util.find_spec("numba")
-  if spec is None or spec.origin is None:
-    raise ImportError("numba is not installed")
-  folder = os.path.join(os.path.dirname(spec.origin), *name.split(".")[1:-1])
-  leaf = name.rsplit(".", 1)[1]
-  paths = [p for suffix in importlib.machinery.EXTENSION_SUFFIXES
-           for p in glob.glob(os.path.join(folder, leaf + suffix))]
-  if not paths:
-    raise ImportError(f"no {name} extension under {folder}")
-  loader = importlib.machinery.ExtensionFileLoader(name, paths[0])
-  module = importlib.util.module_from_spec(
-    importlib.util.spec_from_file_location(name, paths[0], loader=loader))
-  loader.exec_module(module)
-  sys.modules[name] = module
-  return module
 
 
 def _numba_pool() -> Pool:

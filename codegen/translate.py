@@ -35,12 +35,12 @@ import functools
 import inspect
 import itertools
 import math
-import os
-import sys
 import threading
 
 import numpy as np
 from llvmlite import ir
+
+from primc.codegen import installed, standins
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -553,10 +553,10 @@ class Function:
     if y.ty not in ("int32", "int64") or x.ty not in ("int32", "int64") + FLOATS:
       raise Unsupported(f"a power of {x.ty} and {y.ty}")
     if x.ty in FLOATS:
-      fn = self.c.function_for(_Python(_float_power, self.fastmath), (x.ty, y.ty),
+      fn = self.c.function_for(_plain(_float_power, self.fastmath), (x.ty, y.ty),
                                (("tp", FLOAT_TYPES[x.ty]),), ["a", "b"])
     else:
-      fn = self.c.function_for(_Python(_int_power, self.fastmath), (x.ty, y.ty), (),
+      fn = self.c.function_for(_plain(_int_power, self.fastmath), (x.ty, y.ty), (),
                                ["a", "b"])
     result = self.b.call(fn, [x.v, y.v])
     return Val(x.ty if x.ty in FLOATS else "int64", result)
@@ -1026,7 +1026,6 @@ class Function:
     return Val("int64", ir.Constant(I64, 0))
 
 
-
 INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", "_blas_gemm", *BITCASTS)
 
 
@@ -1053,12 +1052,9 @@ def xxgemm_call(b: ir.IRBuilder, fl, one, scale, ta, m, n, k, a, b_, c, beta) ->
               at_least_1(n)])
 
 
-class _Python:
+def _plain(fn, fastmath) -> standins.Dispatcher:
   """A plain Python function of this module, translated as a library function is."""
-
-  def __init__(self, fn, fastmath):
-    self.py_func = fn
-    self.targetoptions = {"error_model": "numpy", "fastmath": set(fastmath)}
+  return standins.Dispatcher(fn, {"error_model": "numpy", "fastmath": set(fastmath)})
 
 
 # numba's int_power_impl, for a float base of type tp and an integer exponent; and for an
@@ -1310,27 +1306,9 @@ def link_numba_helpers() -> None:
   from llvmlite import binding
   missing = [s for s in NUMBA_HELPERS if not binding.address_of_symbol(s)]
   if missing:
-    helpers = _helperlib().c_helpers
+    helpers = installed.extension("numba._helperlib").c_helpers
     for symbol in missing:
       binding.add_symbol(symbol, helpers[NUMBA_HELPERS[symbol]])
-
-
-def _helperlib():
-  module = sys.modules.get("numba._helperlib")
-  if module is None and "numba" in sys.modules:
-    from numba import _helperlib as module
-  if module is None:
-    import glob
-    import importlib.machinery
-    import importlib.util
-    here = os.path.dirname(importlib.util.find_spec("numba").origin)
-    path = glob.glob(os.path.join(here, "_helperlib*" + importlib.machinery.EXTENSION_SUFFIXES[0]))
-    loader = importlib.machinery.ExtensionFileLoader("numba._helperlib", path[0])
-    spec = importlib.util.spec_from_file_location("numba._helperlib", path[0], loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    sys.modules["numba._helperlib"] = module
-  return module
 
 
 def load(obj: bytes, symbol: str) -> int:

@@ -27,6 +27,8 @@ from primc.trace import (SCALAR_ARRAYS, Tracer, aval_of, as_array, eval_program,
                          tracing, weak_leaves)
 from primc.tree import tree_flatten, tree_unflatten
 
+log = logging.getLogger("primc")
+
 SIGNATURES_KEPT = 64  # compiled signatures per jitted function (least recently used go)
 PROGRAMS_KEPT = 256   # executables by program key (the tapes' backward programs)
 
@@ -343,7 +345,7 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
 
 @functools.cache
 def _interpreted_dtypes(dtypes: frozenset) -> None:
-  logging.getLogger("primc").warning(
+  log.warning(
       "programs of %s run on the interpreter, in numpy's own loops (native code is "
       "float32/float64/int32/int64/bool)", ", ".join(sorted(dtypes)))
 
