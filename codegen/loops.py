@@ -158,7 +158,7 @@ class _Prepared:
 
   def table(self, exe: Executable, n_consts: int, inputs, outputs, const_base=0):
     t = exe.pointer_table([0] * n_consts + [_address(a) for a in inputs],
-                          [_address(a) for a in outputs], _address(self.blocks[id(exe)]),
+                          [_address(a) for a in outputs], _address(self.blocks[id(exe)].memory),
                           _address(self.errs[id(exe)]))
     self.const_slots += [(t, exe.input_slot(j), const_base + j) for j in range(n_consts)]
     return t

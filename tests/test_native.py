@@ -250,3 +250,35 @@ def test_arenas_are_shared_across_sizes_and_distinct_across_threads():
   for t in threads:
     t.join()
   assert results == {k: True for k in range(4)}
+
+
+def test_a_larger_size_reuses_the_memory_of_smaller_blocks(monkeypatch):
+  """A size no free block fits drops the smaller free blocks (nothing else holds them, so
+  their pages go back for the new block) and takes a block of the next size class, which
+  then serves slightly larger sizes too; results stay right throughout."""
+  import gc
+  import weakref
+  from primc.codegen import executor
+  monkeypatch.setattr(executor, "BLOCKS", executor.ArenaBlocks())  # this test's pool
+  f = primc.jit(lambda x, w: pnp.sum(pnp.tanh(pnp.tanh(x @ w) @ w.T) ** 2, axis=1))
+  w = R.standard_normal((64, 64)).astype(np.float32) / 8
+  want = lambda x: np.sum(np.tanh(np.tanh(x @ w) @ w.T) ** 2, axis=1)
+  x = R.standard_normal((6000, 64)).astype(np.float32)
+  np.testing.assert_allclose(f(x[:1000], w), want(x[:1000]), rtol=2e-5)
+  small = [weakref.ref(b) for b in executor.BLOCKS._free]
+  np.testing.assert_allclose(f(x[:5000], w), want(x[:5000]), rtol=2e-5)
+  need = max(exe.arena_bytes for exe, _ in f._compiled.values())
+  gc.collect()
+  assert all(r() is None or r().size >= need for r in small)  # the smaller ones freed
+  blocks = {id(b) for b in executor.BLOCKS._free}
+  for n in (5001, 5050, 5100):  # within the size class: the same block
+    np.testing.assert_allclose(f(x[:n], w), want(x[:n]), rtol=2e-5)
+    assert {id(b) for b in executor.BLOCKS._free} == blocks
+
+
+def test_arena_size_classes():
+  size_class = __import__("primc.codegen.executor", fromlist=["x"]).ArenaBlocks.size_class
+  for n in list(range(0, 70000, 97)) + [2**k + d for k in range(12, 40) for d in (-1, 0, 1)]:
+    c = size_class(n)
+    assert n <= c <= max(n * 1.125, 4096)
+    assert size_class(c) == c  # a class is its own class
