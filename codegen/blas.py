@@ -62,8 +62,8 @@ def matmul_loops(a, b, c, acc):
 
 @intrinsic
 def _blas_gemm(typingctx, dtype, ta, m, n, k, a, b, c, beta):
-  """BLAS `?gemm` through numba's own entry (`numba_xxgemm`, column-major): row-major
-  c = A @ B + beta c is, read column-major, c^T = B^T A^T. A is the (m, k) matrix at `a`,
+  """BLAS `?gemm` through `translate.GEMM_SYMBOL` (numba's helper's signature; column-major:
+  row-major c = A @ B + beta c is, read column-major, c^T = B^T A^T). A is the (m, k) matrix at `a`,
   or (ta) the transpose of the (k, m) matrix there; B the (k, n) matrix at `b`."""
   float_type = dtype.dtype
 

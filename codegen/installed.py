@@ -35,9 +35,9 @@ def version(dist: str) -> str:
   return os.path.basename(folder)[len(dist) + 1:-len(".dist-info")]
 
 
-def file_path(dist: str, name: str) -> str | None:
-  """The path of the file called `name` that distribution `dist` installed (from its
-  RECORD), or None."""
+def file_path(dist: str, name: str, prefix: bool = False) -> str | None:
+  """The path of the file called `name` (`prefix`: whose name starts with `name`) that
+  distribution `dist` installed (from its RECORD), or None."""
   folder = dist_info(dist)
   if folder is None:
     return None
@@ -49,7 +49,8 @@ def file_path(dist: str, name: str) -> str | None:
   site = os.path.dirname(folder)
   for row in rows:
     path = row.strip('"')
-    if os.path.basename(path) == name:
+    base = os.path.basename(path)
+    if base == name or prefix and base.startswith(name):
       return os.path.normpath(os.path.join(site, path))
   return None
 

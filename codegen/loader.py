@@ -164,6 +164,7 @@ def link_library(sources, in_memory: bool = False) -> bool:
   compiled = False
   for name, (symbol, file, function) in kernels.EXTERNALS.items():
     if symbol not in _externals and any(f"{name}(" in s for s in sources):
+      translate.link_blas()  # what the products call (before compiling or loading them)
       lib = library(in_memory)[LIBRARY.index(file)]
       linked = _link_translated(lib, symbol, function) if compiler() == "llvm" else None
       compiled |= _link(executed(lib), symbol, function) if linked is None else linked
@@ -202,7 +203,6 @@ def _link_translated(lib: types.ModuleType, symbol: str, function: str) -> bool 
       write_object(path, data)
     except OSError as e:  # the entry serves this process from memory
       st.write_failed(e, lib.DIRECTORY)
-  translate.link_numba_helpers()  # the products' BLAS calls (numba_xxgemm)
   with _lock:
     if symbol not in _externals:
       address = translate.load(data, symbol)

@@ -1013,7 +1013,7 @@ class Function:
 
   def call__blas_gemm(self, args):
     """codegen.blas's `_blas_gemm(dtype, ta, m, n, k, a, b, c, beta)`: BLAS through numba's
-    `numba_xxgemm` (column-major: the row-major c = A @ B + beta c is c^T = B^T A^T), as
+    `GEMM_SYMBOL` (column-major: the row-major c = A @ B + beta c is c^T = B^T A^T), as
     the numba intrinsic of that name emits it."""
     if len(args) != 9:
       raise Unsupported("_blas_gemm with other arguments")
@@ -1030,14 +1030,14 @@ INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", "_blas_gemm", *BIT
 
 
 def xxgemm_call(b: ir.IRBuilder, fl, one, scale, ta, m, n, k, a, b_, c, beta) -> None:
-  """Emits the row-major c = A @ B + beta c by numba's BLAS helper `numba_xxgemm`
+  """Emits the row-major c = A @ B + beta c by the BLAS entry `GEMM_SYMBOL` (`link_blas`)
   (column-major: c^T = B^T A^T), A the (m, k) matrix at address `a` or (ta) the transpose
   of the (k, m) one there, B (k, n) at `b_`; `one` and `scale` are allocas of the float
   type `fl` (the helper takes alpha and beta by address). For codegen.blas's numba
   intrinsic and its translation alike."""
   char, i64 = I8, I64
-  fn = b.module.globals.get("numba_xxgemm") or ir.Function(b.module, ir.FunctionType(
-      I32, [char] * 3 + [i64] * 3 + [I8P, I8P, i64, I8P, i64, I8P, I8P, i64]), "numba_xxgemm")
+  fn = b.module.globals.get(GEMM_SYMBOL) or ir.Function(b.module, ir.FunctionType(
+      I32, [char] * 3 + [i64] * 3 + [I8P, I8P, i64, I8P, i64, I8P, I8P, i64]), GEMM_SYMBOL)
   b.store(ir.Constant(fl, 1.0), one)
   b.store(b.sitofp(beta, fl), scale)
   transposed = b.icmp_signed("!=", ta, ir.Constant(i64, 0))
@@ -1294,21 +1294,76 @@ def compile_function(source: str, name: str, arg_types: tuple, globals_: dict):
   return load(object_code(text), symbol), ret
 
 
-# numba's C helpers translated code may call (numba gives LLVM their addresses only when
-# its CPU target starts, which a process that compiles nothing with numba never does)
-NUMBA_HELPERS = {"numba_xxgemm": "xxgemm"}
+# The product's BLAS entry (`xxgemm_call`'s callee): numba's helper's signature, `kind`
+# ("s"/"d") first. LLVM is given its address by `link_blas`.
+GEMM_SYMBOL = "primc_xxgemm"
+_blas_lock = threading.Lock()
+# numpy's own OpenBLAS (its Linux and macOS wheels; 64-bit integers): the library file's
+# name starts with this, its Fortran entries are named so.
+NUMPY_BLAS = ("libscipy_openblas64_", {"s": "scipy_sgemm_64_", "d": "scipy_dgemm_64_"})
 
 
-def link_numba_helpers() -> None:
-  """Gives LLVM the addresses of numba's C helpers: from numba's C extension `_helperlib`,
-  loaded by itself when numba is not imported (its import costs ~0.2 s; numba imports the
-  same module later). The BLAS helper takes the GIL to import scipy's BLAS on first use."""
+def link_blas() -> None:
+  """Gives LLVM the address of `GEMM_SYMBOL`, once per process: a wrapper over numpy's own
+  OpenBLAS, which numpy's import has loaded already, where numpy has one; else numba's
+  helper (from numba's C extension `_helperlib`, loaded by itself when numba is not
+  imported), which imports scipy's BLAS on its first call (~0.12 s here, a warm first
+  call's largest part)."""
   from llvmlite import binding
-  missing = [s for s in NUMBA_HELPERS if not binding.address_of_symbol(s)]
-  if missing:
-    helpers = installed.extension("numba._helperlib").c_helpers
-    for symbol in missing:
-      binding.add_symbol(symbol, helpers[NUMBA_HELPERS[symbol]])
+  with _blas_lock:
+    if binding.address_of_symbol(GEMM_SYMBOL):
+      return
+    address = _numpy_gemm()
+    if address is None:
+      address = installed.extension("numba._helperlib").c_helpers["xxgemm"]
+    binding.add_symbol(GEMM_SYMBOL, address)
+
+
+def _numpy_gemm() -> int | None:
+  """The address of a `GEMM_SYMBOL` over numpy's OpenBLAS (compiled here: a few lines of
+  IR calling its Fortran sgemm/dgemm with 64-bit integers), or None without one."""
+  import ctypes
+  prefix, entries = NUMPY_BLAS
+  path = installed.file_path("numpy", prefix, prefix=True)
+  try:
+    lib = ctypes.CDLL(path) if path else None
+    targets = {kind: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+               for kind, name in entries.items()} if lib else None
+  except (OSError, AttributeError):
+    return None
+  if not targets:
+    return None
+  return load(object_code(str(_gemm_wrapper(targets))), GEMM_SYMBOL)
+
+
+def _gemm_wrapper(targets: dict[str, int]) -> ir.Module:
+  """`GEMM_SYMBOL(kind, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)`: the
+  Fortran `?gemm` at `targets[kind]` called with its arguments by address (integers as
+  64-bit), and the lengths of its two one-character arguments last."""
+  char, i64 = I8, I64
+  module = ir.Module(name="primc_blas")
+  fn = ir.Function(module, ir.FunctionType(
+      I32, [char] * 3 + [i64] * 3 + [I8P, I8P, i64, I8P, i64, I8P, I8P, i64]), GEMM_SYMBOL)
+  kind, ta, tb, m, n, k, alpha, a, lda, b_, ldb, beta, c, ldc = fn.args
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+  by_address = []
+  for value in (ta, tb, m, n, k, lda, ldb, ldc):
+    slot = b.alloca(value.type)
+    b.store(value, slot)
+    by_address.append(slot)
+  pta, ptb, pm, pn, pk, plda, pldb, pldc = by_address
+  i64p = i64.as_pointer()
+  fortran = ir.FunctionType(ir.VoidType(), [I8P, I8P, i64p, i64p, i64p, I8P, I8P, i64p, I8P,
+                                            i64p, I8P, I8P, i64p, i64, i64])
+  blocks = {which: fn.append_basic_block(which) for which in targets}
+  b.cbranch(b.icmp_unsigned("==", kind, ir.Constant(char, ord("s"))), blocks["s"], blocks["d"])
+  for which, block in blocks.items():
+    b.position_at_end(block)
+    callee = b.inttoptr(ir.Constant(i64, targets[which]), fortran.as_pointer())
+    b.call(callee, [pta, ptb, pm, pn, pk, alpha, a, plda, b_, pldb, beta, c, pldc,
+                    ir.Constant(i64, 1), ir.Constant(i64, 1)])
+    b.ret(ir.Constant(I32, 0))
+  return module
 
 
 def load(obj: bytes, symbol: str) -> int:

@@ -79,7 +79,8 @@ def main():
     out["kernels"] = len(kernels)
   stats = primc.cache_stats()
   stats.pop("load_seconds", None)
-  print(json.dumps({"stats": stats, "numba_imported": "numba" in sys.modules, **out}))
+  print(json.dumps({"stats": stats, "numba_imported": "numba" in sys.modules,
+                    "scipy_imported": "scipy" in sys.modules, **out}))
 
 
 if __name__ == "__main__":

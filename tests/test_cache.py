@@ -185,14 +185,53 @@ def test_programs_compiled_by_llvm_never_import_numba(tmp_path):
     threaded, _ = run_child(tmp_path / "llvm", "threaded")
     np.testing.assert_allclose(threaded["grad"], (1 - np.tanh(x) ** 2)[::64, ::64], rtol=1e-5)
   assert not threaded["numba_imported"]
-  for _ in range(2):  # a BLAS product: numba's BLAS helper without numba
+  for _ in range(2):  # a BLAS product: numpy's own OpenBLAS, neither numba nor scipy
     blas, _ = run_child(tmp_path / "llvm", "blas")
     np.testing.assert_allclose(blas["grad"], blas["want"], rtol=2e-5, atol=2e-6)
-  assert not blas["numba_imported"]
+    assert not blas["numba_imported"]
+    assert not blas["scipy_imported"] or not _numpy_has_openblas()
   run_child(tmp_path / "numba", "two", PRIMC_KERNEL_COMPILER="numba")
   warm, _ = run_child(tmp_path / "numba", "two", PRIMC_KERNEL_COMPILER="numba")
   np.testing.assert_allclose(warm["grad"], expected_grad(), rtol=1e-5)
   assert warm["numba_imported"]
+
+
+def _numpy_has_openblas() -> bool:
+  from primc.codegen import installed, translate
+  return installed.file_path("numpy", translate.NUMPY_BLAS[0], prefix=True) is not None
+
+
+def test_the_blas_entries_agree():
+  """`translate.GEMM_SYMBOL` over numpy's OpenBLAS and numba's helper (over scipy's BLAS)
+  compute the same products, transposed or not, with beta 0 and 1, in both precisions."""
+  import ctypes
+  from primc.codegen import installed, translate
+  if not _numpy_has_openblas():
+    pytest.skip("this numpy has no OpenBLAS of its own: numba's helper is the entry")
+  ours = translate._numpy_gemm()
+  theirs = installed.extension("numba._helperlib").c_helpers["xxgemm"]
+  proto = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_char] * 3, *[ctypes.c_int64] * 3,
+                           *[ctypes.c_void_p] * 2, ctypes.c_int64, ctypes.c_void_p,
+                           ctypes.c_int64, *[ctypes.c_void_p] * 2, ctypes.c_int64)
+  rng = np.random.default_rng(3)
+  for dtype, kind in ((np.float32, b"s"), (np.float64, b"d")):
+    for m, n, k, transposed, beta in ((5, 7, 3, False, 0.0), (17, 4, 9, True, 1.0),
+                                      (64, 65, 66, False, 1.0), (1, 1, 1, True, 0.0)):
+      a = rng.standard_normal((k, m) if transposed else (m, k)).astype(dtype)
+      b = rng.standard_normal((k, n)).astype(dtype)
+      c0 = rng.standard_normal((m, n)).astype(dtype)
+      results = []
+      for address in (ours, theirs):
+        c, one, scale = c0.copy(), np.ones(1, dtype), np.full(1, beta, dtype)
+        # row-major c = op(a) @ b + beta c, as xxgemm_call asks for it (column-major)
+        proto(address)(kind, b"n", b"t" if transposed else b"n", n, m, k,
+                       one.ctypes.data, b.ctypes.data, n, a.ctypes.data,
+                       m if transposed else k, scale.ctypes.data, c.ctypes.data, n)
+        results.append(c)
+      want = (a.T if transposed else a).astype(np.float64) @ b + beta * c0
+      for got in results:
+        np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-12,
+                                   atol=1e-4 if dtype == np.float32 else 1e-12)
 
 
 def test_numba_compiles_the_same_program_to_the_same_results(tmp_path):
