@@ -17,7 +17,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from primc.codegen.mathlib import LOAD, STORE
-from primc.codegen.translate import xxgemm_call
+from primc.codegen.translate import link_blas, xxgemm_call
 
 CACHE = globals().get("CACHE", False)  # set by codegen.loader when it runs this file
 
@@ -68,6 +68,7 @@ def _blas_gemm(typingctx, dtype, ta, m, n, k, a, b, c, beta):
   float_type = dtype.dtype
 
   def codegen(context, builder, signature, args):
+    link_blas()  # the call's symbol, before numba links the code that makes it
     _, ta, m, n, k, a, b, c, beta = args
     value = context.get_value_type(float_type)
     one, scale = cgutils.alloca_once(builder, value), cgutils.alloca_once(builder, value)

@@ -27,6 +27,7 @@ task's loop runs again with libm's versions.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Callable
 
@@ -434,33 +435,43 @@ def _needed(lines: list[str], then: list[str]) -> list[str]:
 
 def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) -> str:
   """A kernel's source: its table, its prologue (run by every phase), then the phases
-  (0 returns its task count, 2 is optional, 1 runs the tasks [lo, hi))."""
+  (0 returns its task count, 2 is optional, 1 runs the tasks [lo, hi)). Written once per
+  distinct text (a program at a new size emits the same lines again)."""
+  return _written(ctx.name, abstract_ir(program), len(ctx.sizes), tuple(ctx.size_words),
+                  ctx.literals, ctx.err, tuple(ctx.table), tuple(ctx.prologue),
+                  tuple((k, tuple(lines)) for k, lines in phases.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _written(name: str, ir_text: str, n_words: int, size_words: tuple, literals: bool,
+             err: bool, table: tuple, prologue: tuple, phases: tuple) -> str:
+  """`_source` of its parts (hashable: `phases` as (phase, lines) pairs)."""
+  phases = dict(phases)
+  body = [line for lines in phases.values() for line in lines]
   w = Writer()
   # sizes the phases use are locals (see KernelContext.size); the others, read once by
   # the table and the prologue, stay words (a local each costs numba ~1% of a kernel)
-  used = {int(k) for lines in phases.values() for line in lines
-          for k in _SIZE_NAME.findall(line)}
+  used = {int(k) for line in body for k in _SIZE_NAME.findall(line)}
   word = lambda line: _SIZE_NAME.sub(
       lambda m: m.group(0) if int(m.group(1)) in used else f"sz[{m.group(1)}]", line)
-  with w.block(f"def {ctx.name}(phase, lo, hi, p):"):
-    w(*("# " + line for line in abstract_ir(program).splitlines()))
-    w(f"sz = carray(p[0], ({max(1, len(ctx.sizes))},), np.int64)")
-    w(*(f"z{k} = NONNEG(sz[{k}])" for k in ctx.size_words if k in used))
-    if ctx.literals:
-      w(f"kl = carray(p[0], ({len(ctx.sizes)},), np.float64)")
-    table = _needed(ctx.table + ctx.prologue, [line for lines in phases.values()
-                                               for line in lines])
-    w(*(["err = carray(p[1], (4,), np.int64)"] if ctx.err else []),
+  with w.block(f"def {name}(phase, lo, hi, p):"):
+    w(*("# " + line for line in ir_text.splitlines()))
+    w(f"sz = carray(p[0], ({max(1, n_words)},), np.int64)")
+    w(*(f"z{k} = NONNEG(sz[{k}])" for k in size_words if k in used))
+    if literals:
+      w(f"kl = carray(p[0], ({n_words},), np.float64)")
+    kept = _needed(list(table + prologue), body)
+    w(*(["err = carray(p[1], (4,), np.int64)"] if err else []),
       *(f"ptr{k} = p[{k}]" for k in sorted({int(k) for k in _POINTER.findall(
-          "\n".join(table + [line for lines in phases.values() for line in lines]))})),
-      *map(word, table))
+          "\n".join(kept + body))})),
+      *map(word, kept))
     with w.block("if phase == 0:"):
       w(*phases[0])
     if 2 in phases:
       with w.block("if phase == 2:"):
         w(*phases[2], "return 1")
     w(*phases[1], "return 1")
-  return w.text() + f"\n\nKERNEL = {ctx.name}\n"
+  return w.text() + f"\n\nKERNEL = {name}\n"
 
 
 def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...]) -> Kernel:

@@ -20,8 +20,10 @@ def _fail(msg):
 
 
 def _check(cond, msg):
+  """Raises ShapeError(msg) unless cond; `msg` may be a function making the message (only
+  called on failure: shape rules run once per traced operation)."""
   if not cond:
-    _fail(msg)
+    _fail(msg() if callable(msg) else msg)
 
 
 def _dt(x) -> str:
@@ -32,7 +34,7 @@ def _dt(x) -> str:
 # Elementwise
 
 def unary_float(x):
-  _check(x.dtype in FLOAT_DTYPES, f"expects a float operand, got {x.dtype}")
+  _check(x.dtype in FLOAT_DTYPES, lambda: f"expects a float operand, got {x.dtype}")
   return x
 
 
@@ -42,8 +44,8 @@ def unary_numeric(x):
 
 
 def binary_same(x, y):
-  _check(x.shape == y.shape, f"operand shapes differ: {x.shape} vs {y.shape}")
-  _check(x.dtype == y.dtype, f"operand dtypes differ: {x.dtype} vs {y.dtype}")
+  _check(x.shape == y.shape, lambda: f"operand shapes differ: {x.shape} vs {y.shape}")
+  _check(x.dtype == y.dtype, lambda: f"operand dtypes differ: {x.dtype} vs {y.dtype}")
   return x
 
 
@@ -53,7 +55,7 @@ def binary_numeric(x, y):
 
 
 def binary_float(x, y):
-  _check(x.dtype in FLOAT_DTYPES, f"expects float operands, got {x.dtype}")
+  _check(x.dtype in FLOAT_DTYPES, lambda: f"expects float operands, got {x.dtype}")
   return binary_same(x, y)
 
 
@@ -179,8 +181,8 @@ special_p = Primitive("special", traits=("elementwise",))
 
 
 def _special_rule(*xs, name):
-  _check(name in SPECIAL_ARITY, f"unknown function {name!r}")
-  _check(len(xs) == SPECIAL_ARITY[name], f"{name} takes {SPECIAL_ARITY[name]} operands")
+  _check(name in SPECIAL_ARITY, lambda: f"unknown function {name!r}")
+  _check(len(xs) == SPECIAL_ARITY[name], lambda: f"{name} takes {SPECIAL_ARITY[name]} operands")
   for x in xs[1:]:
     binary_float(xs[0], x)
   return unary_float(xs[0])
@@ -206,12 +208,12 @@ stop_gradient_p = def_unary("stop_gradient", lambda x: x, lambda x: x,
 # bitwise operations on integers (and bools), numpy's: a shift by a count outside
 # [0, bits) gives 0 (left) or the sign's fill (right; arithmetic for signed integers)
 def integer_binary(x, y):
-  _check(x.dtype not in FLOAT_DTYPES, f"expects integer or bool operands, got {x.dtype}")
+  _check(x.dtype not in FLOAT_DTYPES, lambda: f"expects integer or bool operands, got {x.dtype}")
   return binary_same(x, y)
 
 
 def integer_unary(x):
-  _check(x.dtype not in FLOAT_DTYPES, f"expects an integer or bool operand, got {x.dtype}")
+  _check(x.dtype not in FLOAT_DTYPES, lambda: f"expects an integer or bool operand, got {x.dtype}")
   return x
 
 
@@ -223,7 +225,8 @@ bit_xor_p = def_binary("bit_xor", np.bitwise_xor, integer_binary,
                        traits=_INTEGER + ("commutative",))
 bit_not_p = def_unary("bit_not", np.invert, integer_unary, traits=_INTEGER)
 def shift_rule(x, y):
-  _check(x.dtype not in FLOAT_DTYPES + ("bool",), f"expects integer operands, got {x.dtype}")
+  _check(x.dtype not in FLOAT_DTYPES + ("bool",),
+         lambda: f"expects integer operands, got {x.dtype}")
   return binary_same(x, y)
 
 
@@ -255,8 +258,9 @@ select_p = Primitive("select", traits=("elementwise",), linear=(1, 2))
 
 
 def _select_rule(pred, on_true, on_false):
-  _check(pred.dtype == "bool", f"predicate must be bool, got {pred.dtype}")
-  _check(pred.shape == on_true.shape, f"predicate shape {pred.shape} differs from {on_true.shape}")
+  _check(pred.dtype == "bool", lambda: f"predicate must be bool, got {pred.dtype}")
+  _check(pred.shape == on_true.shape,
+         lambda: f"predicate shape {pred.shape} differs from {on_true.shape}")
   return binary_same(on_true, on_false)
 
 
@@ -272,12 +276,13 @@ broadcast_in_dim_p = Primitive("broadcast_in_dim", traits=("index_map",), linear
 
 def _broadcast_rule(x, *, shape, broadcast_dimensions):
   dims = broadcast_dimensions
-  _check(len(dims) == x.ndim, f"broadcast_dimensions {dims} must have one entry per operand dim")
+  _check(len(dims) == x.ndim,
+         lambda: f"broadcast_dimensions {dims} must have one entry per operand dim")
   _check(list(dims) == sorted(set(dims)) and all(0 <= d < len(shape) for d in dims),
-         f"broadcast_dimensions {dims} must be increasing and within rank {len(shape)}")
+         lambda: f"broadcast_dimensions {dims} must be increasing and within rank {len(shape)}")
   for i, d in enumerate(dims):
     _check(x.shape[i] in (1, shape[d]),
-           f"cannot broadcast operand dim {i} of size {x.shape[i]} to size {shape[d]}")
+           lambda: f"cannot broadcast operand dim {i} of size {x.shape[i]} to size {shape[d]}")
   return ShapedArray(shape, x.dtype)
 
 
@@ -294,9 +299,9 @@ reshape_p = Primitive("reshape", traits=("index_map",), linear=(0,))
 
 
 def _reshape_rule(x, *, new_sizes):
-  _check(all(d >= 0 for d in new_sizes), f"sizes must be non-negative, got {new_sizes}")
+  _check(all(d >= 0 for d in new_sizes), lambda: f"sizes must be non-negative, got {new_sizes}")
   _check(int(np.prod(new_sizes, dtype=np.int64)) == x.size,
-         f"cannot reshape {x.shape} ({x.size} elements) to {new_sizes}")
+         lambda: f"cannot reshape {x.shape} ({x.size} elements) to {new_sizes}")
   return ShapedArray(new_sizes, x.dtype)
 
 
@@ -308,7 +313,7 @@ transpose_p = Primitive("transpose", traits=("index_map",), linear=(0,))
 
 def _transpose_rule(x, *, permutation):
   _check(sorted(permutation) == list(range(x.ndim)),
-         f"permutation {permutation} is not a permutation of {x.ndim} dims")
+         lambda: f"permutation {permutation} is not a permutation of {x.ndim} dims")
   return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype)
 
 
@@ -324,7 +329,7 @@ def _slice_rule(x, *, start_indices, limit_indices, strides):
          "start, limit and strides need one entry per dim")
   shape = []
   for lo, hi, st, n in zip(start_indices, limit_indices, strides, x.shape, strict=True):
-    _check(0 <= lo <= hi <= n and st >= 1, f"bad slice {lo}:{hi}:{st} of a dim of size {n}")
+    _check(0 <= lo <= hi <= n and st >= 1, lambda: f"bad slice {lo}:{hi}:{st} of a dim of size {n}")
     shape.append(max(0, -(-(hi - lo) // st)))
   return ShapedArray(shape, x.dtype)
 
@@ -344,7 +349,8 @@ def _pad_rule(x, *, padding_config):
   _check(len(padding_config) == x.ndim, "padding_config needs one entry per dim")
   shape = []
   for (lo, hi, interior), n in zip(padding_config, x.shape, strict=True):
-    _check(lo >= 0 and hi >= 0 and interior >= 0, f"padding must be non-negative: {(lo, hi, interior)}")
+    _check(lo >= 0 and hi >= 0 and interior >= 0,
+           lambda: f"padding must be non-negative: {(lo, hi, interior)}")
     shape.append(lo + hi + n + max(0, n - 1) * interior)
   return ShapedArray(shape, x.dtype)
 
@@ -367,12 +373,12 @@ concatenate_p = Primitive("concatenate", traits=("index_map",), linear="all")
 def _concatenate_rule(*xs, dimension):
   _check(len(xs) >= 1, "needs at least one operand")
   x0 = xs[0]
-  _check(0 <= dimension < x0.ndim, f"dimension {dimension} out of range for rank {x0.ndim}")
+  _check(0 <= dimension < x0.ndim, lambda: f"dimension {dimension} out of range for rank {x0.ndim}")
   for x in xs:
-    _check(x.dtype == x0.dtype, f"operand dtypes differ: {x0.dtype} vs {x.dtype}")
+    _check(x.dtype == x0.dtype, lambda: f"operand dtypes differ: {x0.dtype} vs {x.dtype}")
     _check(x.ndim == x0.ndim and all(a == b for i, (a, b) in enumerate(zip(x.shape, x0.shape))
                                      if i != dimension),
-           f"shapes {x0.shape} and {x.shape} differ outside dimension {dimension}")
+           lambda: f"shapes {x0.shape} and {x.shape} differ outside dimension {dimension}")
   shape = list(x0.shape)
   shape[dimension] = sum(x.shape[dimension] for x in xs)
   return ShapedArray(shape, x0.dtype)
@@ -391,12 +397,13 @@ gather_p = Primitive("gather", traits=("indexing",), linear=(0,))
 
 
 def _gather_rule(x, idx, *, axis, batch_dims):
-  _check(idx.dtype in INT_DTYPES, f"indices must be integers, got {idx.dtype}")
-  _check(0 <= axis < x.ndim, f"axis {axis} out of range for rank {x.ndim}")
-  _check(0 <= batch_dims <= min(axis, idx.ndim), f"batch_dims {batch_dims} must be at most "
+  _check(idx.dtype in INT_DTYPES, lambda: f"indices must be integers, got {idx.dtype}")
+  _check(0 <= axis < x.ndim, lambda: f"axis {axis} out of range for rank {x.ndim}")
+  _check(0 <= batch_dims <= min(axis, idx.ndim), lambda: f"batch_dims {batch_dims} must be at most "
          f"the axis {axis} and the index rank {idx.ndim}")
   _check(x.shape[:batch_dims] == idx.shape[:batch_dims],
-         f"batch dims differ: operand {x.shape[:batch_dims]}, indices {idx.shape[:batch_dims]}")
+         lambda: f"batch dims differ: operand {x.shape[:batch_dims]}, "
+                 f"indices {idx.shape[:batch_dims]}")
   return ShapedArray(x.shape[:axis] + idx.shape[batch_dims:] + x.shape[axis + 1:], x.dtype)
 
 
@@ -439,7 +446,7 @@ scatter_add_p = Primitive("scatter_add", traits=("indexing",), linear=(0, 2))  #
 def _scatter_add_rule(x, idx, updates, *, axis, batch_dims):
   expected = _gather_rule(x, idx, axis=axis, batch_dims=batch_dims)
   _check(updates.shape == expected.shape and updates.dtype == x.dtype,
-         f"updates {updates} must be {expected}")
+         lambda: f"updates {updates} must be {expected}")
   return x
 
 
@@ -463,7 +470,7 @@ rev_p = Primitive("rev", traits=("index_map",), linear=(0,))  # reverses the ord
 
 def _rev_rule(x, *, dimensions):
   _check(len(set(dimensions)) == len(dimensions) and all(0 <= d < x.ndim for d in dimensions),
-         f"dimensions {dimensions} invalid for rank {x.ndim}")
+         lambda: f"dimensions {dimensions} invalid for rank {x.ndim}")
   return x
 
 
@@ -476,7 +483,7 @@ impl_rules[rev_p] = lambda x, *, dimensions: np.flip(x, dimensions).copy()
 
 def _reduce_rule(x, *, axes):
   _check(len(set(axes)) == len(axes) and all(0 <= a < x.ndim for a in axes),
-         f"axes {axes} invalid for rank {x.ndim}")
+         lambda: f"axes {axes} invalid for rank {x.ndim}")
   return ShapedArray(tuple(n for i, n in enumerate(x.shape) if i not in axes), x.dtype)
 
 
@@ -489,7 +496,7 @@ reduce_max_p = Primitive("reduce_max", traits=("reduction",))
 
 def _reduce_max_rule(x, *, axes):
   unary_numeric(x)
-  _check(all(x.shape[a] > 0 for a in axes), f"reduce_max over an empty axis of {x.shape}")
+  _check(all(x.shape[a] > 0 for a in axes), lambda: f"reduce_max over an empty axis of {x.shape}")
   return _reduce_rule(x, axes=axes)
 
 
@@ -507,15 +514,16 @@ def _dot_free(ndim, contract, batch):
 
 def _dot_general_rule(x, y, *, dimension_numbers):
   (lc, rc), (lb, rb) = dimension_numbers
-  _check(x.dtype == y.dtype, f"operand dtypes differ: {x.dtype} vs {y.dtype}")
+  _check(x.dtype == y.dtype, lambda: f"operand dtypes differ: {x.dtype} vs {y.dtype}")
   _check(x.dtype != "bool", "expects numeric operands")
   _check(len(lc) == len(rc) and len(lb) == len(rb), "dimension numbers must pair up")
   for dims, nd in ((lc + lb, x.ndim), (rc + rb, y.ndim)):
     _check(len(set(dims)) == len(dims) and all(0 <= d < nd for d in dims),
-           f"dimension numbers {dimension_numbers} invalid for ranks {x.ndim}, {y.ndim}")
+           lambda: f"dimension numbers {dimension_numbers} invalid for ranks {x.ndim}, {y.ndim}")
   for a, b in zip(lc + lb, rc + rb):
     _check(x.shape[a] == y.shape[b],
-           f"dimension {a} of lhs {x.shape} (size {x.shape[a]}) does not match dimension {b} "
+           lambda: f"dimension {a} of lhs {x.shape} (size {x.shape[a]}) does not match "
+                   f"dimension {b} "
            f"of rhs {y.shape} (size {y.shape[b]})")
   shape = ([x.shape[d] for d in lb] + [x.shape[d] for d in _dot_free(x.ndim, lc, lb)]
            + [y.shape[d] for d in _dot_free(y.ndim, rc, rb)])
@@ -547,7 +555,7 @@ full_p = Primitive("full", traits=("generator", "nondifferentiable"))
 
 
 def _full_rule(*, shape, fill_value, dtype):
-  _check(all(d >= 0 for d in shape), f"negative dimension in {shape}")
+  _check(all(d >= 0 for d in shape), lambda: f"negative dimension in {shape}")
   return ShapedArray(shape, dtype)
 
 
@@ -558,7 +566,7 @@ iota_p = Primitive("iota", traits=("generator", "nondifferentiable"))  # the ind
 
 
 def _iota_rule(*, shape, dimension, dtype):
-  _check(0 <= dimension < len(shape), f"dimension {dimension} out of range for {shape}")
+  _check(0 <= dimension < len(shape), lambda: f"dimension {dimension} out of range for {shape}")
   return ShapedArray(shape, dtype)
 
 
@@ -589,12 +597,12 @@ impl_rules[argsort_p] = lambda x: np.argsort(x, axis=-1, kind="stable").astype(n
 
 def _square(x, name):
   _check(x.ndim >= 2 and x.shape[-1] == x.shape[-2],
-         f"{name} needs square matrices in the last two axes, got shape {x.shape}")
-  _check(x.is_float, f"{name} needs a float array, got {x.dtype}")
+         lambda: f"{name} needs square matrices in the last two axes, got shape {x.shape}")
+  _check(x.is_float, lambda: f"{name} needs a float array, got {x.dtype}")
 
 
 def _matrices(x, name):
-  _check(x.ndim >= 2 and x.is_float, f"{name} needs float matrices in the last two axes, "
+  _check(x.ndim >= 2 and x.is_float, lambda: f"{name} needs float matrices in the last two axes, "
          f"got {x.shape} {x.dtype}")
 
 
@@ -607,7 +615,7 @@ def _solve_rule(a, b):
   _square(a, "solve")
   _check(b.ndim == a.ndim and b.shape[:-2] == a.shape[:-2] and b.shape[-2] == a.shape[-1]
          and b.dtype == a.dtype,
-         f"solve of {a.shape} {a.dtype} and {b.shape} {b.dtype}: b must be (..., n, k) "
+         lambda: f"solve of {a.shape} {a.dtype} and {b.shape} {b.dtype}: b must be (..., n, k) "
          f"with a's batch, n and dtype")
   return ShapedArray(b.shape, b.dtype)
 
@@ -851,7 +859,7 @@ def _floats_limited(rule, dtypes: tuple[str, ...], why: str):
   def limited(*xs, **params):
     for x in xs:
       _check(x.dtype not in FLOAT_DTYPES or x.dtype in dtypes,
-             f"computes in {' or '.join(dtypes)} only ({why}), got {x.dtype}: convert with "
+             lambda: f"computes in {' or '.join(dtypes)} only ({why}), got {x.dtype}: convert with "
              f"x.astype(np.float32) or x.astype(np.float64)")
     return rule(*xs, **params)
   return limited

@@ -136,10 +136,16 @@ def user_source() -> str:
   f = sys._getframe(1)
   while f is not None:
     fn = f.f_code.co_filename
-    if not fn.startswith(_PKG_DIRS) and "contextlib" not in fn:
+    ours = _OURS.get(fn)
+    if ours is None:
+      ours = _OURS[fn] = fn.startswith(_PKG_DIRS) or "contextlib" in fn
+    if not ours:
       return f"{fn}:{f.f_lineno}"
     f = f.f_back
   return "<unknown>"
+
+
+_OURS: dict[str, bool] = {}  # file name -> whether it is primc's own (or contextlib's)
 
 
 @contextlib.contextmanager
