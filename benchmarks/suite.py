@@ -51,11 +51,41 @@ def first_call(workload: str, impl: str) -> dict:
   return {**result, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+# W3 at other numbers of points after its first call (4096): smaller and larger ones
+NEW_SIZES = (1000, 2500, 3000, 5000, 6000, 8192)
+
+
+def new_sizes(impl: str) -> dict:
+  """Run in a fresh process: W3's first call, then each of NEW_SIZES called twice: its
+  first call (primc: a trace and a plan, no compile; JAX: a trace and a compile) and the
+  next (the steady call at that size). Medians over the sizes."""
+  import numpy as np
+  from benchmarks import workloads
+  w = workloads.WORKLOADS["W3"]()
+  fn = w[impl]()
+  params = w["args"][0]
+  _ready(fn(*w["args"]))
+  rng = np.random.default_rng(7)
+  firsts, calls = [], []
+  for n in NEW_SIZES:
+    pts = rng.uniform(-1, 1, (n, 2)).astype(np.float32)
+    args = (params, pts, np.sin(pts[:, 0]).astype(np.float32))
+    for times in (firsts, calls):
+      t = time.perf_counter()
+      _ready(fn(*args))
+      times.append(time.perf_counter() - t)
+  median = lambda v: sorted(v)[len(v) // 2]
+  return {"sizes": NEW_SIZES, "first_s": firsts, "steady_s": calls,
+          "median_first_s": median(firsts),
+          "median_overhead_s": median([a - b for a, b in zip(firsts, calls)])}
+
+
 def _child(workload, impl, cache, tiered=False):
   env = child_env(PRIMC_CACHE_DIR=cache, PRIMC_TIERED="1" if tiered else "0",
                   PRIMC_BENCH_PEERS="1" if impl == "jax" else "0")
-  proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, "--child", workload,
-                         impl], env=env, capture_output=True, text=True, timeout=900)
+  command = ["--new-sizes", impl] if workload is None else ["--child", workload, impl]
+  proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, *command], env=env,
+                        capture_output=True, text=True, timeout=900)
   if proc.returncode:
     sys.stderr.write(f"{workload} {impl} child failed (exit {proc.returncode}):\n{proc.stderr}")
     return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-200:]}"}
@@ -113,9 +143,13 @@ def main():
   parser.add_argument("--child", nargs=2)
   parser.add_argument("--only", nargs="*")
   parser.add_argument("--no-first-call", action="store_true")
+  parser.add_argument("--new-sizes")
   args = parser.parse_args()
   if args.child:
     print(json.dumps(first_call(*args.child)))
+    return
+  if args.new_sizes:
+    print(json.dumps(new_sizes(args.new_sizes)))
     return
   import numpy as np
   from benchmarks import workloads
@@ -162,6 +196,15 @@ def main():
           flush=True)
   if "W7 n=6" in results:
     results["W7 n=6"]["equations"] = _equation_counts()
+  if "W3" in results and not args.no_first_call:
+    sized = {}
+    for impl in ("primc", "jax"):
+      if "steady_s" in results["W3"].get(impl, {}):
+        cache = tempfile.mkdtemp(prefix="primc-bench-")
+        os.chmod(cache, 0o700)
+        sized[impl] = _child(None, impl, cache)
+        shutil.rmtree(cache, ignore_errors=True)
+    results["W3"]["new_sizes"] = sized
   _report(results, partial=bool(args.only))
 
 
@@ -203,6 +246,14 @@ def _report(results, partial=False):
                  f"{fmt(cold)} | {tier} | {fmt(warm)} | {fmt(jcold)} | "
                  f"{'—' if mem is None else f'{mem:.0f}'} | "
                  f"{'—' if err is None else f'{err:.1e}'} |")
+  sized = results.get("W3", {}).get("new_sizes", {})
+  if sized:
+    ms = lambda r, key: "—" if key not in r else f"{r[key] * 1e3:.0f} ms"
+    lines.append("\nW3 at a new size (" + ", ".join(map(str, NEW_SIZES)) + " points after "
+                 "4096; a fresh process, medians): " + "; ".join(
+                     f"{impl} first call {ms(r, 'median_first_s')}, of which "
+                     f"{ms(r, 'median_overhead_s')} more than the steady call there"
+                     for impl, r in sized.items()))
   if "W7 n=6" in results:
     eq = results["W7 n=6"].get("equations", {})
     lines.append(f"\nW7 n=6 equations: primc after passes {eq.get('primc_after_passes')}, "
