@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import sys
 
-from primc.codegen import cache, executor, loops, module, plan, store, tiered  # noqa: F401
+from primc.codegen import (cache, executor, kernel_workers, loops, module, plan,  # noqa: F401
+                           store, tiered)
 
 
 def jit_disabled() -> bool:

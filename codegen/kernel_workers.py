@@ -10,14 +10,21 @@ each process compiles the kernels it finds neither sealed nor locked by another
 by what each kernel costs and when each process starts. This process then loads every
 kernel, waiting for those still being compiled. A worker that fails only costs time
 (this process compiles what is missing) and is logged.
+
+A worker takes ~0.15 s to start (Python, numpy, llvmlite). When a function's first plan
+is not in the cache, `prestart` starts the workers while this process runs the passes
+and fusion: they wait (at most WAIT_S) for the keys `start` then sends them, and exit
+if none come (the plan's kernels were all in the cache).
 """
 from __future__ import annotations
 
 import logging
 import os
+import select
 import subprocess
 import sys
 import tempfile
+import threading
 
 from primc.codegen import cache, loader, store
 
@@ -49,39 +56,111 @@ def orders(keys: list[str], n: int) -> list[list[str]]:
   return [keys[k * len(keys) // n:] + keys[:k * len(keys) // n] for k in range(n)]
 
 
+WAIT_S = 10.0  # how long a prestarted worker waits for its keys
+# A worker imports `primc.codegen` without running `primc/__init__.py` (the front ends,
+# ~60 ms of its ~0.25 s start): the package's module is made from its spec, unexecuted.
+_BOOT = ("import importlib.util, sys\n"
+         "spec = importlib.util.find_spec('primc')\n"
+         "sys.modules['primc'] = importlib.util.module_from_spec(spec)\n"
+         "from primc.codegen.kernel_workers import main\n"
+         "sys.exit(main(sys.argv[1:]))\n")
+_waiting: list = []  # prestarted workers: (process, stderr file)
+_waiting_lock = threading.Lock()
+
+
+def prestart() -> None:
+  """Starts the workers a compile about to begin may need (one per core but this
+  process's), unless they are waiting already; `start` hands them their keys."""
+  n = workers() - 1
+  if n < 1:
+    return
+  with _waiting_lock:
+    _waiting[:] = [job for job in _waiting if job[0].poll() is None]
+    for _ in range(n - len(_waiting)):
+      job = _spawn(["--wait"], subprocess.PIPE)
+      if job is None:
+        break
+      _waiting.append(job)
+
+
+def _spawn(args: list[str], stdin) -> tuple | None:
+  err = tempfile.TemporaryFile()  # not a pipe: a chatty worker must not block on it
+  try:
+    return subprocess.Popen([sys.executable, "-c", _BOOT, *args],
+                            env=store.worker_env(), stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=err), err
+  except OSError as e:  # no processes here: this one compiles everything
+    log.warning("could not start a kernel compile worker (%s): compiling in process", e)
+    err.close()
+    return None
+
+
+def _handed(keys: list[str]) -> tuple | None:
+  """A prestarted worker still waiting, given `keys` (None: none took them)."""
+  while True:
+    with _waiting_lock:
+      if not _waiting:
+        return None
+      job = _waiting.pop(0)
+    try:
+      stdin, job[0].stdin = job[0].stdin, None  # closed here (not by `communicate`)
+      with stdin:
+        stdin.write((" ".join(keys) + "\n").encode())
+      return job
+    except OSError:  # it stopped waiting: the next one, or a new process
+      _discard(job)
+
+
+def _discard(job) -> None:
+  job[0].kill()
+  job[0].communicate()
+  job[1].close()
+
+
 def start(modules) -> list:
   """Starts the worker processes that compile `modules` (kernels no cache holds yet,
   written to the cache directory) with this process, when there are several and several
-  cores: call it holding the library's lock (workers take it before they link the
-  library, which this process verifies and links meanwhile); then `finish`."""
+  cores (prestarted ones first): call it holding the library's lock (workers take it
+  before they link the library, which this process verifies and links meanwhile); then
+  `finish`."""
+  reap(wait=False)
   modules = [m for m in modules if m.DIRECTORY is not None]
   n = min(workers(), len(modules))
   if n < 2:  # workers share their results through the cache
     return []
-  env = store.worker_env()
   jobs = []
   for order in orders([m.KEY for m in modules], n)[1:]:
-    err = tempfile.TemporaryFile()  # not a pipe: a chatty worker must not block on it
-    try:
-      jobs.append((subprocess.Popen(
-          [sys.executable, "-m", "primc.codegen.kernel_workers", *order],
-          env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err), err))
-    except OSError as e:  # no processes here: this one compiles everything
-      log.warning("could not start a kernel compile worker (%s): compiling in process", e)
-      err.close()
+    job = _handed(order) or _spawn(order, subprocess.DEVNULL)
+    if job is None:
       break
+    jobs.append(job)
   return jobs
 
 
 def finish(modules, jobs) -> int:
-  """Compiles what of `modules` no worker has taken, then waits for the workers `jobs`;
-  returns how many there were. The caller then loads every kernel
-  (`loader.compile_kernel`)."""
+  """Compiles what of `modules` no worker has taken; returns how many workers there were.
+  The caller then loads every kernel (`loader.compile_kernel`, which waits for each one a
+  worker is compiling: its lock), not for the workers to exit (~30 ms): `reap` collects
+  them later."""
   if not jobs:
     return 0
   for module in modules:
     if module.DIRECTORY is not None:
       loader.compile_kernel(module, wait=False)
+  with _waiting_lock:
+    _running.extend(jobs)
+  return len(jobs)
+
+
+_running: list = []  # workers handed keys, not yet collected by `reap`
+
+
+def reap(wait: bool = True) -> None:
+  """Collects the workers that have exited (`wait`: every one, waiting for it): counts
+  what they compiled (`worker_compiles`), logs the ones that failed."""
+  with _waiting_lock:
+    jobs = [job for job in _running if wait or job[0].poll() is not None]
+    _running[:] = [job for job in _running if job not in jobs]
   for job, err in jobs:
     out, _ = job.communicate()
     with err:
@@ -92,17 +171,23 @@ def finish(modules, jobs) -> int:
       else:  # this process loads them (kernel_cache_loads)
         last = (out.split() or [b""])[-1]
         cache.count("worker_compiles", n=int(last) if last.isdigit() else 0)
-  return len(jobs)
 
 
 def main(argv: list[str]) -> int:
-  """The worker: compiles the cached kernel modules `argv` (their keys, in its order)
-  that are neither sealed nor being compiled by another process; prints how many."""
+  """The worker: compiles the cached kernel modules `argv` (their keys, in its order; or
+  `--wait`: read from a line of standard input, waiting at most WAIT_S) that are neither
+  sealed nor being compiled by another process; prints how many."""
+  if argv == ["--wait"]:
+    ready, _, _ = select.select([sys.stdin], [], [], WAIT_S)
+    argv = sys.stdin.readline().split() if ready else []
   st = store.current()
   sources = []
   for key in argv:
     with open(st.path(st.write_dir, "module", key)) as f:
       sources.append(f.read())
+  if not sources:
+    print(0)
+    return 0
   with st.lock("library"):  # verified and linked by the process that started this one
     loader.link_library(sources)
   compiled = 0

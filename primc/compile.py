@@ -52,8 +52,11 @@ def backend():
 def cache_stats() -> dict:
   """This process's cache counters: plan hits and misses (with reasons), numba compiles and
   cache loads, module files written/loaded, bad entries rebuilt, write failures,
-  evictions, first-call load times (seconds)."""
-  return backend().cache.stats()
+  evictions, first-call load times (seconds). Waits for the compile workers still exiting
+  (their counts come with them)."""
+  codegen = backend()
+  codegen.kernel_workers.reap()
+  return codegen.cache.stats()
 
 
 # ---------------------------------------------------------------------------------------
@@ -330,12 +333,14 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
                      None if config.interpret or codegen.jit_disabled() else codegen.loops)
   key = codegen.cache.program_key(traced)
   plan, optimized = st.read_entry("plan", key, codegen.plan.Plan.from_bytes), None
+  interpret_only = config.interpret or codegen.jit_disabled()
+  tiered = config.tiered if tiered is None else tiered
   if plan is None:
+    if not (prefer or interpret_only or tiered):  # a first plan: kernels may be new too
+      codegen.kernel_workers.prestart()
     optimized, _, plan = build_plan(traced, prefer)
     st.write_entry("plan", key, plan.to_bytes())
-  interpret_only = config.interpret or codegen.jit_disabled()
-  if interpret_only or (config.tiered if tiered is None else tiered) and not all(
-      map(st.sealed, plan.kernels)):
+  if interpret_only or tiered and not all(map(st.sealed, plan.kernels)):
     job = None if interpret_only else codegen.tiered.start(key, plan)
     if job is not None or interpret_only:
       program = passes.optimize(traced) if optimized is None else optimized

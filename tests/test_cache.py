@@ -166,6 +166,7 @@ def test_a_failed_kernel_worker_is_logged_not_fatal(caplog, monkeypatch):
   modules = [exe.modules[0], missing]
   with caplog.at_level("WARNING"):
     assert kernel_workers.finish(modules, kernel_workers.start(modules)) == 1
+    kernel_workers.reap()  # workers are collected after the kernels are loaded
   assert "kernel compile worker failed" in caplog.text and "No such file" in caplog.text
 
 
@@ -337,3 +338,58 @@ def test_workers_ignore_a_primc_in_the_working_directory(tmp_path):
   assert proc.returncode == 0, proc.stderr
   # a worker that imported the foreign primc fails (logged when this process collects it)
   assert "worker failed" not in proc.stderr and "another module or environment" not in proc.stderr
+
+
+def _several_kernels(np_, a, b, c):
+  """A program of several regions (a product with its epilogue, reductions) made of the
+  elementwise functions a, b, c of `np_` (distinct ones make kernels no test compiled)."""
+  return lambda x, w: np_.sum(getattr(np_, a)(x @ w) ** 2, axis=1) + np_.max(
+      getattr(np_, b)(x * 0.5), axis=1) * np_.sum(getattr(np_, c)(x), axis=0)[:1]
+
+
+def test_prestarted_workers_take_the_keys(tmp_path, monkeypatch):
+  """A function's first plan not in the cache starts the compile workers before the
+  passes run; the first call then hands them their kernels (no process started for
+  them), and the result is right."""
+  from primc.codegen import kernel_workers
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "c"))
+  monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
+  spawned = []
+  spawn = kernel_workers._spawn
+  monkeypatch.setattr(kernel_workers, "_spawn",
+                      lambda args, stdin: spawned.append(list(args)) or spawn(args, stdin))
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((64, 32))
+  w = rng.standard_normal((32, 32)) / 8
+  f = primc.jit(_several_kernels(pnp, "tanh", "exp", "sin"))
+  want = _several_kernels(np, "tanh", "exp", "sin")(x, w)
+  np.testing.assert_allclose(f(x, w), want, rtol=1e-10)
+  assert spawned == [["--wait"]]  # prestarted, then handed its keys
+  kernel_workers.reap()
+  assert not kernel_workers._running
+
+
+def test_a_worker_that_stopped_waiting_is_replaced(tmp_path, monkeypatch):
+  """A prestarted worker that is gone when the keys come (it waited too long, or was
+  killed) is dropped: a new process takes them, and the result is right."""
+  from primc.codegen import kernel_workers
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "c"))
+  monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
+  kernel_workers.prestart()
+  for job, _ in kernel_workers._waiting:
+    job.kill()
+    job.wait()
+  spawned = []
+  spawn = kernel_workers._spawn
+  monkeypatch.setattr(kernel_workers, "prestart", lambda: None)  # keep the dead one
+  monkeypatch.setattr(kernel_workers, "_spawn",
+                      lambda args, stdin: spawned.append(list(args)) or spawn(args, stdin))
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((64, 32))
+  w = rng.standard_normal((32, 32)) / 8
+  f = primc.jit(_several_kernels(pnp, "cos", "arctan", "sinh"))
+  want = _several_kernels(np, "cos", "arctan", "sinh")(x, w)
+  np.testing.assert_allclose(f(x, w), want, rtol=1e-10)
+  assert len(spawned) == 1 and spawned[0] != ["--wait"]  # the keys, to a new process
+  assert not kernel_workers._waiting
+  kernel_workers.reap()
