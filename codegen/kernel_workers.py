@@ -155,6 +155,18 @@ def finish(modules, jobs) -> int:
 _running: list = []  # workers handed keys, not yet collected by `reap`
 
 
+def _forget_workers() -> None:
+  """In a forked child: the workers are the parent's (its children, its pipes), and the
+  lock may have been held by another of the parent's threads."""
+  global _waiting_lock
+  _waiting_lock = threading.Lock()
+  _waiting.clear()
+  _running.clear()
+
+
+os.register_at_fork(after_in_child=_forget_workers)
+
+
 def reap(wait: bool = True) -> None:
   """Collects the workers that have exited (`wait`: every one, waiting for it): counts
   what they compiled (`worker_compiles`), logs the ones that failed."""

@@ -393,3 +393,19 @@ def test_a_worker_that_stopped_waiting_is_replaced(tmp_path, monkeypatch):
   assert len(spawned) == 1 and spawned[0] != ["--wait"]  # the keys, to a new process
   assert not kernel_workers._waiting
   kernel_workers.reap()
+
+
+def test_a_forked_child_forgets_the_parents_workers(tmp_path, monkeypatch):
+  from primc.codegen import kernel_workers
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "c"))
+  monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
+  kernel_workers.prestart()
+  assert kernel_workers._waiting
+  read, write = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # the child: none of the parent's workers to hand keys to
+    os.write(write, b"%d" % len(kernel_workers._waiting))
+    os._exit(0)
+  os.waitpid(pid, 0)
+  assert os.read(read, 16) == b"0"
+  assert kernel_workers._waiting  # the parent's still wait
