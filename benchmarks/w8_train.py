@@ -84,6 +84,8 @@ def run(impl: str, steps: int) -> dict:
     if k == 0:
       first = time.perf_counter() - T0
   total = time.perf_counter() - T0
+  if impl != "jax":
+    primc.cache_stats()  # collects the compile workers (RUSAGE_CHILDREN counts those)
   return {"impl": impl, "first_step_s": first, "total_s": total,
           "steady_ms": float(np.median(times[steps // 2:]) * 1e3),
           "loss_first": losses[0], "loss_last": losses[-1],

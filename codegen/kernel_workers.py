@@ -111,6 +111,14 @@ def _handed(keys: list[str]) -> tuple | None:
       _discard(job)
 
 
+def _cancel() -> None:
+  """Stops the prestarted workers (none of them is needed)."""
+  with _waiting_lock:
+    jobs, _waiting[:] = list(_waiting), []
+  for job in jobs:
+    _discard(job)
+
+
 def _discard(job) -> None:
   job[0].kill()
   job[0].communicate()
@@ -127,6 +135,7 @@ def start(modules) -> list:
   modules = [m for m in modules if m.DIRECTORY is not None]
   n = min(workers(), len(modules))
   if n < 2:  # workers share their results through the cache
+    _cancel()  # prestarted ones would only take cores from this process's compile or run
     return []
   jobs = []
   for order in orders([m.KEY for m in modules], n)[1:]:

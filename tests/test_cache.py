@@ -409,3 +409,20 @@ def test_a_forked_child_forgets_the_parents_workers(tmp_path, monkeypatch):
   os.waitpid(pid, 0)
   assert os.read(read, 16) == b"0"
   assert kernel_workers._waiting  # the parent's still wait
+
+
+def test_prestarted_workers_are_stopped_when_one_kernel_is_new(tmp_path, monkeypatch):
+  """A first plan of one new kernel: this process compiles it; the prestarted workers are
+  stopped at once rather than left waiting beside the run (they would take its cores)."""
+  from primc.codegen import kernel_workers
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "c"))
+  monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
+  started = []
+  prestart = kernel_workers.prestart
+  monkeypatch.setattr(kernel_workers, "prestart",
+                      lambda: (prestart(), started.extend(kernel_workers._waiting)))
+  x = np.linspace(-2, 2, 50)
+  f = primc.jit(lambda x: pnp.arcsinh(x) * pnp.cbrt(x) - 0.5)
+  np.testing.assert_allclose(f(x), np.arcsinh(x) * np.cbrt(x) - 0.5, rtol=1e-12)
+  assert started and not kernel_workers._waiting
+  assert all(job.poll() is not None for job, _ in started)  # stopped, and collected
