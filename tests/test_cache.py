@@ -347,13 +347,10 @@ def _several_kernels(np_, a, b, c):
       getattr(np_, b)(x * 0.5), axis=1) * np_.sum(getattr(np_, c)(x), axis=0)[:1]
 
 
-def test_prestarted_workers_take_the_keys(tmp_path, monkeypatch):
-  """A function's first plan not in the cache starts the compile workers before the
-  passes run; the first call then hands them their kernels (no process started for
-  them), and the result is right."""
+def _compile_new_kernels(monkeypatch, *functions) -> list:
+  """Runs a program of several kernels made of `functions` (checked against numpy); the
+  arguments of each worker process started meanwhile."""
   from primc.codegen import kernel_workers
-  monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "c"))
-  monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
   spawned = []
   spawn = kernel_workers._spawn
   monkeypatch.setattr(kernel_workers, "_spawn",
@@ -361,9 +358,19 @@ def test_prestarted_workers_take_the_keys(tmp_path, monkeypatch):
   rng = np.random.default_rng(5)
   x = rng.standard_normal((64, 32))
   w = rng.standard_normal((32, 32)) / 8
-  f = primc.jit(_several_kernels(pnp, "tanh", "exp", "sin"))
-  want = _several_kernels(np, "tanh", "exp", "sin")(x, w)
-  np.testing.assert_allclose(f(x, w), want, rtol=1e-10)
+  f = primc.jit(_several_kernels(pnp, *functions))
+  np.testing.assert_allclose(f(x, w), _several_kernels(np, *functions)(x, w), rtol=1e-10)
+  return spawned
+
+
+def test_prestarted_workers_take_the_keys(tmp_path, monkeypatch):
+  """A function's first plan not in the cache starts the compile workers before the
+  passes run; the first call then hands them their kernels (no process started for
+  them), and the result is right."""
+  from primc.codegen import kernel_workers
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "c"))
+  monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
+  spawned = _compile_new_kernels(monkeypatch, "tanh", "exp", "sin")
   assert spawned == [["--wait"]]  # prestarted, then handed its keys
   kernel_workers.reap()
   assert not kernel_workers._running
@@ -379,17 +386,8 @@ def test_a_worker_that_stopped_waiting_is_replaced(tmp_path, monkeypatch):
   for job, _ in kernel_workers._waiting:
     job.kill()
     job.wait()
-  spawned = []
-  spawn = kernel_workers._spawn
   monkeypatch.setattr(kernel_workers, "prestart", lambda: None)  # keep the dead one
-  monkeypatch.setattr(kernel_workers, "_spawn",
-                      lambda args, stdin: spawned.append(list(args)) or spawn(args, stdin))
-  rng = np.random.default_rng(5)
-  x = rng.standard_normal((64, 32))
-  w = rng.standard_normal((32, 32)) / 8
-  f = primc.jit(_several_kernels(pnp, "cos", "arctan", "sinh"))
-  want = _several_kernels(np, "cos", "arctan", "sinh")(x, w)
-  np.testing.assert_allclose(f(x, w), want, rtol=1e-10)
+  spawned = _compile_new_kernels(monkeypatch, "cos", "arctan", "sinh")
   assert len(spawned) == 1 and spawned[0] != ["--wait"]  # the keys, to a new process
   assert not kernel_workers._waiting
   kernel_workers.reap()
