@@ -90,8 +90,12 @@ class Block:
     # large arrays, and a fault of a huge page the system must first assemble (or zero
     # anew) costs far more than the small pages a dropped block gave back (measured: W3
     # at a larger new size 103-190 -> 88-135 ms; its steady call 12.4-12.7 -> 10.7-10.9 ms)
-    self.memory = (np.frombuffer(mmap.mmap(-1, nbytes), np.uint8) if nbytes
-                   else np.empty(0, np.uint8))
+    try:
+      self.memory = (np.frombuffer(mmap.mmap(-1, nbytes), np.uint8) if nbytes
+                     else np.empty(0, np.uint8))
+    except OSError as e:  # as numpy says it
+      raise MemoryError(f"primc: cannot map {nbytes} bytes for a program's "
+                        f"intermediates: {e}") from None
     self.size = nbytes
     self._views: dict[tuple, tuple] = {}
 

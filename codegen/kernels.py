@@ -442,7 +442,7 @@ def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) 
                   tuple((k, tuple(lines)) for k, lines in phases.items()))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=512)  # ~20 KB each: lines and source
 def _written(name: str, ir_text: str, n_words: int, size_words: tuple, literals: bool,
              err: bool, table: tuple, prologue: tuple, phases: tuple) -> str:
   """`_source` of its parts (hashable: `phases` as (phase, lines) pairs)."""

@@ -282,3 +282,10 @@ def test_arena_size_classes():
     c = size_class(n)
     assert n <= c <= max(n * 1.125, 4096)
     assert size_class(c) == c  # a class is its own class
+
+
+def test_an_arena_block_the_system_refuses_is_a_memory_error():
+  from primc.codegen.executor import Block
+  with pytest.raises(MemoryError, match="cannot map"):
+    Block(1 << 60)
+  assert Block(0).size == 0 and Block(4096).memory.size == 4096
