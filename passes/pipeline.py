@@ -36,6 +36,9 @@ class Pass:
 
 PIPELINE = [
     Pass("simplify", simplify, "constant folding and algebraic identities (IEEE-safe)", True),
+    # CSE before combine too: operands it merges (x + y with y equal to x) are terms
+    # combine then joins (2 x) in this round, not the next (W3: three rounds -> two)
+    Pass("merge", cse, "CSE before combine: equal operands merged into one"),
     Pass("combine", combine, "sums and products of terms in canonical form", True),
     Pass("cse", cse, "merge equal equations, commutative operands canonicalized"),
     Pass("dce", dce, "drop equations and region outputs nothing uses"),
@@ -87,7 +90,7 @@ def run_pass(p: Pass, program: Program, *, check: bool, show: set[str], fast: bo
 
 def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
              print_after=None, rounds: int = MAX_ROUNDS) -> Program:
-  """Runs the pipeline (simplify, combine, CSE, DCE) until no pass changes the program
+  """Runs the pipeline (simplify, CSE, combine, CSE, DCE) until no pass changes the program
   (or for `rounds` rounds).
 
   Args:

@@ -139,7 +139,7 @@ def test_optimize_prints_after_named_passes(capsys, monkeypatch):
 
 
 def test_pipeline_is_a_readable_list():
-  assert [p.name for p in passes.PIPELINE] == ["simplify", "combine", "cse", "dce"]
+  assert [p.name for p in passes.PIPELINE] == ["simplify", "merge", "combine", "cse", "dce"]
   assert all(p.description for p in passes.PIPELINE)
 
 
@@ -171,7 +171,8 @@ def test_optimized_derivatives_are_still_correct():
 def test_equation_counts_reports_each_stage():
   program = primc.make_program(_tanh_derivative(3))(np.ones(1, np.float32))
   counts = passes.equation_counts(program)
-  assert list(counts) == ["traced", "simplify", "combine", "cse", "dce", "optimized", "regions"]
+  assert list(counts) == ["traced", "simplify", "merge", "combine", "cse", "dce", "optimized",
+                          "regions"]
   assert counts["optimized"] <= counts["traced"] and counts["regions"] >= 1
 
 
