@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from typing import Callable
 
@@ -491,7 +492,7 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...]) -> Ke
     ctx.prologue.append(f"blk = max(1, {TASK_ELEMENTS} // max(1, {inner}))")
     phases = {0: [f"return ({outer} + blk - 1) // blk + 1"],
               1: ["r0 = lo * blk", f"r1 = min({outer}, hi * blk)", *init, *setup, *code]}
-  threaded = int(np.prod(domain, dtype=np.int64)) >= PARALLEL_MIN and not reductions
+  threaded = math.prod(domain) >= PARALLEL_MIN and not reductions
   return Kernel(_source(ctx, program, phases), tuple(ctx.sizes), threaded, False,
                 tuple(ctx.scratch))
 
@@ -767,7 +768,7 @@ def _product(program: Program) -> tuple[Eqn, int, int]:
   """A dot region's dot_general, its contraction length and its multiply-adds."""
   dot = next(e for e in program.eqns if e.prim is P.dot_general_p)
   (lc, _), _ = dot.kw["dimension_numbers"]
-  k = int(np.prod([dot.inputs[0].aval.shape[d] for d in lc], dtype=np.int64))
+  k = math.prod([dot.inputs[0].aval.shape[d] for d in lc])
   return dot, k, dot.outputs[0].aval.size * k
 
 
@@ -855,7 +856,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   # row blocks carry their epilogue rows when the product's leading dim is the matrix row
   fuse_rows = bool(epilogue and not lb and len(lf) == 1 and not ta and not _reductions_of(sub))
   if ta:
-    nb = int(np.prod([x.aval.shape[d] for d in lb], dtype=np.int64))
+    nb = math.prod([x.aval.shape[d] for d in lb])
     parts = 8 if threaded and nb == 1 and out.aval.size * 8 <= CONTRACTION_SCRATCH else 1
     phases = _contraction_parts(ctx, gemm, out.aval.dtype, parts, parts * out.aval.size,
                                 views)

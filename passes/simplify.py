@@ -10,6 +10,8 @@ rewrites that are wrong only for NaN/inf operands: `x * 0 -> 0`, `x - x -> 0`.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from primc import prims as P
@@ -78,7 +80,7 @@ def sum_of_broadcast(r, x, *, axes):
   out_shape = tuple(shape[d] for d in kept)
   y = operand if r.read(operand).aval.shape == out_shape and dims == tuple(range(len(dims))) \
       else r.emit(P.broadcast_in_dim_p, [operand], shape=out_shape, broadcast_dimensions=dims)
-  count = int(np.prod([shape[a] for a in axes]))
+  count = math.prod([shape[a] for a in axes])
   return r.emit(P.mul_p, [y, splat(r, count, r.read(y).aval, sized=True)])
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from typing import Any, Callable, Sequence, Union
 
 import numpy as np
@@ -88,7 +89,7 @@ class ShapedArray:
 
   @property
   def size(self) -> int:
-    return int(np.prod(self.shape, dtype=np.int64))
+    return math.prod(self.shape)
 
   @property
   def is_float(self) -> bool:

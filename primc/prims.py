@@ -300,7 +300,7 @@ reshape_p = Primitive("reshape", traits=("index_map",), linear=(0,))
 
 def _reshape_rule(x, *, new_sizes):
   _check(all(d >= 0 for d in new_sizes), lambda: f"sizes must be non-negative, got {new_sizes}")
-  _check(int(np.prod(new_sizes, dtype=np.int64)) == x.size,
+  _check(math.prod(new_sizes) == x.size,
          lambda: f"cannot reshape {x.shape} ({x.size} elements) to {new_sizes}")
   return ShapedArray(new_sizes, x.dtype)
 
@@ -419,7 +419,7 @@ def wrap_indices(idx: np.ndarray, size: int, axis: int) -> np.ndarray:
 
 def _batched(x, idx, batch_dims):
   """x and idx with their batch dims merged into one leading dim."""
-  nb = int(np.prod(x.shape[:batch_dims], dtype=np.int64))
+  nb = math.prod(x.shape[:batch_dims])
   return (x.reshape((nb,) + x.shape[batch_dims:]),
           idx.reshape((nb,) + idx.shape[batch_dims:]))
 
