@@ -277,7 +277,8 @@ def test_a_larger_size_reuses_the_memory_of_smaller_blocks(monkeypatch):
 
 
 def test_arena_size_classes():
-  size_class = __import__("primc.codegen.executor", fromlist=["x"]).ArenaBlocks.size_class
+  from primc.codegen.executor import ArenaBlocks
+  size_class = ArenaBlocks.size_class
   for n in list(range(0, 70000, 97)) + [2**k + d for k in range(12, 40) for d in (-1, 0, 1)]:
     c = size_class(n)
     assert n <= c <= max(n * 1.125, 4096)
