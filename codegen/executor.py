@@ -42,11 +42,14 @@ class ArenaBlocks:
   A request no free block fits drops the free blocks smaller than it first (their pages
   go back to the system, which hands them straight back to the new block: measured here,
   15 ms for 120 MB against 0.3-0.4 s for pages the process never touched), and the new
-  block is rounded up to the next of eight size classes per octave, so a run of slightly
-  larger sizes shares one block (pages a call never touches cost no memory)."""
+  block maps twice the request (`GROWTH`), rounded up to the next of eight size classes
+  per octave: sizes up to twice as large run in it, a larger one faulting only the pages
+  it adds (W3 after 4096 points, 5400 points: 17,800 page faults -> 4,200, 113 -> 94 ms); pages
+  a call never touches cost no memory."""
 
   KEEP = 4
   CLASSES_PER_OCTAVE = 8
+  GROWTH = 2  # a new block maps this many times the request (pages never touched are free)
 
   def __init__(self):
     self._free: list[Block] = []
@@ -58,7 +61,10 @@ class ArenaBlocks:
         if self._free[k].size >= nbytes:
           return self._free.pop(k)
       self._free.clear()  # every free block is smaller than this request
-    return Block(self.size_class(nbytes))
+    try:  # room to grow: a larger size later touches only its new pages
+      return Block(self.size_class(self.GROWTH * nbytes))
+    except MemoryError:  # the system would not map that much at once
+      return Block(self.size_class(nbytes))
 
   @classmethod
   def size_class(cls, nbytes: int) -> int:
