@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 
-from primc.codegen import cache, loader, store
+from primc.codegen import cache, loader, store, translate
 
 log = logging.getLogger("primc.cache")
 
@@ -199,6 +199,7 @@ def main(argv: list[str]) -> int:
   `--wait`: read from a line of standard input, waiting at most WAIT_S) that are neither
   sealed nor being compiled by another process; prints how many."""
   if argv == ["--wait"]:
+    translate.target_machine()  # LLVM's setup (~20 ms) while the keys are on their way
     ready, _, _ = select.select([sys.stdin], [], [], WAIT_S)
     argv = sys.stdin.readline().split() if ready else []
   st = store.current()
