@@ -49,6 +49,8 @@ class Progress:
     self._t0 = time.perf_counter()
     log.info("compiling %s: %d kernels", self.what, self.total)
     if self.total and _shown():
+      if _after() <= 0:  # shown from the start (else a compile shorter than one tick of
+        self._show()     # the thread would show nothing)
       self._thread = threading.Thread(target=self._run, name="primc-progress", daemon=True)
       self._thread.start()
     return self
@@ -65,14 +67,16 @@ class Progress:
   def _run(self) -> None:
     after = _after()
     while not self._stop.wait(TICK):
-      elapsed = time.perf_counter() - self._t0
-      if elapsed < after:
-        continue
-      try:
-        done = min(self.total, self.done())
-      except Exception:  # counting is best effort (a cache file read may fail)
-        continue
-      self._line(f"compiling {self.what}: {done}/{self.total} kernels, {elapsed:.1f} s")
+      if time.perf_counter() - self._t0 >= after:
+        self._show()
+
+  def _show(self) -> None:
+    try:
+      done = min(self.total, self.done())
+    except Exception:  # counting is best effort (a cache file read may fail)
+      return
+    elapsed = time.perf_counter() - self._t0
+    self._line(f"compiling {self.what}: {done}/{self.total} kernels, {elapsed:.1f} s")
 
   def _line(self, text: str) -> None:
     try:
