@@ -191,13 +191,17 @@ def size_constant(value, dtype: str):
 
 
 def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
+  avals = []
   for a in args:  # (a Lit only while tracing: `size_constant`, `literal`)
-    if not isinstance(a, (Tracer, np.ndarray, Lit)):
+    if type(a) is Tracer:  # the common case first
+      avals.append(a.ir_var.aval)
+    elif isinstance(a, (Tracer, np.ndarray, Lit)):
+      avals.append(aval_of(a))
+    else:
       raise locate(PrimcError(), f"{prim.name}: expected arrays, got {type(a).__name__}")
-  avals = [aval_of(a) for a in args]
-  for a in avals:
-    if a.dtype not in SUPPORTED_DTYPES:
-      raise locate(PrimcError(), f"unsupported dtype {a.dtype} in {_describe(prim, avals, params)}"
+    if avals[-1].dtype not in SUPPORTED_DTYPES:
+      raise locate(PrimcError(), f"unsupported dtype {avals[-1].dtype} in "
+                   f"{_describe(prim, [aval_of(x) for x in args], params)}"
                    f" (primc supports {', '.join(SUPPORTED_DTYPES)})")
   if prim not in abstract_rules:
     raise PrimcError(f"primitive {prim.name} has no shape rule")
@@ -213,11 +217,13 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
       assert o.shape == a.shape and o.dtype.name == a.dtype, (prim, o.shape, o.dtype, a)
     return outs if prim.multiple_results else outs[0]
   builder = _state.builders[-1]
-  inputs = tuple(builder.atom(a) for a in args)
-  outs = tuple(Var(a) for a in out_avals)
+  inputs = tuple([a.ir_var if type(a) is Tracer and a.builder is builder else builder.atom(a)
+                  for a in args])
+  outs = tuple([Var(a) for a in out_avals])
   builder.eqns.append(Eqn(prim, inputs, make_params(params), outs, user_source()))
-  tracers = [Tracer(builder, v) for v in outs]
-  return tracers if prim.multiple_results else tracers[0]
+  if not prim.multiple_results:
+    return Tracer(builder, outs[0])
+  return [Tracer(builder, v) for v in outs]
 
 
 core.binder[0] = bind  # Primitive.bind calls it
@@ -269,8 +275,47 @@ def literal(a: Lit):
 
 def eval_program(program: Program, *args) -> list:
   """Runs a program by binding each equation: eager on arrays, staged while tracing."""
+  if _state.builders and _stageable(program, args):
+    return _stage(program, args)
   return run(program, args, lambda eqn, xs: results(eqn, eqn.prim.bind(*xs, **eqn.kw)),
              lit=literal)
+
+
+def _stageable(program: Program, args) -> bool:
+  """Whether `args` are arrays of exactly the program's input types (so every equation's
+  shape rule holds again as it held when the program was made)."""
+  if len(args) != len(program.inputs):
+    return False
+  for x, v in zip(args, program.inputs):
+    if isinstance(x, Tracer):
+      if x.ir_var.aval != v.aval:
+        return False
+    elif not isinstance(x, np.ndarray) or x.shape != v.aval.shape or (
+        dtype_name(x.dtype) != v.aval.dtype):
+      return False
+  return True
+
+
+def _stage(program: Program, args) -> list:
+  """`eval_program` into the innermost trace, for arguments of the program's own input
+  types: each equation copied with fresh outputs, no shape rule run again (the program
+  is typechecked as it was made, and its inputs are of the same types), keeping the
+  source line it was made at. Half of a nested derivative's equations are staged this
+  way (a transform's program evaluated into its caller's trace)."""
+  builder = _state.builders[-1]
+  env = {v: builder.atom(x) for v, x in zip(program.inputs, args)}
+  eqns = builder.eqns
+  for eqn in program.eqns:
+    inputs = tuple([a if isinstance(a, Lit) else env[a] for a in eqn.inputs])
+    outs = tuple([Var(v.aval) for v in eqn.outputs])
+    for v, w in zip(eqn.outputs, outs):
+      if v in env:
+        raise core.TypeCheckError(f"{eqn.prim.name}: variable {v.aval} assigned twice")
+      env[v] = w
+    eqns.append(Eqn(eqn.prim, inputs, eqn.params, outs, eqn.source or user_source()))
+  given = dict(zip(program.inputs, args))  # an input given back is the argument itself
+  return [literal(a) if isinstance(a, Lit) else given[a] if a in given
+          else Tracer(builder, env[a]) for a in program.outputs]
 
 
 def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:

@@ -120,3 +120,63 @@ def test_pytree_inputs_and_outputs():
   outs = primc.interpret(program, np.zeros(2, np.float32), np.full((2, 2), 3, np.float32),
                          np.full((2, 2), 2, np.float32))
   np.testing.assert_array_equal(outs[2], np.full((2, 2), 6, np.float32))
+
+
+# --- a program evaluated into a trace ---------------------------------------------------
+# (`trace.eval_program`: a transform's program evaluated into its caller's trace is staged
+# as copies of its equations when the arguments have its input types; anything else binds
+# each equation again, running its shape rule)
+
+def _nested_programs():
+  """Programs with what staging meets: literals (sized ones too), several outputs, an
+  input given back, a closed-over array, derivatives."""
+  w = np.linspace(-1.0, 1.0, 6).reshape(3, 2)
+  yield lambda x, y: (pnp.tanh(x @ w) * 2.0 + y.sum(), x, pnp.mean(x, axis=0)), (
+      np.ones((4, 3)), np.float64(0.5))
+  yield primc.grad(lambda x: pnp.sum(pnp.sin(x) * pnp.exp(-x * x))), (np.linspace(0, 1, 5),)
+  yield primc.hessian(lambda x: pnp.sum(pnp.tanh(x) ** 3)), (np.linspace(-1, 1, 3),)
+  yield (lambda x: primc.jvp(lambda z: pnp.cumsum(z * z), (x,), (pnp.ones_like(x),))[1],
+         (np.arange(4.0),))
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_a_program_staged_into_a_trace_equals_it_bound_again(k, monkeypatch):
+  from primc import trace
+  fn, args = list(_nested_programs())[k]
+  inner = primc.make_program(fn)(*args)
+  outer = lambda *xs: trace.eval_program(inner, *xs)
+  staged = primc.make_program(outer)(*args)
+  monkeypatch.setattr(trace, "_stageable", lambda program, args: False)
+  bound = primc.make_program(outer)(*args)
+  assert primc.core.alpha_equal(staged, bound), (staged, bound)
+  primc.typecheck(staged)
+  for got, want in zip(primc.interpret(staged, *args), primc.interpret(inner, *args)):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_staging_keeps_each_equation_s_source_and_gives_inputs_back_as_they_came():
+  from primc import trace
+  inner = primc.make_program(lambda x, y: (pnp.sin(x) + y, y))(np.ones(3), np.ones(3))
+  seen = {}
+
+  def outer(x, y):
+    out, back = trace.eval_program(inner, x, y)
+    seen["back_is_y"] = back is y
+    return out
+  staged = primc.make_program(outer)(np.ones(3), np.ones(3))
+  assert seen["back_is_y"]
+  assert [e.source for e in staged.eqns] == [e.source for e in inner.eqns]
+  assert all(e.source and "test_ir.py" in e.source for e in staged.eqns)
+
+
+def test_arguments_of_other_types_bind_each_equation_again():
+  # a float32 tracer given to a float64 program: not staged; the shape rules run and
+  # name the mismatch as any op would
+  from primc import trace
+  inner = primc.make_program(lambda x, y: x + y)(np.ones(3), np.ones(3))
+  with pytest.raises(primc.PrimcError, match="add"):
+    primc.make_program(lambda x, y: trace.eval_program(inner, x, y))(
+        np.ones(3, np.float32), np.ones(3))
+  with pytest.raises(primc.PrimcError, match="shape"):
+    primc.make_program(lambda x, y: trace.eval_program(inner, x, y))(np.ones(3), np.ones(4))
+
