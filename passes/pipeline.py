@@ -10,12 +10,14 @@ the regions and the generated source.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import sys
 from typing import Callable
 
-from primc.core import PrimcError, Program, TypeCheckError, alpha_equal, typecheck
+from primc.core import (PrimcError, Program, TypeCheckError, alpha_equal, shape_free_key,
+                        typecheck)
 from primc.passes.combine import combine
 from primc.passes.cse import cse
 from primc.passes.dce import dce
@@ -108,13 +110,38 @@ def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
   check, show = checks_enabled(check), print_after_names(print_after)
   if check:
     typecheck(program)
-  for _ in range(rounds):
+  for k in range(rounds):
     start = program
     for p in PIPELINE:
       program = run_pass(p, program, check=check, show=show, fast=fast)
     if not changed(start, program):  # a round that rewrote nothing (passes may undo
-      break                          # each other's spelling within a round: combine, cse)
+      if k:                          # each other's spelling within a round: combine, cse)
+        _known_fixpoint(shape_free_key(program), fast)
+      break
+    if rounds > 1 and _known_fixpoint(shape_free_key(program), fast, add=False):
+      break
   return program
+
+
+_FIXPOINTS: "collections.OrderedDict[tuple, None]" = collections.OrderedDict()
+FIXPOINTS_KEPT = 4096
+
+
+def _known_fixpoint(key: str, fast: bool, add: bool = True) -> bool:
+  """Whether programs of this shape-free key (`core.shape_free_key`) were found to be
+  fixpoints of the pipeline; `add` records one. The passes decide from a program's
+  structure and which of its sizes are equal, never from a size's value (core.SMALL_INT),
+  so a program with the key of a fixpoint is one: a new size whose round gives that key
+  skips the round that would only confirm it (W3 at a new size: one round of two)."""
+  key = (key, fast)
+  if key in _FIXPOINTS:
+    _FIXPOINTS.move_to_end(key)
+    return True
+  if add:
+    _FIXPOINTS[key] = None
+    if len(_FIXPOINTS) > FIXPOINTS_KEPT:
+      _FIXPOINTS.popitem(last=False)
+  return False
 
 
 def equation_counts(program: Program, *, fast: bool = False) -> dict[str, int]:

@@ -19,15 +19,21 @@ class Rewriter:
     self.defs: dict[Var, Eqn] = {}
 
   def read(self, a: Atom) -> Atom:
-    while isinstance(a, Var) and a in self.subst:
-      a = self.subst[a]
+    subst = self.subst
+    while type(a) is Var:  # (a literal's hash reads its bytes: never looked up)
+      b = subst.get(a)
+      if b is None:
+        return a
+      a = b
     return a
 
   def keep(self, eqn: Eqn) -> None:
     """Re-emits `eqn` with substituted inputs (the same eqn object if nothing changed)."""
-    inputs = tuple(self.read(a) for a in eqn.inputs)
-    if inputs != eqn.inputs or any(x is not y for x, y in zip(inputs, eqn.inputs)):
-      eqn = Eqn(eqn.prim, inputs, eqn.params, eqn.outputs, eqn.source)
+    subst = self.subst
+    if subst:
+      inputs = tuple([self.read(a) for a in eqn.inputs])
+      if any([x is not y for x, y in zip(inputs, eqn.inputs)]):
+        eqn = Eqn(eqn.prim, inputs, eqn.params, eqn.outputs, eqn.source)
     self.eqns.append(eqn)
     for v in eqn.outputs:
       self.defs[v] = eqn
@@ -44,19 +50,15 @@ class Rewriter:
   def splat(self, a: Atom):
     """The scalar value if `a` is a constant with all elements equal, else None."""
     a = self.read(a)
-    if isinstance(a, Lit):
-      if a.sized:  # a value that depends on sizes decides nothing (see core.Lit)
-        return None
-      flat = a.value.reshape(-1)
-      if flat.size and (flat == flat[0]).all() and not np.isnan(flat[0]):
-        return flat[0]
-      return None
+    if type(a) is Lit:
+      return _lit_splat(a)
     eqn = self.defs.get(a)
     if eqn is None:
       return None
-    if eqn.prim.name == "full":
+    name = eqn.prim.name
+    if name == "full":
       return np.asarray(eqn.kw["fill_value"], a.aval.dtype)[()]
-    if eqn.prim.name in ("broadcast_in_dim", "reshape", "transpose", "convert"):
+    if name in _SPLAT_PRESERVING:
       v = self.splat(eqn.inputs[0])
       return None if v is None else np.asarray(v, a.aval.dtype)[()]
     return None
@@ -74,3 +76,22 @@ class Rewriter:
   def finish(self) -> Program:
     return Program(self.program.inputs, tuple(self.eqns),
                    tuple(self.read(a) for a in self.program.outputs))
+
+
+_SPLAT_PRESERVING = frozenset({"broadcast_in_dim", "reshape", "transpose", "convert"})
+
+
+def _lit_splat(a: Lit):
+  """A literal's value if all its elements are equal (and not NaN), else None; kept on
+  the literal (immutable) once found."""
+  try:
+    return a.__dict__["_splat"]
+  except KeyError:
+    pass
+  value = None
+  if not a.sized:  # a value that depends on sizes decides nothing (see core.Lit)
+    flat = a.value.reshape(-1)
+    if flat.size and (flat == flat[0]).all() and not np.isnan(flat[0]):
+      value = flat[0]
+  object.__setattr__(a, "_splat", value)
+  return value

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from primc import prims as P
-from primc.core import Lit, Program, impl_rules
+from primc.core import SMALL_INT, Lit, Program, impl_rules
 from primc.passes.rewrite import Rewriter
 
 ELEMENTWISE = P.with_trait("elementwise")
@@ -167,7 +167,9 @@ def fold_literals(r, eqn):
     return None
   if not all(isinstance(r.read(a), Lit) for a in eqn.inputs):
     return None
-  if eqn.outputs[0].aval.size > FOLD_LIMIT or eqn.prim.multiple_results:
+  out = eqn.outputs[0].aval
+  if out.size > FOLD_LIMIT or max(out.shape, default=0) >= SMALL_INT or (
+      eqn.prim.multiple_results):  # (a size decides nothing: see core.SMALL_INT)
     return None
   if eqn.outputs[0].aval.size > 1 and all(r.read(a).aval.ndim == 0 for a in eqn.inputs):
     return None  # scalars spread over a shape stay a splat: else small sizes fold, large

@@ -8,6 +8,7 @@ against the primitives' shape rules.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import math
 from typing import Any, Callable, Sequence, Union
@@ -96,7 +97,12 @@ class ShapedArray:
     return self.dtype in FLOAT_DTYPES
 
   def str_short(self) -> str:
-    return f"{_SHORT_DTYPE.get(self.dtype, self.dtype)}[{','.join(map(str, self.shape))}]"
+    try:  # kept once made: printers and cache keys ask for it again and again
+      return self.__dict__["_str"]
+    except KeyError:
+      text = f"{_SHORT_DTYPE.get(self.dtype, self.dtype)}[{','.join(map(str, self.shape))}]"
+      object.__setattr__(self, "_str", text)
+      return text
 
   __str__ = str_short
 
@@ -127,7 +133,12 @@ class Lit:
     return Lit(arr, ShapedArray(arr.shape, arr.dtype.name), sized)
 
   def _key(self):
-    return (self.aval, self.value.tobytes(), self.sized)
+    try:  # computed once: literals are compared and hashed often (CSE, rewrites)
+      return self.__dict__["_k"]
+    except KeyError:
+      key = (self.aval, self.value.tobytes(), self.sized)
+      object.__setattr__(self, "_k", key)
+      return key
 
   def __eq__(self, other):
     return isinstance(other, Lit) and self._key() == other._key()
@@ -285,6 +296,58 @@ def run(program: Program, args: Sequence, apply: Callable, lit: Callable | None 
         raise TypeCheckError(f"{eqn.prim.name}: variable {v.aval} assigned twice")
       env[v] = x
   return [read(a) for a in program.outputs]
+
+
+# Integers below this (axes, ranks, small dimensions) are structure; larger ones are sizes
+# that may change from one call to the next (`shape_free_key`). The passes decide nothing
+# from a size beyond this (passes.simplify, passes.combine), only from which sizes are
+# equal, so programs of one shape-free key are rewritten alike.
+SMALL_INT = 16
+
+
+def shape_free_key(program: Program) -> str:
+  """A digest of a program up to its sizes: the structure, with every integer of
+  SMALL_INT or more in its types and parameters, and the value of each sized literal,
+  replaced by the order in which that value first appears (equal sizes stay equal).
+  Programs that differ only in a batch size get one key (see `passes.optimize`); smaller
+  integers and the values of other literals are kept as they are."""
+  order: dict = {}
+
+  def num(n):
+    return n if -SMALL_INT < n < SMALL_INT else f"#{order.setdefault(n, len(order))}"
+
+  def param(v):
+    if type(v) is int:
+      return num(v)
+    if type(v) is tuple:
+      return tuple(param(x) for x in v)
+    if isinstance(v, Program):
+      return shape_free_key(v)
+    return v
+
+  def aval(a):
+    return (a.dtype, tuple(num(d) for d in a.shape))
+
+  ids: dict[Var, int] = {}
+
+  def atom(a):
+    if type(a) is Lit:
+      value = f"#{order.setdefault(('s', a.value.tobytes()), len(order))}" if a.sized \
+          else a.value.tobytes()
+      return ("L", aval(a.aval), value)
+    return ids[a]
+
+  parts: list = [tuple(aval(v.aval) for v in program.inputs)]
+  for v in program.inputs:
+    ids[v] = len(ids)
+  for e in program.eqns:
+    parts.append((e.prim.name, tuple(atom(a) for a in e.inputs),
+                   tuple((k, param(v)) for k, v in e.params),
+                   tuple(aval(v.aval) for v in e.outputs)))
+    for v in e.outputs:
+      ids[v] = len(ids)
+  parts.append(tuple(atom(a) for a in program.outputs))
+  return hashlib.sha1(repr(parts).encode()).hexdigest()
 
 
 def alpha_equal(a: Program, b: Program) -> bool:

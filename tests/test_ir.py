@@ -180,3 +180,24 @@ def test_arguments_of_other_types_bind_each_equation_again():
   with pytest.raises(primc.PrimcError, match="shape"):
     primc.make_program(lambda x, y: trace.eval_program(inner, x, y))(np.ones(3), np.ones(4))
 
+
+def test_shape_free_keys_are_equal_across_batch_sizes_only():
+  from primc.core import shape_free_key
+
+  def loss(w, x):
+    return pnp.mean(pnp.tanh(x @ w) ** 2)
+  key = lambda f, *args: shape_free_key(primc.make_program(primc.grad(f))(*args))
+  w = np.ones((3, 20))
+  assert key(loss, w, np.ones((100, 3))) == key(loss, w, np.ones((37, 3)))
+  # a different structure, an axis, a literal value, a dtype: other keys
+  assert key(loss, w, np.ones((100, 3))) != key(
+      lambda w, x: pnp.mean(pnp.sin(x @ w) ** 2), w, np.ones((100, 3)))
+  assert key(lambda w, x: pnp.sum(x @ w, axis=0).sum(), w, np.ones((100, 3))) != key(
+      lambda w, x: pnp.sum(x @ w, axis=1).sum(), w, np.ones((100, 3)))
+  assert key(lambda w, x: (x @ w * 2.0).sum(), w, np.ones((100, 3))) != key(
+      lambda w, x: (x @ w * 3.0).sum(), w, np.ones((100, 3)))
+  assert key(loss, w, np.ones((100, 3))) != key(loss, w.astype(np.float32),
+                                                 np.ones((100, 3), np.float32))
+  # sizes that are equal in one program and not in the other: other keys
+  assert key(lambda w, x: (x @ w).sum(), np.ones((3, 40)), np.ones((40, 3))) != key(
+      lambda w, x: (x @ w).sum(), np.ones((3, 40)), np.ones((41, 3)))

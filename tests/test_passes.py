@@ -233,3 +233,136 @@ def test_the_pass_manager_names_a_failing_pass_and_dumps_after_named_passes(caps
   err = capsys.readouterr().err
   assert "--- after cse" in err and "--- after simplify" not in err and "tanh" in err
   assert len(out.eqns) == 1  # x * 1 + 0 is x, and the fixed point is reached
+
+
+# --- a new size of a program skips the round that only confirms a known fixpoint --------
+
+def _pinn_like(w1, w2, x):
+  h = pnp.tanh(x @ w1)
+  g = primc.grad(lambda x: pnp.sum(pnp.tanh(x @ w1) @ w2))(x)
+  return pnp.mean((h @ w2)[:, 0] ** 2) + pnp.mean(g * g)
+
+
+def _rounds(monkeypatch):
+  from primc.passes import pipeline
+  runs = []
+  real = pipeline.run_pass
+  monkeypatch.setattr(pipeline, "run_pass", lambda p, program, **kw: runs.append(p.name)
+                      or real(p, program, **kw))
+  return lambda: runs.count("simplify")
+
+
+@pytest.mark.parametrize("fn", [_pinn_like, lambda w1, w2, x: pnp.sum(pnp.sin(x @ w1) @ w2)])
+def test_a_new_size_takes_the_rounds_of_its_known_fixpoint(fn, monkeypatch):
+  from primc.passes import pipeline
+  monkeypatch.setattr(pipeline, "_FIXPOINTS", type(pipeline._FIXPOINTS)())
+  rng = np.random.default_rng(1)
+  w1, w2 = rng.normal(size=(2, 17)), rng.normal(size=(17, 3))
+  grad = primc.value_and_grad(fn, argnums=(0, 1))
+  program = lambda n: primc.make_program(grad)(w1, w2, rng.normal(size=(n, 2)))
+  rounds = _rounds(monkeypatch)
+  p = program(300)
+  before = rounds()
+  first = passes.optimize(p)
+  full_rounds = rounds() - before
+  # a round that rewrote, and one that found nothing more (for _pinn_like: the hint is
+  # used); a program already at its fixpoint takes its one round at every size
+  assert full_rounds >= 2 or fn is not _pinn_like
+  for n in (29, 1000):
+    p = program(n)
+    before = rounds()
+    hinted = passes.optimize(p)
+    assert rounds() - before == max(1, full_rounds - 1), n
+    # the same program a fresh process makes (every round to the fixpoint), and right
+    pipeline._FIXPOINTS.clear()
+    fresh = passes.optimize(p)
+    assert primc.core.alpha_equal(hinted, fresh)
+    assert primc.core.shape_free_key(hinted) == primc.core.shape_free_key(first)
+    x = rng.normal(size=(n, 2))
+    for got, want in zip(primc.interpret(hinted, w1, w2, x), primc.interpret(p, w1, w2, x)):
+      np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_a_hint_never_stops_a_program_that_is_not_there_yet(monkeypatch):
+  # a known fixpoint of one program: another program whose first round ends elsewhere
+  # runs to its own fixpoint
+  from primc.passes import pipeline
+  monkeypatch.setattr(pipeline, "_FIXPOINTS", type(pipeline._FIXPOINTS)())
+  x = np.ones(4)
+  passes.optimize(primc.make_program(_tanh_derivative(2))(x))
+  p = primc.make_program(_tanh_derivative(4))(x)
+  hinted = passes.optimize(p)
+  pipeline._FIXPOINTS.clear()
+  assert primc.core.alpha_equal(hinted, passes.optimize(p))
+
+
+@st.composite
+def _sized_programs(draw):
+  """Random programs over a batch of rows (sums, means, products, broadcasts, the
+  elementwise ops): each drawn once, traced at several batch sizes."""
+  ops = draw(st.lists(st.integers(0, 9), min_size=2, max_size=7))
+  def f(w, x):
+    h = x @ w
+    for k in ops:
+      h = [lambda h: pnp.tanh(h), lambda h: h * pnp.exp(-h * h), lambda h: h - pnp.mean(h, 0),
+           lambda h: h / (1.0 + pnp.sum(h * h, axis=1, keepdims=True)),
+           lambda h: pnp.sin(h) * 2.0 + h, lambda h: pnp.maximum(h, 0.1) * h,
+           lambda h: h @ w.T @ w, lambda h: pnp.exp(pnp.mean(pnp.tanh(h))) * h,
+           lambda h: (h * 3.0 - h) * h, lambda h: pnp.cumsum(h, axis=1)][k](h)
+    return pnp.mean(h ** 2)
+  transform = draw(st.sampled_from([lambda f: primc.grad(f, argnums=1),
+                                    lambda f: primc.value_and_grad(f, argnums=0),
+                                    lambda f: primc.hessian(f, argnums=0)]))
+  return transform(f)
+
+
+@settings(max_examples=25, deadline=None)
+@given(_sized_programs())
+def test_hinted_rounds_give_the_fixpoint_a_fresh_process_finds(fn):
+  # the hint is exact: at every size, the program optimized with the fixpoints of other
+  # sizes known is the one optimized from nothing (so results do not depend on what a
+  # process compiled before); and it is taken
+  from primc.passes import pipeline
+  rng = np.random.default_rng(0)
+  w = rng.normal(size=(3, 3)) * 0.5
+  saved, real = dict(pipeline._FIXPOINTS), pipeline.run_pass
+  runs = []
+  pipeline.run_pass = lambda p, program, **kw: runs.append(p.name) or real(p, program, **kw)
+  rounds = lambda: runs.count("simplify")
+  try:
+    pipeline._FIXPOINTS.clear()
+    first = None
+    for n in (40, 17, 1000):
+      p = primc.make_program(fn)(w, rng.normal(size=(n, 3)))
+      before = rounds()
+      hinted = passes.optimize(p)
+      taken = rounds() - before
+      first = first or taken
+      if n != 40:
+        assert taken == max(1, first - 1), (n, taken, first)
+      known = dict(pipeline._FIXPOINTS)
+      pipeline._FIXPOINTS.clear()
+      assert primc.core.alpha_equal(hinted, passes.optimize(p)), n
+      pipeline._FIXPOINTS.update(known)
+  finally:
+    pipeline.run_pass = real
+    pipeline._FIXPOINTS.clear()
+    pipeline._FIXPOINTS.update(saved)
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: pnp.sum(pnp.exp(pnp.sum(pnp.tanh(x))) * pnp.tanh(x) * pnp.tanh(x) * 2.0),
+    lambda x: pnp.sum((pnp.sin(x) @ pnp.cos(x).T) * pnp.sin(x).sum() * pnp.cos(x).sum()),
+    lambda x: pnp.mean(pnp.exp(pnp.mean(pnp.tanh(x))) * (pnp.tanh(x) + 1.0) * pnp.tanh(x))])
+def test_the_passes_rewrite_a_program_alike_at_every_size(f, monkeypatch):
+  # range bounds never grow with a size (a sum over 17 rows is bounded by 51 and its exp
+  # by e^51, over 40 rows exp's bound would pass e^80): every batch size is optimized to
+  # the same structure, so a new size compiles no kernel
+  from primc.passes import pipeline
+  monkeypatch.setattr(pipeline, "_FIXPOINTS", type(pipeline._FIXPOINTS)())
+  keys = set()
+  for n in (17, 40, 3000):
+    p = primc.make_program(primc.grad(f))(np.linspace(-1, 1, 3 * n).reshape(n, 3))
+    pipeline._FIXPOINTS.clear()
+    keys.add(primc.core.shape_free_key(passes.optimize(p)))
+  assert len(keys) == 1
