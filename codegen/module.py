@@ -50,6 +50,12 @@ def _kernel(region: Program, kind: str, name: str, prefer) -> kernels.Kernel:
   return kernels.emit_loop_kernel(name, region, domain)
 
 
+def region_key(region: Program, kind: str) -> str:
+  """What a region's kernel is a function of (its structure, parameters, sizes and
+  literal values, and its kind): equal regions of one program share one emission."""
+  return cache.program_key(region, kind)
+
+
 def module_source(kernel: kernels.Kernel) -> str:
   """The cache module of one kernel (its function is `KERNEL`; codegen.loader compiles
   it as a cfunc of `kernels.SIGNATURE`)."""
@@ -100,6 +106,8 @@ def build(fused: FusedProgram, prefer=frozenset()) -> Plan:
   refs = {v: ("in", k) for k, v in enumerate(fused.inputs)}
   refs.update({v: ("out", k) for k, v in enumerate(out_vars)})
   sources: dict[str, int] = {}  # kernel module source -> its index in the plan
+  emitted: dict[str, kernels.Kernel] = {}  # region key -> its kernel (a program repeats
+                                           # regions: W3's 61 are 36 distinct ones)
   steps, consts, sites, view_slots, listing = [], [], [], [], []
   for i, eqn in enumerate(fused.eqns):
     if arena.is_view(eqn):  # a reshape: a view of its operand's buffer, not a kernel
@@ -108,7 +116,10 @@ def build(fused: FusedProgram, prefer=frozenset()) -> Plan:
       continue
     region, lits = _lift_literal_arrays(eqn.kw["program"])
     name = "k_" + _what(region)
-    kernel = _kernel(region, eqn.kw["kind"], name, prefer)
+    key = region_key(region, eqn.kw["kind"])
+    kernel = emitted.get(key)
+    if kernel is None:
+      kernel = emitted[key] = _kernel(region, eqn.kw["kind"], name, prefer)
     index = sources.setdefault(module_source(kernel), len(sources))
     args = [refs[a] for a in eqn.inputs] + [("const", len(consts) + k) for k in range(len(lits))]
     consts += lits
@@ -130,11 +141,12 @@ def build(fused: FusedProgram, prefer=frozenset()) -> Plan:
     listing.append(_listed(kernel, name, index, eqn, args))
     arena.free_dead(eqn, i)
   kernel_sources = tuple(sources)
+  places = arena.places()
   words, slots = _words(steps, len(fused.inputs), len(consts), len(out_vars))
   return Plan(kernel_sources, words, slots, _listing(fused, kernel_sources, listing),
               fused.in_avals, tuple(v.aval for v in out_vars),
               _program_outputs(fused, out_vars), arena.buffers(), tuple(consts),
-              tuple(arena.place(slot) for slot in view_slots), tuple(sites))
+              tuple(places[slot] for slot in view_slots), tuple(sites))
 
 
 def _words(steps, n_in: int, n_consts: int, n_out: int) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -238,11 +250,15 @@ class _Arena:
   def dtypes(self) -> list[str]:
     return sorted({b.dtype for b in self.slots})
 
-  def place(self, slot: int) -> tuple[int, int]:
-    """(arena array, element offset) of a slot: slots are laid out per dtype in order."""
-    dtype = self.slots[slot].dtype
-    offset = sum(b.size for b in self.slots[:slot] if b.dtype == dtype)
-    return self.dtypes().index(dtype), offset
+  def places(self) -> list[tuple[int, int]]:
+    """(arena array, element offset) of each slot: slots are laid out per dtype in order."""
+    arrays = {d: k for k, d in enumerate(self.dtypes())}
+    ends = dict.fromkeys(arrays, 0)
+    out = []
+    for b in self.slots:
+      out.append((arrays[b.dtype], ends[b.dtype]))
+      ends[b.dtype] += b.size
+    return out
 
   def buffers(self) -> tuple[Buffer, ...]:
     return tuple(Buffer(d, sum(b.size for b in self.slots if b.dtype == d))

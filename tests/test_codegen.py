@@ -622,3 +622,36 @@ def test_compiled_argsort_is_numpys_stable_sort(n, dtype):
   np.testing.assert_array_equal(order, np.argsort(x, axis=1, kind="stable"))
   np.testing.assert_array_equal(values, np.sort(x, axis=1))
   np.testing.assert_array_equal(columns, np.argsort(x, axis=0, kind="stable"))
+
+
+def test_equal_regions_of_a_program_are_emitted_once(monkeypatch):
+  # three layers of one shape: their regions repeat, and each distinct one is emitted
+  # once; the plan is the one emitting every region gives
+  from primc.codegen import module
+  from primc import passes
+
+  def loss(ws, x):
+    for w in ws:
+      x = pnp.tanh(x @ w)
+    return pnp.mean(x * x)
+  ws = [f32(16, 16) for _ in range(3)]
+  traced = primc.make_program(primc.value_and_grad(loss))(ws, f32(50, 16))
+  fused = passes.fuse(passes.optimize(traced))
+  emitted = []
+  real = module._kernel
+  monkeypatch.setattr(module, "_kernel", lambda *a: emitted.append(1) or real(*a))
+  shared = module.build(fused)
+  shared_count = len(emitted)
+  keys = iter(range(10 ** 6))
+  monkeypatch.setattr(module, "region_key", lambda region, kind: next(keys))
+  each = module.build(fused)
+  regions = len(fused.eqns) - _views(fused)
+  assert len(emitted) - shared_count == regions  # each emitted on its own
+  assert shared_count <= regions - 2  # regions that repeat: emitted once
+  assert shared.to_bytes() == each.to_bytes()
+
+
+def _views(fused):
+  from primc.codegen import module
+  out_vars = [a for a in fused.outputs if not isinstance(a, primc.core.Lit)]
+  return sum(module._is_view(e, out_vars) for e in fused.eqns)
