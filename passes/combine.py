@@ -74,6 +74,7 @@ class _Combiner:
     self.bounds: dict[Var, float | None] = {}
     self.order: dict[Var, int] = {v: i for i, v in enumerate(program.inputs)}
     self.emitted: dict[Var, Var] = {}
+    self.literals: dict[Lit, int] = {}
 
   # -- range analysis ------------------------------------------------------------------
   def bound(self, a):
@@ -105,7 +106,12 @@ class _Combiner:
 
   # -- forms ---------------------------------------------------------------------------
   def key(self, a):
-    return (0, self.order[a]) if isinstance(a, Var) else (1, hash(a))
+    # literals in the order they are first met (their hash would depend on their values,
+    # so on a size for a sized one, and on the process's hash seed): the emitted order
+    # of a monomial's factors is the same at every size and in every process
+    if isinstance(a, Var):
+      return (0, self.order[a])
+    return (1, self.literals.setdefault(a, len(self.literals)))
 
   def form(self, a):
     a = self.r.read(a)
