@@ -206,12 +206,14 @@ def _load_transpose(ctx, e, load):
 
 def _load_reshape(ctx, e, load):
   shape = e.outputs[0].aval.shape
-  view = ctx.fresh("rs")  # fusion reshapes region inputs only (a view of their memory)
-  dims = [ctx.size(n) for n in shape] or ["1"]
-  if load.name(0) in ctx.entries:
-    ctx.alias(view, load.name(0), dims)
-  else:
-    ctx.prologue.append(f"{view} = {ctx.reshaped(load.name(0), dims)}")
+  view = ctx.views.get(id(e))
+  if view is None:  # fusion reshapes region inputs only (a view of their memory)
+    view = ctx.views[id(e)] = ctx.fresh("rs")
+    dims = [ctx.size(n, (e, "shape", k)) for k, n in enumerate(shape)] or ["1"]
+    if load.name(0) in ctx.entries:
+      ctx.alias(view, load.name(0), dims)
+    else:
+      ctx.prologue.append(f"{view} = {ctx.reshaped(load.name(0), dims)}")
   return ctx.element(view, ctx.index if shape else [])
 
 
@@ -219,26 +221,27 @@ def _load_slice(ctx, e, load):
   idx = []
   for k, (lo, st) in enumerate(zip(e.kw["start_indices"], e.kw["strides"])):
     base = ctx.index[k] if st == 1 else f"{ctx.index[k]} * {st}"
-    idx.append(f"{ctx.size(lo)} + {base}")
+    idx.append(f"{ctx.size(lo, (e, 'start', k))} + {base}")
   return load(0, idx)
 
 
-def _clamped(ctx, t: str, n: int) -> str:
-  return f"min(max({t}, 0), {ctx.size(n)} - 1)"
+def _clamped(ctx, t: str, n: str) -> str:
+  return f"min(max({t}, 0), {n} - 1)"
 
 
 def _load_pad(ctx, e, load):
-  conds, idx = [], []
+  conds, idx, sizes = [], [], []
   shape = e.inputs[0].aval.shape
   for k, ((lo, _, interior), n) in enumerate(zip(e.kw["padding_config"], shape)):
-    t = f"({ctx.index[k]} - {ctx.size(lo)})"
+    t = f"({ctx.index[k]} - {ctx.size(lo, (e, 'low', k))})"
     if interior:
       conds.append(f"{t} % {interior + 1} == 0")
       t = f"({t} // {interior + 1})"
-    conds.append(f"0 <= {t} < {ctx.size(n)}")
+    sizes.append(ctx.size(n, (e, "operand", k)))
+    conds.append(f"0 <= {t} < {sizes[-1]}")
     idx.append(t)
   zero = const(0, e.outputs[0].aval.dtype)
-  safe = [_clamped(ctx, t, n) for t, n in zip(idx, shape)]
+  safe = [_clamped(ctx, t, n) for t, n in zip(idx, sizes)]
   return f"({load(0, idx, safe)} if ({' and '.join(conds)}) else {zero})"
 
 
@@ -251,8 +254,9 @@ def _load_concatenate(ctx, e, load):
     idx = list(ctx.index)
     idx[d] = f"{ctx.index[d]} - ({offset})" if offset != "0" else ctx.index[d]
     safe = list(idx)
-    safe[d] = _clamped(ctx, idx[d], a.aval.shape[d])
-    end = ctx.size(a.aval.shape[d]) if offset == "0" else f"{offset} + {ctx.size(a.aval.shape[d])}"
+    n = ctx.size(a.aval.shape[d], (e, "operand", k))
+    safe[d] = _clamped(ctx, idx[d], n)
+    end = n if offset == "0" else f"{offset} + {n}"
     parts.append((end, load(k, idx, safe)))
     offset = end
   for end, value in reversed(parts):
@@ -262,7 +266,7 @@ def _load_concatenate(ctx, e, load):
 
 def _load_rev(ctx, e, load):
   shape, dims = e.inputs[0].aval.shape, e.kw["dimensions"]
-  return load(0, [f"{ctx.size(shape[k])} - 1 - {i}" if k in dims else i
+  return load(0, [f"{ctx.size(shape[k], (e, 'operand', k))} - 1 - {i}" if k in dims else i
                   for k, i in enumerate(ctx.index)])
 
 
@@ -314,6 +318,9 @@ class KernelContext:
     self.literals = False           # reads float constants (`kl`, the words as float64)
     self.entries: dict[str, tuple[int, list[str], str]] = {}  # table name -> (p index,
                                                                # dims, dtype)
+    self.keyed: dict[tuple, int] = {}  # (id(eqn), parameter, position) -> its word
+    self.owners: list = []
+    self.views: dict[int, str] = {}    # id(reshape eqn) -> the view of its operand
 
   def array(self, name: str, shape, dtype: str) -> str:
     """Table entry `name`: a C-contiguous array of `shape` (its sizes are words; a 0-d
@@ -353,14 +360,25 @@ class KernelContext:
     self.scratch.append((dtype, int(elements)))
     return self.array(f"s{len(self.scratch) - 1}", (elements,), dtype)
 
-  def size(self, value: int) -> str:
+  def size(self, value: int, of=None) -> str:
     """A size of the program, read once into a local (`z3 = sz[3]`) before any loop: a
     word read from memory in a loop could change with any store the loop makes (the table
     is memory like the arrays), so an address computed from it inside the loop would keep
-    the loop from vectorizing. Sizes, offsets and counts are >= 0, and said to be."""
+    the loop from vectorizing. Sizes, offsets and counts are >= 0, and said to be.
+
+    `of`: what the size is, `(eqn, parameter, position)`: every read of that size is one
+    word, so reads of a value through the same index map are the same expression (its
+    equal sizes elsewhere stay words of their own: they are equal at this size only)."""
     assert value >= 0, value
+    key = None if of is None else (id(of[0]),) + tuple(of[1:])
+    if key in self.keyed:
+      assert self.sizes[self.keyed[key]] == value, (of, value)
+      return f"z{self.keyed[key]}"
     self.sizes.append(int(value))
     self.size_words.append(len(self.sizes) - 1)
+    if key is not None:
+      self.keyed[key] = len(self.sizes) - 1
+      self.owners.append(of[0])  # (kept alive: its id keys the word)
     return f"z{len(self.sizes) - 1}"
 
   def value(self, value, dtype: str) -> str:
@@ -574,7 +592,7 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
     key = (v, tuple(idx))
     if key not in at:
       # the index maps build on these: composite expressions parenthesized
-      outer, ctx.index = ctx.index, [i if i.isidentifier() else f"({i})" for i in idx]
+      outer, ctx.index = ctx.index, [_atomic(i) for i in idx]
       at[key] = compute(producer[v], v)
       ctx.index = outer
     return at[key]
@@ -611,6 +629,24 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
     if out in out_index:
       lines.append(ctx.store(out_names[out_index[out]], index, values[out]))
   return lines
+
+
+def _atomic(expr: str) -> str:
+  """`expr` as an operand: parenthesized unless it is a name, a number or already one
+  parenthesized whole (so an index read through several maps is spelled one way, and
+  its reads are found equal)."""
+  if expr.isidentifier() or expr.isdigit():
+    return expr
+  if expr.startswith("(") and expr.endswith(")"):
+    depth = 0
+    for k, c in enumerate(expr):
+      depth += c == "("
+      depth -= c == ")"
+      if depth == 0:
+        if k == len(expr) - 1:
+          return expr
+        break
+  return f"({expr})"
 
 
 class _Operands:

@@ -236,3 +236,23 @@ def test_an_identity_sliced_padded_and_transposed_is_one_kernel():
   want[np.arange(1, 50), np.arange(1, 50)] += 200
   want[np.arange(49), np.arange(1, 50)] = want[np.arange(1, 50), np.arange(49)] = -400 * x64[:-1]
   np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-3)
+
+
+def test_a_value_read_again_through_the_same_index_maps_is_computed_once():
+  # the Hessian kernel reads the identity's slices through each pad several times: one
+  # word per size of each index map, so equal reads are one expression (4 comparisons
+  # per element, not 6), and the kernel serves other sizes unchanged
+  rosen = lambda x: pnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+  hess = primc.jit(primc.hessian(rosen))
+  source = hess.lower(R.uniform(-1, 2, 50).astype(np.float32)).source
+  kernel = source[source.index("def k_eq"):]
+  body = kernel[kernel.index("for i1 in"):kernel.index("return 1")]
+  assert body.count(" == ") == 4, body
+  for n in (5, 50, 300):
+    x = R.uniform(-1, 2, n).astype(np.float64)
+    want = np.zeros((n, n))
+    want[np.arange(n - 1), np.arange(n - 1)] += 1200 * x[:-1] ** 2 - 400 * x[1:] + 2
+    want[np.arange(1, n), np.arange(1, n)] += 200
+    want[np.arange(n - 1), np.arange(1, n)] = want[np.arange(1, n), np.arange(n - 1)] = \
+        -400 * x[:-1]
+    np.testing.assert_allclose(hess(x), want, rtol=1e-12, atol=1e-9)
