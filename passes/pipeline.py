@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import os
 import sys
+import threading
 from typing import Callable
 
 from primc.core import (PrimcError, Program, TypeCheckError, alpha_equal, shape_free_key,
@@ -125,6 +126,7 @@ def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
 
 _FIXPOINTS: "collections.OrderedDict[tuple, None]" = collections.OrderedDict()
 FIXPOINTS_KEPT = 4096
+_FIXPOINTS_LOCK = threading.Lock()
 
 
 def _known_fixpoint(key: str, fast: bool, add: bool = True) -> bool:
@@ -134,14 +136,15 @@ def _known_fixpoint(key: str, fast: bool, add: bool = True) -> bool:
   so a program with the key of a fixpoint is one: a new size whose round gives that key
   skips the round that would only confirm it (W3 at a new size: one round of two)."""
   key = (key, fast)
-  if key in _FIXPOINTS:
-    _FIXPOINTS.move_to_end(key)
-    return True
-  if add:
-    _FIXPOINTS[key] = None
-    if len(_FIXPOINTS) > FIXPOINTS_KEPT:
-      _FIXPOINTS.popitem(last=False)
-  return False
+  with _FIXPOINTS_LOCK:  # (programs may be compiled in several threads at once)
+    if key in _FIXPOINTS:
+      _FIXPOINTS.move_to_end(key)
+      return True
+    if add:
+      _FIXPOINTS[key] = None
+      if len(_FIXPOINTS) > FIXPOINTS_KEPT:
+        _FIXPOINTS.popitem(last=False)
+    return False
 
 
 def equation_counts(program: Program, *, fast: bool = False) -> dict[str, int]:
