@@ -614,7 +614,7 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
     elif e.prim in INDEX_LOADS:
       expr = INDEX_LOADS[e.prim](ctx, e, _Operands(ctx, e, names, lazy_value))
     else:
-      expr = lower_rules[e.prim](ctx, e, *map(read, e.inputs))
+      expr = _wrapped(lower_rules[e.prim](ctx, e, *map(read, e.inputs)), out.aval.dtype)
     lines.append(f"{var} = {expr}")
     return var
 
@@ -647,6 +647,14 @@ def _atomic(expr: str) -> str:
           return expr
         break
   return f"({expr})"
+
+
+def _wrapped(expr: str, dtype: str) -> str:
+  """An integer result in its own width: numba computes int32 arithmetic in int64 (an
+  overflow does not wrap), numpy in int32 (it does), and a wrapped intermediate decides
+  what follows (`(x * y) // 7`, a comparison, a maximum): each int32 value is truncated to
+  32 bits as numpy leaves it. (int64 is numba's width: it wraps as numpy's does.)"""
+  return f"np.int32({expr})" if dtype == "int32" else expr
 
 
 class _Operands:
@@ -778,6 +786,8 @@ def _dot_sum_lines(ctx, e, operands, var):
     lines.append("  " * depth + f"for {k} in range({ctx.size(x.aval.shape[d])}):")
   lines.append("  " * len(p) + f"{var} += {ctx.element(operands[0], xi)} * "
                f"{ctx.element(operands[1], yi)}")
+  if e.outputs[0].aval.dtype == "int32":  # (see _wrapped)
+    lines.append(f"{var} = {_wrapped(var, 'int32')}")
   return lines
 
 

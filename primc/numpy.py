@@ -391,11 +391,12 @@ def _float_divmod(x, y):
 @_op
 def mod(x, y):
   """numpy.mod / remainder / `%`: the result has the divisor's sign (floats from fmod, so
-  exact); d/dx = 1, d/dy = -floor(x / y)."""
+  exact; integers modulo 0 are 0, as numpy's); d/dx = 1, d/dy = -floor(x / y)."""
   x, y = _promote(x, y)
   if aval_of(x).dtype in FLOAT_DTYPES:
     return _float_divmod(x, y)[1]
-  return P.sub(x, P.mul(P.div(x, y), y))
+  zero = zeros_like(x)
+  return where(P.eq(y, zero), zero, P.sub(x, P.mul(P.div(x, y), y)))
 
 
 remainder = mod
@@ -1046,14 +1047,22 @@ def _advanced_index(x, entries):
 # ---------------------------------------------------------------------------------------
 # Reductions
 
+def _accumulated(a, dtype):
+  """`a` in the dtype numpy's sum, prod, cumsum, cumprod and trace accumulate it in:
+  `dtype` when given, else the default integer (int64) for bools and narrower integers,
+  else its own (a sum of int32 values does not wrap at 2^31)."""
+  a = asarray(a, dtype)
+  if dtype is None and aval_of(a).dtype in ("bool", "int32"):
+    a = P.convert(a, "int64")
+  return a
+
+
 @_op
 def sum(x, axis=None, keepdims=False, dtype=None, initial=None, where=None):
-  """numpy.sum; `where` (a mask broadcast against x) leaves entries out, `initial` is
-  added."""
-  x = asarray(x, dtype)
+  """numpy.sum (integers and bools summed in int64, as numpy); `where` (a mask broadcast
+  against x) leaves entries out, `initial` is added."""
+  x = _accumulated(x, dtype)
   a = aval_of(x)
-  if a.dtype == "bool":
-    x = P.convert(x, "int32")
   if where is not None:
     x = _masked(x, where, 0)
   axes = _axes(axis, a.ndim)
@@ -1840,9 +1849,7 @@ def _border(a, axis, step, fill):
 
 
 def _scan_input(a, axis, dtype):
-  a = asarray(a, dtype)
-  if aval_of(a).dtype == "bool":
-    a = P.convert(a, "int32")
+  a = _accumulated(a, dtype)
   if axis is None:
     return ravel(a), 0
   return a, _one_axis(axis, aval_of(a).ndim)
@@ -1862,10 +1869,9 @@ def cumprod(a, axis=None, dtype=None):
 
 @_op
 def prod(a, axis=None, keepdims=False, dtype=None):
-  """Products by halving: pairs multiplied, log2(n) steps (no division: zeros are fine)."""
-  a = asarray(a, dtype)
-  if aval_of(a).dtype == "bool":
-    a = P.convert(a, "int32")
+  """Products by halving: pairs multiplied, log2(n) steps (no division: zeros are fine);
+  integers and bools multiplied in int64, as numpy."""
+  a = _accumulated(a, dtype)
   shape = aval_of(a).shape
   axes = _axes(axis, len(shape))
   for ax in axes:
@@ -2638,7 +2644,9 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
 
 def _nan_reduction(name, reduce, fill):
   def fn(a, axis=None, keepdims=False):
-    a = _float(a)
+    a = as_array(a)
+    if aval_of(a).dtype not in FLOAT_DTYPES:  # no NaNs: numpy's sum or prod (in int64)
+      return reduce(a, axis, keepdims)
     return reduce(where(_nan_mask(a), full_like(a, fill), a), axis, keepdims)
   fn.__name__ = name
   return _op(fn)
@@ -3362,16 +3370,20 @@ def nanstd(a, axis=None, keepdims=False, ddof=0):
 
 @_op
 def nancumsum(a, axis=None):
-  a = _float(a)
+  a = as_array(a)
   a = ravel(a) if axis is None else a
-  return cumsum(where(_nan_mask(a), zeros_like(a), a), 0 if axis is None else axis)
+  if aval_of(a).dtype in FLOAT_DTYPES:
+    a = where(_nan_mask(a), zeros_like(a), a)
+  return cumsum(a, 0 if axis is None else axis)
 
 
 @_op
 def nancumprod(a, axis=None):
-  a = _float(a)
+  a = as_array(a)
   a = ravel(a) if axis is None else a
-  return cumprod(where(_nan_mask(a), ones_like(a), a), 0 if axis is None else axis)
+  if aval_of(a).dtype in FLOAT_DTYPES:
+    a = where(_nan_mask(a), ones_like(a), a)
+  return cumprod(a, 0 if axis is None else axis)
 
 
 @_op
