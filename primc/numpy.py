@@ -260,7 +260,16 @@ exp = _unary(P.exp, "exp")
 log = _unary(P.log, "log")
 sqrt = _unary(P.sqrt, "sqrt")
 negative = _unary(P.neg, "negative", to_float=False)
-abs = _unary(P.abs_, "abs", to_float=False)
+_abs = _unary(P.abs_, "abs", to_float=False)
+
+
+@_op
+def abs(x):
+  """numpy.abs (of bools: themselves)."""
+  x = as_array(x)
+  return x if aval_of(x).dtype == "bool" else _abs(x)
+
+
 absolute = abs
 sign = _unary(P.sign, "sign", to_float=False)
 tan = _unary(P.tan_p.bind, "tan")
@@ -294,18 +303,27 @@ def rad2deg(x):
 radians, degrees = deg2rad, rad2deg
 
 
-def _binary(prim_fn, name):
+def _binary(prim_fn, name, of_bools=None):
+  """A numpy binary function; `of_bools(x, y)`: what it is on two bool arrays (numpy's
+  `add` is `or`, `multiply` and `minimum` are `and`), if it takes them."""
   def fn(x, y):
-    return prim_fn(*_promote(x, y))
+    x, y = _promote(x, y)
+    if of_bools is not None and aval_of(x).dtype == "bool":
+      return of_bools(x, y)
+    return prim_fn(x, y)
   fn.__name__ = name
   return _op(fn)
 
 
-add = _binary(P.add, "add")
+def _or(x, y):
+  return P.select(x, x, y)
+
+
+add = _binary(P.add, "add", _or)
 subtract = _binary(P.sub, "subtract")
-multiply = _binary(P.mul, "multiply")
-maximum = _binary(P.max_, "maximum")
-minimum = _binary(P.min_, "minimum")
+multiply = _binary(P.mul, "multiply", lambda x, y: P.select(x, y, x))
+maximum = _binary(P.max_, "maximum", _or)
+minimum = _binary(P.min_, "minimum", lambda x, y: P.select(x, y, x))
 equal = _binary(P.eq, "equal")
 not_equal = _binary(lambda x, y: P.ne_p.bind(x, y), "not_equal")
 less = _binary(P.lt, "less")
@@ -507,6 +525,14 @@ def square(x):
 
 @_op
 def reciprocal(x):
+  """1 / x; of integers numpy's integer result (1 and -1 their own reciprocals, 0 for
+  larger magnitudes, the least integer for 0)."""
+  x = as_array(x)
+  dtype = aval_of(x).dtype
+  if dtype in ("int32", "int64"):
+    least = full_like(x, np.iinfo(dtype).min)
+    unit = logical_or(equal(x, 1), equal(x, -1))
+    return where(equal(x, 0), least, where(unit, x, zeros_like(x)))
   x = _float(x)
   return P.div(P.scalar_like(1, x), x)
 
@@ -1106,6 +1132,8 @@ def max(x, axis=None, keepdims=False, initial=None, where=None):
   (a mask, with `initial`, as numpy requires) leaves entries out."""
   x = as_array(x)
   a = aval_of(x)
+  if a.dtype == "bool":  # numpy's maximum of bools: any
+    return astype(max(astype(x, "int32"), axis, keepdims, initial, where), "bool")
   if where is not None:
     if initial is None:
       raise PrimcError("max with where= needs initial= (numpy's rule: the maximum has no "
@@ -1122,8 +1150,16 @@ amax = max
 
 @_op
 def min(x, axis=None, keepdims=False, initial=None, where=None):
-  return negative(max(negative(x), axis, keepdims, None if initial is None else -initial,
-                      where))
+  """numpy.min: the maximum of the negated values, negated; of integers the maximum of
+  their complements (`~x = -x - 1` reverses the order without overflowing: `-x` of the
+  least integer is itself)."""
+  x = as_array(x)
+  dtype = aval_of(x).dtype
+  if dtype == "bool":
+    return astype(min(astype(x, "int32"), axis, keepdims, initial, where), "bool")
+  flip = bitwise_not if dtype in ("int32", "int64") else negative
+  init = None if initial is None else flip(asarray(initial, dtype))
+  return flip(max(flip(x), axis, keepdims, init, where))
 
 
 amin = min
@@ -1222,6 +1258,9 @@ def matmul(x, y, transpose_x=False, transpose_y=False):
   Paddle's `transpose_x=` / `transpose_y=` swap the last two dims of an operand (of
   rank at least 2) first."""
   a, b = _promote_list([x, y])
+  if aval_of(a).dtype == "bool":  # numpy: an or of ands
+    return not_equal(matmul(astype(a, "int64"), astype(b, "int64"), transpose_x,
+                            transpose_y), 0)
   a = moveaxis(a, -1, -2) if transpose_x and aval_of(a).ndim >= 2 else a
   b = moveaxis(b, -1, -2) if transpose_y and aval_of(b).ndim >= 2 else b
   sa, sb = aval_of(a).shape, aval_of(b).shape
@@ -1292,6 +1331,8 @@ def tensordot(a, b, axes=2):
 @_op
 def inner(a, b):
   a, b = _promote_list([a, b])
+  if aval_of(a).dtype == "bool":  # numpy: an or of ands
+    return not_equal(inner(astype(a, "int64"), astype(b, "int64")), 0)
   if not aval_of(a).ndim or not aval_of(b).ndim:
     return multiply(a, b)
   return contraction.tensordot(a, b, ([-1], [-1]))
@@ -1820,8 +1861,9 @@ def diff(a, n=1, axis=-1):
   axis = _one_axis(axis, aval_of(a).ndim)
   for _ in range(int(n)):
     m = aval_of(a).shape[axis]
-    a = subtract(_slice_axis(a, axis, builtins.min(1, m), m),
-                 _slice_axis(a, axis, 0, builtins.max(0, m - 1)))
+    a = (not_equal if aval_of(a).dtype == "bool" else subtract)(  # (numpy's, of bools)
+        _slice_axis(a, axis, builtins.min(1, m), m),
+        _slice_axis(a, axis, 0, builtins.max(0, m - 1)))
   return a
 
 
@@ -2389,7 +2431,9 @@ def fabs(x):
 
 def _nan_ignoring(pick, name):
   def fn(x, y):
-    x, y = _promote(_float(x), _float(y))
+    x, y = _promote(x, y)
+    if aval_of(x).dtype not in FLOAT_DTYPES:  # no NaNs: numpy keeps the dtype
+      return pick(x, y)
     return where(_nan_mask(y), x, where(_nan_mask(x), y, pick(x, y)))
   fn.__name__ = name
   return _op(fn)
@@ -2408,9 +2452,12 @@ def logaddexp2(x, y):
 
 @_op
 def heaviside(x1, x2):
-  x1, x2 = _promote(_float(x1), _float(x2))
+  """numpy.heaviside: 0 below 0, x2 at 0, 1 above, NaN at NaN."""
+  x1, x2 = _promote(x1, x2)
+  x1, x2 = _float(x1), _float(x2)
   zero = zeros_like(x1)
-  return where(P.lt(x1, zero), zero, where(P.gt(x1, zero), ones_like(x1), x2))
+  out = where(P.lt(x1, zero), zero, where(P.gt(x1, zero), ones_like(x1), x2))
+  return where(isnan(x1), x1, out)
 
 
 @_op
@@ -2666,7 +2713,9 @@ def nanmean(a, axis=None, keepdims=False):
 def _nan_extreme(name, reduce, fill):
   def fn(a, axis=None, keepdims=False):
     """All-NaN slices give NaN, as numpy (which also warns)."""
-    a = _float(a)
+    a = as_array(a)
+    if aval_of(a).dtype not in FLOAT_DTYPES:  # no NaNs: numpy keeps the dtype
+      return reduce(a, axis, keepdims)
     best = reduce(where(_nan_mask(a), full_like(a, fill), a), axis, keepdims)
     return where(all(_nan_mask(a), axis, keepdims), full_like(best, np.nan), best)
   fn.__name__ = name
@@ -2719,9 +2768,9 @@ def _quantiles(a, qs, axis, keepdims, name):
   for q in np.atleast_1d(np.asarray(qs, np.float64)).ravel():
     if not 0 <= q <= 1:
       raise ValueError(f"{name}: quantiles must be in [0, 1] (percentiles in [0, 100])")
-    pos = q * (n - 1)
+    pos = float(q) * (n - 1)
     lo, hi = int(np.floor(pos)), int(np.ceil(pos))
-    frac = pos - lo
+    frac = pos - lo  # (Python floats: weak, so float32 stays float32, as numpy's)
     take_ = lambda i: getitem(s, (builtins.slice(None),) * ax + (i,))
     v = take_(lo) if hi == lo else add(multiply(take_(lo), 1.0 - frac), multiply(take_(hi), frac))
     v = where(getitem(_nan_mask(s), (builtins.slice(None),) * ax + (n - 1,)),
@@ -2746,7 +2795,7 @@ def _nan_quantiles(a, qs, axis, keepdims, name):
   for q in np.atleast_1d(np.asarray(qs, np.float64)).ravel():
     if not 0 <= q <= 1:
       raise ValueError(f"{name}: quantiles must be in [0, 1] (percentiles in [0, 100])")
-    pos = multiply(last, q)
+    pos = multiply(last, float(q))
     lo = floor(pos)
     frac = subtract(pos, lo)
     at = lambda i: take_along_axis(s, astype(i, "int64"), ax)
@@ -2816,7 +2865,8 @@ def take_along_axis(arr, indices, axis):
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
   a, b = _promote(_float(a), _float(b))
   close = less_equal(abs(subtract(a, b)), add(full_like(a, atol), multiply(full_like(a, rtol), abs(b))))
-  close = logical_or(close, equal(a, b))  # equal infinities
+  # numpy's rule where either is infinite: equal (an infinite bound would take any value)
+  close = where(logical_and(isfinite(a), isfinite(b)), close, equal(a, b))
   if equal_nan:
     close = logical_or(close, logical_and(_nan_mask(a), _nan_mask(b)))
   return close
@@ -3258,7 +3308,9 @@ def ldexp(x1, x2):
 def spacing(x):
   """The distance from x to the next float away from zero (negative for negative x)."""
   x = _float(x)
-  return subtract(nextafter(x, copysign(full_like(x, np.inf), x)), x)
+  out = subtract(nextafter(x, copysign(full_like(x, np.inf), x)), x)
+  tiny = full_like(x, np.finfo(aval_of(x).dtype).smallest_subnormal)
+  return where(equal(x, 0), tiny, out)  # numpy: spacing(-0.0) is the positive one
 
 
 @_op
