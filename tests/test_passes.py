@@ -207,7 +207,15 @@ def test_optimize_preserves_nan_and_inf(ops, values, mix):
   finite = np.isfinite(before)
   np.testing.assert_array_equal(got[~finite & ~np.isnan(before)],
                                 before[~finite & ~np.isnan(before)])
-  np.testing.assert_allclose(got[finite], before[finite], rtol=1e-5, atol=1e-30)
+  # finite values agree within rounding where the value is well conditioned: the rewrites
+  # reassociate sums (`combine`), and sin of a sum near 1e31 changes entirely when its
+  # last bit does, so an element whose value moves with a one-ulp change of the inputs
+  # is not compared
+  nudged = [primc.interpret(program, np.nextafter(x, s), np.nextafter(x[::-1], s).copy())[0]
+            for s in (np.float32(np.inf), np.float32(-np.inf))]
+  with np.errstate(all="ignore"):
+    stable = finite & np.all([np.isclose(n, before, rtol=1e-6, atol=1e-30) for n in nudged], 0)
+  np.testing.assert_allclose(got[stable], before[stable], rtol=1e-5, atol=1e-30)
 
 
 def test_the_pass_manager_names_a_failing_pass_and_dumps_after_named_passes(capsys,
