@@ -242,6 +242,8 @@ def _load_pad(ctx, e, load):
     idx.append(t)
   zero = const(0, e.outputs[0].aval.dtype)
   safe = [_clamped(ctx, t, n) for t, n in zip(idx, sizes)]
+  if not conds:  # a 0-d operand: nothing to pad (an empty condition `()` is false)
+    return load(0, idx, safe)
   return f"({load(0, idx, safe)} if ({' and '.join(conds)}) else {zero})"
 
 

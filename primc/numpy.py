@@ -1771,6 +1771,8 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
   shape = aval_of(a).shape
   if len(shape) < 2:
     raise ShapeError(f"diagonal needs at least 2 dimensions, got shape {shape}")
+  if aval_of(a).dtype == "bool":  # (taken by sums of products: of its integer values)
+    return not_equal(diagonal(astype(a, "int32"), offset, axis1, axis2), 0)
   if len(shape) != 2 or (axis1 % 2, axis2 % 2) != (0, 1):
     return _diagonal(moveaxis(a, (axis1, axis2), (-2, -1)), offset)
   n, m = shape
@@ -2756,23 +2758,39 @@ def _sorted_along(a, axis):
   return sort(a, ax[0]), ax[0], False
 
 
-def _quantiles(a, qs, axis, keepdims, name):
-  """Linear interpolation between order statistics (numpy's default method), at constant
-  quantiles; a NaN in a slice makes its result NaN (NaNs sort last), as numpy."""
+def _lerp(a, b, t):
+  """numpy's interpolation between order statistics a <= b at weight t (from the nearer
+  end: `b - (b - a)(1 - t)` from t = 1/2 on; an infinite neighbour gives NaN, as numpy's)."""
+  diff = subtract(b, a)
+  if not isinstance(t, (Tracer, np.ndarray)):  # a constant weight
+    return subtract(b, multiply(diff, 1.0 - t)) if t >= 0.5 else add(a, multiply(diff, t))
+  return where(greater_equal(t, 0.5), subtract(b, multiply(diff, subtract(1.0, t))),
+               add(a, multiply(diff, t)))
+
+
+def _quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
+  """Linear interpolation between order statistics (numpy's default method) at constant
+  quantiles, as numpy computes it (`_lerp`; the median is the middle value, or the mean
+  of the two middle ones, as numpy's `median`); a NaN in a slice makes its result NaN
+  (NaNs sort last), as numpy."""
   original = as_array(a)
   s, ax, flat = _sorted_along(original, axis)
   n = aval_of(s).shape[ax]
   if n == 0:
     raise ShapeError(f"{name} of an empty axis")
+  take_ = lambda i: getitem(s, (builtins.slice(None),) * ax + (i,))
   outs = []
   for q in np.atleast_1d(np.asarray(qs, np.float64)).ravel():
     if not 0 <= q <= 1:
       raise ValueError(f"{name}: quantiles must be in [0, 1] (percentiles in [0, 100])")
-    pos = float(q) * (n - 1)
-    lo, hi = int(np.floor(pos)), int(np.ceil(pos))
-    frac = pos - lo  # (Python floats: weak, so float32 stays float32, as numpy's)
-    take_ = lambda i: getitem(s, (builtins.slice(None),) * ax + (i,))
-    v = take_(lo) if hi == lo else add(multiply(take_(lo), 1.0 - frac), multiply(take_(hi), frac))
+    if median:
+      lo, hi = (n - 1) // 2, n // 2
+      v = take_(lo) if lo == hi else multiply(add(take_(lo), take_(hi)), 0.5)
+    else:
+      pos = float(q) * (n - 1)  # (Python floats: weak, so float32 stays float32)
+      lo = builtins.min(int(np.floor(pos)), n - 1)
+      t = pos - lo if weights is None else np.asarray(pos - lo, weights)[()]
+      v = _lerp(take_(lo), take_(builtins.min(lo + 1, n - 1)), t)
     v = where(getitem(_nan_mask(s), (builtins.slice(None),) * ax + (n - 1,)),
               full_like(v, np.nan), v)
     if keepdims:
@@ -2781,7 +2799,7 @@ def _quantiles(a, qs, axis, keepdims, name):
   return outs[0] if np.ndim(qs) == 0 else stack(outs, 0)
 
 
-def _nan_quantiles(a, qs, axis, keepdims, name):
+def _nan_quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
   """As `_quantiles`, over each slice's values that are not NaN (their count is traced:
   the order statistics are gathered at positions computed from it); NaN for a slice of
   NaNs only."""
@@ -2790,16 +2808,21 @@ def _nan_quantiles(a, qs, axis, keepdims, name):
   if aval_of(s).shape[ax] == 0:
     raise ShapeError(f"{name} of an empty axis")
   valid = sum(logical_not(_nan_mask(s)), ax, keepdims=True)
-  last = astype(maximum(subtract(valid, 1), 0), aval_of(s).dtype)
+  last = maximum(subtract(valid, 1), 0)
+  at = lambda i: take_along_axis(s, astype(i, "int64"), ax)
   outs = []
   for q in np.atleast_1d(np.asarray(qs, np.float64)).ravel():
     if not 0 <= q <= 1:
       raise ValueError(f"{name}: quantiles must be in [0, 1] (percentiles in [0, 100])")
-    pos = multiply(last, float(q))
-    lo = floor(pos)
-    frac = subtract(pos, lo)
-    at = lambda i: take_along_axis(s, astype(i, "int64"), ax)
-    v = add(multiply(at(lo), subtract(1.0, frac)), multiply(at(ceil(pos)), frac))
+    if median:
+      lo, hi = floor_divide(last, 2), floor_divide(valid, 2)
+      hi = minimum(hi, last)
+      v = where(equal(lo, hi), at(lo), multiply(add(at(lo), at(hi)), 0.5))
+    else:
+      kind = weights or aval_of(s).dtype
+      pos = multiply(astype(last, kind), float(q))
+      lo = minimum(astype(floor(pos), "int64"), last)
+      v = _lerp(at(lo), at(minimum(add(lo, 1), last)), subtract(pos, astype(lo, kind)))
     v = where(equal(valid, 0), full_like(v, np.nan), v)
     if keepdims:
       v = reshape(v, (1,) * aval_of(original).ndim) if flat else v
@@ -2811,22 +2834,27 @@ def _nan_quantiles(a, qs, axis, keepdims, name):
 
 def _quantile_family(compute, prefix: str):
   """median, quantile and percentile (linear interpolation, constant q) over `compute`:
-  `_quantiles`, or `_nan_quantiles` for the nan- versions."""
+  `_quantiles`, or `_nan_quantiles` for the nan- versions. The result has the dtype of
+  numpy's: the data's float type, promoted with q's unless q is a Python number."""
   def median(a, axis=None, keepdims=False):
-    return compute(a, 0.5, axis, keepdims, f"{prefix}median")
+    return compute(a, 0.5, axis, keepdims, f"{prefix}median", median=True)
 
   def quantile(a, q, axis=None, keepdims=False, method="linear"):
     if method != "linear":
       raise NotSupportedError(f"{prefix}quantile method {method!r} (only 'linear')")
     if isinstance(q, Tracer):
       raise NotSupportedError(f"{prefix}quantile at traced q (q must be known while tracing)")
-    return compute(a, q, axis, keepdims, f"{prefix}quantile")
+    # an array or a numpy scalar q takes part in the result's type: the interpolation
+    # weights are of its type (numpy's arithmetic: float32 data, float64 weights)
+    weights = None if type(q) in (int, float) else np.asarray(q).dtype.name
+    return compute(a, q, axis, keepdims, f"{prefix}quantile", weights=weights)
 
   def percentile(a, q, axis=None, keepdims=False, method="linear"):
     if isinstance(q, Tracer):
       raise NotSupportedError(f"{prefix}percentile at traced q (q must be known while "
                               f"tracing)")
-    return quantile(a, np.asarray(q, np.float64) / 100.0, axis, keepdims, method)
+    scaled = q / 100.0 if type(q) in (int, float) else np.asarray(q) / 100.0
+    return quantile(a, scaled, axis, keepdims, method)
 
   for fn in (median, quantile, percentile):
     fn.__name__ = fn.__qualname__ = prefix + fn.__name__
