@@ -323,6 +323,7 @@ class KernelContext:
     self.keyed: dict[tuple, int] = {}  # (id(eqn), parameter, position) -> its word
     self.owners: list = []
     self.views: dict[int, str] = {}    # id(reshape eqn) -> the view of its operand
+    self.hoisted: list[str] = []       # a loop body's statements computed before it
 
   def array(self, name: str, shape, dtype: str) -> str:
     """Table entry `name`: a C-contiguous array of `shape` (its sizes are words; a 0-d
@@ -437,6 +438,7 @@ PARALLEL_MIN = 1 << 14  # elements: below this a parallel launch costs more than
 
 
 _SIZE_NAME = re.compile(r"\bz(\d+)\b")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _POINTER = re.compile(r"\bptr(\d+)\b")
 
 
@@ -552,6 +554,7 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   # it does not vectorize (W1 at 10^6: 8.4 ms -> 1.0 ms on one core)
   known = [f"{index[0]} = NONNEG({index[0]})"] if rows is not None else []
   nest = known + _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
+  invariant = ctx.hoisted
   checks = list(ctx.range_checks)
   limit = SINCOS_LIMIT[_dtype_of(program)]
   count = lambda var: [f"{var} += 1 if abs({c}) > {limit} else 0" for c in checks]
@@ -559,12 +562,13 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   code = Writer()
   if checks:
     code("nbig = 0")
+  code(*invariant)
   code.nest(heads(), nest + count("nbig"))
   if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
     ctx.precise = True
     again = known + _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
     with code.block("if nbig > 0:"):
-      code(*init)
+      code(*init, *ctx.hoisted)
       code.nest(heads(), again)
   code(*_reduction_finish(ctx, reductions, out_index, outs))
   return init, setup, code.lines
@@ -589,6 +593,19 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
   producer = {v: e for e in lazy for v in e.outputs}
   lines: list[str] = []
   at: dict = {}  # (lazy value, its index) -> the variable holding it
+  # statements that read no loop index (nor a variable that does) are computed once,
+  # before the loops (`ctx.hoisted`): besides the time, a chain of the math library's
+  # functions on a value the loop does not change made LLVM's optimizer take minutes
+  # (each function's branches on an invariant value, unswitched loop after loop)
+  ctx.hoisted = []
+  varying = {re.sub(r"\W", "", i) for i in index}
+
+  def emit(var, expr):
+    if varying.isdisjoint(_NAME.findall(expr)):
+      ctx.hoisted.append(f"{var} = {expr}")
+    else:
+      varying.add(var)
+      lines.append(f"{var} = {expr}")
 
   def lazy_value(v, idx):
     key = (v, tuple(idx))
@@ -610,6 +627,7 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
     var = ctx.fresh("v")
     if e.prim is P.dot_general_p:  # a small product: its sum, at this index
       lines.extend(_dot_sum_lines(ctx, e, [names[a] for a in e.inputs], var))
+      varying.add(var)
       return var
     if is_splat(e):
       expr = ctx.value(e.inputs[0].value, out.aval.dtype)
@@ -617,7 +635,7 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
       expr = INDEX_LOADS[e.prim](ctx, e, _Operands(ctx, e, names, lazy_value))
     else:
       expr = _wrapped(lower_rules[e.prim](ctx, e, *map(read, e.inputs)), out.aval.dtype)
-    lines.append(f"{var} = {expr}")
+    emit(var, expr)
     return var
 
   for e in program.eqns:

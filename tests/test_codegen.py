@@ -655,3 +655,26 @@ def _views(fused):
   from primc.codegen import module
   out_vars = [a for a in fused.outputs if not isinstance(a, primc.core.Lit)]
   return sum(module._is_view(e, out_vars) for e in fused.eqns)
+
+
+def test_what_a_loop_does_not_change_is_computed_before_it():
+  # a chain of the math library's functions on a broadcast scalar: computed once before
+  # the loop (in the loop, LLVM's optimizer took minutes unswitching its branches)
+  def f(x):
+    v = pnp.sigmoid(-pnp.sigmoid(x) / 2.03)
+    v = pnp.exp(pnp.tanh(v)) * 0.21
+    v = pnp.expand_dims(pnp.sigmoid(v), 0) * pnp.ones((2,))
+    return pnp.max(pnp.exp(pnp.tanh(pnp.cumsum(v, 0))), 0)
+  x = np.float32(0.3)
+  source = primc.jit(f).lower(x).source
+  looped = 0
+  for kernel in source.split("def k_")[1:]:
+    kernel = kernel[:kernel.index("KERNEL = ")]
+    loop = re.search(r"^\s*for \w+ in range", kernel, re.M)
+    if loop and "LOAD(ptr2, 0" in kernel:
+      looped += 1
+      assert "exp_f" not in kernel[loop.start():] and "tanh_f" not in kernel[loop.start():], kernel
+  assert looped  # (a loop that reads the scalar)
+  check_compiled(f, x, rtol=2e-6, atol=2e-6)
+  xs = R.uniform(-1, 1, (3, 4)).astype(np.float32)
+  check_compiled(lambda x: pnp.exp(pnp.tanh(x[:, :1])) * x + pnp.exp(pnp.sum(x[0])), xs)
