@@ -183,7 +183,11 @@ def apply(fn: Callable, args, kwargs):
   out_leaves, out_tree = tree_flatten(out)
   node = Node(replay, tensors, len(out_leaves), not (len(out_leaves) == 1 and
                                                     out_tree.kind == "leaf")) if record else None
-  wrapped = [Tensor(v, stop_gradient=not record, node=node, index=k)
+  # an integer or bool result (a comparison, an argmax) has no gradient: a constant of
+  # the graph from there on (Paddle's stop_gradient=True), never a tensor backward must
+  # differentiate
+  wrapped = [Tensor(v, stop_gradient=not record or np.asarray(v).dtype.kind != "f",
+                    node=node, index=k)
              for k, v in enumerate(out_leaves)]
   return tree_unflatten(out_tree, wrapped)
 

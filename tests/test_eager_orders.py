@@ -228,7 +228,10 @@ def test_mynet_in_dygraph_style_matches_the_functional_gradients():
 
 # Random higher-order programs on the tape, against the functional API.
 UNARY = [pnp.sin, pnp.cos, pnp.tanh, pnp.exp, lambda v: v * v, lambda v: pnp.sqrt(v * v + 1.0)]
-BINARY = [pnp.add, pnp.subtract, pnp.multiply, lambda a, b: a / (b * b + 1.0)]
+BINARY = [pnp.add, pnp.subtract, pnp.multiply, lambda a, b: a / (b * b + 1.0),
+          # a comparison's bool result is a constant of the graph (no gradient)
+          lambda a, b: pnp.where(a > b, a * b, b - a),
+          lambda a, b: a * pnp.take(b, pnp.argmax(a * 1.5, keepdims=True))]
 
 
 @st.composite
@@ -257,6 +260,13 @@ def test_random_second_order_tape_programs_equal_the_functional_api(steps, first
   xv, yv = np.array([0.3, -0.7], np.float64), np.array([1.1, 0.4], np.float64)
   x = primc.to_tensor(xv, stop_gradient=False)
   y = primc.to_tensor(yv, stop_gradient=False)
+  # backward() of the whole tape: every tensor of its graph, intermediates too
+  pnp.sum(run(steps, x, y)).backward()
+  for t, k in ((x, 0), (y, 1)):
+    want1 = primc.grad(lambda a, b: pnp.sum(run(steps, a, b)), argnums=k)(xv, yv)
+    np.testing.assert_allclose(np.zeros(2) if t.grad is None else t.grad.numpy(), want1,
+                               rtol=1e-12, atol=1e-15)
+  x.clear_grad(), y.clear_grad()
   out = pnp.sum(run(steps, x, y))
   t1 = {"x": x, "y": y}
   d1, = eager.grad(out, [t1[first]], create_graph=True, allow_unused=True)
