@@ -598,7 +598,8 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
   # functions on a value the loop does not change made LLVM's optimizer take minutes
   # (each function's branches on an invariant value, unswitched loop after loop)
   ctx.hoisted = []
-  varying = {re.sub(r"\W", "", i) for i in index}
+  varying = set(_NAME.findall(" ".join(index)))  # names a loop sets (and, below, names
+                                                 # computed from one)
 
   def emit(var, expr):
     if varying.isdisjoint(_NAME.findall(expr)):
