@@ -342,10 +342,16 @@ def divide(x, y):
 true_divide = divide
 
 
+def _promote_float(x, y):
+  """x and y promoted as numpy promotes them, then made float (float64 for integers and
+  bools): a float32 array with a bool one stays float32, as numpy's."""
+  x, y = _promote(x, y)
+  return _float(x), _float(y)
+
+
 def _binary_float(prim, name):
   def fn(x, y):
-    x, y = _promote(x, y)
-    return prim.bind(_float(x), _float(y))
+    return prim.bind(*_promote_float(x, y))
   fn.__name__ = name
   return _op(fn)
 
@@ -2447,7 +2453,7 @@ fmin = _nan_ignoring(minimum, "fmin")
 
 @_op
 def logaddexp2(x, y):
-  x, y = _promote(_float(x), _float(y))
+  x, y = _promote_float(x, y)
   ln2 = full_like(x, np.log(2.0))
   return P.div(P.logaddexp_p.bind(P.mul(x, ln2), P.mul(y, ln2)), ln2)
 
@@ -2455,8 +2461,7 @@ def logaddexp2(x, y):
 @_op
 def heaviside(x1, x2):
   """numpy.heaviside: 0 below 0, x2 at 0, 1 above, NaN at NaN."""
-  x1, x2 = _promote(x1, x2)
-  x1, x2 = _float(x1), _float(x2)
+  x1, x2 = _promote_float(x1, x2)
   zero = zeros_like(x1)
   out = where(P.lt(x1, zero), zero, where(P.gt(x1, zero), ones_like(x1), x2))
   return where(isnan(x1), x1, out)
@@ -2891,7 +2896,7 @@ def take_along_axis(arr, indices, axis):
 
 @_op
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-  a, b = _promote(_float(a), _float(b))
+  a, b = _promote_float(a, b)
   close = less_equal(abs(subtract(a, b)), add(full_like(a, atol), multiply(full_like(a, rtol), abs(b))))
   # numpy's rule where either is infinite: equal (an infinite bound would take any value)
   close = where(logical_and(isfinite(a), isfinite(b)), close, equal(a, b))
@@ -3690,7 +3695,7 @@ def signbit(x):
 @_op
 def copysign(x1, x2):
   """|x1| with the sign (bit) of x2; floats, as numpy (integers become float64)."""
-  x1, x2 = _promote(_float(x1), _float(x2))
+  x1, x2 = _promote_float(x1, x2)
   magnitude = abs(x1)
   return where(signbit(x2), negative(magnitude), magnitude)
 

@@ -721,7 +721,12 @@ def _numpy_calls(draw):
   if name in ("dot", "matmul", "outer", "inner", "kron") and not shape:
     shape = (3,)
   dtypes = [draw(st.sampled_from(DIFF_DTYPES)) for _ in range(2 if binary else 1)]
-  return name, [_edge_values(draw, dt, shape) for dt in dtypes]
+  # a second operand broadcast against the first (either side)
+  other = draw(st.sampled_from([shape, (), (1,), shape[-1:], (1,) * len(shape)]))
+  shapes = [shape, other] if name not in ("dot", "matmul", "inner", "kron", "outer") else \
+      [shape, shape]
+  args = [_edge_values(draw, dt, s) for dt, s in zip(dtypes, shapes)]
+  return name, args[::-1] if draw(st.booleans()) else args
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
