@@ -3043,6 +3043,8 @@ def convolve(a, v, mode="full"):
 def _cumulative(scan, name, initial):
   def fn(x, axis=None, dtype=None, include_initial=False):
     x = as_array(x) if dtype is None else asarray(x, dtype)
+    if aval_of(x).ndim == 0:  # numpy: a 0-d array is scanned as one element
+      x = reshape(x, (1,))
     if axis is None:
       if aval_of(x).ndim > 1:
         raise ShapeError(f"{name} of an array of rank > 1 needs axis=")

@@ -783,8 +783,12 @@ def _axis_calls(rng, x):
            ("clip", dict(a_min=-1, a_max=2)), ("round", dict(decimals=int(rng.integers(-1, 3)))),
            ("repeat", dict(repeats=int(rng.integers(0, 3)), axis=ax)),
            ("tile", dict(reps=(2,) * builtins_max(nd, 1)))]
+  if nd <= 1:
+    calls += [("cumulative_prod", dict(include_initial=kd))]
   if nd:
-    calls += [("sort", dict(axis=ax)), ("argsort", dict(axis=ax)), ("flip", dict(axis=ax)),
+    calls += [("sort", dict(axis=ax)), ("argsort", dict(axis=ax, kind="stable")),
+              ("flip", dict(axis=ax)),
+              ("cumulative_sum", dict(axis=ax, include_initial=kd)),
               ("diff", dict(axis=ax, n=int(rng.integers(1, 3)))),
               ("expand_dims", dict(axis=int(rng.integers(-nd - 1, nd + 1))))]
   if nd >= 2:
