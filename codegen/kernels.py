@@ -206,9 +206,9 @@ def _load_transpose(ctx, e, load):
 
 def _load_reshape(ctx, e, load):
   shape = e.outputs[0].aval.shape
-  view = ctx.views.get(id(e))
+  view = ctx.views.get(e)
   if view is None:  # fusion reshapes region inputs only (a view of their memory)
-    view = ctx.views[id(e)] = ctx.fresh("rs")
+    view = ctx.views[e] = ctx.fresh("rs")
     dims = [ctx.size(n, (e, "shape", k)) for k, n in enumerate(shape)] or ["1"]
     if load.name(0) in ctx.entries:
       ctx.alias(view, load.name(0), dims)
@@ -320,9 +320,8 @@ class KernelContext:
     self.literals = False           # reads float constants (`kl`, the words as float64)
     self.entries: dict[str, tuple[int, list[str], str]] = {}  # table name -> (p index,
                                                                # dims, dtype)
-    self.keyed: dict[tuple, int] = {}  # (id(eqn), parameter, position) -> its word
-    self.owners: list = []
-    self.views: dict[int, str] = {}    # id(reshape eqn) -> the view of its operand
+    self.keyed: dict[tuple, int] = {}  # (eqn, parameter, position) -> its word
+    self.views: dict[Eqn, str] = {}    # reshape eqn -> the view of its operand
     self.hoisted: list[str] = []       # a loop body's statements computed before it
 
   def array(self, name: str, shape, dtype: str) -> str:
@@ -373,7 +372,7 @@ class KernelContext:
     word, so reads of a value through the same index map are the same expression (its
     equal sizes elsewhere stay words of their own: they are equal at this size only)."""
     assert value >= 0, value
-    key = None if of is None else (id(of[0]),) + tuple(of[1:])
+    key = None if of is None else tuple(of)  # (equations hash by identity)
     if key in self.keyed:
       assert self.sizes[self.keyed[key]] == value, (of, value)
       return f"z{self.keyed[key]}"
@@ -381,7 +380,6 @@ class KernelContext:
     self.size_words.append(len(self.sizes) - 1)
     if key is not None:
       self.keyed[key] = len(self.sizes) - 1
-      self.owners.append(of[0])  # (kept alive: its id keys the word)
     return f"z{len(self.sizes) - 1}"
 
   def value(self, value, dtype: str) -> str:

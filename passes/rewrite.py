@@ -51,7 +51,7 @@ class Rewriter:
     """The scalar value if `a` is a constant with all elements equal, else None."""
     a = self.read(a)
     if type(a) is Lit:
-      return _lit_splat(a)
+      return a.uniform
     eqn = self.defs.get(a)
     if eqn is None:
       return None
@@ -79,19 +79,3 @@ class Rewriter:
 
 
 _SPLAT_PRESERVING = frozenset({"broadcast_in_dim", "reshape", "transpose", "convert"})
-
-
-def _lit_splat(a: Lit):
-  """A literal's value if all its elements are equal (and not NaN), else None; kept on
-  the literal (immutable) once found."""
-  try:
-    return a.__dict__["_splat"]
-  except KeyError:
-    pass
-  value = None
-  if not a.sized:  # a value that depends on sizes decides nothing (see core.Lit)
-    flat = a.value.reshape(-1)
-    if flat.size and (flat == flat[0]).all() and not np.isnan(flat[0]):
-      value = flat[0]
-  object.__setattr__(a, "_splat", value)
-  return value

@@ -8,6 +8,7 @@ against the primitives' shape rules.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import math
@@ -96,13 +97,12 @@ class ShapedArray:
   def is_float(self) -> bool:
     return self.dtype in FLOAT_DTYPES
 
+  @functools.cached_property  # (printers and cache keys ask for it again and again)
+  def _short(self) -> str:
+    return f"{_SHORT_DTYPE.get(self.dtype, self.dtype)}[{','.join(map(str, self.shape))}]"
+
   def str_short(self) -> str:
-    try:  # kept once made: printers and cache keys ask for it again and again
-      return self.__dict__["_str"]
-    except KeyError:
-      text = f"{_SHORT_DTYPE.get(self.dtype, self.dtype)}[{','.join(map(str, self.shape))}]"
-      object.__setattr__(self, "_str", text)
-      return text
+    return self._short
 
   __str__ = str_short
 
@@ -132,19 +132,24 @@ class Lit:
     arr.setflags(write=False)
     return Lit(arr, ShapedArray(arr.shape, arr.dtype.name), sized)
 
+  @functools.cached_property  # (literals are compared and hashed often: CSE, rewrites)
   def _key(self):
-    try:  # computed once: literals are compared and hashed often (CSE, rewrites)
-      return self.__dict__["_k"]
-    except KeyError:
-      key = (self.aval, self.value.tobytes(), self.sized)
-      object.__setattr__(self, "_k", key)
-      return key
+    return (self.aval, self.value.tobytes(), self.sized)
+
+  @functools.cached_property
+  def uniform(self):
+    """The value every element has, as a numpy scalar; None if they differ, if it is NaN,
+    or if the literal is sized (a value that depends on sizes decides nothing)."""
+    flat = self.value.reshape(-1)
+    if self.sized or not flat.size or np.isnan(flat[0]) or not (flat == flat[0]).all():
+      return None
+    return flat[0]
 
   def __eq__(self, other):
-    return isinstance(other, Lit) and self._key() == other._key()
+    return isinstance(other, Lit) and self._key == other._key
 
   def __hash__(self):
-    return hash(self._key())
+    return hash(self._key)
 
 
 Atom = Union[Var, Lit]

@@ -315,15 +315,21 @@ def _binary(prim_fn, name, of_bools=None):
   return _op(fn)
 
 
-def _or(x, y):
-  return P.select(x, x, y)
+def _or(a, b):
+  """a or b, of bool arrays of one shape."""
+  return P.select(a, a, b)
+
+
+def _and(a, b):
+  """a and b, of bool arrays of one shape."""
+  return P.select(a, b, a)
 
 
 add = _binary(P.add, "add", _or)
 subtract = _binary(P.sub, "subtract")
-multiply = _binary(P.mul, "multiply", lambda x, y: P.select(x, y, x))
+multiply = _binary(P.mul, "multiply", _and)
 maximum = _binary(P.max_, "maximum", _or)
-minimum = _binary(P.min_, "minimum", lambda x, y: P.select(x, y, x))
+minimum = _binary(P.min_, "minimum", _and)
 equal = _binary(P.eq, "equal")
 not_equal = _binary(lambda x, y: P.ne_p.bind(x, y), "not_equal")
 less = _binary(P.lt, "less")
@@ -389,11 +395,6 @@ def floor_divide(x, y):
   if aval_of(x).dtype not in FLOAT_DTYPES:
     return P.div(x, y)
   return _float_divmod(x, y)[0]
-
-
-def _and(a, b):
-  """a and b, of bool arrays of one shape."""
-  return P.select(a, b, a)
 
 
 def _float_divmod(x, y):
@@ -2364,8 +2365,7 @@ def logical_and(x, y):
 
 @_op
 def logical_or(x, y):
-  x, y = _promote(_truth(x), _truth(y))
-  return P.select(x, x, y)
+  return _or(*_promote(_truth(x), _truth(y)))
 
 
 @_op
@@ -2696,12 +2696,18 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
                full_like(x, info.min if neginf is None else neginf), x)
 
 
+def _nans_as(a, fill):
+  """`a` with its NaNs replaced by `fill` (integers and bools have none: `a` itself, so
+  the nan- functions of integers are the plain ones, in numpy's dtypes)."""
+  a = as_array(a)
+  if aval_of(a).dtype not in FLOAT_DTYPES:
+    return a
+  return where(_nan_mask(a), full_like(a, fill), a)
+
+
 def _nan_reduction(name, reduce, fill):
   def fn(a, axis=None, keepdims=False):
-    a = as_array(a)
-    if aval_of(a).dtype not in FLOAT_DTYPES:  # no NaNs: numpy's sum or prod (in int64)
-      return reduce(a, axis, keepdims)
-    return reduce(where(_nan_mask(a), full_like(a, fill), a), axis, keepdims)
+    return reduce(_nans_as(a, fill), axis, keepdims)
   fn.__name__ = name
   return _op(fn)
 
@@ -3457,20 +3463,14 @@ def nanstd(a, axis=None, keepdims=False, ddof=0):
 
 @_op
 def nancumsum(a, axis=None):
-  a = as_array(a)
-  a = ravel(a) if axis is None else a
-  if aval_of(a).dtype in FLOAT_DTYPES:
-    a = where(_nan_mask(a), zeros_like(a), a)
-  return cumsum(a, 0 if axis is None else axis)
+  a = _nans_as(a, 0)
+  return cumsum(ravel(a) if axis is None else a, 0 if axis is None else axis)
 
 
 @_op
 def nancumprod(a, axis=None):
-  a = as_array(a)
-  a = ravel(a) if axis is None else a
-  if aval_of(a).dtype in FLOAT_DTYPES:
-    a = where(_nan_mask(a), ones_like(a), a)
-  return cumprod(a, 0 if axis is None else axis)
+  a = _nans_as(a, 1)
+  return cumprod(ravel(a) if axis is None else a, 0 if axis is None else axis)
 
 
 @_op
