@@ -36,6 +36,7 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import Eqn, Lit, Primitive, Printer, Program, Var, pp_lit, pp_param, pp_program
+from primc.codegen.segments import segmented_loop
 from primc.codegen.writer import Writer
 from primc.passes.fusion import lazy_eqns
 
@@ -561,7 +562,16 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   if checks:
     code("nbig = 0")
   code(*invariant)
-  code.nest(heads(), nest + count("nbig"))
+  # a row whose stored values change only where comparisons of its index do (an
+  # identity basis, a pad's edge) is filled stretch by stretch (codegen.segments)
+  rows_of = None
+  if bounds and not (checks or reductions or flat):
+    start, _, stop = bounds[-1].rpartition(", ")
+    rows_of = segmented_loop(index[-1], start or "0", stop, nest, ctx.fresh)
+  if rows_of is not None:
+    code.nest(heads()[:-1], rows_of)
+  else:
+    code.nest(heads(), nest + count("nbig"))
   if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
     ctx.precise = True
     again = known + _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
