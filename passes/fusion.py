@@ -20,8 +20,8 @@ region they may join, trying the region of their producers first (vertical fusio
 later regions of the same domain (horizontal fusion of siblings). Then a loop region
 whose values one other loop region reads only through index maps moves into it and is
 recomputed there, at the indices read (`lazy_eqns`), where that adds at most
-RECOMPUTE_FACTOR times its own work (index arithmetic, comparisons and constants count
-as free): a sliced identity, padded terms added, a transposed result stop crossing
+RECOMPUTE_FACTOR times its own work (index arithmetic, integer sums included,
+comparisons and constants count as free): a sliced identity, padded terms added, a transposed result stop crossing
 memory. Otherwise work is never duplicated, except constants (splats, `full`, `iota`),
 which are recomputed in each region that reads them. Every region boundary keeps the reasons of every region it could not
 join (`FusedProgram.reasons`; logged at DEBUG on `primc.fusion`; `primc show --stage
@@ -135,6 +135,7 @@ def unprofitable(region: _Region, eqn: Eqn) -> list[str]:
 RECOMPUTE_FACTOR = 2
 MAX_RECOMPUTED = 256
 CHEAP = GENERATORS | INDEX_MAPS | {P.convert_p, P.select_p} | P.with_trait("comparison")
+INDEX_ARITHMETIC = {P.add_p, P.sub_p, P.neg_p}  # free in integers (an iota shifted)
 
 
 def lazy_eqns(program: Program) -> set[Eqn]:
@@ -160,7 +161,8 @@ def lazy_eqns(program: Program) -> set[Eqn]:
 
 def _work(eqn: Eqn) -> int:
   """Rough cost of one element of `eqn`: index arithmetic and constants are free."""
-  if eqn.prim in CHEAP or _is_constant(eqn):
+  if eqn.prim in CHEAP or _is_constant(eqn) or (
+      eqn.prim in INDEX_ARITHMETIC and not eqn.outputs[0].aval.is_float):
     return 0
   return 1 if eqn.prim.linear is not None else 4
 

@@ -6,6 +6,9 @@ substituted as it goes, so rewrites see already-simplified operands.
 """
 from __future__ import annotations
 
+import collections
+import functools
+
 import numpy as np
 
 from primc.core import (Atom, Eqn, Lit, Primitive, Program, Var, abstract_rules, make_params)
@@ -43,6 +46,13 @@ class Rewriter:
     out = Var(abstract_rules[prim](*(a.aval for a in inputs), **params))
     self.keep(Eqn(prim, inputs, make_params(params), (out,)))
     return out
+
+  @functools.cached_property
+  def uses(self) -> collections.Counter:
+    """How often the input program reads each of its variables (an output counts once)."""
+    return collections.Counter(
+        [a for e in self.program.eqns for a in e.inputs if type(a) is Var]
+        + [a for a in self.program.outputs if type(a) is Var])
 
   def replace(self, v: Var, a: Atom) -> None:
     self.subst[v] = a

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from primc import prims as P
-from primc.core import SMALL_INT, Lit, Program, impl_rules
+from primc.core import SMALL_INT, Lit, Program, Var, impl_rules
 from primc.passes.rewrite import Rewriter
 
 ELEMENTWISE = P.with_trait("elementwise")
@@ -46,6 +46,71 @@ def compose_reshape(r, x, *, new_sizes):
   if r.read(inner.inputs[0]).aval.shape == new_sizes:
     return inner.inputs[0]
   return r.emit(P.reshape_p, [inner.inputs[0]], new_sizes=new_sizes)
+
+
+def unit_moves(old: tuple, new: tuple) -> list | None:
+  """For a reshape from `old` to `new` that only inserts or removes dimensions of size 1:
+  each dimension of `old`'s place in `new` (None for a removed one). Else None."""
+  kept_old = [d for d, n in enumerate(old) if n != 1]
+  kept_new = [d for d, n in enumerate(new) if n != 1]
+  if [old[d] for d in kept_old] != [new[d] for d in kept_new]:
+    return None
+  where = dict(zip(kept_old, kept_new))
+  return [where.get(d) for d in range(len(old))]
+
+
+def broadcast_of_iota(r, x, *, shape, broadcast_dimensions):
+  """A broadcast of an iota is an iota (along the same dimension, not a widened unit one):
+  a constant, recomputed by every region that reads it."""
+  inner = r.producer(x, "iota")
+  if inner is None:
+    return None
+  d = inner.kw["dimension"]
+  if inner.kw["shape"][d] != shape[broadcast_dimensions[d]]:
+    return None
+  return r.emit(P.iota_p, [], shape=shape, dimension=broadcast_dimensions[d],
+                dtype=inner.kw["dtype"])
+
+
+def reshape_of_constant(r, x, *, new_sizes):
+  """A reshape of a splat is a splat; of an iota, moving only unit dimensions, an iota."""
+  inner = r.producer(x, "broadcast_in_dim")
+  if inner is not None and r.read(inner.inputs[0]).aval.ndim == 0 and isinstance(
+      r.read(inner.inputs[0]), Lit):
+    return splat_like(r, inner.inputs[0], new_sizes)
+  inner = r.producer(x, "iota")
+  moves = None if inner is None else unit_moves(inner.kw["shape"], new_sizes)
+  if moves is None or moves[inner.kw["dimension"]] is None:
+    return None
+  return r.emit(P.iota_p, [], shape=new_sizes, dimension=moves[inner.kw["dimension"]],
+                dtype=inner.kw["dtype"])
+
+
+def splat_like(r, lit, shape):
+  return lit if shape == () else r.emit(P.broadcast_in_dim_p, [lit], shape=shape,
+                                        broadcast_dimensions=())
+
+
+def reshape_of_elementwise(r, x, *, new_sizes):
+  """reshape(f(a, c...)) = f(reshape(a), reshape(c)...) for an elementwise f read only
+  by the reshape whose operands are constants (splats, iotas) but at most one, and a
+  reshape moving only unit dimensions (`x[:, None] - 3`): the reshape moves to that
+  operand, where it cancels another, becomes a constant or a view of an input, instead
+  of ending a fused region."""
+  x = r.read(x)
+  eqn = r.defs.get(x) if type(x) is Var else None
+  if eqn is None or eqn.prim not in ELEMENTWISE or eqn.prim.multiple_results or (
+      r.uses[x] != 1 or not eqn.inputs):
+    return None
+  shape = x.aval.shape
+  operands = [r.read(a) for a in eqn.inputs]
+  if unit_moves(shape, new_sizes) is None or any(a.aval.shape != shape for a in operands):
+    return None
+  constant = lambda a: r.splat(a) is not None or r.producer(a, "iota") is not None
+  if sum(not constant(a) for a in operands) > 1:
+    return None
+  return r.emit(eqn.prim, [r.emit(P.reshape_p, [a], new_sizes=new_sizes) for a in operands],
+                **eqn.kw)
 
 
 def compose_transpose(r, x, *, permutation):
@@ -209,8 +274,11 @@ RULES = [
     (P.broadcast_in_dim_p, lambda r, x, *, shape, broadcast_dimensions:
      x if r.read(x).aval.shape == shape else None),
     (P.broadcast_in_dim_p, compose_broadcast),
+    (P.broadcast_in_dim_p, broadcast_of_iota),
     (P.reshape_p, lambda r, x, *, new_sizes: x if r.read(x).aval.shape == new_sizes else None),
     (P.reshape_p, compose_reshape),
+    (P.reshape_p, reshape_of_constant),
+    (P.reshape_p, reshape_of_elementwise),
     (P.transpose_p, lambda r, x, *, permutation:
      x if permutation == tuple(range(len(permutation))) else None),
     (P.transpose_p, compose_transpose),
