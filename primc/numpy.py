@@ -1865,9 +1865,25 @@ def append(arr, values, axis=None):
 
 
 @_op
-def diff(a, n=1, axis=-1):
+def diff(a, n=1, axis=-1, prepend=None, append=None):
+  """numpy's `diff`; `prepend`/`append` (a scalar spread over the axis, or an array) are
+  joined to `a` along `axis` first, with numpy's promotion (None: nothing joined)."""
   a = as_array(a)
+  if int(n) < 0:
+    raise PrimcError(f"diff: order must be non-negative but got {n}")
   axis = _one_axis(axis, aval_of(a).ndim)
+  if int(n) == 0:  # (numpy's: `a` itself, nothing joined)
+    return a
+  if prepend is not None or append is not None:
+    def edge(v):
+      v = as_array(v)
+      if aval_of(v).ndim == 0:
+        shape = list(aval_of(a).shape)
+        shape[axis] = 1
+        v = broadcast_to(v, tuple(shape))
+      return v
+    a = concatenate([*([edge(prepend)] if prepend is not None else []), a,
+                     *([edge(append)] if append is not None else [])], axis=axis)
   for _ in range(int(n)):
     m = aval_of(a).shape[axis]
     a = (not_equal if aval_of(a).dtype == "bool" else subtract)(  # (numpy's, of bools)

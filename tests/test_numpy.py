@@ -58,6 +58,10 @@ ARRAY_FUNCTIONS = [
     ("trace", pnp.trace, np.trace), ("trace_1", lambda x: pnp.trace(x, 1), lambda x: np.trace(x, 1)),
     ("diff", pnp.diff, np.diff), ("diff_2_0", lambda x: pnp.diff(x, 2, axis=0),
                                   lambda x: np.diff(x, 2, axis=0)),
+    ("diff_edges", lambda x: pnp.diff(x, prepend=0.5, append=x[:, :2], axis=1),
+     lambda x: np.diff(x, prepend=0.5, append=x[:, :2], axis=1)),
+    ("diff_edges_0", lambda x: pnp.diff(x, 2, axis=0, append=np.float32(-1)),
+     lambda x: np.diff(x, 2, axis=0, append=np.float32(-1))),
     ("cumsum", pnp.cumsum, np.cumsum), ("cumsum_1", lambda x: pnp.cumsum(x, 1),
                                         lambda x: np.cumsum(x, 1)),
     ("cumprod", pnp.cumprod, np.cumprod), ("cumprod_0", lambda x: pnp.cumprod(x, 0),
@@ -186,7 +190,7 @@ NONDIFFERENTIABLE = {"argmax", "argmin_1", "argsort", "argsort_0_method", "signb
                      "constant_helpers"}
 COMPILED_GRADS = {"mod_op_negative", "fmod_rows", "sinc", "copysign", "nextafter", "pad_reflect",
                   "insert", "trace_diagonal_axes", "rounding", "r_c_", "rot90_1", "roll_axes", "pad_value", "tile", "repeat_axis", "triu_1",
-                  "diff_2_0", "cumsum_1", "cumprod_0", "prod_1_keep",
+                  "diff_2_0", "diff_edges", "diff_edges_0", "cumsum_1", "cumprod_0", "prod_1_keep",
                   "std_ddof", "sort_0"}
 POS = lambda *s: np.abs(N(*s)) + 0.5
 IDX = np.array([2, 0, 1, 2], np.int32)
