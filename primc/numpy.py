@@ -559,6 +559,9 @@ def where(condition, x=None, y=None):
   return P.select(broadcast_to(condition, shape), broadcast_to(x, shape), broadcast_to(y, shape))
 
 
+_where = where  # (for functions with a `where=` parameter)
+
+
 def stop_gradient(x):
   """Identity whose derivative is zero: gradients do not flow through it."""
   return P.stop_gradient(as_array(x))
@@ -608,19 +611,18 @@ def full(shape, fill_value, dtype="float32"):
   return P.full(_shape(shape), fill_value, dtype)
 
 
-def zeros_like(x, dtype=None):
+def zeros_like(x, dtype=None, shape=None):
+  return full_like(x, 0, dtype, shape)
+
+
+def ones_like(x, dtype=None, shape=None):
+  return full_like(x, 1, dtype, shape)
+
+
+def full_like(x, fill_value, dtype=None, shape=None):
+  """numpy.full_like; `shape` replaces x's (its dtype is kept)."""
   a = aval_of(as_array(x))
-  return P.full(a.shape, 0, dtype or a.dtype)
-
-
-def ones_like(x, dtype=None):
-  a = aval_of(as_array(x))
-  return P.full(a.shape, 1, dtype or a.dtype)
-
-
-def full_like(x, fill_value, dtype=None):
-  a = aval_of(as_array(x))
-  return P.full(a.shape, fill_value, dtype or a.dtype)
+  return P.full(a.shape if shape is None else _shape(shape), fill_value, dtype or a.dtype)
 
 
 def eye(n, m=None, k=0, dtype="float32"):
@@ -889,15 +891,28 @@ def _index_array(k, axis: int, size: int):
 
 
 @_op
-def take(x, indices, axis=None):
-  """numpy.take (`mode="raise"`): negative indices count from the end; an index out of
-  bounds raises IndexError (now for constant indices, at run time for traced ones)."""
+def take(x, indices, axis=None, mode="raise"):
+  """numpy.take. `mode="raise"` (the default): negative indices count from the end; an
+  index out of bounds raises IndexError (now for constant indices, at run time for traced
+  ones). Asked for, `"wrap"` takes indices modulo the axis and `"clip"` clips them into
+  it (negatives to 0), as numpy."""
   x = as_array(x)
   if axis is None:
     x = reshape(x, (-1,))
     axis = 0
   axis = _axes(axis, aval_of(x).ndim)[0]
-  return P.gather(x, _index_array(indices, axis, aval_of(x).shape[axis]), axis)
+  n = aval_of(x).shape[axis]
+  if mode not in ("raise", "wrap", "clip"):
+    raise PrimcError(f"take: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
+  if mode != "raise":
+    if n == 0:
+      raise PrimcIndexError("take: cannot do a non-empty take from an empty axis")
+    k = as_array(indices)
+    if aval_of(k).dtype not in ("int32", "int64"):
+      raise PrimcIndexError(f"arrays used as indices must be of integer type, got "
+                            f"{aval_of(k).dtype}")
+    indices = mod(k, n) if mode == "wrap" else clip(k, 0, n - 1)
+  return P.gather(x, _index_array(indices, axis, n), axis)
 
 
 def index_select(x, index, axis=0):
@@ -1133,6 +1148,9 @@ def mean(x, axis=None, keepdims=False, dtype=None, where=None):
   return P.div(total, divisor)
 
 
+_mean = mean  # (for functions with a `mean=` parameter)
+
+
 @_op
 def max(x, axis=None, keepdims=False, initial=None, where=None):
   """numpy.max; `initial` takes part (and is the result of an empty reduction); `where`
@@ -1173,14 +1191,36 @@ amin = min
 
 
 @_op
-def var(x, axis=None, keepdims=False, ddof=0):
-  d = subtract(x, mean(x, axis, keepdims=True))
+def _correction(ddof, correction):
+  """numpy 2's `correction=`, another name for `ddof`."""
+  if correction is None:
+    return ddof
+  if ddof:
+    raise PrimcError("var/std: ddof and correction can't be provided simultaneously")
+  return correction
+
+
+def var(x, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=None,
+        correction=None):
+  """numpy.var; `mean` (of the shape keepdims=True gives) is used instead of computing
+  it, `where` (a mask broadcast against x) leaves entries out, `correction` is `ddof`."""
+  ddof = _correction(ddof, correction)
+  x = as_array(x) if dtype is None else asarray(x, dtype)
+  m = _mean(x, axis, keepdims=True, where=where) if mean is None else as_array(mean)
+  d = subtract(x, m)
+  if where is not None:
+    total = sum(multiply(d, d), axis, keepdims, where=where)
+    count = sum(astype(broadcast_to(asarray(where, "bool"), aval_of(d).shape),
+                       aval_of(total).dtype), axis, keepdims)
+    dof = maximum(subtract(count, asarray(ddof, aval_of(total).dtype)), 0)
+    return divide(total, dof)  # no degrees of freedom left: inf or nan, as numpy
   if not ddof:
-    return mean(multiply(d, d), axis, keepdims)
+    return _mean(multiply(d, d), axis, keepdims)
   a = aval_of(d)
-  count = int(np.prod([a.shape[i] for i in _axes(axis, a.ndim)], dtype=np.int64)) - int(ddof)
+  count = int(np.prod([a.shape[i] for i in _axes(axis, a.ndim)], dtype=np.int64)) - ddof
   total = sum(multiply(d, d), axis, keepdims)
-  divisor = size_constant(count, aval_of(total).dtype)  # count <= 0: inf or nan, as numpy
+  # no degrees of freedom left (ddof >= n): divided by 0, inf or nan, as numpy
+  divisor = size_constant(builtins.max(count, 0), aval_of(total).dtype)
   if aval_of(total).shape:
     divisor = P.broadcast_in_dim(divisor, aval_of(total).shape, [])
   return P.div(total, divisor)
@@ -1935,10 +1975,16 @@ def cumprod(a, axis=None, dtype=None):
 
 
 @_op
-def prod(a, axis=None, keepdims=False, dtype=None):
+def prod(a, axis=None, keepdims=False, dtype=None, initial=None, where=None):
   """Products by halving: pairs multiplied, log2(n) steps (no division: zeros are fine);
-  integers and bools multiplied in int64, as numpy."""
+  integers and bools multiplied in int64, as numpy. `where` (a mask broadcast against a)
+  leaves entries out, `initial` multiplies the result."""
   a = _accumulated(a, dtype)
+  if where is not None:
+    a = _masked(a, where, 1)
+  if initial is not None:
+    out = prod(a, axis, keepdims)
+    return multiply(out, asarray(initial, aval_of(out).dtype))
   shape = aval_of(a).shape
   axes = _axes(axis, len(shape))
   for ax in axes:
@@ -1956,12 +2002,16 @@ def prod(a, axis=None, keepdims=False, dtype=None):
 
 
 @_op
-def std(a, axis=None, ddof=0, keepdims=False):
-  """numpy.std. Over single elements (ddof=0) it is the constant 0, derivatives 0 too (as
-  autograd; sqrt's derivative at a zero variance would be 0/0 elsewhere)."""
-  v = var(a, axis, keepdims, ddof=ddof)
+def std(a, axis=None, ddof=0, keepdims=False, *, dtype=None, where=None, mean=None,
+        correction=None):
+  """numpy.std (the keywords as `var`'s). Over single elements (ddof=0) it is the
+  constant 0, derivatives 0 too (as autograd; sqrt's derivative at a zero variance would
+  be 0/0 elsewhere)."""
+  ddof = _correction(ddof, correction)
+  v = var(a, axis, keepdims, ddof=ddof, dtype=dtype, where=where, mean=mean)
   shape = aval_of(as_array(a)).shape
-  if not ddof and builtins.all(shape[i] == 1 for i in _axes(axis, len(shape))):
+  if not ddof and where is None and builtins.all(
+      shape[i] == 1 for i in _axes(axis, len(shape))):
     return multiply(stop_gradient(v), 0)
   return sqrt(v)
 
@@ -2558,8 +2608,8 @@ def empty(shape, dtype="float32"):
   return zeros(shape, dtype)
 
 
-def empty_like(x, dtype=None):
-  return zeros_like(x, dtype)
+def empty_like(x, dtype=None, shape=None):
+  return zeros_like(x, dtype, shape)
 
 
 def identity(n, dtype="float32"):
@@ -2621,7 +2671,8 @@ def dstack(tup):
 
 
 @_op
-def meshgrid(*xi, indexing="xy"):
+def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
+  """numpy.meshgrid; `sparse` gives each array with ones in the other dimensions."""
   if indexing not in ("xy", "ij"):
     raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
   xs = [ravel(as_array(x)) for x in xi]
@@ -2632,7 +2683,9 @@ def meshgrid(*xi, indexing="xy"):
   out = []
   for k, x in enumerate(xs):
     axis = (1 - k if k < 2 else k) if indexing == "xy" and n >= 2 else k
-    out.append(P.broadcast_in_dim(x, tuple(lengths), (axis,)))
+    shape_ = [1] * n if sparse else list(lengths)
+    shape_[axis] = lengths[axis]
+    out.append(P.broadcast_in_dim(x, tuple(shape_), (axis,)))
   return out
 
 
@@ -2722,8 +2775,8 @@ def _nans_as(a, fill):
 
 
 def _nan_reduction(name, reduce, fill):
-  def fn(a, axis=None, keepdims=False):
-    return reduce(_nans_as(a, fill), axis, keepdims)
+  def fn(a, axis=None, keepdims=False, *, dtype=None, initial=None, where=None):
+    return reduce(_nans_as(a, fill), axis, keepdims, dtype, initial, where)
   fn.__name__ = name
   return _op(fn)
 
@@ -2740,13 +2793,16 @@ def nanmean(a, axis=None, keepdims=False):
 
 
 def _nan_extreme(name, reduce, fill):
-  def fn(a, axis=None, keepdims=False):
-    """All-NaN slices give NaN, as numpy (which also warns)."""
+  def fn(a, axis=None, keepdims=False, *, initial=None, where=None):
+    """All-NaN slices give NaN, as numpy (which also warns), or `initial` when given;
+    `where` (with `initial`) leaves entries out."""
     a = as_array(a)
     if aval_of(a).dtype not in FLOAT_DTYPES:  # no NaNs: numpy keeps the dtype
-      return reduce(a, axis, keepdims)
-    best = reduce(where(_nan_mask(a), full_like(a, fill), a), axis, keepdims)
-    return where(all(_nan_mask(a), axis, keepdims), full_like(best, np.nan), best)
+      return reduce(a, axis, keepdims, initial, where)
+    best = reduce(_where(_nan_mask(a), full_like(a, fill), a), axis, keepdims, initial, where)
+    if initial is not None:
+      return best
+    return _where(all(_nan_mask(a), axis, keepdims), full_like(best, np.nan), best)
   fn.__name__ = name
   return _op(fn)
 
@@ -2862,11 +2918,12 @@ def _nan_quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
 def _quantile_family(compute, prefix: str):
   """median, quantile and percentile (linear interpolation, constant q) over `compute`:
   `_quantiles`, or `_nan_quantiles` for the nan- versions. The result has the dtype of
-  numpy's: the data's float type, promoted with q's unless q is a Python number."""
-  def median(a, axis=None, keepdims=False):
+  numpy's: the data's float type, promoted with q's unless q is a Python number.
+  `overwrite_input` is accepted and changes nothing (primc never writes its inputs)."""
+  def median(a, axis=None, keepdims=False, *, overwrite_input=False):
     return compute(a, 0.5, axis, keepdims, f"{prefix}median", median=True)
 
-  def quantile(a, q, axis=None, keepdims=False, method="linear"):
+  def quantile(a, q, axis=None, keepdims=False, method="linear", *, overwrite_input=False):
     if method != "linear":
       raise NotSupportedError(f"{prefix}quantile method {method!r} (only 'linear')")
     if isinstance(q, Tracer):
@@ -2876,7 +2933,8 @@ def _quantile_family(compute, prefix: str):
     weights = None if type(q) in (int, float) else np.asarray(q).dtype.name
     return compute(a, q, axis, keepdims, f"{prefix}quantile", weights=weights)
 
-  def percentile(a, q, axis=None, keepdims=False, method="linear"):
+  def percentile(a, q, axis=None, keepdims=False, method="linear", *,
+                 overwrite_input=False):
     if isinstance(q, Tracer):
       raise NotSupportedError(f"{prefix}percentile at traced q (q must be known while "
                               f"tracing)")
@@ -3462,19 +3520,28 @@ def vecmat(x1, x2):
 
 
 @_op
-def nanvar(a, axis=None, keepdims=False, ddof=0):
-  a = _float(a)
+def nanvar(a, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=None,
+           correction=None):
+  """numpy.nanvar: `var` of the entries that are not NaN (the keywords as `var`'s)."""
+  ddof = _correction(ddof, correction)
+  a = _float(a) if dtype is None else asarray(a, dtype)
   ok = logical_not(_nan_mask(a))
+  if where is not None:
+    ok = logical_and(ok, broadcast_to(asarray(where, "bool"), aval_of(a).shape))
   count = sum(P.convert(ok, aval_of(a).dtype), axis, True)
-  mean_ = divide(nansum(a, axis, True), count)
-  d = where(ok, subtract(a, mean_), zeros_like(a))
-  out = divide(sum(multiply(d, d), axis, True), subtract(count, float(ddof)))
+  mean_ = divide(sum(a, axis, True, where=ok), count) if mean is None else as_array(mean)
+  d = _where(ok, subtract(a, mean_), zeros_like(a))
+  dof = subtract(count, float(ddof))
+  out = _where(greater(dof, 0), divide(sum(multiply(d, d), axis, True), dof),
+               full_like(dof, np.nan))  # no degrees of freedom left: NaN, as numpy
   return out if keepdims else squeeze(out, _axes(axis, aval_of(a).ndim))
 
 
 @_op
-def nanstd(a, axis=None, keepdims=False, ddof=0):
-  return sqrt(nanvar(a, axis, keepdims, ddof))
+def nanstd(a, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=None,
+           correction=None):
+  return sqrt(nanvar(a, axis, keepdims, ddof, dtype=dtype, where=where, mean=mean,
+                     correction=correction))
 
 
 @_op
@@ -3490,15 +3557,15 @@ def nancumprod(a, axis=None):
 
 
 @_op
-def nanargmax(a, axis=None):
+def nanargmax(a, axis=None, keepdims=False):
   a = _float(a)
-  return argmax(where(_nan_mask(a), full_like(a, -np.inf), a), axis)
+  return argmax(where(_nan_mask(a), full_like(a, -np.inf), a), axis, keepdims)
 
 
 @_op
-def nanargmin(a, axis=None):
+def nanargmin(a, axis=None, keepdims=False):
   a = _float(a)
-  return argmin(where(_nan_mask(a), full_like(a, np.inf), a), axis)
+  return argmin(where(_nan_mask(a), full_like(a, np.inf), a), axis, keepdims)
 
 
 @_op

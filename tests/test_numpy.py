@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import primc
 import primc.numpy as pnp
+from primc.tree import tree_map
 
 
 def _softmax(x, axis=-1):
@@ -852,3 +853,71 @@ def test_index_maps_of_0d_arrays_compiled():
     for got in (ours(x), primc.jit(ours)(x)):
       assert np.asarray(got).dtype == want.dtype and np.asarray(got).shape == want.shape
       np.testing.assert_array_equal(got, want)
+
+
+_K = np.array([[1.0, np.nan, 3.0, -2.0], [np.nan, np.nan, np.nan, np.nan],
+               [0.5, 2.0, -1.0, 4.0]], np.float32)
+_KI = np.arange(12, dtype=np.int32).reshape(3, 4) - 5
+_KW = np.array([[1, 0, 1, 1], [1, 1, 0, 1], [0, 1, 1, 1]], bool)
+KEYWORDS = [  # (name, fn(module, a), a): numpy's keyword arguments, NaN rows included
+    ("zeros_like_shape", lambda m, a: m.zeros_like(a, shape=(2, 5)), _K),
+    ("full_like_shape", lambda m, a: m.full_like(a, 3, shape=(4,)), _KI),
+    ("take_wrap", lambda m, a: m.take(a, np.array([7, -9, 13]), mode="wrap"), _KI),
+    ("take_clip", lambda m, a: m.take(a, np.array([7, -9, 13]), axis=1, mode="clip"), _KI),
+    ("prod_initial_where", lambda m, a: m.prod(a, axis=1, initial=2, where=_KW), _KI),
+    ("prod_initial", lambda m, a: m.prod(a, initial=0.5), _K[2]),
+    ("nansum_initial", lambda m, a: m.nansum(a, axis=1, initial=2.0), _K),
+    ("nanprod_where", lambda m, a: m.nanprod(a, axis=0, where=_KW), _K),
+    ("nanmax_initial", lambda m, a: m.nanmax(a, axis=1, initial=-7.0), _K),
+    ("nanmin_initial", lambda m, a: m.nanmin(a, axis=1, initial=5.0), _K),
+    ("nanmax_initial_where", lambda m, a: m.nanmax(a, axis=0, initial=0.0, where=_KW), _K),
+    ("var_correction", lambda m, a: m.var(a, axis=1, correction=1), _K[[0, 2]]),
+    ("var_where", lambda m, a: m.var(a, axis=1, where=_KW), _K[[2, 2, 2]]),
+    ("var_mean", lambda m, a: m.var(a, axis=1, mean=np.array([[1.0], [2.0]], np.float32)),
+     _K[[0, 2]]),
+    ("std_dtype", lambda m, a: m.std(a, dtype=np.float64), _KI),
+    ("std_where_ddof", lambda m, a: m.std(a, axis=0, where=_KW, ddof=1), _K[[2, 2, 2]]),
+    ("nanvar_correction_where", lambda m, a: m.nanvar(a, axis=1, correction=1, where=_KW), _K),
+    ("nanstd_mean", lambda m, a: m.nanstd(a, axis=1, mean=np.array([[1.0], [0.0], [2.0]],
+                                                                   np.float32)), _K),
+    ("nanargmax_keepdims", lambda m, a: m.nanargmax(a, axis=1, keepdims=True), _K[[0, 2]]),
+    ("meshgrid_sparse", lambda m, a: m.meshgrid(a[0], a[1], a[2, :3], sparse=True), _K),
+    ("meshgrid_sparse_ij", lambda m, a: m.meshgrid(a[0], a[2, :3], sparse=True, indexing="ij"),
+     _K),
+    ("median_overwrite", lambda m, a: m.median(a, axis=1, overwrite_input=True), _K[[0, 2]]),
+    ("diff_prepend_append", lambda m, a: m.diff(a, 2, axis=0, prepend=1.5, append=a[:1]), _KI),
+    # no degrees of freedom left (ddof >= n): numpy divides by 0 (inf, nan); nan- gives NaN
+    ("var_ddof_past_n", lambda m, a: (m.var(a, axis=1, ddof=4), m.var(a, axis=1, ddof=5),
+                                      m.std(a[0, :3], ddof=2.5)), _K[[2, 2]]),
+    ("var_where_ddof_past_n", lambda m, a: m.var(a, axis=1, where=_KW, ddof=3), _K[[2, 2, 2]]),
+    ("nanvar_ddof_past_n", lambda m, a: (m.nanvar(a, axis=1, ddof=3), m.nanstd(a, 1, ddof=1)),
+     _K),
+]
+
+
+@pytest.mark.parametrize("path", ["eager", "jit", "vmap"])
+@pytest.mark.parametrize("name,fn,a", KEYWORDS, ids=[k[0] for k in KEYWORDS])
+def test_numpy_keywords_match_numpy(name, fn, a, path):
+  with np.errstate(all="ignore"), warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    want = fn(np, a.copy())
+    if path == "vmap":  # a batch of two: numpy's result for each, stacked
+      want = tree_map(lambda w: np.stack([w, w]), want)
+  if path == "vmap":
+    got = primc.jit(primc.vmap(lambda a: fn(pnp, a)))(np.stack([a, a]))
+  else:
+    got = fn(pnp, a) if path == "eager" else primc.jit(lambda a: fn(pnp, a))(a)
+  for g, w in zip(*(x if isinstance(x, (list, tuple)) else [x] for x in (got, want)),
+                  strict=True):
+    g, w = np.asarray(g), np.asarray(w)
+    assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+    np.testing.assert_allclose(g, w, rtol=1e-6, equal_nan=True)
+
+
+def test_numpy_keyword_errors():
+  with pytest.raises(primc.PrimcError, match="simultaneously"):
+    pnp.var(np.ones(3), ddof=1, correction=1)
+  with pytest.raises(primc.PrimcError, match="mode must be"):
+    pnp.take(np.ones(3), [0], mode="nearest")
+  with pytest.raises(primc.PrimcError, match="non-negative"):
+    pnp.diff(np.ones(3), -1)
