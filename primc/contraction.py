@@ -161,4 +161,5 @@ def kron(a, b):
   wide = tuple(n for pair in zip(sa, sb) for n in pair)
   a2 = P.broadcast_in_dim(P.reshape(a, sa), wide, tuple(range(0, 2 * nd, 2)))
   b2 = P.broadcast_in_dim(P.reshape(b, sb), wide, tuple(range(1, 2 * nd, 2)))
-  return P.reshape(P.mul(a2, b2), [x * y for x, y in zip(sa, sb)])
+  product = P.select(a2, b2, a2) if aval_of(a).dtype == "bool" else P.mul(a2, b2)  # (numpy's
+  return P.reshape(product, [x * y for x, y in zip(sa, sb)])                  # of bools: and)

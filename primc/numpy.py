@@ -467,6 +467,8 @@ rint = _rounding(P.rint_p, "rint")
 def round_(a, decimals=0):
   """numpy.round: halves to even, at `decimals` places (scaled by 10**decimals)."""
   a = as_array(a)
+  if aval_of(a).dtype == "bool" and decimals >= 0:  # numpy's float16, as other float
+    return P.convert(a, "float64")                   # functions of bools (README)
   if aval_of(a).dtype not in FLOAT_DTYPES:
     if decimals >= 0:
       return a
@@ -2813,11 +2815,18 @@ nanmin = _nan_extreme("nanmin", min, np.inf)
 
 @_op
 def average(a, axis=None, weights=None, returned=False, keepdims=False):
+  """numpy.average. Known weights that sum to zero raise ZeroDivisionError, as numpy;
+  traced ones (their sum is not known while tracing) give NaN there, as JAX."""
   a = _float(a)
   if weights is None:
     avg = mean(a, axis, keepdims)
     scale = full_like(avg, float(size(a) // builtins.max(size(avg), 1)))
     return (avg, scale) if returned else avg
+  if isinstance(weights, (np.ndarray, list, tuple, int, float, np.number)) and not builtins.any(
+      isinstance(v, Tracer) for v in np.ravel(np.asarray(weights, object))):
+    known = np.asarray(weights, np.float64)  # (traced weights summing to 0 give NaN)
+    if not np.all(np.sum(known, axis=None if known.ndim == 1 or axis is None else axis)):
+      raise ZeroDivisionError("average: weights sum to zero, can't be normalized")
   w = as_array(weights)
   if aval_of(w).shape != aval_of(a).shape:
     if axis is None or aval_of(w).ndim != 1:
@@ -3002,23 +3011,49 @@ def array_equal(a1, a2, equal_nan=False):
 
 
 @_op
-def cov(m, y=None, rowvar=True, bias=False, ddof=None):
-  x = _atleast(_float(m), 2)
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *,
+        dtype=None):
+  """numpy.cov, in numpy's dtype (at least float64 unless `dtype`); `fweights` (integer
+  repeat counts) and `aweights` (observation weights) as numpy weighs them. With no
+  degrees of freedom left (ddof >= n) it divides by 0: inf or nan, as numpy."""
+  kinds = [aval_of(as_array(v)).dtype for v in (m, y) if v is not None]
+  kind = dtype or np.result_type(*kinds, np.float64).name
+  x = _atleast(asarray(m, kind), 2)
   if not rowvar:
     x = transpose(x)
   if y is not None:
-    yy = _atleast(_float(y), 2)
+    yy = _atleast(asarray(y, kind), 2)
     x = concatenate([x, yy if rowvar else transpose(yy)], 0)
   n = aval_of(x).shape[1]
   dd = ddof if ddof is not None else (0 if bias else 1)
-  centered = subtract(x, mean(x, 1, keepdims=True))
-  c = divide(matmul(centered, transpose(centered)), float(n - dd))
+  if fweights is None and aweights is None:
+    centered = subtract(x, mean(x, 1, keepdims=True))
+    c = divide(matmul(centered, transpose(centered)), float(builtins.max(n - dd, 0)))
+  else:
+    w = ones((n,), kind)
+    for v in (fweights, aweights):
+      if v is not None:
+        v = asarray(v, kind)
+        if aval_of(v).shape != (n,):
+          raise ShapeError(f"cov: weights must be 1-D of the observations' length {n}, got "
+                           f"shape {aval_of(v).shape}")
+        w = multiply(w, v)
+    v1 = sum(w)
+    centered = subtract(x, divide(sum(multiply(x, w), 1, keepdims=True), v1))
+    if dd == 0:
+      fact = v1
+    elif aweights is None:
+      fact = subtract(v1, float(dd))
+    else:
+      fact = subtract(v1, multiply(float(dd), divide(sum(multiply(w, asarray(aweights, kind))),
+                                                     v1)))
+    c = divide(matmul(multiply(centered, w), transpose(centered)), maximum(fact, 0))
   return squeeze(c) if aval_of(c).shape == (1, 1) else c
 
 
 @_op
-def corrcoef(x, y=None, rowvar=True):
-  c = cov(x, y, rowvar)
+def corrcoef(x, y=None, rowvar=True, *, dtype=None):
+  c = cov(x, y, rowvar, dtype=dtype)
   if aval_of(c).ndim == 0:
     return divide(c, c)
   d = sqrt(diagonal(c))
