@@ -1167,7 +1167,11 @@ def max(x, axis=None, keepdims=False, initial=None, where=None):
                        "identity)")
     x = _masked(x, where, initial)
   axes = _axes(axis, a.ndim)  # (initial: in x's dtype, as numpy casts it)
-  out = P.reduce_max(x, axes) if axes else x
+  if initial is not None and builtins.any(a.shape[i] == 0 for i in axes):  # over nothing
+    least = -np.inf if a.dtype in FLOAT_DTYPES else np.iinfo(a.dtype).min  # (then initial)
+    out = P.full(tuple(n for i, n in enumerate(a.shape) if i not in axes), least, a.dtype)
+  else:
+    out = P.reduce_max(x, axes) if axes else x
   out = _keep(out, a.shape, axes) if keepdims else out
   return out if initial is None else maximum(out, asarray(initial, aval_of(out).dtype))
 
@@ -2480,14 +2484,16 @@ right_shift = bitwise_right_shift = _shift(P.shift_right_p, "right_shift")
 
 
 @_op
-def any(a, axis=None, keepdims=False):
-  a = P.convert(_truth(a), "int32")
-  return P.gt(max(a, axis, keepdims), zeros_like(max(a, axis, keepdims)))
+def any(a, axis=None, keepdims=False, *, where=None):
+  """numpy.any (False over nothing); `where` leaves entries out."""
+  a = max(P.convert(_truth(a), "int32"), axis, keepdims, initial=0, where=where)
+  return P.gt(a, zeros_like(a))
 
 
 @_op
-def all(a, axis=None, keepdims=False):
-  return logical_not(any(logical_not(a), axis, keepdims))
+def all(a, axis=None, keepdims=False, *, where=None):
+  """numpy.all (True over nothing); `where` leaves entries out."""
+  return logical_not(any(logical_not(a), axis, keepdims, where=where))
 
 
 @_op
@@ -2868,6 +2874,8 @@ def _quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
   original = as_array(a)
   s, ax, flat = _sorted_along(original, axis)
   n = aval_of(s).shape[ax]
+  if n == 0 and median:  # numpy's median of nothing: the mean of nothing, NaN
+    return _mean(_float(original), axis, keepdims)
   if n == 0:
     raise ShapeError(f"{name} of an empty axis")
   take_ = lambda i: getitem(s, (builtins.slice(None),) * ax + (i,))
@@ -2897,6 +2905,8 @@ def _nan_quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
   NaNs only."""
   original = as_array(a)
   s, ax, flat = _sorted_along(original, axis)  # NaNs sort last
+  if aval_of(s).shape[ax] == 0 and median:  # numpy's: NaN
+    return _mean(_float(original), axis, keepdims)
   if aval_of(s).shape[ax] == 0:
     raise ShapeError(f"{name} of an empty axis")
   valid = sum(logical_not(_nan_mask(s)), ax, keepdims=True)

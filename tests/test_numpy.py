@@ -896,6 +896,14 @@ KEYWORDS = [  # (name, fn(module, a), a): numpy's keyword arguments, NaN rows in
      _K),
     ("cov_ddof_past_n", lambda m, a: (m.cov(a[:, :2], ddof=3), m.cov(a[:, :1], ddof=2),
                                       m.cov(a[:, :1])), _K[[0, 2]]),
+    ("any_all_where", lambda m, a: (m.any(a, 1, where=_KW[:, :3]), m.all(a > 0, where=_KW[0, :3])),
+     np.abs(_KI[:, :3]).astype(np.float32) - 1),
+    # reductions over nothing: numpy's identities (False, True, initial), median NaN
+    ("reductions_of_nothing", lambda m, a: (
+        m.any(a, 0), m.all(a), m.median(a, 0), m.nanmedian(a), m.median(a[:, :0], 1),
+        m.max(a, 0, initial=-5.0), m.min(a, initial=7.0), m.max(a.astype(np.int32), 0,
+                                                             initial=-3)),
+     np.zeros((0, 3), np.float32)),
     ("cov_weights_dtype", lambda m, a: (
         m.cov(a, fweights=np.array([1, 2, 0, 3])), m.cov(a, aweights=np.array([0.5, 1, 2, 1])),
         m.cov(a, ddof=2, fweights=[1, 1, 2, 1], aweights=[1.0, 0.25, 2.0, 1.0]),
