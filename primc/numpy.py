@@ -3071,10 +3071,15 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None):
 
 
 @_op
-def searchsorted(a, v, side="left"):
-  """Insertion points of v into the sorted 1-D a: the count of a's elements below v
-  (at or below, side='right'); int64, as numpy."""
+def searchsorted(a, v, side="left", sorter=None):
+  """Insertion points of v into the sorted 1-D a (sorted by `sorter`'s order when given):
+  the count of a's elements below v (at or below, side='right'), in numpy's order, where
+  NaN is above every number and equal to itself; int64, as numpy."""
+  if side not in ("left", "right"):
+    raise PrimcError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
   a = ravel(as_array(a))
+  if sorter is not None:
+    a = take(a, sorter)
   v = as_array(v)
   vs = aval_of(v).shape
   n = aval_of(a).shape[0]
@@ -3083,6 +3088,10 @@ def searchsorted(a, v, side="left"):
   vv = P.broadcast_in_dim(v, grid, tuple(range(len(vs))))
   aa, vv = _promote(aa, vv)
   below = P.lt(aa, vv) if side == "left" else P.le_p.bind(aa, vv)
+  if aval_of(aa).dtype in FLOAT_DTYPES:  # NaN above every number, equal to itself
+    nan_v = isnan(vv)
+    below = logical_or(below, logical_and(nan_v, logical_not(isnan(aa))) if side == "left"
+                       else nan_v)
   return sum(P.convert(below, "int64"), -1)
 
 
@@ -3092,10 +3101,13 @@ def digitize(x, bins, right=False):
   edges = np.asarray(bins)
   if edges.ndim != 1:
     raise PrimcError(f"digitize: bins must be 1-D, got shape {edges.shape}")
+  steps = np.diff(edges)
+  if not (np.all(steps >= 0) or np.all(steps <= 0)):
+    raise ValueError("digitize: bins must be monotonically increasing or decreasing")
+  side = "left" if right else "right"
   if edges.size > 1 and edges[0] > edges[-1]:  # decreasing: numpy counts from the end
-    found = searchsorted(edges[::-1].copy(), x, side="right" if right else "left")
-    return subtract(edges.size, found)
-  return searchsorted(edges, x, side="left" if right else "right")
+    return subtract(edges.size, searchsorted(edges[::-1].copy(), x, side=side))
+  return searchsorted(edges, x, side=side)
 
 
 @_op
@@ -3291,12 +3303,14 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
 
 @_op
 def polyval(p, x):
-  """Horner's rule: p[0] x^(n-1) + ... + p[n-1]."""
+  """Horner's rule from zero, as numpy (`y = y * x + c` for each coefficient, so an
+  infinite x gives NaN, 0 * inf, where the leading term would give inf), in numpy's
+  dtypes (integer coefficients at integer x stay integers)."""
   coeffs = [getitem(as_array(p), k) for k in range(shape(p)[0])] if not isinstance(
       p, (list, tuple)) else list(p)
   x = as_array(x)
-  out = zeros_like(_float(x)) if not coeffs else multiply(ones_like(_float(x)), coeffs[0])
-  for c in coeffs[1:]:
+  out = zeros_like(x)
+  for c in coeffs:
     out = add(multiply(out, x), c)
   return out
 
@@ -3421,8 +3435,10 @@ def resize(a, new_shape):
 
 
 @_op
-def isin(element, test_elements, invert=False):
-  """Whether each element is among the (constant or traced) test_elements."""
+def isin(element, test_elements, assume_unique=False, invert=False, *, kind=None):
+  """Whether each element is among the (constant or traced) test_elements (NaN is among
+  none, as numpy's); `assume_unique` and `kind` choose numpy's algorithm, not the result:
+  accepted."""
   element = as_array(element)
   tests = ravel(array(test_elements))
   grid = aval_of(element).shape + aval_of(tests).shape
@@ -3789,13 +3805,16 @@ def argwhere(a, *, size=None, fill_value=None):
 
 @_op
 def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *,
-           size=None, fill_value=None):
-  """The sorted distinct values of ar (flattened). Traced: the first `size` of them,
-  padded with fill_value (the smallest value by default), as JAX; return_index,
-  return_inverse, return_counts and axis are supported on constant arrays only."""
+           equal_nan=True, sorted=True, size=None, fill_value=None):
+  """The sorted distinct values of ar (flattened), NaNs one value unless `equal_nan` is
+  False (numpy's; `sorted=False` allows any order, and gets numpy's sorted one). Traced:
+  the first `size` of them, padded with fill_value (the smallest value by default), as
+  JAX; return_index, return_inverse, return_counts and axis are supported on constant
+  arrays only."""
   extra = return_index or return_inverse or return_counts or axis is not None
   if not isinstance(ar, Tracer):
-    out = np.unique(np.asarray(ar), return_index, return_inverse, return_counts, axis)
+    out = np.unique(np.asarray(ar), return_index, return_inverse, return_counts, axis,
+                    equal_nan=equal_nan)
     if size is not None and not extra:
       if fill_value is None:
         fill_value = out.min() if out.size else 0
@@ -3805,8 +3824,11 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
   if extra:
     raise NotSupportedError("unique of a traced array with return_index, return_inverse, "
                             "return_counts or axis is not supported")
-  s = sort(ravel(as_array(ar)))
-  first = concatenate([P.full((1,), True, "bool"), not_equal(s[1:], s[:-1])])
+  s = sort(ravel(as_array(ar)))  # (NaNs last)
+  differs = not_equal(s[1:], s[:-1])
+  if equal_nan and aval_of(s).dtype in FLOAT_DTYPES:  # a NaN after a NaN is the same value
+    differs = logical_and(differs, logical_not(logical_and(isnan(s[1:]), isnan(s[:-1]))))
+  first = concatenate([P.full((1,), True, "bool"), differs])
   idx = _first_true(first, int(size), -1)
   values = take(s, maximum(idx, 0))
   fill = s[0] if fill_value is None else fill_value

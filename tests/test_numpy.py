@@ -645,6 +645,12 @@ def test_data_dependent_shapes_take_jax_size(seed):
     u = np.unique(x)
     for f in (lambda a: pnp.unique(a, size=size), primc.jit(lambda a: pnp.unique(a, size=size))):
       np.testing.assert_array_equal(f(x), _jax_sized(u, size, u.min()))
+    # NaNs: one value (numpy's and JAX's equal_nan=True), each its own with equal_nan=False
+    xn = np.where(rng.random((3, 5)) < 0.3, np.nan, x)
+    for equal_nan in (True, False):
+      u = np.unique(xn, equal_nan=equal_nan)
+      got = primc.jit(lambda a: pnp.unique(a, size=size, equal_nan=equal_nan))(xn)
+      np.testing.assert_array_equal(got, _jax_sized(u, size, u[0]))
   # concrete arrays: numpy's own results, every option
   for got, want in zip(pnp.nonzero(x), np.nonzero(x)):
     np.testing.assert_array_equal(got, want)
@@ -904,6 +910,23 @@ KEYWORDS = [  # (name, fn(module, a), a): numpy's keyword arguments, NaN rows in
         m.max(a, 0, initial=-5.0), m.min(a, initial=7.0), m.max(a.astype(np.int32), 0,
                                                              initial=-3)),
      np.zeros((0, 3), np.float32)),
+    # NaN: one value to unique (unless equal_nan=False), above every number to searchsorted
+    ("unique_nans", lambda m, a: (m.unique(a), m.unique(a, equal_nan=False)),
+     np.array([3.0, np.nan, 1.0, np.nan, 3.0, -0.0])),
+    ("searchsorted_nans_sorter", lambda m, a: [
+        m.searchsorted(np.array([1.0, 2.0, np.nan, np.nan]), a, side=side) for side in
+        ("left", "right")] + [m.searchsorted(a, a[::-1], sorter=np.argsort(a, kind="stable"))],
+     np.array([np.nan, 5.0, 1.5, -np.inf, np.inf, 2.0, 1.0])),
+    ("digitize_edges", lambda m, a: [
+        m.digitize(a, np.array(b), right=r) for b in ([0.0, 1.0, 2.0], [2.0, 1.0, 1.0, 0.0])
+        for r in (False, True)], np.array([np.nan, 0.5, -np.inf, np.inf, 1.0, 2.5, -0.0, 2.0])),
+    # Horner's rule from zero, as numpy: an infinite x gives NaN; integers stay integers
+    ("polyval_numpy_horner", lambda m, a: (m.polyval(np.array([1.0, -2.0, 0.5]), a),
+                                           m.polyval([1, -2, 3], a.astype(np.int64)[2:4])),
+     np.array([np.nan, -np.inf, 1.0, 2.0, np.inf])),
+    ("isin_keywords", lambda m, a: m.isin(a, [np.nan, 2.0, 1.0], assume_unique=True,
+                                         invert=True, kind="sort"),
+     np.array([1.0, np.nan, 2.0, 3.0])),
     ("cov_weights_dtype", lambda m, a: (
         m.cov(a, fweights=np.array([1, 2, 0, 3])), m.cov(a, aweights=np.array([0.5, 1, 2, 1])),
         m.cov(a, ddof=2, fweights=[1, 1, 2, 1], aweights=[1.0, 0.25, 2.0, 1.0]),
@@ -911,6 +934,9 @@ KEYWORDS = [  # (name, fn(module, a), a): numpy's keyword arguments, NaN rows in
         m.cov(a, dtype=np.float32), m.corrcoef(a), m.corrcoef(a[0], a[1], dtype=np.float32)),
      _K[[0, 2]] * np.array([1, 0, 1, 1], np.float32)),
 ]
+
+
+VALUE_SHAPED = {"unique_nans"}  # results whose shape depends on the values
 
 
 @pytest.mark.parametrize("path", ["eager", "jit", "vmap"])
@@ -921,6 +947,10 @@ def test_numpy_keywords_match_numpy(name, fn, a, path):
     want = fn(np, a.copy())
     if path == "vmap":  # a batch of two: numpy's result for each, stacked
       want = tree_map(lambda w: np.stack([w, w]), want)
+  if path != "eager" and name in VALUE_SHAPED:  # traced: said so (JAX's size= needed)
+    with pytest.raises(pnp.NotSupportedError, match="size="):
+      primc.jit(lambda a: fn(pnp, a))(a)
+    return
   if path == "vmap":
     got = primc.jit(primc.vmap(lambda a: fn(pnp, a)))(np.stack([a, a]))
   else:
