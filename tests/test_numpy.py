@@ -922,7 +922,7 @@ KEYWORDS = [  # (name, fn(module, a), a): numpy's keyword arguments, NaN rows in
         for r in (False, True)], np.array([np.nan, 0.5, -np.inf, np.inf, 1.0, 2.5, -0.0, 2.0])),
     # Horner's rule from zero, as numpy: an infinite x gives NaN; integers stay integers
     ("polyval_numpy_horner", lambda m, a: (m.polyval(np.array([1.0, -2.0, 0.5]), a),
-                                           m.polyval([1, -2, 3], a.astype(np.int64)[2:4])),
+                                           m.polyval([1, -2, 3], a[2:4].astype(np.int64))),
      np.array([np.nan, -np.inf, 1.0, 2.0, np.inf])),
     ("isin_keywords", lambda m, a: m.isin(a, [np.nan, 2.0, 1.0], assume_unique=True,
                                          invert=True, kind="sort"),
