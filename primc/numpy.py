@@ -3976,13 +3976,20 @@ def _multi_dot(arrays):
 @_linalg_op
 def _cond(x, p=None):
   """The condition number: largest over smallest singular value (p None or 2; -2 the
-  inverse), else norm(x, p) norm(inv(x), p) over the last two axes."""
+  inverse), else norm(x, p) norm(inv(x), p) over the last two axes. A singular matrix's
+  is inf, as numpy's, except for the norms of its inverse: there inv raises
+  LinAlgError (numpy's cond ignores the failed inverse)."""
+  x = _float(x)
   if p is None or p in (2, -2):
     s = _svdvals(x)
     big, small = take(s, 0, axis=-1), take(s, -1, axis=-1)
-    return divide(big, small) if p != -2 else divide(small, big)
-  axes = (-2, -1)
-  return multiply(norm(x, p, axis=axes), norm(_inv(x), p, axis=axes))
+    r = divide(big, small) if p != -2 else divide(small, big)
+  else:
+    axes = (-2, -1)
+    r = multiply(norm(x, p, axis=axes), norm(_inv(x), p, axis=axes))
+  # numpy's: a NaN from a singular matrix (0/0) is inf, unless x itself has NaNs
+  return where(logical_and(isnan(r), logical_not(any(isnan(x), axis=(-2, -1)))),
+               full_like(r, np.inf), r)
 
 
 def _linalg_name(name: str):

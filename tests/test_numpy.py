@@ -924,6 +924,8 @@ KEYWORDS = [  # (name, fn(module, a), a): numpy's keyword arguments, NaN rows in
     ("polyval_numpy_horner", lambda m, a: (m.polyval(np.array([1.0, -2.0, 0.5]), a),
                                            m.polyval([1, -2, 3], a[2:4].astype(np.int64))),
      np.array([np.nan, -np.inf, 1.0, 2.0, np.inf])),
+    ("cond_singular", lambda m, a: (m.linalg.cond(a), m.linalg.cond(a, -2), m.linalg.cond(a, 2)),
+     np.array([[[0.0, 0.0], [0.0, 0.0]], [[1.0, 2.0], [2.0, 4.0]], [[2.0, 1.0], [1.0, 3.0]]])),
     ("isin_keywords", lambda m, a: m.isin(a, [np.nan, 2.0, 1.0], assume_unique=True,
                                          invert=True, kind="sort"),
      np.array([1.0, np.nan, 2.0, 3.0])),
