@@ -55,32 +55,30 @@ def _bodies(draw, varying: bool):
     lines.append(f"{name} = {expr}")
     {"int": ints, "bool": bools, "float": floats}[kind].append(name)
 
+  def pick(b, f):  # a float chosen by the comparison b
+    return draw(st.sampled_from([f"{f} if {b} else {draw(ATOMS['float'])}",
+                                 f"np.float32({b}) * {f}", f"{f} + np.float32({b})"]))
+
+  forms = {  # kind -> (its statement's expression of t, an index value, and k, an
+             # invariant; the kind of value it makes)
+      "shift": lambda t, k: (f"{t} {draw(st.sampled_from('+-'))} {k}", "int"),
+      "rev": lambda t, k: (f"{k} - {t}", "int"),
+      "clamp": lambda t, k: (f"min(max({t} - {k}, 0), b - 1)", "int"),
+      "wrap": lambda t, k: (f"np.int32({t} + big)", "int"),
+      "abs": lambda t, k: (f"abs({t} - {k})", "int"),
+      "cmp": lambda t, k: (f"{t} {draw(st.sampled_from(['==', '!=', '<', '<=', '>', '>=']))} "
+                           f"{k}", "bool"),
+      "chain": lambda t, k: (f"0 <= {t} - {k} < b", "bool"),
+      "pick": lambda t, k: (pick(bools[-1], draw(st.sampled_from(floats))), "float"),
+      "arith": lambda t, k: (f"{draw(st.sampled_from(floats))} {draw(st.sampled_from('+-*'))} "
+                             f"{draw(st.sampled_from(floats))}", "float"),
+      "move": lambda t, k: (draw(st.sampled_from([f"LOAD(x, min(max({t}, 0), 9), F)",
+                                                  f"np.float32({t})"])), "float"),
+  }
+
   def step(kind):
-    t, k = draw(st.sampled_from(ints[-2:])), draw(ATOMS["int"])  # chains, mostly
-    if kind == "shift":
-      add(f"{t} {draw(st.sampled_from('+-'))} {k}", "int")
-    elif kind == "rev":
-      add(f"{k} - {t}", "int")
-    elif kind == "clamp":
-      add(f"min(max({t} - {k}, 0), b - 1)", "int")
-    elif kind == "wrap":
-      add(f"np.int32({t} + big)", "int")
-    elif kind == "abs":
-      add(f"abs({t} - {k})", "int")
-    elif kind == "cmp":
-      add(f"{t} {draw(st.sampled_from(['==', '!=', '<', '<=', '>', '>=']))} {k}", "bool")
-    elif kind == "chain":
-      add(f"0 <= {t} - {k} < b", "bool")
-    elif kind == "pick" and bools:
-      b, f, g = bools[-1], draw(st.sampled_from(floats)), draw(ATOMS["float"])
-      add(draw(st.sampled_from([f"{f} if {b} else {g}", f"np.float32({b}) * {f}",
-                                f"{f} + np.float32({b})"])), "float")
-    elif kind == "arith":
-      f, g = draw(st.sampled_from(floats)), draw(st.sampled_from(floats))
-      add(f"{f} {draw(st.sampled_from('+-*'))} {g}", "float")
-    elif kind == "move":
-      add(draw(st.sampled_from([f"LOAD(x, min(max({t}, 0), 9), F)",
-                                f"np.float32({t})"])), "float")
+    if kind != "pick" or bools:
+      add(*forms[kind](draw(st.sampled_from(ints[-2:])), draw(ATOMS["int"])))  # chains, mostly
 
   index_kinds = ["shift", "rev", "clamp", "wrap", "abs"]
   for kind in draw(st.lists(st.sampled_from(index_kinds), min_size=1, max_size=4)):
