@@ -93,10 +93,10 @@ def splat_like(r, lit, shape):
 
 def reshape_of_elementwise(r, x, *, new_sizes):
   """reshape(f(a, c...)) = f(reshape(a), reshape(c)...) for an elementwise f read only
-  by the reshape whose operands are constants (splats, iotas) but at most one, and a
-  reshape moving only unit dimensions (`x[:, None] - 3`): the reshape moves to that
-  operand, where it cancels another, becomes a constant or a view of an input, instead
-  of ending a fused region."""
+  by the reshape whose operands are constants (splats, iotas) but at most one, itself a
+  reshape, and a reshape moving only unit dimensions (`x[:, None] - 3` reshaped back):
+  the reshapes compose (or cancel) and the constants stay constants, instead of a
+  reshape of a computed value ending a fused region."""
   x = r.read(x)
   eqn = r.defs.get(x) if type(x) is Var else None
   if eqn is None or eqn.prim not in ELEMENTWISE or eqn.prim.multiple_results or (
@@ -107,10 +107,20 @@ def reshape_of_elementwise(r, x, *, new_sizes):
   if unit_moves(shape, new_sizes) is None or any(a.aval.shape != shape for a in operands):
     return None
   constant = lambda a: r.splat(a) is not None or r.producer(a, "iota") is not None
-  if sum(not constant(a) for a in operands) > 1:
-    return None
-  return r.emit(eqn.prim, [r.emit(P.reshape_p, [a], new_sizes=new_sizes) for a in operands],
-                **eqn.kw)
+  values = [a for a in operands if not constant(a)]
+  if len(values) > 1 or (values and r.producer(values[0], "reshape") is None):
+    return None  # (a value not reshaped itself: the reshape would only move)
+  return r.emit(eqn.prim, [reshaped(r, a, new_sizes) for a in operands], **eqn.kw)
+
+
+def reshaped(r, x, new_sizes):
+  """`x` reshaped, simplified by the reshape rules now (not by the next round: a new
+  size's program then reaches the known fixpoint in one round, see passes.pipeline)."""
+  for rule in _RESHAPES:
+    out = rule(r, x, new_sizes=new_sizes)
+    if out is not None:
+      return out
+  return r.emit(P.reshape_p, [x], new_sizes=new_sizes)
 
 
 def compose_transpose(r, x, *, permutation):
@@ -250,6 +260,9 @@ def _neg_of(r, a):
   return None if e is None else e.inputs[0]
 
 
+_RESHAPES = (lambda r, x, *, new_sizes: x if r.read(x).aval.shape == new_sizes else None,
+             compose_reshape, reshape_of_constant, reshape_of_elementwise)
+
 # (primitive, rule): rule(rewriter, *inputs, **params) -> replacement atom or None.
 RULES = [
     (P.add_p, lambda r, x, y: x if r.is_splat(y, 0) else None),
@@ -275,10 +288,7 @@ RULES = [
      x if r.read(x).aval.shape == shape else None),
     (P.broadcast_in_dim_p, compose_broadcast),
     (P.broadcast_in_dim_p, broadcast_of_iota),
-    (P.reshape_p, lambda r, x, *, new_sizes: x if r.read(x).aval.shape == new_sizes else None),
-    (P.reshape_p, compose_reshape),
-    (P.reshape_p, reshape_of_constant),
-    (P.reshape_p, reshape_of_elementwise),
+    *((P.reshape_p, rule) for rule in _RESHAPES),
     (P.transpose_p, lambda r, x, *, permutation:
      x if permutation == tuple(range(len(permutation))) else None),
     (P.transpose_p, compose_transpose),
