@@ -3619,14 +3619,27 @@ def nancumprod(a, axis=None):
 
 @_op
 def nanargmax(a, axis=None, keepdims=False):
-  a = _float(a)
-  return argmax(where(_nan_mask(a), full_like(a, -np.inf), a), axis, keepdims)
+  """numpy.nanargmax. A slice of NaNs only: ValueError for a known array, as numpy; -1 for
+  a traced one (its values are not known while tracing), as JAX."""
+  return _nan_arg(a, axis, keepdims, argmax, -np.inf)
 
 
 @_op
 def nanargmin(a, axis=None, keepdims=False):
+  """numpy.nanargmin (a slice of NaNs only: as `nanargmax`)."""
+  return _nan_arg(a, axis, keepdims, argmin, np.inf)
+
+
+def _nan_arg(a, axis, keepdims, arg, fill):
   a = _float(a)
-  return argmin(where(_nan_mask(a), full_like(a, np.inf), a), axis, keepdims)
+  nan = _nan_mask(a)
+  found = arg(where(nan, full_like(a, fill), a), axis, keepdims)
+  none = all(nan, axis, keepdims)
+  if not isinstance(none, Tracer):
+    if np.any(none):
+      raise ValueError("All-NaN slice encountered")
+    return found
+  return where(none, full_like(found, -1), found)
 
 
 @_op

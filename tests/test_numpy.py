@@ -971,6 +971,14 @@ def test_numpy_keyword_errors():
     pnp.take(np.ones(3), [0], mode="nearest")
   with pytest.raises(primc.PrimcError, match="non-negative"):
     pnp.diff(np.ones(3), -1)
+  # a slice of NaNs only: numpy's error for a known array, JAX's -1 for a traced one
+  nans = np.array([[1.0, np.nan], [np.nan, np.nan]])
+  for f in (pnp.nanargmax, pnp.nanargmin):
+    with pytest.raises(ValueError, match="All-NaN"):
+      f(nans, axis=1)
+    np.testing.assert_array_equal(primc.jit(lambda a: f(a, axis=1))(nans), [0, -1])
+    np.testing.assert_array_equal(primc.jit(lambda a: f(a, axis=1, keepdims=True))(nans[:1]),
+                                  [[0]])
   for weights in (np.zeros(3), [1, -1, 0]):
     with pytest.raises(ZeroDivisionError, match="sum to zero"):
       primc.jit(lambda a: pnp.average(a, axis=1, weights=weights))(np.ones((2, 3)))
