@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 
 SEGMENT_MIN = 8  # row elements per breakpoint below which the plain loop runs (measured:
                 # Rosenbrock's Hessian, 16 breakpoints, breaks even at 100-150 columns)
@@ -192,7 +193,8 @@ class _Store:
   dtype: str
 
 
-def _analyze(index: str, body: list[str]):
+@functools.lru_cache(maxsize=1024)  # a program at a new size emits the same bodies again
+def _analyze(index: str, body: tuple[str, ...]):
   """(statements with stores taken out, stores, breakpoints, guards) of a body whose
   stored values are constant between breakpoints, or None."""
   try:
@@ -228,14 +230,14 @@ def _analyze(index: str, body: list[str]):
   breaks = list(dict.fromkeys(breaks))
   if not stores or not breaks:  # nothing to split on: the plain loop is as good
     return None
-  return kept, stores, breaks, list(dict.fromkeys(forms.guards))
+  return tuple(kept), tuple(stores), tuple(breaks), tuple(dict.fromkeys(forms.guards))
 
 
 def segmented_loop(index: str, start: str, stop: str, body: list[str], fresh) -> list[str] | None:
   """The lines of `for index in range(start, stop): body` filled stretch by stretch (see
   the module docstring), or None when the body's stores are not constant between
   breakpoints. `fresh(prefix)` names new variables."""
-  found = _analyze(index, body)
+  found = _analyze(index, tuple(body))
   if found is None:
     return None
   kept, stores, breaks, guards = found
