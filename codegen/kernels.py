@@ -553,7 +553,6 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   # it does not vectorize (W1 at 10^6: 8.4 ms -> 1.0 ms on one core)
   known = [f"{index[0]} = NONNEG({index[0]})"] if rows is not None else []
   nest = known + _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
-  invariant = ctx.hoisted
   checks = list(ctx.range_checks)
   limit = SINCOS_LIMIT[_dtype_of(program)]
   count = lambda var: [f"{var} += 1 if abs({c}) > {limit} else 0" for c in checks]
@@ -561,13 +560,13 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   code = Writer()
   if checks:
     code("nbig = 0")
-  code(*invariant)
+  code(*ctx.hoisted)
   # a row whose stored values change only where comparisons of its index do (an
   # identity basis, a pad's edge) is filled stretch by stretch (codegen.segments)
   rows_of = None
-  if bounds and not (checks or reductions or flat):
-    start, _, stop = bounds[-1].rpartition(", ")
-    rows_of = segmented_loop(index[-1], start or "0", stop, nest, ctx.fresh)
+  if domain and not (checks or reductions or flat):
+    start, stop = rows if rows is not None and len(domain) == 1 else ("0", dims[-1])
+    rows_of = segmented_loop(index[-1], start, stop, nest, ctx.fresh)
   if rows_of is not None:
     code.nest(heads()[:-1], rows_of)
   else:

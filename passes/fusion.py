@@ -21,11 +21,11 @@ later regions of the same domain (horizontal fusion of siblings). Then a loop re
 whose values one other loop region reads only through index maps moves into it and is
 recomputed there, at the indices read (`lazy_eqns`), where that adds at most
 RECOMPUTE_FACTOR times its own work (index arithmetic, integer sums included,
-comparisons and constants count as free): a sliced identity, padded terms added, a transposed result stop crossing
-memory. Otherwise work is never duplicated, except constants (splats, `full`, `iota`),
-which are recomputed in each region that reads them. Every region boundary keeps the reasons of every region it could not
-join (`FusedProgram.reasons`; logged at DEBUG on `primc.fusion`; `primc show --stage
-fusion`).
+comparisons and constants count as free): a sliced identity, padded terms added, a
+transposed result stop crossing memory. Otherwise work is never duplicated, except
+constants (splats, `full`, `iota`), which are recomputed in each region that reads them.
+Every region boundary keeps the reasons of every region it could not join
+(`FusedProgram.reasons`; logged at DEBUG on `primc.fusion`; `primc show --stage fusion`).
 """
 from __future__ import annotations
 

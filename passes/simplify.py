@@ -24,9 +24,13 @@ FOLD_LIMIT = 64  # literal-only results up to this many elements become literals
 
 def splat(r: Rewriter, value, aval, sized: bool = False):
   """A constant of `aval` with every element `value` (a broadcast scalar literal)."""
-  lit = Lit.of(np.asarray(value, aval.dtype), sized=sized)
-  return lit if aval.shape == () else r.emit(P.broadcast_in_dim_p, [lit], shape=aval.shape,
-                                             broadcast_dimensions=())
+  return splat_like(r, Lit.of(np.asarray(value, aval.dtype), sized=sized), aval.shape)
+
+
+def splat_like(r: Rewriter, lit: Lit, shape):
+  """The scalar literal `lit` spread over `shape`."""
+  return lit if shape == () else r.emit(P.broadcast_in_dim_p, [lit], shape=shape,
+                                        broadcast_dimensions=())
 
 
 def compose_broadcast(r, x, *, shape, broadcast_dimensions):
@@ -75,20 +79,14 @@ def broadcast_of_iota(r, x, *, shape, broadcast_dimensions):
 def reshape_of_constant(r, x, *, new_sizes):
   """A reshape of a splat is a splat; of an iota, moving only unit dimensions, an iota."""
   inner = r.producer(x, "broadcast_in_dim")
-  if inner is not None and r.read(inner.inputs[0]).aval.ndim == 0 and isinstance(
-      r.read(inner.inputs[0]), Lit):
-    return splat_like(r, inner.inputs[0], new_sizes)
+  if inner is not None and _is_splat_eqn(r, inner):
+    return splat_like(r, r.read(inner.inputs[0]), new_sizes)
   inner = r.producer(x, "iota")
   moves = None if inner is None else unit_moves(inner.kw["shape"], new_sizes)
   if moves is None or moves[inner.kw["dimension"]] is None:
     return None
   return r.emit(P.iota_p, [], shape=new_sizes, dimension=moves[inner.kw["dimension"]],
                 dtype=inner.kw["dtype"])
-
-
-def splat_like(r, lit, shape):
-  return lit if shape == () else r.emit(P.broadcast_in_dim_p, [lit], shape=shape,
-                                        broadcast_dimensions=())
 
 
 def reshape_of_elementwise(r, x, *, new_sizes):

@@ -1121,6 +1121,12 @@ def sum(x, axis=None, keepdims=False, dtype=None, initial=None, where=None):
   return out if initial is None else add(out, asarray(initial, aval_of(out).dtype))
 
 
+def _kept(where, x, axis, keepdims):
+  """How many entries of x the mask `where` (broadcast to x's shape) keeps, in x's dtype."""
+  mask = broadcast_to(asarray(where, "bool"), aval_of(x).shape)
+  return sum(astype(mask, aval_of(x).dtype), axis, keepdims)
+
+
 def _masked(x, mask, fill):
   """x where `mask` (broadcast to x's shape), `fill` elsewhere."""
   mask = broadcast_to(asarray(mask, "bool"), aval_of(x).shape)
@@ -1136,9 +1142,7 @@ def mean(x, axis=None, keepdims=False, dtype=None, where=None):
   """numpy.mean; over the entries `where` is true when it is given."""
   x = _float(x) if dtype is None else asarray(x, dtype)
   if where is not None:
-    return divide(sum(x, axis, keepdims, where=where),
-                  sum(astype(broadcast_to(asarray(where, "bool"), aval_of(x).shape),
-                             aval_of(x).dtype), axis, keepdims))
+    return divide(sum(x, axis, keepdims, where=where), _kept(where, x, axis, keepdims))
   a = aval_of(x)
   axes = _axes(axis, a.ndim)
   count = int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
@@ -1196,7 +1200,6 @@ def min(x, axis=None, keepdims=False, initial=None, where=None):
 amin = min
 
 
-@_op
 def _correction(ddof, correction):
   """numpy 2's `correction=`, another name for `ddof`."""
   if correction is None:
@@ -1206,6 +1209,7 @@ def _correction(ddof, correction):
   return correction
 
 
+@_op
 def var(x, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=None,
         correction=None):
   """numpy.var; `mean` (of the shape keepdims=True gives) is used instead of computing
@@ -1216,9 +1220,7 @@ def var(x, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=No
   d = subtract(x, m)
   if where is not None:
     total = sum(multiply(d, d), axis, keepdims, where=where)
-    count = sum(astype(broadcast_to(asarray(where, "bool"), aval_of(d).shape),
-                       aval_of(total).dtype), axis, keepdims)
-    dof = maximum(subtract(count, asarray(ddof, aval_of(total).dtype)), 0)
+    dof = maximum(subtract(_kept(where, d, axis, keepdims), asarray(ddof, aval_of(d).dtype)), 0)
     return divide(total, dof)  # no degrees of freedom left: inf or nan, as numpy
   if not ddof:
     return _mean(multiply(d, d), axis, keepdims)
@@ -2805,11 +2807,9 @@ def _nan_extreme(name, reduce, fill):
     """All-NaN slices give NaN, as numpy (which also warns), or `initial` when given;
     `where` (with `initial`) leaves entries out."""
     a = as_array(a)
-    if aval_of(a).dtype not in FLOAT_DTYPES:  # no NaNs: numpy keeps the dtype
-      return reduce(a, axis, keepdims, initial, where)
-    best = reduce(_where(_nan_mask(a), full_like(a, fill), a), axis, keepdims, initial, where)
-    if initial is not None:
-      return best
+    best = reduce(_nans_as(a, fill), axis, keepdims, initial, where)
+    if initial is not None or aval_of(a).dtype not in FLOAT_DTYPES:  # (no NaNs: numpy
+      return best                                                    # keeps the dtype)
     return _where(all(_nan_mask(a), axis, keepdims), full_like(best, np.nan), best)
   fn.__name__ = name
   return _op(fn)
@@ -2828,9 +2828,8 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
     avg = mean(a, axis, keepdims)
     scale = full_like(avg, float(size(a) // builtins.max(size(avg), 1)))
     return (avg, scale) if returned else avg
-  if isinstance(weights, (np.ndarray, list, tuple, int, float, np.number)) and not builtins.any(
-      isinstance(v, Tracer) for v in np.ravel(np.asarray(weights, object))):
-    known = np.asarray(weights, np.float64)  # (traced weights summing to 0 give NaN)
+  if not _holds_tracer(weights):  # (traced weights summing to 0 give NaN)
+    known = np.asarray(weights, np.float64)
     if not np.all(np.sum(known, axis=None if known.ndim == 1 or axis is None else axis)):
       raise ZeroDivisionError("average: weights sum to zero, can't be normalized")
   w = as_array(weights)
@@ -2874,8 +2873,6 @@ def _quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
   original = as_array(a)
   s, ax, flat = _sorted_along(original, axis)
   n = aval_of(s).shape[ax]
-  if n == 0 and median:  # numpy's median of nothing: the mean of nothing, NaN
-    return _mean(_float(original), axis, keepdims)
   if n == 0:
     raise ShapeError(f"{name} of an empty axis")
   take_ = lambda i: getitem(s, (builtins.slice(None),) * ax + (i,))
@@ -2905,8 +2902,6 @@ def _nan_quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
   NaNs only."""
   original = as_array(a)
   s, ax, flat = _sorted_along(original, axis)  # NaNs sort last
-  if aval_of(s).shape[ax] == 0 and median:  # numpy's: NaN
-    return _mean(_float(original), axis, keepdims)
   if aval_of(s).shape[ax] == 0:
     raise ShapeError(f"{name} of an empty axis")
   valid = sum(logical_not(_nan_mask(s)), ax, keepdims=True)
@@ -2940,6 +2935,9 @@ def _quantile_family(compute, prefix: str):
   numpy's: the data's float type, promoted with q's unless q is a Python number.
   `overwrite_input` is accepted and changes nothing (primc never writes its inputs)."""
   def median(a, axis=None, keepdims=False, *, overwrite_input=False):
+    shape = aval_of(as_array(a)).shape
+    if builtins.any(shape[i] == 0 for i in _axes(axis, len(shape))):  # numpy's median of
+      return _mean(_float(a), axis, keepdims)                        # nothing: NaN
     return compute(a, 0.5, axis, keepdims, f"{prefix}median", median=True)
 
   def quantile(a, q, axis=None, keepdims=False, method="linear", *, overwrite_input=False):
@@ -3632,9 +3630,8 @@ def nanargmin(a, axis=None, keepdims=False):
 
 def _nan_arg(a, axis, keepdims, arg, fill):
   a = _float(a)
-  nan = _nan_mask(a)
-  found = arg(where(nan, full_like(a, fill), a), axis, keepdims)
-  none = all(nan, axis, keepdims)
+  found = arg(_nans_as(a, fill), axis, keepdims)
+  none = all(_nan_mask(a), axis, keepdims)
   if not isinstance(none, Tracer):
     if np.any(none):
       raise ValueError("All-NaN slice encountered")
