@@ -2929,6 +2929,23 @@ def _nan_quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
   return outs[0] if np.ndim(qs) == 0 else stack(outs, 0)
 
 
+def _first_slice_all_nan(a, axis) -> bool:
+  """Whether `a` is a known float array whose first slice along `axis` (all of it for
+  None) holds NaNs only: numpy's nanquantile computes slice by slice, and an empty slice
+  gives a NaN of the data's dtype, which then sets the dtype of the whole result
+  (`apply_along_axis` takes it from the first slice). A traced array keeps the promoted
+  dtype, as JAX's."""
+  if isinstance(a, Tracer) or not isinstance(a, (np.ndarray, np.generic)):
+    return False
+  a = np.asarray(a)
+  if a.dtype.kind != "f" or a.size == 0:
+    return False
+  if axis is not None and a.ndim > 1:
+    ax = _axes(axis, a.ndim)[0]
+    a = np.moveaxis(a, ax, -1)[(0,) * (a.ndim - 1)]
+  return bool(np.isnan(a).all())
+
+
 def _quantile_family(compute, prefix: str):
   """median, quantile and percentile (linear interpolation, constant q) over `compute`:
   `_quantiles`, or `_nan_quantiles` for the nan- versions. The result has the dtype of
@@ -2948,6 +2965,8 @@ def _quantile_family(compute, prefix: str):
     # an array or a numpy scalar q takes part in the result's type: the interpolation
     # weights are of its type (numpy's arithmetic: float32 data, float64 weights)
     weights = None if type(q) in (int, float) else np.asarray(q).dtype.name
+    if prefix == "nan" and _first_slice_all_nan(a, axis):
+      weights = None  # numpy's result then has the data's dtype (see the helper)
     return compute(a, q, axis, keepdims, f"{prefix}quantile", weights=weights)
 
   def percentile(a, q, axis=None, keepdims=False, method="linear", *,

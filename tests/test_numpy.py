@@ -842,7 +842,12 @@ def test_numpy_functions_over_axes_match_numpy(seed):
       except pnp.NotSupportedError:
         return
       what = (path, name, kw, x.dtype.name, x.tolist())
-      assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, got.shape)
+      dtype = want.dtype
+      if path == "jit" and name.startswith("nan") and "q" in kw:
+        # numpy's nanquantile of a slice of NaNs only has the data's dtype (a value-
+        # dependent type); a traced array keeps the promoted one, as JAX's
+        dtype = np.result_type(want.dtype, np.asarray(kw["q"]).dtype)
+      assert got.dtype == dtype and got.shape == want.shape, (what, got.dtype, got.shape)
       if want.dtype.kind in "biu":
         np.testing.assert_array_equal(got, want, err_msg=str(what))
       else:
