@@ -182,6 +182,12 @@ def jit_functions(ir_text: str, names: list[str]) -> tuple[int, ...]:
     return (first, *(_engine.get_function_address(n) for n in names[1:]))
 
 
+def function_address(name: str) -> int:
+  """The address of a function of a module `jit_functions` compiled."""
+  with _engine_lock:
+    return _engine.get_function_address(name)
+
+
 def global_address(name: str) -> int:
   """The address of a global variable of a module `jit_functions` compiled."""
   with _engine_lock:

@@ -16,9 +16,10 @@ and runs the kernel's phases (`codegen.kernels`):
     r = kernel(0, 0, 0, t)     setup: returns 1 + its number of tasks, -1 for an index
                                out of bounds (err[1:3] set), 0 if it failed
     kernel(1, lo, hi, t)       tasks [lo, hi) (serial ones may return -1, err[1:3] set,
-                               as setup): on numba's thread pool (`numba_parallel_for`,
-                               through the trampoline) when the step's flags say threaded
-                               and there are several tasks and threads, else in one call
+                               as setup): task by task on the thread pool (primc's,
+                               `codegen.pool`, or numba's `numba_parallel_for` through the
+                               trampoline) when the step's flags say threaded and there
+                               are several tasks and threads, else in one call
     kernel(2, 0, 0, t)         finish, when the flags ask for it
 
 It is called holding the GIL and lets it go while tasks run on the pool. It returns 1,
@@ -30,10 +31,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 
 from llvmlite import ir
 
-from primc.codegen import native, threads
+from primc.codegen import native, pool, threads
 
 THREADED, FINISH = 1, 2  # step flags
 HEADER = 3               # words before the first step
@@ -61,13 +63,15 @@ THREAD_POOL = ("numba_parallel_for", "get_num_threads")  # numba's, the runner c
 
 @functools.cache
 def addresses() -> tuple[int, int]:
-  """(runner, trampoline) in this process. The runner reaches numba's thread pool through
-  two pointers it holds (`primc_<name>` globals), null until `enable_threads` sets them:
-  till then every step runs on the calling thread, and nothing of numba is loaded."""
+  """(runner, trampoline) in this process. The runner reaches a thread pool through
+  pointers it holds (`primc_pool`, primc's own, or numba's `primc_<name>` functions), null
+  until `enable_threads` sets one: till then every step runs on the calling thread, and
+  nothing of numba is loaded."""
   mod = ir.Module(name="primc_runner")
-  for name in THREAD_POOL:
+  for name in ("pool", *THREAD_POOL):
     pointer = ir.GlobalVariable(mod, PTR, f"primc_{name}")
     pointer.initializer = ir.Constant(PTR, None)
+  pool.define(mod)
   _trampoline(mod)
   _runner(mod)
   return native.jit_functions(str(mod), ["primc_run", "primc_tasks"])
@@ -75,13 +79,33 @@ def addresses() -> tuple[int, int]:
 
 @functools.cache
 def enable_threads() -> None:
-  """Starts the thread pool (`threads.pool`) and points the runner at it: before the
-  first program with threaded steps runs."""
+  """Starts the thread pool and points the runner at it: before the first program with
+  threaded steps runs. primc's own pool (`codegen.pool`) where `threads.own_pool()`, with
+  `threads.num_threads() - 1` workers (none: every step runs on the caller); else
+  numba's (`threads.pool`)."""
   addresses()
-  pool = threads.pool()
-  for name, address in zip(THREAD_POOL, (pool.parallel_for, pool.get_num_threads),
+  if threads.own_pool():
+    the_pool().start(threads.num_threads() - 1)
+    _set_global("pool", the_pool().address)
+    return
+  numba_pool = threads.pool()
+  for name, address in zip(THREAD_POOL, (numba_pool.parallel_for, numba_pool.get_num_threads),
                            strict=True):
-    ctypes.c_void_p.from_address(native.global_address(f"primc_{name}")).value = address
+    _set_global(name, address)
+
+
+@functools.cache
+def the_pool() -> pool.Pool:
+  """This process's pool (its threads start in `enable_threads`)."""
+  addresses()
+  names = ["primc_pool_run", "primc_pool_worker", "primc_pool_pauses"]
+  found = pool.Pool(*(native.function_address(n) for n in names))
+  os.register_at_fork(after_in_child=found.after_fork)
+  return found
+
+
+def _set_global(name: str, value: int) -> None:
+  ctypes.c_void_p.from_address(native.global_address(f"primc_{name}")).value = value
 
 
 def _trampoline(mod: ir.Module) -> None:
@@ -126,6 +150,8 @@ class _RunnerWriter:
   def __init__(self, mod: ir.Module):
     self.parallel_for = mod.globals["primc_numba_parallel_for"]
     self.num_threads = mod.globals["primc_get_num_threads"]
+    self.pool = mod.globals["primc_pool"]
+    self.pool_run = mod.globals["primc_pool_run"]
     fn = ir.Function(mod, ir.FunctionType(I64, [PTR.as_pointer()]), "primc_run")
     (self.p,) = fn.args
     self.blocks = {name: fn.append_basic_block(name) for name in self.BLOCKS}
@@ -200,9 +226,22 @@ class _RunnerWriter:
     b.cbranch(threaded, self.blocks["threads"], self.blocks["serial"])
 
   def threads(self) -> None:
-    """Phase 1 on numba's thread pool, without the GIL (a kernel that fails takes it to
-    print its error)."""
+    """Phase 1 on primc's pool, else numba's, without the GIL (a kernel that fails takes
+    it to print its error); on this thread alone where neither runs or the pool is
+    taken."""
     b = self.at("threads")
+    own = b.load(self.pool)
+    with b.if_then(b.icmp_unsigned("!=", own, ir.Constant(PTR, None)), likely=True):
+      state = b.call(b.inttoptr(_c(_capi("PyEval_SaveThread")), SAVE.as_pointer()), [])
+      status = b.call(self.pool_run, [own, b.bitcast(self.kernel, PTR), self.table,
+                                      self.ntasks])
+      b.call(b.inttoptr(_c(_capi("PyEval_RestoreThread")), RESTORE.as_pointer()), [state])
+      with b.if_then(b.icmp_signed("==", status, _c(pool.SERIAL))):
+        b.branch(self.blocks["serial"])
+      with b.if_then(b.icmp_signed("<", status, _c(0)), likely=False):
+        b.branch(self.blocks["index_error"])
+      b.cbranch(b.icmp_signed("==", status, _c(0)), self.blocks["failed"],
+                self.blocks["finish"])
     parallel_for = b.load(self.parallel_for)
     with b.if_then(b.icmp_unsigned("==", parallel_for, ir.Constant(PTR, None)), likely=False):
       b.branch(self.blocks["serial"])  # no thread pool (yet): see enable_threads

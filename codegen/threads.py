@@ -1,28 +1,26 @@
-"""Threads for primc's kernels: numba's thread pool, started without importing numba
-where it can be, on a layer chosen so that a process that has run threaded kernels can
-still fork.
+"""Threads for primc's kernels: how many, and the pool that runs a step's tasks.
+
+How many: the CPUs this process may run on (`sched_getaffinity`), fewer where a cgroup
+CPU quota (a container's `--cpus`, a CI runner's limit) allows less; PRIMC_NUM_THREADS
+(else NUMBA_NUM_THREADS) overrides. The calling thread is one of them.
+
+Which pool: on Linux, primc's own (`codegen.pool`: tasks claimed one at a time by the
+caller and the workers, bounded spinning, then the futex), which never waits for a
+thread the scheduler has not run. Elsewhere (or with PRIMC_THREADS=numba), numba's pool,
+reached through its `parallel_for`, on a layer chosen so that a process that has run
+threaded kernels can still fork:
 
 numba picks its layer once, when it first starts its thread pool: TBB if it can load
 it, else OpenMP, else its own workqueue (unless NUMBA_THREADING_LAYER names one).
 GNU OpenMP does not survive fork: numba kills a forked child that enters a threaded
-region ("fork() called from a process already using GNU OpenMP, this is unsafe"), so
-`os.fork()` children die and `multiprocessing.Pool` (fork is Linux's default start
-method) hangs. TBB survives fork, is safe to call from several threads, and costs
-little more per launch (measured here, 2 cores: 2.7 µs against OpenMP's 2.1 µs for
-1,024 elements, 8.3 against 4.3 µs for 16,384; numba's workqueue is fork-safe too but
-costs ~120 µs per launch and is not thread-safe).
-
-The `tbb` wheel (a dependency of primc where it exists) installs libtbb under
-`<prefix>/lib`, where the dynamic loader does not look, so numba's own attempt to load
-TBB fails there. `pool()` loads it from the wheel's files, then numba's TBB pool (the C
-extension `numba.np.ufunc.tbbpool`) by itself and starts it as numba would: importing
-numba costs ~0.2 s, more than the rest of a warm first call. The module is registered
-under its own name, so numba, imported later, finds the pool already running and uses
-it (its `launch_threads` does nothing the second time). Where that fails, or where the
-user chose a layer (NUMBA_THREADING_LAYER) or numba's pool already runs, numba starts
-(or keeps) its pool its own way; then, where TBB is missing, OpenMP runs with a bounded
-GOMP_SPINCOUNT: idle OpenMP threads spinning for the default 300,000 rounds took the
-cores from the BLAS call that followed (a W3-like network went 50 -> 29 ms).
+region, so `os.fork()` children die and `multiprocessing.Pool` hangs. TBB survives fork.
+The `tbb` wheel installs libtbb under `<prefix>/lib`, where the dynamic loader does not
+look: `_tbb_pool` loads it from the wheel's files, then numba's TBB pool (the C
+extension `numba.np.ufunc.tbbpool`) by itself, without importing numba (~0.2 s). The
+module is registered under its own name, so numba, imported later, finds the pool
+already running. Where that fails, or where the user chose a layer or numba's pool
+already runs, numba starts (or keeps) its pool its own way; where TBB is missing,
+OpenMP runs with a bounded GOMP_SPINCOUNT.
 """
 from __future__ import annotations
 
@@ -33,6 +31,7 @@ import sys
 import threading
 
 from primc.codegen import installed
+from primc.codegen import pool as pool_mod
 
 _lock = threading.Lock()
 _pool: Pool | None = None
@@ -58,7 +57,8 @@ def libtbb_path() -> str | None:
 
 
 def pool() -> Pool:
-  """Starts the thread pool once per process (see the module docstring) and returns it."""
+  """Starts numba's thread pool once per process (see the module docstring) and returns
+  it."""
   global _pool
   with _lock:
     if _pool is None:
@@ -66,19 +66,96 @@ def pool() -> Pool:
     return _pool
 
 
+def own_pool() -> bool:
+  """Whether primc's own pool (`codegen.pool`) runs the tasks: on Linux, unless
+  PRIMC_THREADS=numba asks for numba's."""
+  return os.environ.get("PRIMC_THREADS", "primc").lower() != "numba" and pool_mod.supported()
+
+
 def layer() -> str:
-  """The threading layer primc's threaded kernels run on (starts the pool)."""
-  return pool().layer
+  """The pool primc's threaded kernels run on: "primc", or numba's layer (which starts
+  numba's pool)."""
+  return "primc" if own_pool() else pool().layer
 
 
 def num_threads() -> int:
-  """numba's thread count: NUMBA_NUM_THREADS, else the CPUs this process may run on."""
-  env = os.environ.get("NUMBA_NUM_THREADS")
-  if env:
-    return int(env)
+  """How many threads run a step's tasks, the caller included: PRIMC_NUM_THREADS, else
+  NUMBA_NUM_THREADS, else `available_cpus()`."""
+  for name in ("PRIMC_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    env = os.environ.get(name)
+    if env:
+      return max(1, int(env))
+  return available_cpus()
+
+
+def available_cpus() -> int:
+  """The CPUs this process may run on (its affinity), fewer where a cgroup CPU quota
+  allows less (rounded up: a quota of 1.5 CPUs gives 2)."""
   if hasattr(os, "sched_getaffinity"):
-    return max(1, len(os.sched_getaffinity(0)))
-  return max(1, os.cpu_count() or 1)
+    count = len(os.sched_getaffinity(0))
+  else:
+    count = os.cpu_count() or 1
+  quota = cgroup_cpu_quota(_read_text)
+  return max(1, min(count, quota) if quota else count)
+
+
+def _read_text(path: str) -> str | None:
+  try:
+    with open(path) as f:
+      return f.read()
+  except OSError:
+    return None
+
+
+def cgroup_cpu_quota(read, root: str = "/sys/fs/cgroup") -> int | None:
+  """The CPU quota of this process's cgroups, in whole CPUs (the least along its path,
+  rounded up), or None where none is set. `read(path)` gives a file's text or None.
+  cgroup v2: `cpu.max` ("max 100000" or "150000 100000") in the process's group and each
+  parent; v1: `cpu.cfs_quota_us` / `cpu.cfs_period_us` of the cpu controller."""
+  groups = read("/proc/self/cgroup") or ""
+  limits = []
+  for line in groups.splitlines():
+    parts = line.split(":", 2)
+    if len(parts) != 3:
+      continue
+    _, controllers, path = parts
+    if controllers == "":  # v2
+      for d in _ancestors(path):
+        limits.append(_v2_quota(read(f"{root}{d}/cpu.max")))
+    elif "cpu" in controllers.split(","):
+      for mount in (f"{root}/{controllers}", f"{root}/cpu", f"{root}/cpu,cpuacct"):
+        for d in _ancestors(path):
+          limits.append(_v1_quota(read(f"{mount}{d}/cpu.cfs_quota_us"),
+                                  read(f"{mount}{d}/cpu.cfs_period_us")))
+  limits = [n for n in limits if n]
+  return min(limits) if limits else None
+
+
+def _ancestors(path: str) -> list[str]:
+  """"/a/b" -> ["/a/b", "/a", ""]: the group and its parents, as path suffixes."""
+  parts = [p for p in path.split("/") if p]
+  return ["/" + "/".join(parts[:k]) if k else "" for k in range(len(parts), -1, -1)]
+
+
+def _v2_quota(text: str | None) -> int | None:
+  fields = (text or "").split()
+  if len(fields) != 2 or fields[0] == "max":
+    return None
+  return _cpus(fields[0], fields[1])
+
+
+def _v1_quota(quota: str | None, period: str | None) -> int | None:
+  if quota is None or period is None or quota.strip().startswith("-"):
+    return None
+  return _cpus(quota, period)
+
+
+def _cpus(quota: str, period: str) -> int | None:
+  try:
+    q, p = int(quota), int(period)
+  except ValueError:
+    return None
+  return max(1, -(-q // p)) if q > 0 and p > 0 else None
 
 
 def _numba_decides() -> bool:
