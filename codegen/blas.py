@@ -22,10 +22,6 @@ from primc.codegen.translate import link_blas, xxgemm_call
 CACHE = globals().get("CACHE", False)  # set by codegen.loader when it runs this file
 
 SMALL_DOT = 4096  # below this many multiply-adds per matrix, loops beat a BLAS call
-# Multiply-adds per BLAS call made from a kernel's threads: below OpenBLAS's own threading
-# threshold, so a call never wakes BLAS threads to fight the kernel's (measured: a larger
-# call from a prange thread runs 50x slower).
-BLOCK_DOT = 1 << 17
 
 
 @njit(cache=CACHE, error_model="numpy", fastmath={"reassoc", "contract"})

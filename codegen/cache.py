@@ -21,7 +21,7 @@ import numpy as np
 
 import primc.core
 from primc import passes
-from primc.codegen import installed
+from primc.codegen import installed, openblas
 from primc.core import VERSION, Eqn, Lit, Program, Var
 
 log = logging.getLogger("primc.cache")
@@ -46,7 +46,9 @@ def environment() -> str:
   except Exception:  # pragma: no cover - informative only
     cpu = platform.machine()
   threads = os.environ.get("NUMBA_THREADING_LAYER", "default")
-  return f"primc={VERSION}+{compiler_hash()} {versions()} cpu={cpu} threads={threads}"
+  blas = "own" if openblas.single_threaded() else "shared"  # what the plans thread
+  return (f"primc={VERSION}+{compiler_hash()} {versions()} cpu={cpu} threads={threads} "
+          f"blas={blas}")
 
 
 def compiler_hash() -> str:

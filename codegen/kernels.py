@@ -36,6 +36,7 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import Eqn, Lit, Primitive, Printer, Program, Var, pp_lit, pp_param, pp_program
+from primc.codegen import openblas
 from primc.codegen.segments import segmented_loop
 from primc.codegen.writer import Writer
 from primc.passes.fusion import lazy_eqns
@@ -827,6 +828,13 @@ INLINE_DOT_K = 32
 CONTRACTION_SCRATCH = 1 << 22  # elements of a threaded contraction's parts
 DOT_PARALLEL_MIN = 1 << 20  # multiply-adds: smaller products (with small epilogues) run on
                             # one thread
+# Multiply-adds per BLAS call of a product's tasks (a block of short rows, a part of a
+# contraction): below OpenBLAS's own threading threshold (2^18), so that a BLAS that
+# threads its calls (not primc's own, `codegen.openblas`) keeps these on one thread
+# (measured: a larger call from a pool thread ran 50x slower).
+BLOCK_DOT = 1 << 17
+DOT_BLOCKS = 16       # row blocks of a product whose rows are long (BLOCK_DOT)
+DOT_BLOCK_ROWS = 64   # at least: each block packs the right operand again
 
 
 def _lhs_view(ctx, name, aval, groups, swapped, views, copies):
@@ -881,7 +889,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
 
   Operands are used in place when their memory is a (batch, rows, cols) matrix or its
   transpose (else copied into scratch in phase 0). The tasks split the work into blocks
-  of at most `blas.BLOCK_DOT` multiply-adds: row blocks, each followed by its rows of the
+  of at most BLOCK_DOT multiply-adds: row blocks, each followed by its rows of the
   epilogue while they are in cache; or parts of the contraction, summed in a fixed order
   in phase 2, where the left operand is transposed. The plan threads products of at
   least DOT_PARALLEL_MIN multiply-adds (and large epilogues).
@@ -905,7 +913,8 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   blas = out.aval.is_float  # integer products are loops (numba's np.dot is float only)
   epilogue = [e for e in program.eqns if e is not dot]
   threaded = blas and (macs >= DOT_PARALLEL_MIN or (
-      bool(epilogue) and out.aval.size >= 4 * PARALLEL_MIN))
+      bool(epilogue) and out.aval.size >= 4 * PARALLEL_MIN)) and (
+          openblas.single_threaded() or _calls_below_blas_threads(x, y, lc, lb, rf))
   views, copies = Writer(), Writer()
   groups = [list(lb), lf, list(lc)]
   a, ta = (_lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], views, copies)
@@ -937,7 +946,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   else:
     rows_code = (_loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs, rows=("r0", "r1"))
                  if fuse_rows else None)
-    phases = _row_blocks(*_products(gemm, a.view, b.view), views, rows_code)
+    phases = _row_blocks(_rows_product(gemm, a.view, b.view), views, rows_code)
   phases[0] = copies.lines + phases[0]
   if epilogue and not fuse_rows:
     init, setup, code = _loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs)
@@ -947,15 +956,23 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
                 tuple(ctx.scratch))
 
 
-def _products(gemm, a: str, b: str) -> tuple[str, str]:
-  """The calls that compute the q-th product (c3[q] = a[q] @ b[q]) and its rows r0:r1."""
+def _calls_below_blas_threads(x, y, lc, lb, rf) -> bool:
+  """Whether each BLAS call of a product stays below BLOCK_DOT multiply-adds, where a
+  BLAS that threads its own calls (not primc's, `codegen.openblas`) keeps them on one
+  thread: short rows, or (a transposed left operand) one matrix cut into parts. A
+  threaded step whose tasks made threaded BLAS calls would run one pool inside
+  another."""
+  k = math.prod(x.aval.shape[d] for d in lc)
+  n = math.prod(y.aval.shape[d] for d in rf)
+  return n * k * 4 <= BLOCK_DOT or math.prod(x.aval.shape[d] for d in lb) == 1
+
+
+def _rows_product(gemm, a: str, b: str) -> str:
+  """The call that computes rows r0:r1 of the q-th product (c3[q] = a[q] @ b[q])."""
   if gemm is None:  # integer products: loops over views
-    return (f"matmul_loops({a}[q], {b}[q], c3[q], False)",
-            f"matmul_loops({a}[q, r0:r1], {b}[q], c3[q, r0:r1], False)")
-  return (gemm(0, "mr", "nc", "kc", ("pa", "q * mr * kc"), ("pb", "q * kc * nc"),
-               ("pc", "q * mr * nc")),
-          gemm(0, "r1 - r0", "nc", "kc", ("pa", "(q * mr + r0) * kc"),
-               ("pb", "q * kc * nc"), ("pc", "(q * mr + r0) * nc")))
+    return f"matmul_loops({a}[q, r0:r1], {b}[q], c3[q, r0:r1], False)"
+  return gemm(0, "r1 - r0", "nc", "kc", ("pa", "(q * mr + r0) * kc"), ("pb", "q * kc * nc"),
+              ("pc", "(q * mr + r0) * nc"))
 
 
 class _Gemm:
@@ -972,51 +989,45 @@ class _Gemm:
     return f"{self.name}({ta}, {m}, {n}, {k}, {at(*a)}, {at(*b)}, {at(*c)}, {int(acc)})"
 
 
-def _row_blocks(whole, rows_call, views, rows_code) -> dict[int, list[str]]:
-  """Row blocks of at least 4 rows, one product call each (and the block's rows of the
-  epilogue, `rows_code`); when a row is too long for that, one call per matrix in phase 0
-  (BLAS may thread it) and row blocks for the epilogue only."""
-  views("small = nc * kc * 4 <= BLOCK_DOT",
-        "rows = max(1, BLOCK_DOT // max(1, nc * kc)) if small else max(1, (mr + 7) // 8)",
+def _row_blocks(rows_call, views, rows_code) -> dict[int, list[str]]:
+  """Row blocks, one product call each (and the block's rows of the epilogue,
+  `rows_code`), all in tasks: blocks of at most BLOCK_DOT multiply-adds (at least 4 rows)
+  where a row is short, else about DOT_BLOCKS blocks of at least DOT_BLOCK_ROWS rows (primc's
+  BLAS runs on one thread: the pool runs the blocks side by side)."""
+  views(f"small = nc * kc * 4 <= {BLOCK_DOT}",
+        f"rows = max(1, {BLOCK_DOT} // max(1, nc * kc)) if small else "
+        f"max({DOT_BLOCK_ROWS}, (mr + {DOT_BLOCKS - 1}) // {DOT_BLOCKS})",
         "nblk = (mr + rows - 1) // rows")
-  setup = Writer()
-  with setup.block("if not small:"):
-    with setup.block("for q in range(nb):"):
-      setup(whole)
-  setup("return nb * nblk + 1")
   tasks = Writer()
   with tasks.block("for task in range(lo, hi):"):
-    tasks("q = task // nblk", "r0 = (task % nblk) * rows", "r1 = min(mr, r0 + rows)")
-    with tasks.block("if small:"):
-      tasks(rows_call)
+    tasks("q = task // nblk", "r0 = (task % nblk) * rows", "r1 = min(mr, r0 + rows)",
+          rows_call)
     if rows_code is not None:
       init, setup_rows, code = rows_code
       tasks(*init, *setup_rows, *code)
-  return {0: setup.lines, 1: tasks.lines}
+  return {0: ["return nb * nblk + 1"], 1: tasks.lines}
 
 
 def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, list[str]]:
   """A transposed left operand (float products only): up to `parts` parts of the
   contraction (a word: 1 unless the plan threads a single product), each a sum of product
   calls into its scratch (`elements` = parts x the product's size), added in a fixed
-  order in phase 2 (results do not depend on the thread count); one call per matrix, in
-  phase 0, when the product is small."""
+  order in phase 2 (results do not depend on the thread count); else one task per
+  matrix of the batch."""
   maxparts = ctx.size(parts)
   acc = ctx.scratch_array(dtype, elements if parts > 1 else 0)
-  views("step = BLOCK_DOT // max(1, mr * nc)",
+  views(f"step = {BLOCK_DOT} // max(1, mr * nc)",
         f"split = nb == 1 and {maxparts} > 1 and step >= 16 and kc > step",
         f"nparts = max(1, min({maxparts}, (kc + step - 1) // max(1, step))) if split else 1",
         "per = (kc + nparts - 1) // nparts")
   parts_of = [f"acc = {ctx.reshaped(acc, [maxparts, 'mr', 'nc'])}",
               f"pacc = ADDRESS(ptr{ctx.entries[acc][0]})"]
-  setup = Writer()
-  with setup.block("if not split:"):
-    with setup.block("for q in range(nb):"):
-      setup(gemm(1, "mr", "nc", "kc", ("pa", "q * kc * mr"), ("pb", "q * kc * nc"),
-                 ("pc", "q * mr * nc")))
-    setup("return 1")
-  setup("return nparts + 1")
   tasks = Writer()
+  with tasks.block("if not split:"):
+    with tasks.block("for q in range(lo, hi):"):
+      tasks(gemm(1, "mr", "nc", "kc", ("pa", "q * kc * mr"), ("pb", "q * kc * nc"),
+                 ("pc", "q * mr * nc")))
+    tasks("return 1")
   tasks(*parts_of)
   with tasks.block("for part in range(lo, hi):"):
     tasks("acc[part] = 0")
@@ -1030,7 +1041,7 @@ def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, li
     finish.nest(["for i in range(mr):", "for j in range(nc):"],
                 ["s = acc[0, i, j]", "for part in range(1, nparts):", "  s += acc[part, i, j]",
                  "c3[0, i, j] = s"])
-  return {0: setup.lines, 1: tasks.lines, 2: finish.lines}
+  return {0: ["return (nparts if split else nb) + 1"], 1: tasks.lines, 2: finish.lines}
 
 
 def emit_gather_kernel(name: str, program: Program) -> Kernel:

@@ -13,7 +13,8 @@ elements, a few microseconds).
 
   - claiming: `state` holds the step's number (its high 32 bits) and the next task (its
     low 32): a claim is a compare-and-swap of both, so a worker that read an older
-    step's fields can never claim a task of a newer one;
+    step's fields can never claim a task of a newer one. A claim takes a few tasks
+    (guided: a share of what is left, at most CHUNK);
   - waiting: bounded spinning (`spin` rounds of `pause`, calibrated to SPIN_US), then
     the futex: a worker sleeps on `epoch` until a step is published, the caller on
     `done` until the last running task ends. Nothing spins without bound;
@@ -55,6 +56,10 @@ FIELDS = {
 SIZE = 320
 SERIAL = 2  # pool_run's answer when the caller must run the tasks itself
 SPIN_US = 30.0  # how long a thread spins for more work before it sleeps
+# A claim takes 1/(CHUNK_SHARE x threads) of the tasks left, at least one, at most CHUNK
+# (a task is a few microseconds: a claim per task made two threads trade the claim's
+# cache line more than they computed; a long claim is what a descheduled worker holds)
+CHUNK_SHARE, CHUNK = 4, 8
 SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98,
              "ppc64le": 221, "s390x": 238}
 FUTEX_WAIT, FUTEX_WAKE = 128, 129  # the _PRIVATE forms
@@ -160,6 +165,11 @@ def _spin_wait(w: _Builder, name: str, unchanged, sleepers: str, done_block) -> 
   b.branch(check)
 
 
+def _clamp(b: ir.IRBuilder, v, lo: int, hi: int):
+  v = b.select(b.icmp_signed("<", v, _c(lo)), _c(lo), v)
+  return b.select(b.icmp_signed(">", v, _c(hi)), _c(hi), v)
+
+
 def _work(mod: ir.Module) -> ir.Function:
   """`primc_pool_work(pool, epoch)`: claims and runs tasks of step `epoch` until none is
   left (or the step is over)."""
@@ -178,15 +188,20 @@ def _work(mod: ir.Module) -> ir.Function:
   open_ = b.and_(current, b.icmp_signed("<", task, ntasks))
   with b.if_then(b.not_(open_)):
     b.branch(leave)
-  pair = b.cmpxchg(w.field("state"), state, b.add(state, _c(1)), "seq_cst", "seq_cst")
+  # guided: a share of what is left (fewer claims of the shared line), at most CHUNK
+  threads = b.add(w.load("workers"), _c(1))
+  share = b.sdiv(b.sub(ntasks, task), b.mul(threads, _c(CHUNK_SHARE)))
+  chunk = _clamp(b, share, 1, CHUNK)
+  pair = b.cmpxchg(w.field("state"), state, b.add(state, chunk), "seq_cst", "seq_cst")
   b.cbranch(b.extract_value(pair, 1), run, claim)
   b.position_at_end(run)
   kernel = b.inttoptr(w.load("kernel"), KERNEL.as_pointer())
   table = b.inttoptr(w.load("table"), PTR.as_pointer())
-  result = b.call(kernel, [_c(1), task, b.add(task, _c(1)), table])
+  result = b.call(kernel, [_c(1), task, b.add(task, chunk), table])
   with b.if_then(b.icmp_signed("!=", result, _c(1)), likely=False):
     b.atomic_rmw("min", w.field("status"), result, "seq_cst")
-  finished = b.add(w.add("done", 1), _c(1, I32))
+  chunk32 = b.trunc(chunk, I32)
+  finished = b.add(b.atomic_rmw("add", w.field("done"), chunk32, "seq_cst"), chunk32)
   last = b.icmp_signed("==", b.sext(finished, I64), ntasks)
   with b.if_then(b.and_(last, b.icmp_signed("!=", w.load("caller_sleeps"), _c(0, I32)))):
     w.futex("done", FUTEX_WAKE, _c(1, I32))

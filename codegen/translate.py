@@ -40,7 +40,7 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from primc.codegen import installed, standins
+from primc.codegen import installed, openblas, standins
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -1298,41 +1298,28 @@ def compile_function(source: str, name: str, arg_types: tuple, globals_: dict):
 # ("s"/"d") first. LLVM is given its address by `link_blas`.
 GEMM_SYMBOL = "primc_xxgemm"
 _blas_lock = threading.Lock()
-# numpy's own OpenBLAS (its Linux and macOS wheels; 64-bit integers): the library file's
-# name starts with this, its Fortran entries are named so.
-NUMPY_BLAS = ("libscipy_openblas64_", {"s": "scipy_sgemm_64_", "d": "scipy_dgemm_64_"})
 
 
 def link_blas() -> None:
-  """Gives LLVM the address of `GEMM_SYMBOL`, once per process: a wrapper over numpy's own
-  OpenBLAS, which numpy's import has loaded already, where numpy has one; else numba's
-  helper (from numba's C extension `_helperlib`, loaded by itself when numba is not
-  imported), which imports scipy's BLAS on its first call (~0.12 s here, a warm first
-  call's largest part)."""
+  """Gives LLVM the address of `GEMM_SYMBOL`, once per process: a wrapper over the
+  OpenBLAS `codegen.openblas` chooses (primc's own, on one thread, else numpy's); else
+  numba's helper (from numba's C extension `_helperlib`, loaded by itself when numba is
+  not imported), which imports scipy's BLAS on its first call (~0.12 s here)."""
   from llvmlite import binding
   with _blas_lock:
     if binding.address_of_symbol(GEMM_SYMBOL):
       return
-    address = _numpy_gemm()
-    if address is None:
+    targets = openblas.gemm_addresses()
+    if targets is not None:
+      address = gemm_entry(targets)
+    else:
       address = installed.extension("numba._helperlib").c_helpers["xxgemm"]
     binding.add_symbol(GEMM_SYMBOL, address)
 
 
-def _numpy_gemm() -> int | None:
-  """The address of a `GEMM_SYMBOL` over numpy's OpenBLAS (compiled here: a few lines of
-  IR calling its Fortran sgemm/dgemm with 64-bit integers), or None without one."""
-  import ctypes
-  prefix, entries = NUMPY_BLAS
-  path = installed.file_path("numpy", prefix, prefix=True)
-  try:
-    lib = ctypes.CDLL(path) if path else None
-    targets = {kind: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-               for kind, name in entries.items()} if lib else None
-  except (OSError, AttributeError):
-    return None
-  if not targets:
-    return None
+def gemm_entry(targets: dict[str, int]) -> int:
+  """The address of a `GEMM_SYMBOL` over the Fortran sgemm/dgemm at `targets` (compiled
+  here: a few lines of IR calling them with 64-bit integers)."""
   return load(object_code(str(_gemm_wrapper(targets))), GEMM_SYMBOL)
 
 

@@ -198,19 +198,34 @@ def test_programs_compiled_by_llvm_never_import_numba(tmp_path):
 
 
 def _numpy_has_openblas() -> bool:
-  from primc.codegen import installed, translate
-  return installed.file_path("numpy", translate.NUMPY_BLAS[0], prefix=True) is not None
+  from primc.codegen import installed, openblas
+  return installed.file_path("numpy", openblas.LIBRARIES[-1][1], prefix=True) is not None
+
+
+def _openblas_entries() -> list[int]:
+  """`translate.GEMM_SYMBOL` over each OpenBLAS installed: primc's own, numpy's."""
+  import ctypes
+  from primc.codegen import installed, openblas, translate
+  entries = []
+  for dist, prefix in openblas.LIBRARIES:
+    path = installed.file_path(dist, prefix, prefix=True)
+    if path:
+      lib = ctypes.CDLL(path)
+      entries.append(translate.gemm_entry({
+          kind: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+          for kind, name in openblas.GEMM.items()}))
+  return entries
 
 
 def test_the_blas_entries_agree():
-  """`translate.GEMM_SYMBOL` over numpy's OpenBLAS and numba's helper (over scipy's BLAS)
-  compute the same products, transposed or not, with beta 0 and 1, in both precisions."""
+  """`translate.GEMM_SYMBOL` over primc's OpenBLAS, numpy's and numba's helper (over
+  scipy's BLAS) compute the same products, transposed or not, with beta 0 and 1, in both
+  precisions."""
   import ctypes
-  from primc.codegen import installed, translate
+  from primc.codegen import installed
   if not _numpy_has_openblas():
     pytest.skip("this numpy has no OpenBLAS of its own: numba's helper is the entry")
-  ours = translate._numpy_gemm()
-  theirs = installed.extension("numba._helperlib").c_helpers["xxgemm"]
+  entries = _openblas_entries() + [installed.extension("numba._helperlib").c_helpers["xxgemm"]]
   proto = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_char] * 3, *[ctypes.c_int64] * 3,
                            *[ctypes.c_void_p] * 2, ctypes.c_int64, ctypes.c_void_p,
                            ctypes.c_int64, *[ctypes.c_void_p] * 2, ctypes.c_int64)
@@ -222,7 +237,7 @@ def test_the_blas_entries_agree():
       b = rng.standard_normal((k, n)).astype(dtype)
       c0 = rng.standard_normal((m, n)).astype(dtype)
       results = []
-      for address in (ours, theirs):
+      for address in entries:
         c, one, scale = c0.copy(), np.ones(1, dtype), np.full(1, beta, dtype)
         # row-major c = op(a) @ b + beta c, as xxgemm_call asks for it (column-major)
         proto(address)(kind, b"n", b"t" if transposed else b"n", n, m, k,

@@ -31,9 +31,12 @@ class Recorder:
     self.fn = KERNEL(self._task)
 
   def _task(self, phase, lo, hi, table):
-    assert phase == 1 and hi == lo + 1
-    self.ran[lo].append(threading.get_ident())
-    return self.results.get(lo, 1)
+    assert phase == 1 and lo < hi
+    result = 1
+    for task in range(lo, hi):
+      self.ran[task].append(threading.get_ident())
+      result = min(result, self.results.get(task, 1))
+    return result
 
 
 def _run(p: pool.Pool, kernel: Recorder, ntasks: int) -> int:
@@ -237,6 +240,25 @@ def test_a_layer_the_user_chose_is_numbas_to_start(tmp_path):
                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "ok workqueue" in proc.stdout
+
+
+def test_products_call_a_blas_of_their_own_on_one_thread():
+  """primc's products run on its pool, each task one call of a single-threaded BLAS of
+  primc's own; the user's numpy keeps its BLAS threads."""
+  import primc
+  from threadpoolctl import threadpool_info
+  from primc.codegen import openblas
+  numpy_blas = lambda: {(i["filepath"], i["num_threads"]) for i in threadpool_info()
+                        if i["user_api"] == "blas" and "numpy" in i["filepath"]}
+  before = numpy_blas()
+  a = np.random.default_rng(0).standard_normal((512, 600)).astype(np.float32)
+  got = primc.jit(lambda a, b: a @ b)(a, a.T)
+  np.testing.assert_allclose(got, a.astype(np.float64) @ a.T, rtol=1e-4, atol=1e-3)
+  assert numpy_blas() == before
+  if not openblas.single_threaded():
+    pytest.skip("no OpenBLAS of primc's own here: numpy's is called")
+  assert openblas.library()[0] == openblas.LIBRARIES[0][0]
+  assert openblas.threads() == 1
 
 
 # -- how many threads -------------------------------------------------------------------
