@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 
-from primc.codegen import cache, loader, store, translate
+from primc.codegen import cache, loader, spawn, store, translate
 
 log = logging.getLogger("primc.cache")
 
@@ -57,13 +57,6 @@ def orders(keys: list[str], n: int) -> list[list[str]]:
 
 
 WAIT_S = 10.0  # how long a prestarted worker waits for its keys
-# A worker imports `primc.codegen` without running `primc/__init__.py` (the front ends,
-# ~60 ms of its ~0.25 s start): the package's module is made from its spec, unexecuted.
-_BOOT = ("import importlib.util, sys\n"
-         "spec = importlib.util.find_spec('primc')\n"
-         "sys.modules['primc'] = importlib.util.module_from_spec(spec)\n"
-         "from primc.codegen.kernel_workers import main\n"
-         "sys.exit(main(sys.argv[1:]))\n")
 _waiting: list = []  # prestarted workers: (process, stderr file)
 _waiting_lock = threading.Lock()
 
@@ -86,9 +79,9 @@ def prestart() -> None:
 def _spawn(args: list[str], stdin) -> tuple | None:
   err = tempfile.TemporaryFile()  # not a pipe: a chatty worker must not block on it
   try:
-    return subprocess.Popen([sys.executable, "-c", _BOOT, *args],
-                            env=store.worker_env(), stdin=stdin, stdout=subprocess.PIPE,
-                            stderr=err), err
+    return subprocess.Popen(spawn.command("primc.codegen.kernel_workers", *args),
+                            env=spawn.environment(store.current().write_dir), stdin=stdin,
+                            stdout=subprocess.PIPE, stderr=err), err
   except OSError as e:  # no processes here: this one compiles everything
     log.warning("could not start a kernel compile worker (%s): compiling in process", e)
     err.close()

@@ -897,7 +897,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   Small products (INLINE_DOT_MACS, INLINE_DOT_K: `inline` None asks the sizes) are a
   loop kernel over the product's output instead, each element summed in place
   (`_dot_sum_lines`)."""
-  dot, _, macs = _product(program)
+  dot = _product(program)[0]
   (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
   x, y = dot.inputs
   out = dot.outputs[0]
@@ -912,9 +912,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   rf = P._dot_free(y.aval.ndim, rc, rb)
   blas = out.aval.is_float  # integer products are loops (numba's np.dot is float only)
   epilogue = [e for e in program.eqns if e is not dot]
-  threaded = blas and (macs >= DOT_PARALLEL_MIN or (
-      bool(epilogue) and out.aval.size >= 4 * PARALLEL_MIN)) and (
-          openblas.single_threaded() or _calls_below_blas_threads(x, y, lc, lb, rf))
+  threaded = blas and _dot_threaded(dot, bool(epilogue))
   views, copies = Writer(), Writer()
   groups = [list(lb), lf, list(lc)]
   a, ta = (_lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], views, copies)
@@ -956,15 +954,22 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
                 tuple(ctx.scratch))
 
 
-def _calls_below_blas_threads(x, y, lc, lb, rf) -> bool:
-  """Whether each BLAS call of a product stays below BLOCK_DOT multiply-adds, where a
-  BLAS that threads its own calls (not primc's, `codegen.openblas`) keeps them on one
-  thread: short rows, or (a transposed left operand) one matrix cut into parts. A
-  threaded step whose tasks made threaded BLAS calls would run one pool inside
-  another."""
+def _dot_threaded(dot: Eqn, epilogue: bool) -> bool:
+  """Whether a float product's step runs threaded: at least DOT_PARALLEL_MIN
+  multiply-adds (or a large epilogue), and BLAS calls that run on one thread: primc's
+  own BLAS (`codegen.openblas`), else calls below BLOCK_DOT multiply-adds (short rows,
+  or one matrix cut into parts), which a BLAS that threads its calls keeps on one thread
+  (a threaded step whose tasks made threaded BLAS calls would run one pool inside
+  another)."""
+  (x, y), out = dot.inputs, dot.outputs[0]
+  (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
   k = math.prod(x.aval.shape[d] for d in lc)
-  n = math.prod(y.aval.shape[d] for d in rf)
-  return n * k * 4 <= BLOCK_DOT or math.prod(x.aval.shape[d] for d in lb) == 1
+  n = math.prod(y.aval.shape[d] for d in P._dot_free(y.aval.ndim, rc, rb))
+  if k * out.aval.size < DOT_PARALLEL_MIN and not (epilogue and
+                                                   out.aval.size >= 4 * PARALLEL_MIN):
+    return False
+  return (openblas.single_threaded() or n * k * 4 <= BLOCK_DOT
+          or math.prod(x.aval.shape[d] for d in lb) == 1)
 
 
 def _rows_product(gemm, a: str, b: str) -> str:

@@ -749,15 +749,3 @@ def current() -> Store:
     with _stores_lock:
       store = _stores.get(root) or _stores.setdefault(root, Store(root))
   return store
-
-
-def worker_env() -> dict[str, str]:
-  """The environment of a `python -m codegen...` worker process: this process's write
-  directory as its cache, and an import path that finds primc's packages and nothing in
-  the working directory (`python -m` puts it first: a primc checkout there, another
-  version, would compile the worker's kernels under another environment, whose files this
-  process then purges and compiles again)."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-  return dict(os.environ, PRIMC_CACHE_DIR=current().write_dir or "", PYTHONPATH=path,
-              PYTHONSAFEPATH="1")

@@ -8,7 +8,7 @@ PRIMC_TIERED=1), a signature whose module has never been compiled into the cache
 
   1. runs on the interpreter (the optimized program, before fusion; `interpret_reusing`)
      from its first call;
-  2. starts one worker process (`python -m codegen.tiered PLAN_KEY`)
+  2. starts one worker process (`codegen.spawn`: this module's `main(PLAN_KEY)`)
      that loads the plan from the cache, compiles the module, and marks it compiled;
   3. switches to the native executable at the first call after the worker has exited
      (polling it costs a system call); a worker that failed is logged and the module is
@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 
-from primc.codegen import loader, store
+from primc.codegen import loader, spawn, store
 from primc.codegen.executor import Executable, check_out
 from primc.codegen.plan import Plan
 from primc.core import Lit, Program, Var, impl_rules, ufunc_rules
@@ -51,7 +51,7 @@ def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
     if job is None or job.poll() is not None:
       with open(worker_log(plan_key), "wb") as err:
         job = _jobs[job_key] = subprocess.Popen(
-            [sys.executable, "-m", "primc.codegen.tiered", plan_key], env=store.worker_env(),
+            spawn.command("primc.codegen.tiered", plan_key), env=spawn.environment(directory),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
       log.info("compiling the kernels of plan %s in the background (pid %d)", plan_key, job.pid)
   return job

@@ -1,11 +1,7 @@
 """The shape of the code: layers that only import downward, no import cycles, few
-function-local imports (each with its reason), one installed top-level name."""
+function-local imports (each with its reason)."""
 import ast
 import os
-import shutil
-import subprocess
-import sys
-import zipfile
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -109,38 +105,3 @@ def test_function_local_imports_are_few_and_say_why():
   assert len(local) <= 10, local
   for m, line, text in local:
     assert "#" in text, f"{m}:{line}: a function-local import needs its reason: {text.strip()}"
-
-
-def test_the_wheel_installs_one_top_level_name(tmp_path):
-  source = tmp_path / "source"  # a copy: building leaves files in the tree it builds
-  source.mkdir()
-  for name in ("pyproject.toml", "README.md", "primc", "passes", "codegen"):
-    copy = shutil.copytree if os.path.isdir(os.path.join(ROOT, name)) else shutil.copy
-    copy(os.path.join(ROOT, name), source / name)
-  wheels = tmp_path / "wheels"
-  build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                          str(wheels), str(source)], capture_output=True, text=True,
-                         timeout=600)
-  assert build.returncode == 0, build.stderr
-  [wheel] = list(wheels.glob("primc-*.whl"))
-  names = zipfile.ZipFile(wheel).namelist()
-  tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-  assert tops == {"primc"}, tops
-  assert "primc/passes/fusion.py" in names and "primc/codegen/store.py" in names
-  # installed into a fresh environment: `primc` and its subpackages, nothing else
-  target = tmp_path / "site"
-  install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",
-                            "--target", str(target), str(wheel)], capture_output=True,
-                           text=True, timeout=600)
-  assert install.returncode == 0, install.stderr
-  installed = {p for p in os.listdir(target) if not p.endswith(".dist-info") and p != "bin"}
-  assert installed == {"primc"}, installed
-  code = "import primc.passes, primc.codegen.store, primc; print(primc.passes.__file__)"
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  run = subprocess.run([sys.executable, "-S", "-c",
-                        f"import sys; sys.path[:0] = [{str(target)!r}] + "
-                        f"[p for p in {sys.path!r} if 'site-packages' in p and "
-                        f"'__editable__' not in p]; {code}"],
-                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-  assert run.returncode == 0, run.stderr
-  assert run.stdout.strip().startswith(str(target))
