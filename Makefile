@@ -18,15 +18,22 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
+# bench-peers also times primc's kernels compiled for an AVX2 CPU (PRIMC_CPU) on x86
+PEER_CPUS ?= $(shell [ "$$(uname -m)" = x86_64 ] && echo haswell)
+
 bench: $(STAMP)
-	$(BIN)/python benchmarks/suite.py
+	$(BIN)/python benchmarks/suite.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/w8_train.py --compare
 	$(BIN)/python benchmarks/w9_dask.py
+	$(BIN)/python benchmarks/w10_busy.py
+	$(BIN)/python benchmarks/w11_first.py
 
 bench-peers: $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib
-	$(BIN)/python benchmarks/suite.py
+	$(BIN)/python benchmarks/suite.py --cpus $(PEER_CPUS) $(BENCH_ARGS)
 	$(BIN)/python benchmarks/w8_train.py --compare
+	$(BIN)/python benchmarks/w10_busy.py
+	$(BIN)/python benchmarks/w11_first.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

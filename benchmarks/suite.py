@@ -80,6 +80,23 @@ def new_sizes(impl: str) -> dict:
           "median_overhead_s": median([a - b for a, b in zip(firsts, calls)])}
 
 
+def steady_child(workload: str) -> dict:
+  """Run in a fresh process (PRIMC_CPU set by the parent): primc's steady time."""
+  from benchmarks import workloads
+  w = workloads.WORKLOADS[workload]()
+  return {"steady_s": steady(w["primc"](), w["args"])}
+
+
+def on_cpu(workload: str, cpu: str, cache: str) -> dict:
+  """primc's steady time with its kernels compiled for `cpu` (PRIMC_CPU)."""
+  env = child_env(PRIMC_CACHE_DIR=cache, PRIMC_CPU=cpu, PRIMC_BENCH_PEERS="0")
+  proc = subprocess.run([sys.executable, __file__, "--steady-child", workload], env=env,
+                        capture_output=True, text=True, timeout=900)
+  if proc.returncode:
+    return {"error": proc.stderr.strip()[-200:]}
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def _child(workload, impl, cache, tiered=False):
   env = child_env(PRIMC_CACHE_DIR=cache, PRIMC_TIERED="1" if tiered else "0",
                   PRIMC_BENCH_PEERS="1" if impl == "jax" else "0")
@@ -144,16 +161,23 @@ def main():
   parser.add_argument("--only", nargs="*")
   parser.add_argument("--no-first-call", action="store_true")
   parser.add_argument("--new-sizes")
+  parser.add_argument("--cpus", nargs="*", default=[],
+                      help="also time primc with its kernels compiled for these LLVM CPUs "
+                           "(PRIMC_CPU), e.g. haswell for AVX2")
+  parser.add_argument("--steady-child")
   args = parser.parse_args()
   if args.child:
     print(json.dumps(first_call(*args.child)))
+    return
+  if args.steady_child:
+    print(json.dumps(steady_child(args.steady_child)))
     return
   if args.new_sizes:
     print(json.dumps(new_sizes(args.new_sizes)))
     return
   import numpy as np
   from benchmarks import workloads
-  results = {}
+  results, cpu_caches = {}, {}
   for name, make in workloads.WORKLOADS.items():
     if args.only and name not in args.only:
       continue
@@ -172,6 +196,11 @@ def main():
     if "steady_s" in row.get("primc", {}) and "steady_s" in row.get("jax", {}):
       pj = interleaved([fns["primc"], fns["jax"]], w["args"])
       row["primc"]["interleaved_s"], row["jax"]["interleaved_s"] = pj
+    for cpu in args.cpus:
+      if "steady_s" in row.get("primc", {}):
+        cache = cpu_caches.setdefault(cpu, tempfile.mkdtemp(prefix=f"primc-bench-{cpu}-"))
+        os.chmod(cache, 0o700)
+        row["primc"].setdefault("on_cpu", {})[cpu] = on_cpu(name, cpu, cache)
     ref = outs.get("jax") or outs.get("numpy")
     if ref and "primc" in outs:
       err = max(float(np.max(np.abs(a - b) / (1 + np.abs(b)))) for a, b in zip(outs["primc"], ref))
@@ -205,7 +234,32 @@ def main():
         sized[impl] = _child(None, impl, cache)
         shutil.rmtree(cache, ignore_errors=True)
     results["W3"]["new_sizes"] = sized
+  for cache in cpu_caches.values():
+    shutil.rmtree(cache, ignore_errors=True)
   _report(results, partial=bool(args.only))
+  if args.cpus:
+    print(_cpu_report(results, args.cpus))
+
+
+def _cpu_report(results, cpus) -> str:
+  """primc's steady times and ratios to JAX with kernels compiled for other CPUs, beside
+  this machine's (the ratio there over the ratio here: 1.0 = as good, relative to JAX,
+  on that CPU's vector unit as on this one's). JAX runs this machine's code in both."""
+  import platform
+  lines = [f"\nprimc's kernels compiled for other CPUs (PRIMC_CPU; JAX as here; this machine: "
+           f"{platform.processor() or platform.machine()})\n",
+           "| workload | primc here | primc / JAX here | " + " | ".join(
+               f"primc {c} | primc / JAX {c} | {c} ratio / here" for c in cpus) + " |",
+           "|" + "---|" * (3 + 3 * len(cpus))]
+  for name, row in results.items():
+    here, jax_s = row.get("primc", {}).get("steady_s"), row.get("jax", {}).get("steady_s")
+    cells = [fmt(here), f"{here / jax_s:.2f}" if here and jax_s else "—"]
+    for cpu in cpus:
+      t = row.get("primc", {}).get("on_cpu", {}).get(cpu, {}).get("steady_s")
+      cells += [fmt(t), f"{t / jax_s:.2f}" if t and jax_s else "—",
+                f"{t / here:.2f}" if t and here else "—"]
+    lines.append(f"| {name} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
 
 
 def _equation_counts():

@@ -9,7 +9,9 @@ import os
 import sys
 
 from primc.codegen import (cache, executor, kernel_workers, loops, module, plan,  # noqa: F401
-                           store, tiered)
+                           store, target, tiered)
+
+target.configure_numba()  # numba, imported later, compiles for PRIMC_CPU's CPU too
 
 
 def jit_disabled() -> bool:

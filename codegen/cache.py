@@ -21,7 +21,7 @@ import numpy as np
 
 import primc.core
 from primc import passes
-from primc.codegen import installed, openblas
+from primc.codegen import installed, openblas, target
 from primc.core import VERSION, Eqn, Lit, Program, Var
 
 log = logging.getLogger("primc.cache")
@@ -40,9 +40,8 @@ def versions() -> str:
 @functools.lru_cache(maxsize=None)
 def environment() -> str:
   """Everything besides the source that decides the machine code (fixed per process)."""
-  import llvmlite.binding as ll
   try:
-    cpu = f"{ll.get_host_cpu_name()}:{ll.get_host_cpu_features().flatten()}"
+    cpu = ":".join(target.cpu())
   except Exception:  # pragma: no cover - informative only
     cpu = platform.machine()
   threads = os.environ.get("NUMBA_THREADING_LAYER", "default")

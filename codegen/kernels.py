@@ -556,11 +556,13 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   nest = known + _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
   checks = list(ctx.range_checks)
   limit = SINCOS_LIMIT[_dtype_of(program)]
-  count = lambda var: [f"{var} += 1 if abs({c}) > {limit} else 0" for c in checks]
+  # a flag (an or of bools, not a count): an int64 counter made the loop vectorize at
+  # half width on AVX2 (4 lanes of int64 per register, where floats take 8)
+  count = lambda var: [f"{var} = {var} | (abs({c}) > {limit})" for c in checks]
   init = _reduction_init(reductions, out_index, outs)
   code = Writer()
   if checks:
-    code("nbig = 0")
+    code("nbig = False")
   code(*ctx.hoisted)
   # a row whose stored values change only where comparisons of its index do (an
   # identity basis, a pad's edge) is filled stretch by stretch (codegen.segments)
@@ -575,7 +577,7 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
     ctx.precise = True
     again = known + _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
-    with code.block("if nbig > 0:"):
+    with code.block("if nbig:"):
       code(*init, *ctx.hoisted)
       code.nest(heads(), again)
   code(*_reduction_finish(ctx, reductions, out_index, outs))
@@ -828,11 +830,13 @@ INLINE_DOT_K = 32
 CONTRACTION_SCRATCH = 1 << 22  # elements of a threaded contraction's parts
 DOT_PARALLEL_MIN = 1 << 20  # multiply-adds: smaller products (with small epilogues) run on
                             # one thread
-# Multiply-adds per BLAS call of a product's tasks (a block of short rows, a part of a
-# contraction): below OpenBLAS's own threading threshold (2^18), so that a BLAS that
-# threads its calls (not primc's own, `codegen.openblas`) keeps these on one thread
-# (measured: a larger call from a pool thread ran 50x slower).
-BLOCK_DOT = 1 << 17
+# Multiply-adds per BLAS call of a product's tasks (a block of short rows, a chunk of a
+# contraction). primc's own BLAS runs one thread (`codegen.openblas`): blocks of 2^20
+# (~20 us), each packing its operands once (W3's 4096 x 64 x 64 products in blocks of 2^17,
+# 32 rows, or contraction chunks of 32: a third of the BLAS time went to packing). A
+# BLAS that threads its calls: below its threshold (2^18), so that it keeps these on one
+# thread (measured: a larger call from a pool thread ran 50x slower).
+BLOCK_DOT = 1 << 20 if openblas.single_threaded() else 1 << 17
 DOT_BLOCKS = 16       # row blocks of a product whose rows are long (BLOCK_DOT)
 DOT_BLOCK_ROWS = 64   # at least: each block packs the right operand again
 
@@ -988,10 +992,11 @@ class _Gemm:
     self.itemsize = np.dtype(dtype).itemsize
 
   def __call__(self, ta, m, n, k, a, b, c, acc=False) -> str:
-    """The call (c = A @ B, or c += A @ B); each matrix given as (address, offset in
-    elements)."""
+    """The call (c = A @ B, or c += A @ B: `acc`, a bool or an expression); each matrix
+    given as (address, offset in elements)."""
     at = lambda base, offset: f"{base} + ({offset}) * {self.itemsize}"
-    return f"{self.name}({ta}, {m}, {n}, {k}, {at(*a)}, {at(*b)}, {at(*c)}, {int(acc)})"
+    acc = acc if isinstance(acc, str) else int(acc)  # an expression, or a constant
+    return f"{self.name}({ta}, {m}, {n}, {k}, {at(*a)}, {at(*b)}, {at(*c)}, {acc})"
 
 
 def _row_blocks(rows_call, views, rows_code) -> dict[int, list[str]]:
@@ -1035,11 +1040,10 @@ def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, li
     tasks("return 1")
   tasks(*parts_of)
   with tasks.block("for part in range(lo, hi):"):
-    tasks("acc[part] = 0")
     with tasks.block("for k0 in range(part * per, min(kc, (part + 1) * per), step):"):
-      tasks("k1 = min(kc, k0 + step, (part + 1) * per)",
+      tasks("k1 = min(kc, k0 + step, (part + 1) * per)",  # the first chunk sets the part
             gemm(1, "mr", "nc", "k1 - k0", ("pa", "k0 * mr"), ("pb", "k0 * nc"),
-                 ("pacc", "part * mr * nc"), acc=True))
+                 ("pacc", "part * mr * nc"), acc="1 if k0 > part * per else 0"))
   finish = Writer()
   with finish.block("if split:"):
     finish(parts_of[0])

@@ -314,6 +314,12 @@ def write_object(path: str, data: bytes) -> None:
   store.write_atomic(path, data)
 
 
+def kernel_ir(source: str) -> str | None:
+  """The LLVM IR of the kernel of a module's `source`, before optimization (None: it is
+  numba's to compile)."""
+  return _kernel_ir(load(source, in_memory=True), "primc_kernel")
+
+
 def _kernel_ir(module: types.ModuleType, symbol: str) -> str | None:
   """The LLVM IR of the module's kernel (`codegen.translate`), or None when numba compiles
   it (a source outside the translated subset, or the translator failing)."""

@@ -23,7 +23,7 @@ import functools
 import os
 import threading
 
-from primc.codegen import installed
+from primc.codegen import installed, target
 
 # (distribution, the library file's name starts with), in order of preference
 LIBRARIES = (("scipy_openblas64", "libscipy_openblas64_"), ("numpy", "libscipy_openblas64_"))
@@ -48,18 +48,21 @@ def library() -> tuple[str, ctypes.CDLL] | None:
 
 
 def _load_single_threaded(path: str) -> ctypes.CDLL:
-  """Loads an OpenBLAS of primc's own with one thread (its constructor reads
-  OPENBLAS_NUM_THREADS once)."""
+  """Loads an OpenBLAS of primc's own with one thread, and the kernels of the CPU
+  PRIMC_CPU names (its constructor reads OPENBLAS_NUM_THREADS and OPENBLAS_CORETYPE
+  once)."""
+  settings = {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_CORETYPE": target.openblas_core()}
   with _env_lock:
-    saved = os.environ.get("OPENBLAS_NUM_THREADS")
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update({name: v for name, v in settings.items() if v})
     try:
       lib = ctypes.CDLL(path)
     finally:
-      if saved is None:
-        del os.environ["OPENBLAS_NUM_THREADS"]
-      else:
-        os.environ["OPENBLAS_NUM_THREADS"] = saved
+      for name, value in saved.items():
+        if value is None:
+          os.environ.pop(name, None)
+        else:
+          os.environ[name] = value
   setter = getattr(lib, "scipy_openblas_set_num_threads64_", None)
   if setter is not None:  # already loaded elsewhere in this process, with threads
     setter(1)

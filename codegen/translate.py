@@ -40,7 +40,7 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from primc.codegen import installed, openblas, standins
+from primc.codegen import installed, openblas, standins, target
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -1245,21 +1245,34 @@ _engine = None
 
 @functools.cache
 def target_machine():
-  """This machine's CPU, as numba targets it (its name and features, optimizing). (llvmlite
+  """The kernels' CPU (`codegen.target`: this machine's, as numba targets it, or the one
+  PRIMC_CPU names), optimizing. (llvmlite
   runs one LLVM call at a time in a process: kernels compile in parallel in processes,
   see codegen.kernel_workers.)"""
   import llvmlite.binding as llvm
   llvm.initialize_native_target()
   llvm.initialize_native_asmprinter()
+  name, features = target.cpu()
   return llvm.Target.from_default_triple().create_target_machine(
-      cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
-      reloc="default", codemodel="jitdefault", jit=True)
+      cpu=name, features=features, opt=3, reloc="default", codemodel="jitdefault", jit=True)
 
 
-def optimized(ir_text: str):
-  """A module of IR parsed, verified and optimized for this machine (llvmlite's module)."""
+def cross_machine(triple: str, cpu: str, features: str = ""):
+  """A target machine for another CPU or architecture (`triple`, e.g.
+  "aarch64-unknown-linux-gnu"), to read what kernels become there (`optimized(..., tm)`,
+  `emit_assembly`): nothing compiled for it runs here."""
   import llvmlite.binding as llvm
-  tm = target_machine()
+  llvm.initialize_all_targets()
+  llvm.initialize_all_asmprinters()
+  return llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features,
+                                                               opt=3)
+
+
+def optimized(ir_text: str, tm=None):
+  """A module of IR parsed, verified and optimized for this machine (or target machine
+  `tm`; llvmlite's module)."""
+  import llvmlite.binding as llvm
+  tm = tm or target_machine()
   mod = llvm.parse_assembly(ir_text)
   mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
   mod.verify()
