@@ -149,10 +149,11 @@ class Executable:
     if all(c is not None for c in cfuncs):  # other executables compiled them
       self._ready(cfuncs)
 
-  def _first_call(self) -> None:
+  def _first_call(self, alongside: bool = False) -> None:
     """The first call compiles the kernels or loads them from the disk cache (each under
     its module's lock, after the store has verified its files against the module's seal);
-    kernels no cache holds yet are compiled by parallel processes first."""
+    kernels no cache holds yet are compiled by parallel processes first, or (`alongside`)
+    beside the processes already compiling them (a tiered worker's)."""
     t0 = time.perf_counter()
     st = store.current()
     in_memory = any(m.DIRECTORY is None for m in self.modules)
@@ -163,13 +164,14 @@ class Executable:
                        for m in new)
     with progress.Progress(self.label, len(new), done):
       with st.lock("library"):
-        workers = kernel_workers.start(new)  # they start up while the library is readied
+        # workers start up while the library is readied
+        workers = [] if alongside else kernel_workers.start(new)
         for lib in libraries:
           st.prepare_library(lib.DIRECTORY, lib.KEY)
         if loader.link_library(self.plan.kernels, in_memory):
           for lib in libraries:  # before compile workers read them
             st.seal(lib.DIRECTORY, lib.KEY)
-      if kernel_workers.finish(new, workers):
+      if kernel_workers.finish(new, workers, alongside):
         cache.count("parallel_kernel_compiles")
       cfuncs = [loader.compile_kernel(m) for m in self.modules]
     if libraries and any(not c.cache_hits for c in cfuncs):
@@ -241,10 +243,11 @@ class Executable:
   def _raise_index_error(self, site: int, index: int, size: int):
     raise self.plan.index_error(site, index, size)
 
-  def compile(self) -> None:
-    """Compiles the kernels (or loads them from numba's cache)."""
+  def compile(self, alongside: bool = False) -> None:
+    """Compiles the kernels (or loads them from the cache); `alongside`: beside the
+    processes compiling them already (see `_first_call`)."""
     if self._first:
-      self._first_call()
+      self._first_call(alongside)
 
   def _take_arena(self) -> tuple:
     """(block, its buffer views): a block of `BLOCKS` (the views made once per block);

@@ -139,14 +139,15 @@ def start(modules) -> list:
   return jobs
 
 
-def finish(modules, jobs) -> int:
-  """Compiles what of `modules` no worker has taken; returns how many workers there were.
-  The caller then loads every kernel (`loader.compile_kernel`, which waits for each one a
-  worker is compiling: its lock), not for the workers to exit (~30 ms): `reap` collects
-  them later."""
-  if not jobs:
+def finish(modules, jobs, alongside: bool = False) -> int:
+  """Compiles what of `modules` no worker has taken (`alongside`: no worker of these, but
+  other processes compiling them, from the first: this one goes from the last); returns
+  how many workers there were. The caller then loads every kernel
+  (`loader.compile_kernel`, which waits for each one a worker is compiling: its lock),
+  not for the workers to exit (~30 ms): `reap` collects them later."""
+  if not (jobs or alongside):
     return 0
-  for module in modules:
+  for module in (modules[::-1] if alongside else modules):
     if module.DIRECTORY is not None:
       loader.compile_kernel(module, wait=False)
   with _waiting_lock:

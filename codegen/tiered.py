@@ -1,18 +1,27 @@
 """Tiered execution: a new program runs on the reference interpreter while a background
 process compiles it, then switches to the native code.
 
-Compiling a program's kernels takes numba from a fraction of a second to a minute (each
-threaded kernel costs a few seconds), while the optimized program on numpy's ufuncs gives
-its first result in milliseconds. With tiering on (`primc.jit(f, tiered=True)` or
-PRIMC_TIERED=1), a signature whose module has never been compiled into the cache:
+Compiling a program's kernels takes LLVM ~0.05-0.2 s per kernel (W3's 29: ~1.5 s on two
+cores), while the optimized program on numpy's ufuncs gives its first result in
+milliseconds. A signature whose module has never been compiled into the cache:
 
   1. runs on the interpreter (the optimized program, before fusion; `interpret_reusing`)
      from its first call;
   2. starts one worker process (`codegen.spawn`: this module's `main(PLAN_KEY)`)
      that loads the plan from the cache, compiles the module, and marks it compiled;
-  3. switches to the native executable at the first call after the worker has exited
-     (polling it costs a system call); a worker that failed is logged and the module is
-     compiled in this process instead, where its errors surface as usual.
+  3. switches to the native executable: at the first call after the worker has exited
+     (polling it costs a system call), or, `first_only`, at the second call, which
+     compiles beside the worker what it has not taken yet and waits for the rest. A
+     worker that failed is logged and the module is compiled in this process instead,
+     where its errors surface as usual.
+
+Three policies (`jit(tiered=...)`, PRIMC_TIERED): True ("1") interprets every call until
+the worker is done (the first results soonest: interactive work); False ("0") compiles
+before the first call; None (the default) interprets the first call only, and only where
+that is estimated to cost less than the compile (`first_call_interpreted`: a program of
+many kernels over moderate data, not one kernel over 10^7 elements), so that the run
+is the same whatever the timing: its first call's result is the interpreter's, every
+later one native.
 
 The worker outlives its parent if the parent exits first, so the cache is complete for
 the next process. Results of the first tier are the interpreter's: the same program, but
@@ -21,6 +30,7 @@ numpy's math instead of primc's (they agree to a few ulps, not bit for bit).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -28,7 +38,8 @@ import threading
 
 import numpy as np
 
-from primc.codegen import loader, spawn, store
+from primc import prims as P
+from primc.codegen import kernel_workers, loader, spawn, store
 from primc.codegen.executor import Executable, check_out
 from primc.codegen.plan import Plan
 from primc.core import Lit, Program, Var, impl_rules, ufunc_rules
@@ -36,6 +47,28 @@ from primc.core import Lit, Program, Var, impl_rules, ufunc_rules
 log = logging.getLogger("primc.tiered")
 _jobs: dict[tuple[str, str], subprocess.Popen] = {}  # (cache dir, module key) -> worker
 _jobs_lock = threading.Lock()
+
+
+# The first call's costs, as estimated before it runs (measured on 2 cores: interpreted,
+# ~30 us per equation, ~3 ns per element of its results, ~0.3 ns per multiply-add of its
+# products on one BLAS thread; compiled, ~0.1 s of LLVM per new kernel)
+EQUATION_S, ELEMENT_S, MAC_S, KERNEL_S = 3e-5, 3e-9, 3e-10, 0.1
+
+
+def first_call_interpreted(program: Program, new_kernels: int, cores: int) -> bool:
+  """Whether interpreting a program's first call costs less than compiling its
+  `new_kernels` on `cores` (the default policy's choice)."""
+  if new_kernels == 0:
+    return False
+  compile_s = KERNEL_S * new_kernels / max(1, min(cores, new_kernels))
+  interpret_s = 0.0
+  for e in program.eqns:
+    interpret_s += EQUATION_S + ELEMENT_S * sum(v.aval.size for v in e.outputs)
+    if e.prim is P.dot_general_p:
+      (contracted, _), _ = e.kw["dimension_numbers"]
+      k = math.prod(e.inputs[0].aval.shape[d] for d in contracted)
+      interpret_s += MAC_S * k * e.outputs[0].aval.size
+  return interpret_s < compile_s
 
 
 def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
@@ -50,8 +83,11 @@ def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
     job = _jobs.get(job_key)
     if job is None or job.poll() is not None:
       with open(worker_log(plan_key), "wb") as err:
+        # its own compile workers leave this process a core (it interprets meanwhile)
+        env = dict(spawn.environment(directory), PRIMC_COMPILE_WORKERS=str(
+            max(1, kernel_workers.workers() - 1)))
         job = _jobs[job_key] = subprocess.Popen(
-            spawn.command("primc.codegen.tiered", plan_key), env=spawn.environment(directory),
+            spawn.command("primc.codegen.tiered", plan_key), env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
       log.info("compiling the kernels of plan %s in the background (pid %d)", plan_key, job.pid)
   return job
@@ -82,11 +118,13 @@ class Tiered:
   with no worker (numba's JIT disabled), for good."""
 
   def __init__(self, plan: Plan, program: Program, job: subprocess.Popen | None,
-               plan_key: str = ""):
+               plan_key: str = "", first_only: bool = False):
     self.plan = plan
     self.plan_key = plan_key
     self.program = program
     self.job = job
+    self.first_only = first_only  # later calls compile beside the worker and run native
+    self._interpreted = 0  # calls so far
     self.native: Executable | None = None
     self._lock = threading.Lock()
     self._owned = {id(a.value) for a in program.outputs if isinstance(a, Lit)}
@@ -101,6 +139,17 @@ class Tiered:
                       worker_log(self.plan_key))
         self.native = Executable.load(self.plan)
 
+  def compile(self) -> None:
+    """Compiles the kernels the worker has not (yet) compiled in this process, beside it,
+    waits for the rest, and switches to native code (no-op once native)."""
+    if self.job is None or self.native is not None:
+      return
+    with self._lock:
+      if self.native is None:
+        native = Executable.load(self.plan)
+        native.compile(alongside=True)
+        self.native = native
+
   def wait(self, timeout: float | None = None) -> bool:
     """Waits for the worker (at most `timeout` seconds); True once native code runs."""
     if self.job is None:
@@ -113,10 +162,14 @@ class Tiered:
     return True
 
   def __call__(self, inputs, out=None) -> list[np.ndarray]:
-    if self.native is None and self.job is not None and self.job.poll() is not None:
-      self._switch()
+    if self.native is None and self.job is not None:
+      if self.job.poll() is not None:
+        self._switch()
+      elif self.first_only and self._interpreted:
+        self.compile()
     if self.native is not None:
       return self.native(inputs, out)
+    self._interpreted += 1
     spare = self._spares.pop() if self._spares else {}
     try:
       with _blas_limit():

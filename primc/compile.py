@@ -333,8 +333,9 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
   """The executable of a traced program, its run plan from the plan cache if this program
   (and this environment) was compiled before, else built by the passes, fusion and
   codegen: its compiled kernels; or, while a kernel was never compiled into the cache
-  and tiering is on (`tiered`, None: `config.tiered`), the interpreter until a background
-  process has compiled it; or the interpreter alone (`config.interpret`, or
+  and tiering asks for it (`tiered`, None: `config.tiered`; see `codegen.tiered`), the
+  interpreter while a background process compiles them; or the interpreter alone
+  (`config.interpret`, or
   NUMBA_DISABLE_JIT=1). `prefer`: kernels the caller ran at other sizes of this program
   (see `codegen.module.build`); `label`: what a long compile says it compiles."""
   codegen = backend()
@@ -352,17 +353,21 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
   key = codegen.cache.program_key(traced)
   plan, optimized = st.read_entry("plan", key, codegen.plan.Plan.from_bytes), None
   interpret_only = config.interpret or codegen.jit_disabled()
-  tiered = config.tiered if tiered is None else tiered
+  tiered = config.tiered if tiered is None else tiered  # None: the first call, if cheaper
   if plan is None:
-    if not (prefer or interpret_only or tiered):  # a first plan: kernels may be new too
-      codegen.kernel_workers.prestart()
+    if not (prefer or interpret_only or tiered is not False):  # compiling, new kernels
+      codegen.kernel_workers.prestart()                        # likely: workers start
     optimized, _, plan = build_plan(traced, prefer)
     st.write_entry("plan", key, plan.to_bytes())
-  if interpret_only or tiered and not all(map(st.sealed, plan.kernels)):
-    job = None if interpret_only else codegen.tiered.start(key, plan)
-    if job is not None or interpret_only:
-      program = passes.optimize(traced) if optimized is None else optimized
-      return codegen.tiered.Tiered(plan, program, job, key)
+  new = 0 if interpret_only or tiered is False else sum(
+      not st.sealed(k) for k in plan.kernels)
+  if interpret_only or new:
+    program = passes.optimize(traced) if optimized is None else optimized
+    if interpret_only or tiered or codegen.tiered.first_call_interpreted(
+        program, new, codegen.kernel_workers.workers()):
+      job = None if interpret_only else codegen.tiered.start(key, plan)
+      if job is not None or interpret_only:
+        return codegen.tiered.Tiered(plan, program, job, key, first_only=tiered is None)
   return codegen.executor.Executable.load(plan, label)
 
 
@@ -447,10 +452,13 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=No
       argument by keyword: they are bound to `fun`'s parameters first.
     warmup: signatures to compile ahead of time with `primc warmup`, each a sequence of
       argument specs such as `("f32[2,2]", "f32[2]")` (flat array arguments).
-    tiered: a signature whose native code is not in the cache yet runs on the
-      interpreter while a background process compiles it, instead of waiting for the
-      compile (`codegen/tiered.py`); `wait_compiled()` waits for it. None: the
-      PRIMC_TIERED environment variable (`primc.config.tiered`), off by default.
+    tiered: how a signature whose native code is not in the cache yet runs while it
+      compiles (`codegen/tiered.py`): True, on the interpreter until a background
+      process has compiled it (`wait_compiled()` waits for it); False, compiled before
+      its first call; None (default: `primc.config.tiered`, PRIMC_TIERED=1 or 0 sets
+      it): its first call on the interpreter where that costs less than the compile
+      (then every later call native, compiled beside the background process), else
+      compiled first.
   Returns:
     a `Jitted` callable; `.lower(*args)` shows each stage. Calls accept `out=` (a pytree
     like the outputs) to write results into existing arrays.

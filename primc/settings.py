@@ -4,8 +4,11 @@
   transform produces or consumes, so nested derivatives differentiate the simplified
   program instead of the raw one (this keeps d^n/dx^n programs polynomial in n). False
   (or `raw_transforms()`) shows the raw transformed programs.
-- `tiered` (PRIMC_TIERED=1): run new programs on the interpreter while a background
-  process compiles them (`jit(tiered=...)` overrides it per function).
+- `tiered`: how a new program's first calls run while its kernels compile
+  (`codegen/tiered.py`; `jit(tiered=...)` overrides it per function). None (the
+  default): the first call on the interpreter, where that costs less than the compile,
+  every later one native; True (PRIMC_TIERED=1): every call on the interpreter until a
+  background process has compiled it; False (PRIMC_TIERED=0): compile, then run.
 - `interpret` (PRIMC_INTERPRET=1): `jit` runs every new signature on the reference
   interpreter instead of compiling it (tests run programs both ways with it).
 """
@@ -19,7 +22,7 @@ import os
 @dataclasses.dataclass
 class Config:
   optimize_transforms: bool = True
-  tiered: bool = os.environ.get("PRIMC_TIERED") == "1"
+  tiered: bool | None = {"1": True, "0": False}.get(os.environ.get("PRIMC_TIERED", ""))
   interpret: bool = os.environ.get("PRIMC_INTERPRET") == "1"
 
 

@@ -4,6 +4,10 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("PRIMC_CHECKS", "1")  # typecheck after every pass, always in tests
+# A program compiles before its first call (every test runs native code, and counts
+# compiles in its own process); the default policy, a first call on the interpreter while
+# the kernels compile, is tested where it is asked for (tests/test_tiered.py).
+os.environ.setdefault("PRIMC_TIERED", "0")
 # One cache directory for the whole session, so tests share compiled kernels: primc's
 # pytest plugin, with --primc-cache-dir=temp (pyproject.toml's addopts).
 

@@ -127,11 +127,65 @@ def test_a_failed_worker_falls_back_to_compiling_in_process(fresh_cache, args, m
 
 
 def test_tiering_follows_the_environment_variable(fresh_cache, args):
-  code = ("import primc; import sys; "
-          "sys.exit(0 if primc.config.tiered else 1)")
-  for value, rc in (("1", 0), ("0", 1), ("", 1)):
+  code = "import primc; print(primc.config.tiered)"
+  for value, want in (("1", "True"), ("0", "False"), ("", "None"), ("auto", "None")):
     env = dict(os.environ, PRIMC_TIERED=value)
-    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == rc
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True).stdout.strip()
+    assert out == want, (value, out)
+
+
+# -- the default policy: the first call interpreted where cheaper, every later one native --
+
+def test_the_first_call_is_interpreted_where_the_compile_costs_more():
+  x = np.ones((64, 8), np.float32)
+  small = primc.make_program(lambda x: pnp.tanh(x @ x.T).sum())(x)
+  assert tiered.first_call_interpreted(small, new_kernels=5, cores=2)
+  assert not tiered.first_call_interpreted(small, new_kernels=0, cores=2)
+  big = primc.make_program(lambda x: pnp.sin(x) * pnp.exp(-x * x) + pnp.tanh(x))(
+      np.ones(10 ** 7, np.float32))  # W5's size: ~0.5 s interpreted, one kernel
+  assert not tiered.first_call_interpreted(big, new_kernels=1, cores=2)
+
+
+@pytest.fixture
+def default_policy(monkeypatch):
+  monkeypatch.setattr(primc.config, "tiered", None)
+
+
+def test_default_first_call_interpreted_then_native_from_the_second(fresh_cache, args,
+                                                                     default_policy):
+  w, x = args
+  fn = primc.jit(step)
+  first = fn(w, x)
+  [exe] = executables(fn)
+  assert isinstance(exe, tiered.Tiered) and exe.first_only and exe.native is None
+  program = exe.program
+  for got, want in zip(first, primc.interpret(program, w, x), strict=True):
+    np.testing.assert_array_equal(got, want)  # the reference interpreter's, exactly
+  second = fn(w, x)  # compiled here beside the worker, whatever it has done by now
+  assert isinstance(exe.native, Executable) and not exe.native._first
+  native = Executable.load(exe.plan)
+  for got, want in zip(second, native([w, x]), strict=True):
+    np.testing.assert_array_equal(got, want)  # native code's, exactly
+  check(second, w, x)
+  exe.job.wait(timeout=300)
+  assert exe.job.returncode == 0
+  assert all(map(store.current().sealed, exe.plan.kernels))
+
+
+def test_default_compiles_first_where_interpreting_costs_more(fresh_cache, default_policy):
+  x = np.linspace(-3, 3, 10 ** 7).astype(np.float32)
+  fn = primc.jit(lambda x: pnp.sin(x) * pnp.exp(-x * x) + pnp.tanh(x))
+  np.testing.assert_allclose(fn(x)[::1000], (np.sin(x) * np.exp(-x * x) + np.tanh(x))[::1000],
+                             rtol=1e-5, atol=1e-6)
+  assert isinstance(executables(fn)[0], Executable)
+
+
+def test_precompile_finishes_a_tiered_compile(fresh_cache, args, default_policy):
+  fn = primc.jit(step).precompile(*args)
+  [exe] = executables(fn)
+  assert isinstance(exe, tiered.Tiered) and isinstance(exe.native, Executable)
+  check(fn(*args), *args)
 
 
 def test_the_eager_tape_follows_the_configuration(fresh_cache, monkeypatch):
