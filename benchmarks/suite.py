@@ -46,7 +46,9 @@ def first_call(workload: str, impl: str) -> dict:
   if os.environ.get("PRIMC_TIERED") == "1":
     fn.wait_compiled()
     result["native_after_s"] = time.perf_counter() - t_import
-  for _ in range(3):
+  [x.sum() for x in _flat(fn(*w["args"]))]
+  result["second_call_done_s"] = time.perf_counter() - t_import  # the default: native
+  for _ in range(2):
     fn(*w["args"])
   return {**result, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
@@ -97,8 +99,10 @@ def on_cpu(workload: str, cpu: str, cache: str) -> dict:
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _child(workload, impl, cache, tiered=False):
-  env = child_env(PRIMC_CACHE_DIR=cache, PRIMC_TIERED="1" if tiered else "0",
+def _child(workload, impl, cache, policy="0"):
+  """A fresh process's first call; `policy`: PRIMC_TIERED ("0" compiles first, "1"
+  interprets until compiled, "" the default)."""
+  env = child_env(PRIMC_CACHE_DIR=cache, PRIMC_TIERED=policy,
                   PRIMC_BENCH_PEERS="1" if impl == "jax" else "0")
   command = ["--new-sizes", impl] if workload is None else ["--child", workload, impl]
   proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, *command], env=env,
@@ -218,7 +222,10 @@ def main():
             row[impl]["warm"] = sorted(warm, key=lambda r: r.get("first_call_s", 1e9))[1]
             shutil.rmtree(cache, ignore_errors=True)
             os.makedirs(cache, mode=0o700)
-            row[impl]["tiered"] = _child(name, impl, cache, tiered=True)
+            row[impl]["tiered"] = _child(name, impl, cache, policy="1")
+            shutil.rmtree(cache, ignore_errors=True)
+            os.makedirs(cache, mode=0o700)
+            row[impl]["default"] = _child(name, impl, cache, policy="")
           shutil.rmtree(cache, ignore_errors=True)
     results[name] = row
     print(f"{name}: " + ", ".join(f"{k} {fmt(v.get('steady_s'))}" for k, v in row.items()),
@@ -279,15 +286,20 @@ def _equation_counts():
 def _report(results, partial=False):
   lines = ["| workload | primc steady | JAX steady | numpy steady | primc / JAX "
            "| primc / JAX, alternating | primc / numpy "
-           "| primc cold first call | primc cold first call, tiered (native after) "
+           "| primc cold first call, default (second call done) "
+           "| primc cold first call, compiled first "
+           "| primc cold first call, tiered (native after) "
            "| primc warm first call | JAX cold first call | primc peak MB | max rel. error |",
-           "|" + "---|" * 13]
+           "|" + "---|" * 14]
   for name, row in results.items():
     get = lambda impl, key="steady_s": row.get(impl, {}).get(key)
     p, j, n = get("primc"), get("jax"), get("numpy")
     ratio = lambda a, b: f"{a / b:.2f}" if a and b else "—"
     cold = row.get("primc", {}).get("cold", {}).get("first_call_s")
     warm = row.get("primc", {}).get("warm", {}).get("first_call_s")
+    default = row.get("primc", {}).get("default", {})
+    first = (f"{fmt(default.get('first_call_s'))} ({fmt(default.get('second_call_done_s'))})"
+             if default else "—")
     tiered = row.get("primc", {}).get("tiered", {})
     tier = (f"{fmt(tiered.get('first_call_s'))} ({fmt(tiered.get('native_after_s'))})"
             if tiered else "—")
@@ -297,7 +309,7 @@ def _report(results, partial=False):
     alternating = ratio(get("primc", "interleaved_s"), get("jax", "interleaved_s"))
     lines.append(f"| {name} | {fmt(p)} | {fmt(j)} | {fmt(n)} | {ratio(p, j)} | {alternating} | "
                  f"{ratio(p, n)} | "
-                 f"{fmt(cold)} | {tier} | {fmt(warm)} | {fmt(jcold)} | "
+                 f"{first} | {fmt(cold)} | {tier} | {fmt(warm)} | {fmt(jcold)} | "
                  f"{'—' if mem is None else f'{mem:.0f}'} | "
                  f"{'—' if err is None else f'{err:.1e}'} |")
   sized = results.get("W3", {}).get("new_sizes", {})
