@@ -26,25 +26,19 @@ import sys
 import tempfile
 import threading
 
-from primc.codegen import cache, loader, spawn, store, translate
+from primc.codegen import cache, loader, spawn, store, threads, translate
 
 log = logging.getLogger("primc.cache")
 
 
-def cores() -> int:
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:
-    return os.cpu_count() or 1
-
-
 def workers() -> int:
   """How many processes compile a program's kernels at once: PRIMC_COMPILE_WORKERS (1:
-  only the calling process), else one per available core."""
+  only the calling process), else one per available core (`threads.available_cpus`:
+  the affinity, and a cgroup's CPU quota)."""
   try:
     return max(1, int(os.environ["PRIMC_COMPILE_WORKERS"]))
   except (KeyError, ValueError):
-    return cores()
+    return threads.available_cpus()
 
 
 def orders(keys: list[str], n: int) -> list[list[str]]:

@@ -87,6 +87,7 @@ def enable_threads() -> None:
   if threads.own_pool():
     the_pool().start(threads.num_threads() - 1)
     _set_global("pool", the_pool().address)
+    threads.prepare_numba_layer()  # numba's own parallel code beside it: on TBB
     return
   numba_pool = threads.pool()
   for name, address in zip(THREAD_POOL, (numba_pool.parallel_for, numba_pool.get_num_threads),

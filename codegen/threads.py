@@ -192,18 +192,26 @@ def _tbb_pool() -> Pool | None:
   return Pool("tbb", lib.parallel_for, lib.get_num_threads)
 
 
+def prepare_numba_layer() -> None:
+  """Makes the layer numba picks when its pool starts (for primc's tasks, or for the
+  program's own parallel numba code beside primc's pool) TBB, fork-safe, where the `tbb`
+  wheel is installed; else OpenMP with a bounded spin. Nothing once numba's pool runs."""
+  parallel = sys.modules.get("numba.np.ufunc.parallel")
+  if parallel is not None and parallel._is_initialized:
+    return
+  os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)  # read when libgomp loads
+  path = libtbb_path()
+  if path is not None:
+    try:
+      ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)  # numba finds it by its soname
+    except OSError:
+      pass
+
+
 def _numba_pool() -> Pool:
-  """numba's pool started by numba (its own choice of layer, TBB made loadable first)."""
+  """numba's pool started by numba (its own choice of layer, `prepare_numba_layer`)."""
   from llvmlite import binding
-  from numba.np.ufunc import parallel
-  if not parallel._is_initialized:
-    os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)  # read when libgomp loads
-    path = libtbb_path()
-    if path is not None:
-      try:
-        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)  # numba finds it by its soname
-      except OSError:
-        pass
+  prepare_numba_layer()
   import numba
   numba.get_num_threads()  # starts the pool
   addresses = [binding.address_of_symbol(s) for s in ("numba_parallel_for", "get_num_threads")]
