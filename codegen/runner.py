@@ -64,14 +64,14 @@ THREAD_POOL = ("numba_parallel_for", "get_num_threads")  # numba's, the runner c
 @functools.cache
 def addresses() -> tuple[int, int]:
   """(runner, trampoline) in this process. The runner reaches a thread pool through
-  pointers it holds (`primc_pool`, primc's own, or numba's `primc_<name>` functions), null
-  until `enable_threads` sets one: till then every step runs on the calling thread, and
-  nothing of numba is loaded."""
+  pointers it holds (`primc_pool` and `primc_pool_entry`, primc's own pool and its run
+  function, or numba's `primc_<name>` functions), null until `enable_threads` sets them:
+  till then every step runs on the calling thread, and neither the pool's code nor numba
+  is loaded."""
   mod = ir.Module(name="primc_runner")
-  for name in ("pool", *THREAD_POOL):
+  for name in ("pool", "pool_entry", *THREAD_POOL):
     pointer = ir.GlobalVariable(mod, PTR, f"primc_{name}")
     pointer.initializer = ir.Constant(PTR, None)
-  pool.define(mod)
   _trampoline(mod)
   _runner(mod)
   return native.jit_functions(str(mod), ["primc_run", "primc_tasks"])
@@ -86,6 +86,7 @@ def enable_threads() -> None:
   addresses()
   if threads.own_pool():
     the_pool().start(threads.num_threads() - 1)
+    _set_global("pool_entry", the_pool().run_address)
     _set_global("pool", the_pool().address)
     threads.prepare_numba_layer()  # numba's own parallel code beside it: on TBB
     return
@@ -97,10 +98,12 @@ def enable_threads() -> None:
 
 @functools.cache
 def the_pool() -> pool.Pool:
-  """This process's pool (its threads start in `enable_threads`)."""
-  addresses()
-  names = ["primc_pool_run", "primc_pool_worker", "primc_pool_pauses"]
-  found = pool.Pool(*(native.function_address(n) for n in names))
+  """This process's pool (its functions compiled, its threads started in
+  `enable_threads`: a process that runs no threaded step compiles neither)."""
+  mod = ir.Module(name="primc_pool")
+  pool.define(mod)
+  found = pool.Pool(*native.jit_functions(
+      str(mod), ["primc_pool_run", "primc_pool_worker", "primc_pool_pauses"]))
   os.register_at_fork(after_in_child=found.after_fork)
   return found
 
@@ -152,7 +155,7 @@ class _RunnerWriter:
     self.parallel_for = mod.globals["primc_numba_parallel_for"]
     self.num_threads = mod.globals["primc_get_num_threads"]
     self.pool = mod.globals["primc_pool"]
-    self.pool_run = mod.globals["primc_pool_run"]
+    self.pool_run = mod.globals["primc_pool_entry"]
     fn = ir.Function(mod, ir.FunctionType(I64, [PTR.as_pointer()]), "primc_run")
     (self.p,) = fn.args
     self.blocks = {name: fn.append_basic_block(name) for name in self.BLOCKS}
@@ -233,9 +236,9 @@ class _RunnerWriter:
     b = self.at("threads")
     own = b.load(self.pool)
     with b.if_then(b.icmp_unsigned("!=", own, ir.Constant(PTR, None)), likely=True):
+      run = b.bitcast(b.load(self.pool_run), pool.RUN.as_pointer())
       state = b.call(b.inttoptr(_c(_capi("PyEval_SaveThread")), SAVE.as_pointer()), [])
-      status = b.call(self.pool_run, [own, b.bitcast(self.kernel, PTR), self.table,
-                                      self.ntasks])
+      status = b.call(run, [own, b.bitcast(self.kernel, PTR), self.table, self.ntasks])
       b.call(b.inttoptr(_c(_capi("PyEval_RestoreThread")), RESTORE.as_pointer()), [state])
       with b.if_then(b.icmp_signed("==", status, _c(pool.SERIAL))):
         b.branch(self.blocks["serial"])

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from primc.codegen import pool, runner, threads
+from primc.codegen import native, pool, runner, threads
 
 needs_pool = pytest.mark.skipif(not pool.supported(), reason="primc's pool is Linux's")
 
@@ -82,9 +82,8 @@ def test_workers_take_tasks_when_they_can():
 def _threadless_pool(workers: int):
   """A pool that says it has `workers` workers but starts none: each worker is one the
   scheduler never runs."""
-  runner.addresses()
+  runner.the_pool()  # its functions compiled into the engine
   names = ["primc_pool_run", "primc_pool_worker", "primc_pool_pauses"]
-  from primc.codegen import native
   p = pool.Pool(*(native.function_address(n) for n in names))
   p._word("spin").value = 100
   p._word("workers").value = workers
