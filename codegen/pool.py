@@ -1,15 +1,18 @@
 """primc's thread pool: a threaded step's tasks, shared by the calling thread and a few
 workers, one task at a time, so that no step ever waits for a thread that is not running.
 
-A static split (OpenMP's default schedule, and numba's pools as the runner used them)
-hands each thread its share when the step starts; when the machine is busy, a worker the
-scheduler has not run yet holds its share for a whole time slice (4-30 ms) while the
-caller, done with its own, waits. Here, as in a dynamic schedule or the task queues of
-TBB and XLA's runtime, a task belongs to no thread until one claims it: the caller
-publishes the step, wakes the workers, and claims tasks itself; a worker that arrives
-late finds the tasks taken (or the next step) and claims nothing. The caller then waits
-only for tasks already running, one task's time (a loop kernel's task is ~4,096
-elements, a few microseconds).
+A static split (OpenMP's default schedule, an OpenBLAS call) hands each thread its share
+when the step starts; when the machine is busy, a worker the scheduler has not run yet
+holds its share for a whole time slice (4-30 ms) while the caller, done with its own,
+waits. The runtimes built for shared machines do otherwise: TBB's arenas let the calling
+thread take part and idle threads steal split ranges (but numba's binding makes an arena
+per call, and a range once stolen is held by its thief); XLA's CPU runtime partitions a
+loop's items per worker, pops them one at a time, lets a worker whose partition is done
+steal from the others', and runs one worker on the calling thread. Here, likewise, a task
+belongs to no thread until one claims it: the caller publishes the step, wakes the
+workers, and claims tasks itself; a worker that arrives late finds the tasks taken (or the
+next step) and claims nothing. The caller then waits only for tasks already running, a
+claim's time (a loop kernel's task is ~4,096 elements, a few microseconds).
 
   - claiming: `state` holds the step's number (its high 32 bits) and the next task (its
     low 32): a claim is a compare-and-swap of both, so a worker that read an older
