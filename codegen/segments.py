@@ -32,8 +32,14 @@ import ast
 import dataclasses
 import functools
 
-SEGMENT_MIN = 8  # row elements per breakpoint below which the plain loop runs (measured:
-                # Rosenbrock's Hessian, 16 breakpoints, breaks even at 100-150 columns)
+from primc.codegen import target
+
+# Row elements per breakpoint below which the plain loop runs. The plain loops of these
+# bodies clamp int64 indices (a pad's, a slice's): with AVX-512's 64-bit vector min/max
+# they vectorize, and the stretches break even at 100-150 columns of Rosenbrock's Hessian
+# (16 breakpoints: 8 per breakpoint); without (AVX2, NEON) LLVM keeps them scalar, and
+# the stretches win from 2 per breakpoint (Hessian n = 100 on AVX2: 44-78 -> 15 us).
+SEGMENT_MIN = 8 if target.vector_int64_minmax() else 2
 INT32_END = 2 ** 31
 
 

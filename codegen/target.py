@@ -40,6 +40,17 @@ def cpu() -> tuple[str, str]:
   return binding.get_host_cpu_name(), binding.get_host_cpu_features().flatten()
 
 
+# LLVM CPU names whose vector units have 64-bit integer min/max (AVX-512)
+AVX512 = {name for name, core in OPENBLAS_CORES.items() if core == "SkylakeX"}
+
+
+def vector_int64_minmax() -> bool:
+  """Whether the kernels' CPU has vector min/max of 64-bit integers (AVX-512; not AVX2,
+  not NEON), which loops that clamp int64 indices need to vectorize."""
+  name, features = cpu()
+  return name in AVX512 if named() else "+avx512f" in features.split(",")
+
+
 def configure_numba() -> None:
   """Points numba at the named CPU (before numba is imported: it reads its environment
   once)."""
