@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/w9_dask.py
 	$(BIN)/python benchmarks/w10_busy.py
 	$(BIN)/python benchmarks/w11_first.py
+	$(BIN)/python benchmarks/numpy_calls.py
 
 bench-peers: $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib

@@ -25,11 +25,11 @@ import numpy as np
 
 from primc import contraction
 from primc import prims as P
-from primc.core import (FLOAT_DTYPES, PrimcError, PrimcIndexError, PrimcTypeError, ShapedArray,
-                        ShapeError, index_error)
+from primc.core import (FLOAT_DTYPES, SUPPORTED_DTYPES, PrimcError, PrimcIndexError,
+                        PrimcTypeError, ShapedArray, ShapeError, index_error)
 from primc.batching import batch_program
 from primc.trace import (Tracer, aval_of, eval_program, locate, size_constant, trace_flat,
-                         user_op, user_source)
+                         tracing, user_op, user_source)
 from primc.trace import as_array as leaf_array
 
 
@@ -1609,10 +1609,96 @@ def on_front_ends(fn, args, kwargs):
   return fn(*args, **kwargs)
 
 
+# A call on plain values (arrays of primc's dtypes and numbers, and lists or tuples of
+# them: no traced value, no front end's) outside a trace runs numpy's function of the same
+# name (inside one, the op is staged: `eye`'s iotas compile to index arithmetic, where its
+# values would be a constant loaded from memory): on those,
+# primc's ops compute what numpy computes (tests hold them to numpy in every path), and
+# numpy's own function costs 1-5 us where the op, bound primitive by primitive, costs
+# 20-2000 us. primc's path runs instead where the two differ: the names whose primc
+# semantics differ (`_OWN_SEMANTICS`: creation functions default to float32), a call numpy
+# refuses (a Paddle keyword, an error: primc's path names the op in its own words), one
+# with `out=` (primc writes no argument), and a result primc would not give (a dtype it
+# lacks; float16 from non-float16 operands, where primc's floats of bools are float64).
+# numpy's scalars come back as 0-d arrays, as primc's ops return them; numpy's warnings
+# (a log of 0) are numpy's.
+_OWN_SEMANTICS = frozenset({"zeros", "ones", "full", "eye", "array"})
+_PLAIN_TYPES = frozenset({int, float, bool, complex, str, type(None), type,
+                          builtins.slice, type(Ellipsis)})
+_NATIVE = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
+_HALF = np.dtype(np.float16)
+
+
+def _plain(x) -> int:
+  """0 when `x` holds a traced value, a front end's value or an array of a dtype primc
+  lacks; else 1, or 2 when it holds a float16 array."""
+  t = type(x)
+  if t is np.ndarray:
+    return 0 if x.dtype not in _NATIVE else 2 if x.dtype == _HALF else 1
+  if t in _PLAIN_TYPES:
+    return 1
+  if t is tuple or t is list:
+    kinds = [_plain(y) for y in x]
+    return 0 if 0 in kinds else builtins.max(kinds, default=1)
+  return 1 if isinstance(x, (np.generic, np.dtype)) else 0
+
+
+def _numpy_result(out, half: bool):
+  """numpy's result as primc's ops give it (0-d arrays for scalars), or None where primc's
+  would differ."""
+  t = type(out)
+  if t is np.ndarray:
+    return out if out.dtype in _NATIVE and (half or out.dtype != _HALF) else None
+  if isinstance(out, np.generic):
+    return _numpy_result(np.asarray(out), half)
+  if t is tuple or t is list:
+    parts = [_numpy_result(o, half) for o in out]
+    return None if builtins.any(p is None for p in parts) else t(parts)
+  return None
+
+
+def _numpy_twin(name: str):
+  """numpy's function of that name, where it runs calls on plain values (else None)."""
+  twin = getattr(np, name, None)
+  return twin if callable(twin) and name not in _OWN_SEMANTICS else None
+
+
 def _front_end_aware(fn):
-  """`fn` that hands a call on a front end's values to that front end."""
+  """`fn` that runs numpy's twin on plain values, and hands a call on a front end's values
+  to that front end."""
+  twin = _numpy_twin(fn.__name__)
+
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
+    if twin is not None and "out" not in kwargs:
+      half = False
+      for a in (*args, *kwargs.values()) if kwargs else args:  # every call: kept short
+        t = type(a)
+        if t is np.ndarray:
+          d = a.dtype
+          if d not in _NATIVE:
+            break
+          half = half or d is _HALF  # (numpy's dtypes of native order are singletons)
+        elif t not in _PLAIN_TYPES:
+          k = _plain(a)
+          if not k:
+            break
+          half = half or k == 2
+      else:
+        try:  # (staged while tracing: an iota's structure compiles, its values would not)
+          out = None if tracing() else twin(*args, **kwargs)
+        except Exception:  # primc's path says what is wrong in its own words
+          out = None
+        if isinstance(out, np.generic):
+          out = np.asarray(out)
+        if type(out) is np.ndarray:
+          d = out.dtype
+          if d in _NATIVE and (half or d is not _HALF):
+            return out
+        elif out is not None:
+          out = _numpy_result(out, half)
+          if out is not None:
+            return out
     return on_front_ends(fn, args, kwargs)
   wrapped.__wrapped_op__ = fn
   return wrapped

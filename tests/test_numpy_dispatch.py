@@ -1,0 +1,62 @@
+"""primc.numpy on plain values: numpy's own function runs (no primitive bound, nothing
+traced or compiled), with primc's results; primc's path runs where the two differ."""
+import numpy as np
+import pytest
+
+import primc
+import primc.numpy as pnp
+from primc import core
+
+R = np.random.default_rng(0)
+X, Y = R.standard_normal(128), R.standard_normal(128)
+M = R.standard_normal((16, 16)).astype(np.float32)
+I = R.integers(-5, 5, 128).astype(np.int32)
+CALLS = [("add", (X, 1.0), {}), ("subtract", (X, Y), {}), ("multiply", (M, 2), {}),
+         ("divide", (I, 3), {}), ("exp", (X,), {}), ("log", (np.abs(X) + 1,), {}),
+         ("tanh", (M,), {}), ("sin", (X,), {}), ("sqrt", (np.abs(X),), {}),
+         ("maximum", (X, 0.0), {}), ("where", (X > 0, X, Y), {}), ("sum", (M,), {"axis": 0}),
+         ("mean", (I,), {}), ("max", (M,), {"axis": 1, "keepdims": True}),
+         ("argmax", (X,), {}), ("dot", (M, M), {}), ("matmul", (M, M), {}),
+         ("reshape", (X, (8, 16)), {}), ("transpose", (M,), {}),
+         ("concatenate", ([X, Y],), {}), ("stack", ([X, Y],), {"axis": 1}),
+         ("clip", (X, -1.0, 1.0), {}), ("cumsum", (I,), {}), ("sort", (X,), {}),
+         ("logical_and", (X > 0, Y > 0), {}), ("floor_divide", (I, 2), {})]
+
+
+@pytest.fixture
+def nothing_bound(monkeypatch):
+  """Fails a test in which any primitive is bound (traced or run eagerly)."""
+  def refuse(prim, args, params):
+    raise AssertionError(f"{prim.name} was bound")
+  monkeypatch.setattr(core, "binder", [refuse])
+
+
+@pytest.mark.parametrize("name, args, kwargs", CALLS, ids=[c[0] for c in CALLS])
+def test_plain_calls_run_numpy_and_bind_nothing(name, args, kwargs, nothing_bound):
+  got = getattr(pnp, name)(*args, **kwargs)
+  want = np.asarray(getattr(np, name)(*args, **kwargs))
+  assert type(got) is np.ndarray and got.dtype == want.dtype and got.shape == want.shape
+  np.testing.assert_array_equal(got, want)
+
+
+def test_primcs_path_where_primc_differs_from_numpy():
+  assert pnp.zeros(3).dtype == np.float32  # creation: float32, as JAX and Paddle
+  assert pnp.full((2,), 1.5).dtype == np.float32
+  b = np.array([True, False])
+  assert pnp.sqrt(b).dtype == np.float64  # floats of bools: float64 (numpy: float16)
+  with pytest.raises(primc.PrimcError, match="unsupported dtype"):
+    pnp.sin(np.zeros(3, np.complex64))
+  with pytest.raises(TypeError, match="shifts take integer"):  # numpy gives int8
+    pnp.left_shift(b, b)
+  np.testing.assert_array_equal(pnp.transpose(M, perm=(1, 0)), M.T)  # a Paddle keyword
+  with pytest.raises(primc.PrimcError) as e:  # numpy's refusal, primc's words
+    pnp.add(np.ones(3), np.ones(4))
+  assert "add" in str(e.value) and "f64[3]" in str(e.value)
+
+
+def test_traced_and_tape_values_still_take_primcs_path():
+  g = primc.grad(lambda x: pnp.sum(pnp.tanh(x) * X))(Y)
+  np.testing.assert_allclose(g, (1 - np.tanh(Y) ** 2) * X, rtol=1e-12)
+  t = primc.to_tensor(Y.copy(), stop_gradient=False)
+  pnp.sum(pnp.stack([t, t]) * 2.0).backward()  # a tape value inside a list
+  np.testing.assert_allclose(t.grad.numpy(), np.full(128, 4.0))
