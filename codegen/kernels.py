@@ -916,7 +916,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   rf = P._dot_free(y.aval.ndim, rc, rb)
   blas = out.aval.is_float  # integer products are loops (numba's np.dot is float only)
   epilogue = [e for e in program.eqns if e is not dot]
-  threaded = blas and _dot_threaded(dot, bool(epilogue))
+  threaded = blas and _dot_threaded(program, bool(epilogue))
   views, copies = Writer(), Writer()
   groups = [list(lb), lf, list(lc)]
   a, ta = (_lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], views, copies)
@@ -958,19 +958,18 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
                 tuple(ctx.scratch))
 
 
-def _dot_threaded(dot: Eqn, epilogue: bool) -> bool:
-  """Whether a float product's step runs threaded: at least DOT_PARALLEL_MIN
+def _dot_threaded(program: Program, epilogue: bool) -> bool:
+  """Whether a float product region's step runs threaded: at least DOT_PARALLEL_MIN
   multiply-adds (or a large epilogue), and BLAS calls that run on one thread: primc's
   own BLAS (`codegen.openblas`), else calls below BLOCK_DOT multiply-adds (short rows,
   or one matrix cut into parts), which a BLAS that threads its calls keeps on one thread
   (a threaded step whose tasks made threaded BLAS calls would run one pool inside
   another)."""
+  dot, k, macs = _product(program)
   (x, y), out = dot.inputs, dot.outputs[0]
-  (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
-  k = math.prod(x.aval.shape[d] for d in lc)
+  (_, rc), (lb, rb) = dot.kw["dimension_numbers"]
   n = math.prod(y.aval.shape[d] for d in P._dot_free(y.aval.ndim, rc, rb))
-  if k * out.aval.size < DOT_PARALLEL_MIN and not (epilogue and
-                                                   out.aval.size >= 4 * PARALLEL_MIN):
+  if macs < DOT_PARALLEL_MIN and not (epilogue and out.aval.size >= 4 * PARALLEL_MIN):
     return False
   return (openblas.single_threaded() or n * k * 4 <= BLOCK_DOT
           or math.prod(x.aval.shape[d] for d in lb) == 1)

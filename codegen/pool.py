@@ -34,7 +34,6 @@ functions that use it are LLVM IR (`pool_ir`), compiled with the runner.
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import threading
 import time

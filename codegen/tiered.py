@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import subprocess
 import sys
 import threading
@@ -39,7 +38,7 @@ import threading
 import numpy as np
 
 from primc import prims as P
-from primc.codegen import kernel_workers, loader, spawn, store
+from primc.codegen import kernel_workers, spawn, store
 from primc.codegen.executor import Executable, check_out
 from primc.codegen.plan import Plan
 from primc.core import Lit, Program, Var, impl_rules, ufunc_rules
