@@ -1,7 +1,10 @@
-"""Timing helpers shared by the benchmarks: medians of repeated calls, and the
-environment of a fresh measured process."""
+"""Timing helpers shared by the benchmarks: medians of repeated calls, the environment
+of a fresh measured process, a busy machine, the arrays of a result."""
+import contextlib
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 
@@ -32,3 +35,25 @@ def fmt(seconds):
   if seconds < 1e-3:
     return f"{seconds * 1e6:.1f} µs"
   return f"{seconds * 1e3:.2f} ms"
+
+
+@contextlib.contextmanager
+def busy_processes(n: int):
+  """`n` CPU-bound processes running for the length of the block (started 0.5 s before
+  it, so that they run and count in the load average)."""
+  procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+  try:
+    if procs:
+      time.sleep(0.5)
+    yield procs
+  finally:
+    for p in procs:
+      p.kill()
+      p.wait()
+
+
+def leaves(x):
+  """The arrays of a result (nested lists and tuples of arrays)."""
+  if isinstance(x, (list, tuple)):
+    return [y for item in x for y in leaves(item)]
+  return [x]

@@ -16,19 +16,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.common import child_env  # noqa: E402
-
-
-def _leaves(x):
-  """The arrays of a result (nested lists and tuples of arrays)."""
-  if isinstance(x, (list, tuple)):
-    return [y for item in x for y in _leaves(item)]
-  return [x]
+from benchmarks.common import child_env, leaves  # noqa: E402
 
 
 def _flat(x):
   import numpy as np
-  return [np.asarray(leaf, np.float64) for leaf in _leaves(x)]
+  return [np.asarray(leaf, np.float64) for leaf in leaves(x)]
 
 
 def first_call(workload: str, impl: str) -> dict:
@@ -116,7 +109,7 @@ def _child(workload, impl, cache, policy="0"):
 def _ready(out):
   """Waits for every array of `out` (JAX dispatches asynchronously: a pytree of results is
   only done when each of its arrays is)."""
-  for leaf in _leaves(out):
+  for leaf in leaves(out):
     if hasattr(leaf, "block_until_ready"):
       leaf.block_until_ready()
 
@@ -126,7 +119,7 @@ def steady(fn, args, budget=1.0):
   the timed region; synchronous ones (primc, numpy) pay no walk over their leaves."""
   import numpy as np
   first = fn(*args)
-  asynchronous = any(hasattr(leaf, "block_until_ready") for leaf in _leaves(first))
+  asynchronous = any(hasattr(leaf, "block_until_ready") for leaf in leaves(first))
   ready = _ready if asynchronous else (lambda out: None)
   del first
   times = []

@@ -20,9 +20,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.common import child_env  # noqa: E402
-
-BUSY = "while True: pass"
+from benchmarks.common import busy_processes, child_env  # noqa: E402
 
 
 def two_kernel_gradient():
@@ -90,12 +88,6 @@ def _run_child(name, impl, seconds, cache):
   return {**summary(out["times"]), "load": out["load"]}
 
 
-def _busy(n: int) -> list[subprocess.Popen]:
-  procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(n)]
-  time.sleep(0.5)  # running, and counted in the load average from now on
-  return procs
-
-
 def measure(loads, names, impls, seconds) -> dict:
   cache = tempfile.mkdtemp(prefix="primc-w10-")
   os.chmod(cache, 0o700)
@@ -104,8 +96,7 @@ def measure(loads, names, impls, seconds) -> dict:
   results = {}
   offered = {name: [i for i in impls if _workload(name).get(i)] for name in names}
   for load in loads:
-    procs = _busy(load)
-    try:
+    with busy_processes(load):
       for name in names:
         for impl in offered[name]:
           r = _run_child(name, impl, seconds, cache)
@@ -113,10 +104,6 @@ def measure(loads, names, impls, seconds) -> dict:
           print(f"busy {load} {name} {impl}: " + (r.get("error") or ", ".join(
               f"{k[:-2]} {r[k] * 1e3:.3f} ms" for k in ("median_s", "p90_s", "mean_s"))),
               flush=True)
-    finally:
-      for p in procs:
-        p.kill()
-        p.wait()
   return results
 
 

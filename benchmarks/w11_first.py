@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.common import child_env  # noqa: E402
+from benchmarks.common import busy_processes, child_env, leaves  # noqa: E402
 
 STEPS = {"MLP": 100, "W2": 100, "W3": 50, "W4": 100}
 
@@ -97,12 +97,6 @@ def program(name: str, impl: str):
   return lib.jit(step), args, state, advance
 
 
-def _leaves(x):
-  if isinstance(x, (list, tuple)):
-    return [y for item in x for y in _leaves(item)]
-  return [x]
-
-
 def run(name: str, impl: str) -> dict:
   """In this (fresh) process: imports, the first step, every step."""
   if impl == "jax":
@@ -113,7 +107,7 @@ def run(name: str, impl: str) -> dict:
   step, args, state, advance = program(name, impl)
   for k in range(STEPS[name]):
     out = step(*args(state))
-    for leaf in _leaves(out):
+    for leaf in leaves(out):
       np.asarray(leaf)  # the result is there (JAX dispatches asynchronously)
     state = advance(out)
     if k == 0:
@@ -142,8 +136,7 @@ def measure(names, loads, repeat):
   impls = ("primc", "jax") if has_jax else ("primc",)
   rows = {}
   for load in loads:
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
-    try:
+    with busy_processes(load):
       for name in names:
         for impl in impls:
           for _ in range(repeat):
@@ -153,10 +146,6 @@ def measure(names, loads, repeat):
             shutil.rmtree(cache, ignore_errors=True)
             rows.setdefault((name, load, impl), []).append(r)
             print(f"busy {load} {name} {impl}: {r}", flush=True)
-    finally:
-      for p in busy:
-        p.kill()
-        p.wait()
   return rows
 
 

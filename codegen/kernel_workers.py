@@ -166,7 +166,8 @@ os.register_at_fork(after_in_child=_forget_workers)
 
 def reap(wait: bool = True) -> None:
   """Collects the workers that have exited (`wait`: every one, waiting for it): counts
-  what they compiled (`worker_compiles`), logs the ones that failed."""
+  the ones that ran (`worker_runs`) and what they compiled (`worker_compiles`: none, when
+  this process was quicker), logs the ones that failed."""
   with _waiting_lock:
     jobs = [job for job in _running if wait or job[0].poll() is not None]
     _running[:] = [job for job in _running if job not in jobs]
@@ -179,6 +180,7 @@ def reap(wait: bool = True) -> None:
                     "process: %s", job.returncode, err.read().decode(errors="replace")[-2000:])
       else:  # this process loads them (kernel_cache_loads)
         last = (out.split() or [b""])[-1]
+        cache.count("worker_runs")
         cache.count("worker_compiles", n=int(last) if last.isdigit() else 0)
 
 

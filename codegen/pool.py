@@ -1,5 +1,6 @@
 """primc's thread pool: a threaded step's tasks, shared by the calling thread and a few
-workers, one task at a time, so that no step ever waits for a thread that is not running.
+workers, a few tasks per claim, so that no step ever waits for a thread that is not
+running.
 
 A static split (OpenMP's default schedule, an OpenBLAS call) hands each thread its share
 when the step starts; when the machine is busy, a worker the scheduler has not run yet
@@ -29,7 +30,8 @@ claim's time (a loop kernel's task is ~4,096 elements, a few microseconds).
 Linux only (the futex); elsewhere `codegen.threads` uses numba's pool.
 
 The pool is one block of memory, each field group on its own cache line (`FIELDS`); the
-functions that use it are LLVM IR (`pool_ir`), compiled with the runner.
+functions that use it are LLVM IR (`define`), compiled when threads first start
+(`codegen.runner.the_pool`).
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ LINE = 64
 FIELDS = {
     "state": (0, 64),       # step number << 32 | next task: every claim
     "done": (64, 32),       # tasks finished in this step: the caller's futex
-    "caller_sleeps": (68, 32),
+    "caller_sleeps": (68, 32),  # the caller asleep on it (0 or 1)
     "epoch": (128, 32),     # the step number: the workers' futex
     "sleepers": (132, 32),  # workers asleep on it
     "kernel": (192, 64), "table": (200, 64), "ntasks": (208, 64),  # the step
@@ -133,8 +135,8 @@ class _Builder:
 
 def _spin_wait(w: _Builder, name: str, unchanged, sleepers: str, done_block) -> None:
   """Waits until `unchanged(w)` (an i1 built at each check) is false: `spin` rounds of
-  pause, then sleeps on field `name` (counted in field `sleepers`) while it still holds
-  the value read; continues in `done_block`."""
+  pause, then sleeps on field `name` (counted in field `sleepers` while asleep) while it
+  still holds the value read; continues in `done_block`."""
   b = w.b
   with b.goto_entry_block():
     count = b.alloca(I64)
@@ -153,16 +155,10 @@ def _spin_wait(w: _Builder, name: str, unchanged, sleepers: str, done_block) -> 
   b.branch(sleep)
   b.position_at_end(sleep)
   seen = w.load(name)
-  if sleepers == "caller_sleeps":
-    w.store(sleepers, 1)
-  else:
-    w.add(sleepers, 1)
+  w.add(sleepers, 1)
   with b.if_then(unchanged(w)):  # seq_cst: a publisher that changed it since sees us
     w.futex(name, FUTEX_WAIT, seen)
-  if sleepers == "caller_sleeps":
-    w.store(sleepers, 0)
-  else:
-    w.add(sleepers, -1)
+  w.add(sleepers, -1)
   b.store(_c(0), count)
   b.branch(check)
 
@@ -288,8 +284,8 @@ def _pause_loop(mod: ir.Module) -> None:
 
 
 def define(mod: ir.Module) -> None:
-  """Adds the pool's functions to `mod` (the runner's module): `primc_pool_run`,
-  `primc_pool_worker`, `primc_pool_pauses`."""
+  """Adds the pool's functions to `mod`: `primc_pool_run`, `primc_pool_worker`,
+  `primc_pool_pauses`."""
   work = _work(mod)
   _run(mod, work)
   _worker(mod, work)

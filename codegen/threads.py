@@ -4,7 +4,7 @@ How many: the CPUs this process may run on (`sched_getaffinity`), fewer where a 
 CPU quota (a container's `--cpus`, a CI runner's limit) allows less; PRIMC_NUM_THREADS
 (else NUMBA_NUM_THREADS) overrides. The calling thread is one of them.
 
-Which pool: on Linux, primc's own (`codegen.pool`: tasks claimed one at a time by the
+Which pool: on Linux, primc's own (`codegen.pool`: tasks claimed a few at a time by the
 caller and the workers, bounded spinning, then the futex), which never waits for a
 thread the scheduler has not run. Elsewhere (or with PRIMC_THREADS=numba), numba's pool,
 reached through its `parallel_for`, on a layer chosen so that a process that has run
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import os
 import sys
 import threading
@@ -89,14 +90,21 @@ def num_threads() -> int:
 
 
 def available_cpus() -> int:
-  """The CPUs this process may run on (its affinity), fewer where a cgroup CPU quota
-  allows less (rounded up: a quota of 1.5 CPUs gives 2)."""
+  """The CPUs this process may run on (its affinity, read each time), fewer where a
+  cgroup CPU quota allows less (rounded up: a quota of 1.5 CPUs gives 2; read once per
+  process, `_quota`)."""
   if hasattr(os, "sched_getaffinity"):
     count = len(os.sched_getaffinity(0))
   else:
     count = os.cpu_count() or 1
-  quota = cgroup_cpu_quota(_read_text)
+  quota = _quota()
   return max(1, min(count, quota) if quota else count)
+
+
+@functools.cache
+def _quota() -> int | None:
+  """This process's cgroup CPU quota (files read once: every compile asks for it)."""
+  return cgroup_cpu_quota(_read_text)
 
 
 def _read_text(path: str) -> str | None:

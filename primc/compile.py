@@ -355,8 +355,12 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
   interpret_only = config.interpret or codegen.jit_disabled()
   tiered = config.tiered if tiered is None else tiered  # None: the first call, if cheaper
   if plan is None:
-    if not (prefer or interpret_only or tiered is not False):  # compiling, new kernels
-      codegen.kernel_workers.prestart()                        # likely: workers start
+    # compiling first for sure (a first plan: kernels may be new too): workers start
+    # while the passes run. The default decides after the plan; prestarted workers made
+    # no difference to its compiles (W3 at 65,536 points: 2.9-3.4 s either way) and
+    # slowed its interpreted first steps (the MLP's 0.12 -> 0.15 s)
+    if not (prefer or interpret_only or tiered is not False):
+      codegen.kernel_workers.prestart()
     optimized, _, plan = build_plan(traced, prefer)
     st.write_entry("plan", key, plan.to_bytes())
   new = 0 if interpret_only or tiered is False else sum(

@@ -1633,8 +1633,8 @@ def _plain(x) -> int:
   """0 when `x` holds a traced value, a front end's value or an array of a dtype primc
   lacks; else 1, or 2 when it holds a float16 array."""
   t = type(x)
-  if t is np.ndarray:
-    return 0 if x.dtype not in _NATIVE else 2 if x.dtype == _HALF else 1
+  if t is np.ndarray:  # (numpy's dtypes of native order are singletons: `is`)
+    return 0 if x.dtype not in _NATIVE else 2 if x.dtype is _HALF else 1
   if t in _PLAIN_TYPES:
     return 1
   if t is tuple or t is list:
@@ -1646,11 +1646,11 @@ def _plain(x) -> int:
 def _numpy_result(out, half: bool):
   """numpy's result as primc's ops give it (0-d arrays for scalars), or None where primc's
   would differ."""
+  if isinstance(out, np.generic):
+    out = np.asarray(out)
   t = type(out)
   if t is np.ndarray:
-    return out if out.dtype in _NATIVE and (half or out.dtype != _HALF) else None
-  if isinstance(out, np.generic):
-    return _numpy_result(np.asarray(out), half)
+    return out if out.dtype in _NATIVE and (half or out.dtype is not _HALF) else None
   if t is tuple or t is list:
     parts = [_numpy_result(o, half) for o in out]
     return None if builtins.any(p is None for p in parts) else t(parts)
@@ -1674,31 +1674,20 @@ def _front_end_aware(fn):
       half = False
       for a in (*args, *kwargs.values()) if kwargs else args:  # every call: kept short
         t = type(a)
-        if t is np.ndarray:
-          d = a.dtype
-          if d not in _NATIVE:
-            break
-          half = half or d is _HALF  # (numpy's dtypes of native order are singletons)
-        elif t not in _PLAIN_TYPES:
+        if t is np.ndarray and a.dtype in _NATIVE and a.dtype is not _HALF:
+          continue  # the common case, inline
+        if t not in _PLAIN_TYPES:
           k = _plain(a)
           if not k:
             break
           half = half or k == 2
       else:
         try:  # (staged while tracing: an iota's structure compiles, its values would not)
-          out = None if tracing() else twin(*args, **kwargs)
+          out = None if tracing() else _numpy_result(twin(*args, **kwargs), half)
         except Exception:  # primc's path says what is wrong in its own words
           out = None
-        if isinstance(out, np.generic):
-          out = np.asarray(out)
-        if type(out) is np.ndarray:
-          d = out.dtype
-          if d in _NATIVE and (half or d is not _HALF):
-            return out
-        elif out is not None:
-          out = _numpy_result(out, half)
-          if out is not None:
-            return out
+        if out is not None:
+          return out
     return on_front_ends(fn, args, kwargs)
   wrapped.__wrapped_op__ = fn
   return wrapped

@@ -294,9 +294,9 @@ def test_thread_count_follows_affinity_quota_and_settings(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
   else:
     monkeypatch.setattr(os, "cpu_count", lambda: 6)
-  monkeypatch.setattr(threads, "cgroup_cpu_quota", lambda read: None)
+  monkeypatch.setattr(threads, "_quota", lambda: None)
   assert threads.num_threads() == 6
-  monkeypatch.setattr(threads, "cgroup_cpu_quota", lambda read: 2)
+  monkeypatch.setattr(threads, "_quota", lambda: 2)
   assert threads.num_threads() == 2
   monkeypatch.setenv("NUMBA_NUM_THREADS", "3")
   assert threads.num_threads() == 3
