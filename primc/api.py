@@ -9,11 +9,12 @@ other and `make_program` prints the derivative program at any order.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from primc import ad, batching, passes
+from primc import ad, batching, kept, passes
 from primc import numpy as pnp
 from primc.settings import config
 from primc import prims as P
@@ -63,6 +64,55 @@ def _named(transform: str, fun: Callable, wrapper: Callable) -> Callable:
   wrapper.__qualname__ = wrapper.__name__ = f"{transform}({inner})"
   wrapper.__wrapped__ = fun
   return wrapper
+
+
+def _kept(differentiates: bool = False):
+  """Makes a transform's functions, called outside any trace, run kept programs
+  (`primc.kept`), keyed by the transform and every argument it was made with (so the
+  kept program is the transform made again with those, by construction). Where it
+  `differentiates` (its `argnums`, or autograd's `argnum`), Python scalars among the
+  arguments are traced there only (elsewhere they are Python values, as
+  `_python_values_bound` binds them)."""
+  def decorate(transform):
+    signature = inspect.signature(transform)
+
+    @functools.wraps(transform)
+    def make(fun, *params, **options):
+      plain = transform(fun, *params, **options)
+      remake = lambda f: transform(f, *params, **options)
+      key = (transform.__name__, _hashable(params), _hashable(sorted(options.items())))
+      scalars = None
+      if differentiates:
+        bound = signature.bind(fun, *params, **options)
+        bound.apply_defaults()
+        args = bound.arguments
+        nums = args["argnums"] if args.get("argnum") is None else args["argnum"]
+        scalars = _differentiated(nums)
+
+      def kept_fn(*args, **kwargs):
+        if not kept.wanted():
+          return plain(*args, **kwargs)
+        return kept.call(remake, key, fun, args, kwargs, scalars)
+      kept_fn.__qualname__ = kept_fn.__name__ = plain.__qualname__
+      kept_fn.__wrapped__ = fun
+      kept_fn._primc_transform = True
+      return kept_fn
+    return make
+  return decorate
+
+
+def _hashable(x):
+  """Transform parameters as a key: lists as tuples."""
+  return tuple(map(_hashable, x)) if isinstance(x, (list, tuple)) else x
+
+
+def _differentiated(argnums):
+  """`traced_scalars` of a transform in `argnums`: Python scalars are traced there only
+  (elsewhere they are Python values, as `_python_values_bound` binds them)."""
+  def at(args):
+    nums, owners = _argnums(argnums, len(args)), _leaf_owners(args)
+    return lambda k: k < len(owners) and owners[k] in nums
+  return at
 
 
 def _keywords(fun: Callable, kwargs: dict) -> Callable:
@@ -117,6 +167,7 @@ def _pick(values, idx_tree):
   return tree_unflatten(td, [values[i] for i in leaves])
 
 
+@_kept(differentiates=True)
 def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, *,
                    argnum=None) -> Callable:
   """Returns a function computing `(fun(*args), gradient of fun wrt args[argnums])`.
@@ -166,6 +217,7 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, *,
   return _named("value_and_grad", fun, value_and_grad_fn)
 
 
+@_kept(differentiates=True)
 def grad(fun: Callable, argnums=0, has_aux: bool = False, *, argnum=None) -> Callable:
   """Returns a function computing the gradient of `fun` wrt `args[argnums]`.
 
@@ -187,6 +239,9 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
   """Forward mode: `(fun(*primals), J @ tangents)`. Tangents match primals' structure;
   integer primals take (ignored) integer tangents; non-float outputs get zero tangents.
   With `has_aux`, fun returns `(output, aux)` and jvp `(output, tangent, aux)`."""
+  if kept.wanted():
+    return kept.call(lambda f: lambda p, t: jvp(f, p, t, has_aux), ("jvp", has_aux), fun,
+                     (tuple(primals), tuple(tangents)), {})
   if has_aux:
     (out, aux), (t_out, _) = jvp(lambda *a: _checked_pair(fun(*a), "jvp"), primals, tangents)
     return out, t_out, aux
@@ -274,6 +329,7 @@ def linearize(fun: Callable, *primals):
   return _pick(outs, out_idx), f_jvp
 
 
+@_kept()
 def vmap(fun: Callable, in_axes=0, out_axes=0) -> Callable:
   """Vectorizes `fun` over an axis of its arguments.
 
@@ -347,6 +403,7 @@ def _per_argnum(jac_one, argnums, name, has_aux=False):
   return _named(name, jac_one.fun, jac)
 
 
+@_kept()
 def jacfwd(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   """The Jacobian by forward mode, all basis tangents pushed through one batched program.
   Shape: output shape + input shape (a tuple of Jacobians for tuple argnums); with
@@ -366,6 +423,7 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   return _per_argnum(one, argnums, "jacfwd", has_aux)
 
 
+@_kept()
 def jacrev(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   """The Jacobian by reverse mode, all basis cotangents pulled back in one batched program.
   Shape: output shape + input shape (single-array outputs); with `has_aux`, fun returns
@@ -494,13 +552,14 @@ def jacobian(fun: Callable, argnum: int = 0) -> Callable:
   return jacrev(fun, argnums=argnum)
 
 
+@_kept()
 def elementwise_grad(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.elementwise_grad (and `deriv`): the vector-Jacobian product with ones, the
   sum of each column of the Jacobian; the derivative itself for elementwise functions."""
   def grad_fn(*args, **kwargs):
     pullback, out = make_vjp(fun, argnum)(*args, **kwargs)
     return pullback(pnp.ones_like(out))
-  return grad_fn
+  return _named("elementwise_grad", fun, grad_fn)
 
 
 deriv = elementwise_grad

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from primc import passes
+from primc import kept, passes
 from primc.settings import config
 from primc.core import NATIVE_DTYPES, PrimcError, PrimcIndexError, Program
 from primc.custom import inline_calls
@@ -439,6 +439,16 @@ def parse_arg_spec(spec: str) -> np.ndarray:
 def example_args(signature) -> list:
   """Arrays for a warm-up signature: a sequence of specs like "f32[2,2]" (or arrays)."""
   return [parse_arg_spec(a) if isinstance(a, str) else np.asarray(a) for a in signature]
+
+
+def _compile_kept(program: Program):
+  """A hot kept program (`primc.kept`), compiled: the interpreter serves its calls until
+  a background process has compiled its kernels (tiered), so the loop never waits."""
+  return load_executable(program, tiered=True, label="a transform called often")
+
+
+kept.compiler[0] = _compile_kept
+kept.IDENTITY_TYPES += (Jitted,)  # a jitted function keeps what it closed over itself
 
 
 def jit(fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=None):

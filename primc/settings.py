@@ -9,6 +9,11 @@
   default): the first call on the interpreter, where that costs less than the compile,
   every later one native; True (PRIMC_TIERED=1): every call on the interpreter until a
   background process has compiled it; False (PRIMC_TIERED=0): compile, then run.
+- `keep_transforms` (default True; PRIMC_KEEP_TRANSFORMS=0 turns it off): a transform
+  called outside `jit` (`grad(f)(x)` in a loop) traces, differentiates and optimizes once
+  per function, state and signature, then runs the kept program (`primc/kept.py`).
+- `compile_hot_transforms` (default True; PRIMC_COMPILE_HOT=0 turns it off): a kept
+  program called often is compiled (tiered: the interpreter serves until it is).
 - `interpret` (PRIMC_INTERPRET=1): `jit` runs every new signature on the reference
   interpreter instead of compiling it (tests run programs both ways with it).
 """
@@ -24,6 +29,8 @@ class Config:
   optimize_transforms: bool = True
   tiered: bool | None = {"1": True, "0": False}.get(os.environ.get("PRIMC_TIERED", ""))
   interpret: bool = os.environ.get("PRIMC_INTERPRET") == "1"
+  keep_transforms: bool = os.environ.get("PRIMC_KEEP_TRANSFORMS") != "0"
+  compile_hot_transforms: bool = os.environ.get("PRIMC_COMPILE_HOT") != "0"
 
 
 config = Config()

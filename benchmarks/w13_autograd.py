@@ -1,0 +1,169 @@
+"""W13: autograd's own example programs, run whole, against autograd.
+
+Each example of autograd's repository (`examples/`: logistic_regression,
+neural_net_regression, rnn, lstm, hmm_em, tanh) runs in a fresh process twice: as it
+is, on autograd, and with its imports changed to primc's (`autograd.numpy` ->
+`primc.numpy`, `autograd.scipy` -> `primc.scipy`, `autograd`'s transforms -> primc's;
+`autograd.numpy.random` -> numpy's; autograd's optimizers and `flatten`, plain numpy
+helpers, stay autograd's). primc runs cold (an empty cache) and warm (the cache of the
+cold run). Plots are not drawn (matplotlib stands in as a stub).
+
+The examples are not part of primc: they are read from a checkout of autograd
+(`--examples DIR`), or downloaded at a fixed commit into primc's cache folder.
+
+  python benchmarks/w13_autograd.py [--examples DIR] [--only rnn,lstm]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks.common import child_env  # noqa: E402
+
+COMMIT = "bff107b"  # autograd's examples at this commit
+URL = "https://raw.githubusercontent.com/HIPS/autograd/{commit}/examples/{name}"
+EXAMPLES = ["logistic_regression", "neural_net_regression", "rnn", "lstm", "hmm_em", "tanh"]
+FILES = [f"{e}.py" for e in EXAMPLES]  # (lstm imports rnn; hmm_em reads lstm.py)
+
+# The imports changed: run before the example, in its process
+HARNESS = textwrap.dedent("""
+    import importlib, importlib.abc, importlib.util, sys, types
+    mode = sys.argv[1]
+    stub = types.ModuleType("matplotlib")
+    class _Any:
+        def __getattr__(self, name): return _Any()
+        def __call__(self, *a, **k): return _Any()
+        def __iter__(self): return iter(())
+    plt = _Any()
+    stub.pyplot = plt
+    stub.use = lambda *a, **k: None
+    sys.modules["matplotlib"] = stub
+    sys.modules["matplotlib.pyplot"] = plt
+    if mode == "primc":
+        import numpy, primc, primc.numpy, primc.scipy
+        ALIASES = {"autograd.numpy": "primc.numpy", "autograd.numpy.random": "numpy.random",
+                   "autograd.scipy": "primc.scipy"}
+        class Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                target = ALIASES.get(name)
+                if target is None and name.startswith("autograd.scipy."):
+                    target = "primc.scipy." + name[len("autograd.scipy."):]
+                if target is None:
+                    return None
+                return importlib.util.spec_from_loader(name, self)
+            def create_module(self, spec):
+                target = ALIASES.get(spec.name) or "primc.scipy." + spec.name[len(
+                    "autograd.scipy."):]
+                return importlib.import_module(target)
+            def exec_module(self, module):
+                pass
+        sys.meta_path.insert(0, Alias())
+        import autograd  # the real package: its submodules (misc.optimizers) stay
+        for name in ("grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian",
+                     "grad_and_aux", "make_vjp", "make_jvp", "hessian_tensor_product",
+                     "hessian_vector_product", "tensor_jacobian_product",
+                     "vector_jacobian_product", "make_hvp", "make_ggnvp", "deriv",
+                     "checkpoint"):
+            setattr(autograd, name, getattr(primc, name))
+        import autograd.test_util as tu
+        def check_grads(f, x=None, modes=("fwd", "rev"), order=2):
+            def check(*args):
+                primc.check_grads(f, args, order=order, modes=tuple(modes))
+            return check if x is None else check(x)
+        tu.check_grads = check_grads
+    sys.argv = [sys.argv[2]]
+    sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
+    import runpy
+    runpy.run_path(sys.argv[0], run_name="__main__")
+""")
+
+
+def examples_dir(given: str | None) -> str:
+  """The folder of the examples: `given`, or a download at COMMIT (kept in the cache)."""
+  if given:
+    return given
+  folder = os.path.join(os.path.expanduser("~/.cache/primc-bench"), f"autograd-{COMMIT}")
+  os.makedirs(folder, exist_ok=True)
+  for name in FILES:
+    path = os.path.join(folder, name)
+    if not os.path.exists(path):
+      with urllib.request.urlopen(URL.format(commit=COMMIT, name=name), timeout=60) as r:
+        data = r.read()
+      with open(path, "wb") as f:
+        f.write(data)
+  return folder
+
+
+def run(example: str, folder: str, mode: str, cache: str, timeout: float) -> dict:
+  """One whole run in a fresh process: seconds, exit status, the last lines printed."""
+  work = tempfile.mkdtemp(prefix="w13-")  # examples write files (plots) where they run
+  try:
+    for name in FILES:  # beside each other, as in the repository
+      shutil.copy(os.path.join(folder, name), work)
+    env = child_env(PRIMC_CACHE_DIR=cache, MPLBACKEND="Agg")
+    start = time.perf_counter()
+    try:
+      p = subprocess.run([sys.executable, "-c", HARNESS, mode,
+                          os.path.join(work, f"{example}.py")], capture_output=True,
+                         text=True, env=env, cwd=work, timeout=timeout)
+      code, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+      code, out, err = "timeout", "", ""
+    seconds = time.perf_counter() - start
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  return {"seconds": seconds, "exit": code, "out": out.strip().splitlines()[-3:],
+          "err": err.strip().splitlines()[-3:]}
+
+
+def main() -> None:
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--examples")
+  ap.add_argument("--only")
+  ap.add_argument("--repeat", type=int, default=1)
+  ap.add_argument("--timeout", type=float, default=1200)
+  args = ap.parse_args()
+  try:
+    folder = examples_dir(args.examples)
+  except OSError as e:
+    print(f"W13: autograd's examples are not here and could not be downloaded ({e}); "
+          "pass --examples DIR (a checkout's examples/ folder)")
+    return
+  chosen = args.only.split(",") if args.only else EXAMPLES
+  results = {}
+  print("| example | autograd | primc cold | primc warm | warm / autograd |")
+  print("|---|---|---|---|---|")
+  for example in chosen:
+    cache = tempfile.mkdtemp(prefix="w13-cache-")
+    try:
+      ref = [run(example, folder, "autograd", cache, args.timeout) for _ in range(args.repeat)]
+      cold = run(example, folder, "primc", cache, args.timeout)
+      warm = [run(example, folder, "primc", cache, args.timeout) for _ in range(args.repeat)]
+    finally:
+      shutil.rmtree(cache, ignore_errors=True)
+    a = statistics.median(r["seconds"] for r in ref)
+    w = statistics.median(r["seconds"] for r in warm)
+    ok = all(r["exit"] == 0 for r in [*ref, cold, *warm])
+    results[example] = {"autograd": ref, "cold": cold, "warm": warm}
+    note = "" if ok else " (failed: " + "; ".join(
+        f"{r['exit']}: {' / '.join(r['err'][-1:])}" for r in [*ref, cold, *warm]
+        if r["exit"] != 0)[:300] + ")"
+    print(f"| {example} | {a:.2f} s | {cold['seconds']:.2f} s | {w:.2f} s | {w / a:.2f}{note} |",
+          flush=True)
+  with open(os.path.join(ROOT, "benchmarks", "results_w13.json"), "w") as f:
+    json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+  main()

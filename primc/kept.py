@@ -1,0 +1,531 @@
+"""Programs the transforms keep: `grad(f)(x)` called again and again, outside `jit`.
+
+A transform called outside any trace (`grad(f)(x)`, `hessian(f)(x)`, `vmap(f)(xs)`, ...)
+traces, differentiates and optimizes once per *key*, then runs the kept program on the
+interpreter; a program called often (`HOT_CALLS`) is handed to the compiler
+(`compiler`, `jit`'s, tiered: the interpreter serves while a background process compiles
+its kernels) and runs native from then on.
+
+The key is what the program depends on, found by walking the function as a pytree:
+
+- the transform and its parameters, and the arguments' structure, shapes, dtypes and
+  which of them are Python scalars (as `jit`'s signature);
+- the function's code, and what it reads by name: its closure cells, its defaults, the
+  globals its code names, the functions it reaches through those (their own code,
+  closures and globals, `MAX_DEPTH` deep), `functools.partial` arguments, a bound
+  method's object (its attributes), containers (tuples, lists, dicts, pytree nodes).
+  Python numbers and strings there are compared by value; arrays are *lifted*: they
+  become inputs of the kept program (compared by shape and dtype, read afresh at every
+  call, so `lambda w: loss(w, batch)` made anew for every batch keeps one program, and
+  an array changed in place is seen); modules, classes, builtins and library functions
+  are compared by identity. A call whose function reaches any other object (one that
+  could change unseen) is not kept.
+
+What the walk does not reach is read while tracing and kept, as `jit` keeps it: arrays
+made inside the function, and state behind objects not walked. As a check, the second
+call of every kept program traces the function again and compares: a function whose
+program changes from call to call (numpy random numbers drawn inside it, state changed
+behind an object) is traced at every call from then on, and logged once. Calls that
+cannot be kept (outputs that are not arrays, a walk past `MAX_NODES`) run the transform
+as before, at every call. `primc.config.keep_transforms = False` turns keeping off.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import logging
+import os
+import sysconfig
+import threading
+import time
+import types
+from typing import Any, Callable
+
+import numpy as np
+
+from primc import passes
+from primc.settings import config
+from primc.core import Lit, PrimcError, impl_rules, ufunc_rules
+from primc.trace import (as_array, aval_of, eval_program, trace_flat, tracing,
+                         weak_leaves)
+from primc.tree import _node_of, tree_flatten, tree_unflatten
+
+log = logging.getLogger("primc")
+
+KEPT = 256         # kept programs (least recently used go first)
+MAX_DEPTH = 8      # functions reached through functions, at most
+MAX_NODES = 4096   # objects a walk visits, at most (beyond: the call is not kept)
+HOT_CALLS = 64     # calls of one kept program before it is compiled
+HOT_SECONDS = 0.02  # ... and interpreted time spent in it (s): compiling must pay
+
+compiler: list = [None]  # `jit`'s (primc.compile): program -> executable(leaves, outs)
+
+_kept: "collections.OrderedDict[Any, _Entry]" = collections.OrderedDict()
+_stats = collections.Counter()
+_miss_reasons = collections.Counter()
+
+# compared by identity (what they are does not change; `jit`'s functions are added)
+IDENTITY_TYPES: tuple = (type, types.BuiltinFunctionType, types.BuiltinMethodType,
+                         types.MethodWrapperType, types.WrapperDescriptorType,
+                         types.MethodDescriptorType, types.ModuleType, np.ufunc,
+                         property, staticmethod, classmethod, type(np.sum))
+_VALUES = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), np.dtype)
+_LIBRARY = tuple(p + os.sep for p in {sysconfig.get_paths()[k] for k in (
+    "stdlib", "platstdlib", "purelib", "platlib")}) + tuple(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d + os.sep
+        for d in ("primc", "passes", "codegen"))
+
+
+class _Local(threading.local):
+  plain = False  # running a call as it runs without keeping (its transforms too)
+
+
+_local = _Local()
+
+
+def wanted() -> bool:
+  """Whether a transform called now keeps its program: keeping is on, nothing is being
+  traced, and no call being run without keeping is under way."""
+  return config.keep_transforms and not tracing() and not _local.plain
+
+
+def _plainly(thunk):
+  _local.plain = True
+  try:
+    return thunk()
+  finally:
+    _local.plain = False
+
+
+class NotKept(Exception):
+  """This call cannot be kept (see the module's docstring)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _user_code(code: types.CodeType) -> bool:
+  """Code of the user's (not primc's, numpy's or the standard library's): walked."""
+  return not code.co_filename.startswith(_LIBRARY)
+
+
+_PRIMC = _LIBRARY[-3:]  # primc's own folders
+
+
+@functools.lru_cache(maxsize=4096)
+def _walked_code(code: types.CodeType) -> bool:
+  """Functions walked: the user's (closures, defaults, globals), and primc's own (their
+  closures: a transform's wrapper holds the function it transforms)."""
+  return _user_code(code) or code.co_filename.startswith(_PRIMC)
+
+
+@functools.lru_cache(maxsize=4096)
+def _global_names(code: types.CodeType) -> tuple[str, ...]:
+  """The names a code object (and the code nested in it: lambdas, comprehensions) may
+  read as globals, in a stable order."""
+  names = dict.fromkeys(code.co_names)
+  for const in code.co_consts:
+    if isinstance(const, types.CodeType):
+      names.update(dict.fromkeys(_global_names(const)))
+  return tuple(names)
+
+
+def _plain_object(obj) -> bool:
+  """An instance of a class with a plain `__dict__` and no `__new__` of its own: its
+  attributes are walked, and it is made again by `object.__new__`."""
+  cls = type(obj)
+  return (cls.__new__ is object.__new__ and type(getattr(obj, "__dict__", None)) is dict
+          and not hasattr(cls, "__slots__") and cls.__module__ != "builtins")
+
+
+class _Walk:
+  """One walk over a function and what it reaches: its key (hashable), the arrays lifted
+  (`leaves`) and, with `tracers`, the function made again with those in their place."""
+
+  def __init__(self, tracers=None, holders=frozenset()):
+    self.leaves: list = []
+    self.holders = set(holders)  # ids of the objects with arrays beneath (made again)
+    self.held = 0  # arrays found, and references to holders seen before
+    self.refs: list = []   # objects compared by identity (kept alive with the key)
+    self.seen: dict = {}   # id(function or object) -> its index (or its copy)
+    self.nodes = 0
+    self.tracers = tracers  # an iterator: rebuilding
+
+  def __call__(self, obj, depth=0):
+    """The key of `obj`; rebuilding, `obj` with tracers for its arrays (itself where it
+    holds none: a list it appends to while traced stays the caller's)."""
+    if self.tracers is not None:
+      if id(obj) in self.holders or type(obj) is np.ndarray or isinstance(obj, np.generic):
+        return self._visit(obj, depth)
+      return obj
+    before = self.held
+    key = self._visit(obj, depth)
+    if self.held > before:
+      self.holders.add(id(obj))
+    return key
+
+  def _visit(self, obj, depth):
+    self.nodes += 1
+    if self.nodes > MAX_NODES:
+      raise NotKept(f"the function reaches more than {MAX_NODES} objects")
+    t = type(obj)
+    if t is np.ndarray or isinstance(obj, np.generic):
+      self.leaves.append(obj)
+      self.held += 1
+      return next(self.tracers) if self.tracers else ("leaf",)
+    if t in _VALUES:
+      return obj if self.tracers else (t, obj)
+    if t is slice:
+      parts = [self(x, depth) for x in (obj.start, obj.stop, obj.step)]
+      return slice(*parts) if self.tracers else ("slice", tuple(parts))
+    if t is tuple or t is list:
+      parts = [self(x, depth) for x in obj]
+      return t(parts) if self.tracers else (t.__name__, tuple(parts))
+    if t is dict:
+      parts = [self(v, depth) for v in obj.values()]
+      if self.tracers:
+        return dict(zip(obj, parts))
+      return ("dict", tuple(self._ident(k) for k in obj), tuple(parts))
+    if t is types.FunctionType and depth < MAX_DEPTH and _walked_code(obj.__code__):
+      return self._function(obj, depth)  # the user's, or primc's (a transform's closure)
+    if t is functools.partial:
+      parts = (self(obj.func, depth), self(obj.args, depth), self(obj.keywords, depth))
+      return functools.partial(parts[0], *parts[1], **parts[2]) if self.tracers else (
+          "partial", parts)
+    if t is types.MethodType:
+      parts = (self(obj.__func__, depth), self(obj.__self__, depth + 1))
+      return types.MethodType(*parts) if self.tracers else ("method", parts)
+    node = _node_of(obj)
+    if node is not None:
+      children, aux = node[0](obj)
+      parts = [self(c, depth) for c in children]
+      return node[1](aux, parts) if self.tracers else ("node", t, self._ident(aux),
+                                                       tuple(parts))
+    if isinstance(obj, IDENTITY_TYPES) or t is types.FunctionType:
+      return obj if self.tracers else self._ident(obj)
+    if depth < MAX_DEPTH and _plain_object(obj):
+      return self._object(obj, depth)
+    raise NotKept(f"it reads a {t.__qualname__}, which is neither an array nor a value "
+                  "nor a container")
+
+  def _ident(self, obj):
+    """A key for an object compared by identity (a value, if it is one)."""
+    if type(obj) in _VALUES:
+      return (type(obj), obj)
+    self.refs.append(obj)
+    return ("id", id(obj))
+
+  def _seen(self, obj):
+    """The key (or copy) of an object met before; a holder makes its referrer one."""
+    if id(obj) in self.holders:
+      self.held += 1
+    return self.seen[id(obj)]
+
+  def _function(self, fn, depth):
+    if id(fn) in self.seen:
+      return self._seen(fn)
+    code, g = fn.__code__, fn.__globals__
+    names = [n for n in _global_names(code) if n in g and type(g[n]) is not types.ModuleType
+             ] if _user_code(code) else []  # a library's globals are its own
+    if not self.tracers:
+      self.seen[id(fn)] = ("seen", len(self.seen))
+      cells = tuple(self(c.cell_contents, depth + 1) if _filled(c) else ("empty",)
+                    for c in fn.__closure__ or ())
+      return ("fn", code, id(g), cells, self(fn.__defaults__, depth + 1),
+              self(fn.__kwdefaults__, depth + 1), tuple(names),
+              tuple(self(g[n], depth + 1) for n in names), self(fn.__dict__, depth + 1))
+    new_globals = dict(g)
+    cells = tuple(types.CellType() for _ in fn.__closure__ or ())
+    copy = types.FunctionType(code, new_globals, fn.__name__, None, cells or None)
+    self.seen[id(fn)] = copy
+    for cell, old in zip(cells, fn.__closure__ or ()):
+      if _filled(old):
+        cell.cell_contents = self(old.cell_contents, depth + 1)
+    copy.__defaults__ = self(fn.__defaults__, depth + 1)
+    copy.__kwdefaults__ = self(fn.__kwdefaults__, depth + 1)
+    for n in names:
+      new_globals[n] = self(g[n], depth + 1)
+    copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    copy.__dict__.update(self(fn.__dict__, depth + 1))
+    return copy
+
+  def _object(self, obj, depth):
+    if id(obj) in self.seen:
+      return self._seen(obj)
+    if not self.tracers:
+      self.seen[id(obj)] = ("seen", len(self.seen))
+      return ("object", type(obj), self(vars(obj), depth + 1))
+    copy = object.__new__(type(obj))
+    self.seen[id(obj)] = copy
+    copy.__dict__.update(self(vars(obj), depth + 1))
+    return copy
+
+
+def _filled(cell) -> bool:
+  try:
+    cell.cell_contents
+    return True
+  except ValueError:
+    return False
+
+
+def _fingerprint(program) -> str:
+  """The program's text and its literals' values: equal for equal traces."""
+  h = hashlib.blake2b(str(program).encode(), digest_size=16)
+  for eqn in program.eqns:
+    for a in eqn.inputs:
+      if isinstance(a, Lit):
+        h.update(a.value.tobytes())
+  for a in program.outputs:
+    if isinstance(a, Lit):
+      h.update(a.value.tobytes())
+  return h.hexdigest()
+
+
+def runner(program) -> Callable[[list], list]:
+  """`program` as a function of its inputs' values, for programs run again and again:
+  each equation's numpy implementation (its ufunc, where it is one) called in turn on
+  values in numbered slots, IEEE results as in compiled code; no shape rules again (they
+  held when the program was traced); equations of constants computed once, here. An
+  error runs the program again by `eval_program`, whose checks name the op and the
+  user's line."""
+  slots: dict = {}
+  template: list = []
+  known: set = set()  # slots whose value is a constant
+
+  def slot(atom):
+    if isinstance(atom, Lit):
+      template.append(atom.value)
+      known.add(len(template) - 1)
+      return len(template) - 1
+    if atom not in slots:
+      slots[atom] = len(template)
+      template.append(None)
+    return slots[atom]
+
+  inputs = [slot(v) for v in program.inputs]
+  steps = []
+  for e in program.eqns:
+    floats = all(a.aval.dtype in ("float32", "float64") for a in (*e.inputs, *e.outputs))
+    impl = ufunc_rules.get(e.prim) if floats else None  # (a ufunc keeps float dtypes)
+    step = (impl or impl_rules[e.prim], tuple(map(slot, e.inputs)), e.kw,
+            tuple(map(slot, e.outputs)), e.prim.multiple_results)
+    if known.issuperset(step[1]):
+      with np.errstate(all="ignore"):
+        _step(template, *step)
+      known.update(step[3])
+    else:
+      steps.append(step)
+  outputs = [slot(a) for a in program.outputs]
+
+  def run(values: list) -> list:
+    env = template.copy()
+    for k, x in zip(inputs, values):
+      env[k] = x
+    try:
+      with np.errstate(all="ignore"):
+        for step in steps:
+          _step(env, *step)
+    except Exception:  # the reference path raises it, located (or agrees it was none)
+      return eval_program(program, *values)
+    return [env[k] for k in outputs]
+  return run
+
+
+def _step(env, impl, ins, kw, outs, multiple) -> None:
+  out = impl(*[env[k] for k in ins], **kw)
+  for k, o in zip(outs, out if multiple else (out,)):
+    env[k] = o if type(o) is np.ndarray else np.asarray(o)
+
+
+class _Entry:
+  """A kept program: its inputs are the arguments' leaves, then the lifted arrays."""
+  __slots__ = ("program", "run", "out_tree", "refs", "calls", "seconds", "fingerprint",
+               "executable", "fast")
+
+  def __init__(self, program, out_tree, refs, fingerprint):
+    self.program, self.out_tree, self.refs = program, out_tree, refs
+    self.run = runner(program)
+    self.calls, self.seconds, self.fingerprint, self.executable = 0, 0.0, fingerprint, None
+    self.fast = None  # the executable's steady runner (False: it has none)
+
+
+def _argument_leaves(args: tuple, kwargs: dict, traced_scalars):
+  """The arguments' leaves, their tree, which leaves are traced (arrays; Python scalars
+  where `traced_scalars(k)` says so, weak as `jit` traces them) and the rest (Python
+  values of the key). Flat array arguments (the common call) skip the pytree walk."""
+  if not kwargs and all([type(a) is np.ndarray for a in args]):
+    return list(args), len(args), list(range(len(args))), []
+  leaves, tree = tree_flatten((args, kwargs))
+  traced, statics = [], []
+  for k, x in enumerate(leaves):
+    if isinstance(x, (np.ndarray, np.generic)) or (
+        type(x) in (float, int, bool, complex) and traced_scalars(k)):
+      traced.append(k)
+    else:
+      statics.append(x)
+  return leaves, tree, traced, statics
+
+
+def _lazy(traced_scalars, args):
+  """`traced_scalars(args)`, made at its first use (most calls pass no scalars)."""
+  made = []
+
+  def at(k):
+    if not made:
+      made.append(traced_scalars(args))
+    return made[0](k)
+  return at
+
+
+def _unflatten(tree, values):
+  return (tuple(values), {}) if type(tree) is int else tree_unflatten(tree, values)
+
+
+def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: dict,
+         traced_scalars: Callable[[int], bool] | None = None):
+  """`transform(fun)(*args, **kwargs)` by a kept program. `key`: the transform and its
+  parameters; `traced_scalars(args)(k)`: whether the k-th leaf of `(args, kwargs)`, a
+  Python scalar, is traced (weak, as `jit` traces it) rather than a value of the key
+  (None: every one is)."""
+  plain = lambda: _plainly(lambda: transform(fun)(*args, **kwargs))
+  code = (key, getattr(fun, "__code__", None) or id(fun))  # what is not kept: by code
+  if code in _unkept:
+    _count("not_kept")
+    return plain()
+  walk = _Walk()
+  leaves, tree, traced, statics = _argument_leaves(
+      args, kwargs, _lazy(traced_scalars, args) if traced_scalars else lambda k: True)
+  arrays = [as_array(leaves[k]) for k in traced]  # (refusing what the plain path refuses)
+  weak = weak_leaves([leaves[k] for k in traced])
+  try:
+    state = (walk(fun), tuple(walk(s) for s in statics))
+  except NotKept as e:
+    return _not_kept(code, str(e), plain)
+  try:
+    lifted = [as_array(x) for x in walk.leaves]
+  except PrimcError as e:  # (an array of a dtype primc does not take: as it is, baked)
+    return _not_kept(code, str(e).splitlines()[0], plain)
+  full_key = (key, state, tree, tuple(traced), weak, tuple(vars(config).values()),
+              tuple((x.shape, x.dtype.str) for x in arrays + lifted))
+  try:
+    entry = _kept.get(full_key)
+  except TypeError as e:  # a value of the key that Python cannot hash
+    return _not_kept(code, str(e), plain)
+  if entry is not None and entry.calls != 1:
+    _count("hits")
+    _kept.move_to_end(full_key)
+    return _run(entry, arrays + lifted)
+  try:
+    made = _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk)
+  except (PrimcError, NotKept) as e:
+    return _not_kept(code, str(e).splitlines()[0], plain)
+  if entry is None:
+    _count("misses", _reason(key, state[0]))
+    entry = _kept[full_key] = made
+    if len(_kept) > KEPT:
+      _kept.popitem(last=False)
+  elif entry.fingerprint == made.fingerprint:  # the second call: traced again, the same
+    _count("checked")
+  else:
+    del _kept[full_key]
+    _not_kept(code, "its program changed between two calls with the same arguments "
+              "(numpy random numbers drawn inside it, or state read through an object?)",
+              None)
+    log.warning("%s: its program changed between two calls with the same arguments "
+                "(numpy random numbers drawn inside it, or state read through an object?): "
+                "traced at every call", getattr(fun, "__qualname__", fun))
+    entry = made
+  return _run(entry, arrays + lifted)
+
+
+_unkept: set = set()  # (transform key, code): calls not kept (traced at every call)
+
+
+def _not_kept(code, reason: str, plain):
+  """Remembers that calls of this function are not kept (and why); runs `plain`."""
+  _unkept.add(code)
+  _count("not_kept", reason)
+  if len(_unkept) > 4 * KEPT:
+    _unkept.pop()
+  return plain() if plain is not None else None
+
+
+def _run(entry: _Entry, inputs: list):
+  """The entry's result for these inputs (a tree): native once compiled (its executable's
+  steady runner where it takes the inputs, else its general call), else interpreted."""
+  entry.calls += 1
+  exe = entry.executable
+  if exe is not None:
+    native = getattr(exe, "native", None)  # tiered: compiled in the background by now?
+    if native is not None:
+      entry.executable, entry.fast, exe = native, None, native
+    if entry.fast is None:  # (None until the executable's first call: then try again)
+      entry.fast = exe.runner(entry.out_tree) if hasattr(exe, "runner") else False
+    result = entry.fast(*inputs) if entry.fast else None
+    return tree_unflatten(entry.out_tree, exe(inputs, None)) if result is None else result
+  start = time.perf_counter()
+  outs = entry.run(inputs)
+  entry.seconds += time.perf_counter() - start
+  if (entry.calls >= HOT_CALLS and entry.seconds >= HOT_SECONDS
+      and compiler[0] is not None and config.compile_hot_transforms):
+    entry.executable = compiler[0](entry.program)
+    _count("compiled")
+  return tree_unflatten(entry.out_tree, outs)
+
+
+_seen_codes: dict = {}  # (transform key, state key) -> True: for the misses' reasons
+
+
+def _reason(key, state) -> str:
+  if (key, state) in _seen_codes:
+    return "new argument signature"
+  _seen_codes[(key, state)] = True
+  if len(_seen_codes) > 4 * KEPT:
+    _seen_codes.pop(next(iter(_seen_codes)))
+  return "new function or state"
+
+
+def _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk) -> _Entry:
+  """Traces `transform(fun)` with the arguments' traced leaves and the lifted arrays as
+  inputs (raises a PrimcError where the result is not a program of arrays: the call
+  then runs as it would without keeping, which raises the user's errors)."""
+  n = len(arrays)
+
+  def flat(*xs):
+    rebuilt = _Walk(iter(xs[n:]), walk.holders)(fun)
+    values = list(leaves)
+    for k, x in zip(traced, xs[:n]):
+      values[k] = x
+    args, kwargs = _unflatten(tree, values)
+    return transform(rebuilt)(*args, **kwargs)
+
+  avals = [aval_of(x) for x in arrays + lifted]
+  program, captured, out_tree = trace_flat(flat, avals, tuple(weak) + (False,) * len(lifted))
+  assert not captured
+  if config.optimize_transforms:
+    program = passes.optimize(program)
+  return _Entry(program, out_tree, walk.refs, _fingerprint(program))
+
+
+def _count(event: str, reason: str | None = None) -> None:
+  _stats[f"kept_{event}"] += 1
+  if reason:
+    _miss_reasons[reason] += 1
+
+
+def stats() -> dict:
+  """The kept programs' counters: hits, misses (with reasons), calls not kept, functions
+  traced at every call (`volatile`), programs compiled."""
+  out = dict(_stats)
+  if _miss_reasons:
+    out["kept_miss_reasons"] = dict(_miss_reasons)
+  return out
+
+
+def reset() -> None:
+  """Forgets every kept program and counter."""
+  _kept.clear()
+  _unkept.clear()
+  _seen_codes.clear()
+  _stats.clear()
+  _miss_reasons.clear()

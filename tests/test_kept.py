@@ -1,0 +1,298 @@
+"""Transforms called outside `jit` keep their programs (`primc.kept`): traced once per
+function, state and signature; every call's result is the one a fresh trace gives (the
+oracle: the same call with keeping off, and closed forms)."""
+import functools
+
+import numpy as np
+import pytest
+
+import primc
+import primc.numpy as pnp
+from primc import kept
+from primc.settings import config
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+  kept.reset()
+  yield
+  kept.reset()
+
+
+def _unkept(thunk):
+  old = config.keep_transforms
+  config.keep_transforms = False
+  try:
+    return thunk()
+  finally:
+    config.keep_transforms = old
+
+
+def _tanh_loss_grad(w, a=2.0, b=1.0):  # d/dw sum(tanh(a w + b)^2)
+  t = np.tanh(a * w + b)
+  return 2 * t * (1 - t * t) * a
+
+
+def test_grad_in_a_loop_traces_once():
+  f = lambda w: pnp.sum(pnp.tanh(2 * w + 1) ** 2)
+  rng = np.random.default_rng(0)
+  for _ in range(20):
+    w = rng.standard_normal(16)
+    np.testing.assert_allclose(primc.grad(f)(w), _tanh_loss_grad(w), rtol=1e-10, atol=1e-15)
+  s = kept.stats()
+  assert s["kept_misses"] == 1 and s["kept_hits"] == 18 and s["kept_checked"] == 1, s
+
+
+def test_a_new_lambda_over_new_data_keeps_one_program():
+  """`grad(lambda w: loss(w, batch))` made anew for every batch: the batch is an input."""
+  def loss(w, x, y):
+    return pnp.mean((pnp.tanh(x @ w) - y) ** 2)
+
+  rng = np.random.default_rng(1)
+  w = rng.standard_normal(3)
+  for step in range(12):
+    x, y = rng.standard_normal((8, 3)), rng.standard_normal(8)
+    got = primc.grad(lambda w: loss(w, x, y))(w)
+    t = np.tanh(x @ w)
+    want = x.T @ (2 * (t - y) * (1 - t * t)) / 8
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-15)
+    w = w - 0.1 * got
+  assert kept.stats()["kept_misses"] == 1, kept.stats()
+
+
+SCALE = np.array([1.0, 2.0, 3.0])
+
+
+def _scaled(w):
+  return pnp.sum(SCALE * w ** 2)
+
+
+def test_a_global_array_changed_in_place_or_rebound_is_seen():
+  global SCALE
+  g = primc.grad(_scaled)
+  w = np.array([0.5, -1.0, 2.0])
+  np.testing.assert_allclose(g(w), 2 * SCALE * w)
+  SCALE[1] = 7.0  # in place: the kept program reads it (an input)
+  np.testing.assert_allclose(g(w), 2 * SCALE * w)
+  SCALE = np.array([4.0, 5.0, 6.0])  # rebound
+  np.testing.assert_allclose(g(w), 2 * SCALE * w)
+  SCALE = np.array([1.0, 2.0, 3.0, 4.0])  # another shape: traced again
+  with pytest.raises(primc.PrimcError):
+    g(w)
+  SCALE = np.array([1.0, 2.0, 3.0])
+  np.testing.assert_allclose(g(w), 2 * SCALE * w)
+
+
+def test_python_values_closed_over_are_part_of_the_key():
+  w = np.linspace(-1, 1, 5)
+  for a in (1.0, 2.0, 3.0, 2.0):
+    got = primc.grad(lambda w: pnp.sum(pnp.tanh(a * w + 1) ** 2))(w)
+    np.testing.assert_allclose(got, _tanh_loss_grad(w, a), rtol=1e-10, atol=1e-15)
+  s = kept.stats()
+  assert s["kept_misses"] == 3 and s["kept_miss_reasons"]["new function or state"] == 3, s
+
+
+class Model:
+  def __init__(self, W):
+    self.W = W
+
+  def loss(self, x):
+    return pnp.sum(pnp.tanh(x @ self.W) ** 2)
+
+
+def test_a_bound_method_reads_its_object_afresh():
+  m = Model(np.eye(3))
+  x = np.array([[0.1, 0.2, 0.3]])
+  for scale in (1.0, 2.0, 3.0):
+    m.W = scale * np.eye(3) + 0.1
+    t = np.tanh(x @ m.W)
+    want = (2 * t * (1 - t * t)) @ m.W.T
+    np.testing.assert_allclose(primc.grad(m.loss)(x), want, rtol=1e-10, atol=1e-15)
+  assert kept.stats()["kept_misses"] == 1
+
+
+def test_random_numbers_drawn_inside_are_drawn_at_every_call(caplog):
+  """numpy random numbers drawn while tracing: the second call's trace differs from the
+  first, so the function is traced at every call (as without keeping), and logged."""
+  f = lambda w: pnp.sum(w * np.random.standard_normal(4))
+  w = np.ones(4)
+  for seed in range(4):
+    np.random.seed(seed)
+    want = np.random.standard_normal(4)
+    np.random.seed(seed)
+    np.testing.assert_array_equal(primc.grad(f)(w), want)
+  assert "changed between two calls" in caplog.text
+  assert kept.stats()["kept_not_kept"] >= 2
+
+
+def test_an_object_that_could_change_unseen_is_not_kept():
+  class Slotted:
+    __slots__ = ("w",)
+
+  s = Slotted()
+  s.w = 2.0
+  f = lambda x: pnp.sum(x * s.w)
+  x = np.ones(2)
+  for v in (2.0, 5.0):
+    s.w = v
+    np.testing.assert_allclose(primc.grad(f)(x), [v, v])
+  assert kept.stats().get("kept_misses", 0) == 0
+  assert any("Slotted" in r for r in kept.stats()["kept_miss_reasons"])
+
+
+def _body(x, y):
+  return pnp.sin(x) * y + pnp.tanh(x * y) ** 2
+
+
+TRANSFORMS = {
+    "grad": lambda f, x, y: primc.grad(f)(x, y),
+    "grad_argnums": lambda f, x, y: primc.grad(lambda a, b: pnp.sum(f(a, b)),
+                                               argnums=(0, 1))(x, y),
+    "value_and_grad": lambda f, x, y: primc.value_and_grad(f, argnums=1)(x, y),
+    "jvp": lambda f, x, y: primc.jvp(f, (x, y), (np.ones_like(x), y)),
+    "vmap": lambda f, x, y: primc.vmap(f, in_axes=(0, None))(np.stack([x, 2 * x]), y),
+    "jacfwd": lambda f, x, y: primc.jacfwd(lambda a: pnp.sin(a) * f(a, y))(x),
+    "jacrev": lambda f, x, y: primc.jacrev(f)(x, y),
+    "hessian": lambda f, x, y: primc.hessian(f)(x, y),
+    "hvp": lambda f, x, y: primc.hvp(f, (x, y), (y, x)),
+    "elementwise_grad": lambda f, x, y: primc.elementwise_grad(
+        lambda a: pnp.sin(a) * f(a, y))(x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_every_transform_keeps_and_agrees_with_a_fresh_trace(name):
+  """Each transform, called in a loop on changing data closed over and passed: kept once
+  (per signature), each result the one keeping off gives."""
+  rng = np.random.default_rng(5)
+  run = TRANSFORMS[name]
+  scalar = name in ("grad", "value_and_grad", "hessian", "hvp")
+  for _ in range(5):
+    x, y, c = rng.standard_normal(3), rng.standard_normal(3), rng.standard_normal(3)
+    if scalar:
+      f = lambda a, b: pnp.sum(_body(a, b) * c)
+    else:
+      f = lambda a, b: _body(a, b) * c
+    got, want = run(f, x, y), _unkept(lambda: run(f, x, y))
+    for g, w in zip(primc.tree_util.tree_leaves(got), primc.tree_util.tree_leaves(want),
+                    strict=True):
+      np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
+  s = kept.stats()
+  assert s["kept_misses"] == 1 and s["kept_hits"] == 3 and "kept_not_kept" not in s, s
+
+
+def test_partial_and_keywords():
+  def loss(w, x, power=2):
+    return pnp.sum(x * w ** power)
+
+  w = np.array([1.0, 2.0])
+  for k in range(3):
+    x = np.array([1.0, float(k)])
+    np.testing.assert_allclose(primc.grad(functools.partial(loss, x=x))(w), 2 * x * w)
+    np.testing.assert_allclose(primc.grad(loss)(w, x, power=3), 3 * x * w ** 2)
+  assert kept.stats()["kept_misses"] == 2
+
+
+def test_a_hot_kept_program_is_compiled(monkeypatch):
+  monkeypatch.setattr(kept, "HOT_CALLS", 3)
+  monkeypatch.setattr(kept, "HOT_SECONDS", 0.0)
+  f = lambda w: pnp.sum(pnp.tanh(2 * w + 1) ** 2)
+  w = np.linspace(-1, 1, 7)
+  for _ in range(6):
+    np.testing.assert_allclose(primc.grad(f)(w), _tanh_loss_grad(w), rtol=1e-10, atol=1e-15)
+  assert kept.stats()["kept_compiled"] == 1
+
+
+# ---------------------------------------------------------------------------------------
+# The family: data a function reads, wherever it lives, changed in any way between calls:
+# every kept result is the one a fresh trace gives
+
+DATA = np.ones(3)
+
+
+def _reads_global(w):
+  return pnp.sum(pnp.tanh(w * DATA) ** 2)
+
+
+def _helper():
+  return DATA * 2.0
+
+
+class _Holder:
+  def __init__(self, d):
+    self.d = d
+
+  def loss(self, w):
+    return pnp.sum(pnp.tanh(w * self.d) ** 2)
+
+
+class _Scenario:
+  """A function of `w` reading an array from `place`, and ways to change that array."""
+
+  def __init__(self, place, data):
+    self.place, self.data = place, data
+    self.box = {"d": data}
+    self.cell = [data]
+    self.holder = _Holder(data)
+    self._set(data)
+
+  def _set(self, data):
+    global DATA
+    self.data = data
+    DATA = data if self.place in ("global", "nested") else DATA
+    self.box["d"] = data
+    self.cell[0] = data
+    self.holder.d = data
+
+  def fun(self):
+    data, box, cell = self.data, self.box, self.cell
+    return {
+        "closure": lambda w: pnp.sum(pnp.tanh(w * data) ** 2),
+        "global": _reads_global,
+        "nested": lambda w: pnp.sum(pnp.tanh(w * _helper()) ** 2),
+        "default": (lambda w, d=data: pnp.sum(pnp.tanh(w * d) ** 2)),
+        "partial": functools.partial(lambda w, d: pnp.sum(pnp.tanh(w * d) ** 2), d=data),
+        "method": self.holder.loss,
+        "dict": lambda w: pnp.sum(pnp.tanh(w * box["d"]) ** 2),
+        "list": lambda w: pnp.sum(pnp.tanh(w * cell[0]) ** 2),
+    }[self.place]
+
+  def change(self, how, value):
+    if how == "in_place":
+      self.data[...] = value
+    elif how == "rebind":
+      self._set(np.full(3, value))
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+KEPT_TRANSFORMS = {
+    "grad": lambda f, w: primc.grad(f)(w),
+    "value_and_grad": lambda f, w: primc.value_and_grad(f)(w),
+    "jvp": lambda f, w: primc.jvp(f, (w,), (np.ones(3),)),
+    "hessian": lambda f, w: primc.hessian(f)(w),
+    "vmap_grad": lambda f, w: primc.vmap(primc.grad(f))(np.stack([w, -w])),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(place=st.sampled_from(["closure", "global", "nested", "default", "partial", "method",
+                              "dict", "list"]),
+       transform=st.sampled_from(sorted(KEPT_TRANSFORMS)),
+       changes=st.lists(st.tuples(st.sampled_from(["in_place", "rebind", "none"]),
+                                  st.floats(-2, 2, allow_nan=False, width=32)),
+                        min_size=1, max_size=5))
+def test_kept_results_follow_the_data_wherever_it_lives(place, transform, changes):
+  kept.reset()
+  scenario = _Scenario(place, np.array([0.5, -1.0, 2.0]))
+  w = np.array([0.3, 0.2, -0.4])
+  run = KEPT_TRANSFORMS[transform]
+  for how, value in [("none", 0.0)] + changes:
+    scenario.change(how, value)
+    f = scenario.fun()
+    got, want = run(f, w), _unkept(lambda: run(f, w))
+    for g, x in zip(primc.tree_util.tree_leaves(got), primc.tree_util.tree_leaves(want),
+                    strict=True):
+      np.testing.assert_allclose(g, x, rtol=1e-10, atol=1e-14)
+  s = kept.stats()
+  assert "kept_not_kept" not in s, s  # every call kept: none fell back
