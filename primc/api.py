@@ -9,7 +9,6 @@ other and `make_program` prints the derivative program at any order.
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -60,8 +59,7 @@ def _trace(fn: Callable, args: Sequence) -> tuple[Program, list, list, Any, Any]
 def _named(transform: str, fun: Callable, wrapper: Callable) -> Callable:
   """`wrapper` named after what it computes (`grad(loss)`), for messages and progress;
   `__wrapped__` is the function it transforms."""
-  inner = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None) or "f"
-  wrapper.__qualname__ = wrapper.__name__ = f"{transform}({inner})"
+  wrapper.__qualname__ = wrapper.__name__ = f"{transform}({_name_of(fun)})"
   wrapper.__wrapped__ = fun
   return wrapper
 
@@ -74,31 +72,33 @@ def _kept(differentiates: bool = False):
   arguments are traced there only (elsewhere they are Python values, as
   `_python_values_bound` binds them)."""
   def decorate(transform):
-    signature = inspect.signature(transform)
-
     @functools.wraps(transform)
     def make(fun, *params, **options):
-      plain = transform(fun, *params, **options)
       remake = lambda f: transform(f, *params, **options)
       key = (transform.__name__, _hashable(params), _hashable(sorted(options.items())))
       scalars = None
-      if differentiates:
-        bound = signature.bind(fun, *params, **options)
-        bound.apply_defaults()
-        args = bound.arguments
-        nums = args["argnums"] if args.get("argnum") is None else args["argnum"]
+      if differentiates:  # grad's and value_and_grad's (fun, argnums, has_aux, *, argnum)
+        nums = options.get("argnum")
+        nums = (params[0] if params else options.get("argnums", 0)) if nums is None else nums
         scalars = _differentiated(nums)
+      plain = []  # the transform itself, made at its first use (most calls are kept)
 
       def kept_fn(*args, **kwargs):
-        if not kept.wanted():
-          return plain(*args, **kwargs)
-        return kept.call(remake, key, fun, args, kwargs, scalars)
-      kept_fn.__qualname__ = kept_fn.__name__ = plain.__qualname__
+        if kept.wanted():
+          return kept.call(remake, key, fun, args, kwargs, scalars)
+        if not plain:
+          plain.append(remake(fun))
+        return plain[0](*args, **kwargs)
+      kept_fn.__qualname__ = kept_fn.__name__ = f"{transform.__name__}({_name_of(fun)})"
       kept_fn.__wrapped__ = fun
       kept_fn._primc_transform = True
       return kept_fn
     return make
   return decorate
+
+
+def _name_of(fun) -> str:
+  return getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None) or "f"
 
 
 def _hashable(x):
