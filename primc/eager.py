@@ -230,6 +230,16 @@ def _other_leaves(outputs, nodes, exclude_ids) -> list[Tensor]:
           and t.tracks_grad() and np.dtype(t.dtype).kind == "f"]
 
 
+def _constants(outputs, nodes, exclude_ids) -> list[Tensor]:
+  """The tensors a replay of `nodes` reads (not recomputes) besides those in
+  `exclude_ids`, holding arrays: the backward program takes them as inputs, so a new
+  batch of data runs the program made for the last one (as `jit` takes its arguments)."""
+  replayed = {id(n) for n in nodes}
+  return [t for t in _graph_tensors(outputs, nodes) if id(t) not in exclude_ids
+          and not (t.node is not None and not _cut(t) and id(t.node) in replayed)
+          and type(t.value) is np.ndarray]
+
+
 def _graph_tensors(outputs, nodes) -> list[Tensor]:
   """Every tensor of the recorded graph (outputs, intermediates, leaves), deduplicated."""
   out, seen = [], set()
@@ -367,22 +377,43 @@ def _vjp(outputs, targets, cts, nodes, record: bool) -> list[Tensor | None]:
   leaves = [t for t in targets if not inner(t) and id(t) not in root_ids]
   perturbed = [t for t in targets if inner(t) and id(t) not in out_ids]
   extra = _other_leaves(outputs, nodes, {id(t) for t in targets}) if record else []
-  replay = _replay_fn(outputs, leaves + extra, perturbed, nodes)
   ct_vals = [np.ones(o.shape, o.dtype) if c is None else
              (c.value if isinstance(c, Tensor) else np.asarray(c, o.dtype))
              for o, c in zip(outputs, cts)]
-  n_t, n_e = len(leaves), len(extra)
-  n_in = n_t + len(perturbed)
+  n_in = len(leaves) + len(perturbed)
   float_ok = all(np.dtype(t.dtype).kind == "f" for t in leaves + perturbed)
   if not float_ok:
     raise PrimcError("gradients need float tensors; got an integer tensor with "
                      "stop_gradient=False")
+  if not n_in:
+    result = []
+  else:
+    known = {id(t) for t in targets} | {id(t) for t in extra}
+    consts = _constants(outputs, nodes, known)
+    try:
+      result = _backward(outputs, leaves, extra + consts, perturbed, nodes, cts, ct_vals,
+                         record)
+    except PrimcError:  # an op that needs a constant's value while traced: baked in
+      if not consts:
+        raise
+      result = _backward(outputs, leaves, extra, perturbed, nodes, cts, ct_vals, record)
+  by_id = {id(t): g for t, g in zip(leaves + perturbed, result)}
+  for t, c in zip(outputs, ct_vals):
+    if id(t) in root_ids:
+      by_id[id(t)] = Tensor(c)
+  return [by_id.get(id(t)) for t in targets]
+
+
+def _backward(outputs, leaves, extra, perturbed, nodes, cts, ct_vals, record):
+  """The cotangents of `leaves` and `perturbed` (Tensors), by a backward program whose
+  inputs are also `extra` (tensors read, not differentiated); recorded (`record`), it is
+  an op of the tape itself."""
+  replay = _replay_fn(outputs, leaves + extra, perturbed, nodes)
+  n_t, n_e = len(leaves), len(extra)
 
   def grads_fn(*args):
     ins = args[:n_t] + args[n_t + n_e:n_t + n_e + len(perturbed)]
     others, cs = args[n_t:n_t + n_e], args[n_t + n_e + len(perturbed):]
-    if not ins:
-      return []
     _, pull = api.vjp(lambda *v: replay(*v[:n_t], *others, *v[n_t:]), *ins)
     return list(pull(list(cs)))
 
@@ -391,22 +422,16 @@ def _vjp(outputs, targets, cts, nodes, record: bool) -> list[Tensor | None]:
   if record:  # the backward itself becomes a recorded op (differentiable again)
     ct_tensors = [c if isinstance(c, Tensor) else Tensor(v) for c, v in zip(cts, ct_vals)]
     inputs = leaves + extra + [Tensor(z) for z in zeros] + ct_tensors
-    node = Node(lambda *v: grads_fn(*v), inputs, n_in, True)
-    out = _run_compiled(grads_fn, values) if n_in else []
-    result = [Tensor(v, stop_gradient=False, node=node, index=k) for k, v in enumerate(out)]
-  else:
-    previous = _state.recording
-    _state.recording = False
-    try:
-      key = _tape_key(outputs, leaves, perturbed, nodes, ct_vals) if n_in else None
-      result = [Tensor(v) for v in (_run_compiled(grads_fn, values, key) if n_in else [])]
-    finally:
-      _state.recording = previous
-  by_id = {id(t): g for t, g in zip(leaves + perturbed, result)}
-  for t, c in zip(outputs, ct_vals):
-    if id(t) in root_ids:
-      by_id[id(t)] = Tensor(c)
-  return [by_id.get(id(t)) for t in targets]
+    node = Node(lambda *v: grads_fn(*v), inputs, n_t + len(perturbed), True)
+    out = _run_compiled(grads_fn, values)
+    return [Tensor(v, stop_gradient=False, node=node, index=k) for k, v in enumerate(out)]
+  previous = _state.recording
+  _state.recording = False
+  try:
+    key = _tape_key(outputs, leaves + extra, perturbed, nodes, ct_vals)
+    return [Tensor(v) for v in _run_compiled(grads_fn, values, key)]
+  finally:
+    _state.recording = previous
 
 
 def _accumulate(t: Tensor, g: Tensor | None) -> None:

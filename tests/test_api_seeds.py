@@ -252,9 +252,10 @@ def test_seed_fixes_default_initializers():
 
 
 def test_eager_backward_reuses_its_program_without_tracing(monkeypatch):
-  # a repeated tape structure runs its compiled backward without tracing again; anything
-  # baked into the program (constants, static arguments, shapes) is part of the key, so a
-  # change gives a new program, never a stale one
+  # a repeated tape structure runs its compiled backward without tracing again; constant
+  # tensors (data) are inputs of it, whatever their values or size; what is baked into
+  # the program (static arguments, shapes) is part of the key, so a change gives a new
+  # program, never a stale one
   traced = []
   real = eager.make_program
   monkeypatch.setattr(eager, "make_program", lambda fn: traced.append(1) or real(fn))
@@ -283,14 +284,40 @@ def test_eager_backward_reuses_its_program_without_tracing(monkeypatch):
     w1 = w0 + k
     np.testing.assert_allclose(step(w1, t0, 2), want(w1, t0, 2), rtol=1e-5, atol=1e-4)
   assert len(traced) == n
-  # another constant, another power, another shape: each traced once and right
+  # another constant: an input, no tracing; another power (static): traced once
   t1 = t0 + 1.5
   np.testing.assert_allclose(step(w0, t1, 2), want(w0, t1, 2), rtol=1e-5, atol=1e-5)
+  assert len(traced) == n
   np.testing.assert_allclose(step(w0, t0, 3), want(w0, t0, 3), rtol=1e-5, atol=1e-4)
+  assert len(traced) == n + 1
+  np.testing.assert_allclose(step(w0, t1, 3), want(w0, t1, 3), rtol=1e-5, atol=1e-4)
+  assert len(traced) == n + 1  # seen before
+  big = np.ones(10_000, np.float32)  # a large constant: an input too
+  np.testing.assert_allclose(step(w0, t0, 2, big), want(w0, t0, 2), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(step(w0, t0, 2, 2 * big), want(w0, t0, 2), rtol=1e-5,
+                             atol=1e-5)
   assert len(traced) == n + 2
-  np.testing.assert_allclose(step(w0, t1, 2), want(w0, t1, 2), rtol=1e-5, atol=1e-5)
-  assert len(traced) == n + 2  # seen before
-  big = np.ones(10_000, np.float32)  # too large to key by value: traced every time
-  np.testing.assert_allclose(step(w0, t0, 2, big), want(w0, t0, 2), rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(step(w0, t0, 2, big), want(w0, t0, 2), rtol=1e-5, atol=1e-5)
-  assert len(traced) == n + 4
+
+
+def test_eager_training_on_new_batches_makes_one_backward_program():
+  """100 steps, each on a new 32 x 8 batch (data and integer labels): one plan, every
+  gradient the closed form's."""
+  from primc import nn as pnn
+  primc.seed(0)
+  before = primc.cache_stats().get("plan_misses", 0)
+  rng = np.random.default_rng(7)
+  w = to_tensor(rng.standard_normal((8, 3)), stop_gradient=False)
+  for _ in range(100):
+    x = rng.standard_normal((32, 8))
+    labels = rng.integers(0, 3, 32)
+    logits = pnp.matmul(to_tensor(x), w)
+    picked = pnp.take_along_axis(logits, to_tensor(labels[:, None]), axis=1)
+    loss = pnp.sum(pnp.logsumexp(logits, axis=1)) - pnp.sum(picked)
+    w.clear_grad() if w.grad is not None else None
+    loss.backward()
+    z = x @ w.numpy()
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(32), labels] -= 1
+    np.testing.assert_allclose(w.grad.numpy(), x.T @ p, rtol=1e-10, atol=1e-12)
+  assert primc.cache_stats().get("plan_misses", 0) - before <= 1
