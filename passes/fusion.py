@@ -208,13 +208,14 @@ def _recompute_in_consumers(regions: list[_Region], reasons: list[str], outputs)
   Returns the regions left and the reason each starts."""
   alive = list(regions)
   why = {id(r): text for r, text in zip(regions, reasons)}
+  readers_of = _readers(regions)  # var -> the regions that read it (kept as they merge)
   for r in regions:
     if (r.kind != "loop" or r.reduced or set(outputs) & r.defined
         or any(e.prim in OPAQUE or e.prim is P.dot_general_p for e in r.eqns)
         or all(e.prim is P.reshape_p for e in r.eqns)):  # a view: costs nothing
       continue
-    readers = [c for c in alive if c is not r and any(
-        a in r.defined for e in c.eqns for a in e.inputs)]
+    readers = {id(c): c for v in r.defined for c in readers_of.get(v, ()) if c is not r}
+    readers = list(readers.values())
     if len(readers) != 1 or readers[0].kind != "loop":
       continue
     c = readers[0]
@@ -229,12 +230,29 @@ def _recompute_in_consumers(regions: list[_Region], reasons: list[str], outputs)
       continue
     c.eqns[:0] = r.eqns
     c.defined |= r.defined
+    for e in r.eqns:  # what r read, c reads now
+      for a in e.inputs:
+        if isinstance(a, Var):
+          readers_of[a] = [x for x in readers_of[a] if x is not r and x is not c] + [c]
     alive.remove(r)
     why[id(c)] += (f" | recomputes {why.pop(id(r)).split(':')[0]}, which it reads only "
                    f"through index maps")
   for k, r in enumerate(alive):
     r.index = k
   return alive, [why[id(r)] for r in alive]
+
+
+def _readers(regions: list[_Region]) -> dict:
+  """Each variable read by a region's equations -> those regions (each once)."""
+  out: dict = {}
+  for r in regions:
+    for e in r.eqns:
+      for a in e.inputs:
+        if isinstance(a, Var):
+          readers = out.setdefault(a, [])
+          if not readers or readers[-1] is not r:
+            readers.append(r)
+  return out
 
 
 def _is_constant(eqn: Eqn) -> bool:

@@ -502,8 +502,8 @@ def _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk) -> _
   avals = [aval_of(x) for x in arrays + lifted]
   program, captured, out_tree = trace_flat(flat, avals, tuple(weak) + (False,) * len(lifted))
   assert not captured
-  if config.optimize_transforms:
-    program = passes.optimize(program)
+  if config.optimize_transforms:  # one round, as a transform's program gets (compiling
+    program = passes.optimize(program, rounds=1)  # a hot one goes to the fixpoint)
   return _Entry(program, out_tree, walk.refs, _fingerprint(program))
 
 
