@@ -53,11 +53,12 @@ def backend():
 def cache_stats() -> dict:
   """This process's cache counters: plan hits and misses (with reasons), numba compiles and
   cache loads, module files written/loaded, bad entries rebuilt, write failures,
-  evictions, first-call load times (seconds). Waits for the compile workers still exiting
-  (their counts come with them)."""
+  evictions, first-call load times (seconds); the transforms' kept programs (`kept_*`,
+  `primc.kept`). Waits for the compile workers still exiting (their counts come with
+  them)."""
   codegen = backend()
   codegen.kernel_workers.reap()
-  return codegen.cache.stats()
+  return {**codegen.cache.stats(), **kept.stats()}
 
 
 # ---------------------------------------------------------------------------------------
