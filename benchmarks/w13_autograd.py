@@ -69,6 +69,12 @@ HARNESS = textwrap.dedent("""
             def exec_module(self, module):
                 pass
         sys.meta_path.insert(0, Alias())
+        import numpy.random
+        import primc.scipy.special, primc.scipy.stats, primc.scipy.signal, primc.scipy.linalg
+        sys.modules["autograd.numpy.random"] = numpy.random  # (primc.numpy: a module)
+        primc.numpy.random = numpy.random  # (`import autograd.numpy.random as npr`)
+        for sub in ("special", "stats", "signal", "linalg"):
+            sys.modules["autograd.scipy." + sub] = sys.modules["primc.scipy." + sub]
         import autograd  # the real package: its submodules (misc.optimizers) stay
         for name in ("grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian",
                      "grad_and_aux", "make_vjp", "make_jvp", "hessian_tensor_product",

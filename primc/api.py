@@ -102,7 +102,9 @@ def _name_of(fun) -> str:
 
 
 def _hashable(x):
-  """Transform parameters as a key: lists as tuples."""
+  """Transform parameters as a key: lists as tuples, dicts as their sorted items."""
+  if isinstance(x, dict):
+    return ("dict",) + tuple((k, _hashable(v)) for k, v in sorted(x.items()))
   return tuple(map(_hashable, x)) if isinstance(x, (list, tuple)) else x
 
 
@@ -334,19 +336,21 @@ def vmap(fun: Callable, in_axes=0, out_axes=0) -> Callable:
   """Vectorizes `fun` over an axis of its arguments.
 
   Args:
-    in_axes: an int or None for all arguments, or a tuple with one int/None per argument
-      (applied to every array in that argument).
-    out_axes: where the batch axis goes in every output (int).
+    in_axes: an int or None for all arguments, or a tuple with one entry per argument:
+      an int or None for every array in it, or a pytree prefix of it (a dict, tuple or
+      list of ints and Nones).
+    out_axes: where the batch axis goes: an int for every output, or a pytree prefix of
+      the output; an axis outside the output's dimensions is an error (as in JAX).
   """
   def vmapped(*args):
     axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
     if len(axes) != len(args):
       raise PrimcError(f"vmap: in_axes has {len(axes)} entries for {len(args)} arguments")
     moved, dims, size = [], [], None
-    for a, ax in zip(args, axes):
+    for a, spec in zip(args, axes):
       leaves, td = tree_flatten(a)
       new = []
-      for x in leaves:
+      for x, ax in zip(leaves, _leaf_axes(spec, a, "in_axes")):
         x = as_array(x)
         if ax is not None:
           shape = aval_of(x).shape
@@ -373,9 +377,32 @@ def vmap(fun: Callable, in_axes=0, out_axes=0) -> Callable:
     batched = _to_evaluate(batching.batch_program(optimize(program), list(dims) + [False] * len(
         captured), size))
     outs = eval_program(batched, *leaves, *captured)
-    outs = [batching.moveaxis(o, 0, out_axes % aval_of(o).ndim) for o in outs]
-    return tree_unflatten(out_tree, outs)
+    shaped = tree_unflatten(out_tree, outs)
+    moved_out = []
+    for o, ax in zip(outs, _leaf_axes(out_axes, shaped, "out_axes")):
+      ndim = aval_of(o).ndim
+      if ax is None or not isinstance(ax, (int, np.integer)) or not -ndim <= ax < ndim:
+        raise PrimcError(f"vmap: out_axes {ax!r} for an output of {ndim - 1} dimensions "
+                         f"(batched: {ndim}); it must be an int in [{-ndim}, {ndim})")
+      moved_out.append(batching.moveaxis(o, 0, ax % ndim))
+    return tree_unflatten(out_tree, moved_out)
   return _named("vmap", fun, vmapped)
+
+
+def _leaf_axes(spec, tree, what: str) -> list:
+  """One axis per array leaf of `tree` from `spec`, an int or None for all of them, or a
+  pytree prefix of `tree` (a tuple, list or dict of such specs), as JAX reads `in_axes`
+  and `out_axes`."""
+  if spec is None or isinstance(spec, (int, np.integer)):
+    return [spec] * len(tree_flatten(tree)[0])
+  if isinstance(spec, (tuple, list)) and isinstance(tree, (tuple, list)) and len(
+      spec) == len(tree):
+    return [ax for s, t in zip(spec, tree) for ax in _leaf_axes(s, t, what)]
+  if isinstance(spec, dict) and isinstance(tree, dict) and set(spec) == set(tree):
+    return [ax for k in sorted(tree) for ax in _leaf_axes(spec[k], tree[k], what)]
+  raise PrimcError(f"vmap: {what} {spec!r} does not match the structure of {type(tree).__name__}"
+                   f" {tree_flatten(tree)[1]}: give an int, None, or a tuple, list or dict "
+                   f"with the same structure")
 
 
 def _with_arg(fun, args, i):
@@ -486,19 +513,27 @@ def _close(what, got, want, atol, rtol):
 
 
 def check_grads(f: Callable, args: Sequence, order: int = 1, modes=("fwd", "rev"),
-                eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-5, seed: int = 0) -> None:
+                eps: float | None = None, atol: float | None = None,
+                rtol: float | None = None, seed: int = 0) -> None:
   """Checks derivatives of `f` at `args` against central finite differences.
 
   `fwd` compares `jvp` with finite differences along a random direction; `rev` checks the
   transpose identity <ct, J v> = <J^T ct, v>. For `order > 1`, the same checks are applied
   to the derivative functions themselves. Arguments may be pytrees (tuples, lists, dicts of
-  arrays). Use float64 arguments.
+  arrays). The step and tolerances default by the arguments' precision, as JAX's: eps
+  1e-6, atol = rtol = 1e-5 where every float argument is float64; eps 1e-3, atol = rtol
+  = 2e-2 where one is lower (float32: finite differences in it are coarse).
 
   Raises:
     AssertionError: naming the mode and order that disagree.
   """
   rng = np.random.default_rng(seed)
   leaves, in_tree = tree_flatten(list(args))
+  low = any(np.asarray(x).dtype.kind == "f" and np.asarray(x).dtype.itemsize < 8
+            for x in leaves)
+  eps = (1e-3 if low else 1e-6) if eps is None else eps
+  atol = (2e-2 if low else 1e-5) if atol is None else atol
+  rtol = (2e-2 if low else 1e-5) if rtol is None else rtol
   if len(leaves) != len(args) or in_tree.kind != "list" or any(
       c.kind != "leaf" for c in in_tree.children):  # pytree arguments: check the flat function
     def flat_f(*xs):

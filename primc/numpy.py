@@ -609,8 +609,13 @@ def ones(shape, dtype="float32"):
   return P.full(_shape(shape), 1, dtype)
 
 
-def full(shape, fill_value, dtype="float32"):
-  return P.full(_shape(shape), fill_value, dtype)
+def full(shape, fill_value, dtype=None):
+  """numpy.full (float32 by default, as JAX and Paddle); a traced `fill_value` (or an
+  array, broadcast to `shape`) gives its dtype unless `dtype` says otherwise."""
+  if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
+    value = as_array(fill_value)
+    return broadcast_to(value if dtype is None else astype(value, dtype), _shape(shape))
+  return P.full(_shape(shape), fill_value, dtype or "float32")
 
 
 def zeros_like(x, dtype=None, shape=None):
@@ -624,7 +629,10 @@ def ones_like(x, dtype=None, shape=None):
 def full_like(x, fill_value, dtype=None, shape=None):
   """numpy.full_like; `shape` replaces x's (its dtype is kept)."""
   a = aval_of(as_array(x))
-  return P.full(a.shape if shape is None else _shape(shape), fill_value, dtype or a.dtype)
+  shape = a.shape if shape is None else _shape(shape)
+  if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
+    return broadcast_to(astype(as_array(fill_value), dtype or a.dtype), shape)
+  return P.full(shape, fill_value, dtype or a.dtype)
 
 
 def eye(n, m=None, k=0, dtype="float32"):
@@ -1657,6 +1665,22 @@ def _numpy_result(out, half: bool):
   return None
 
 
+def _concrete(twin, args, kwargs, half):
+  """While tracing: numpy's result on Python values alone (no array among the
+  arguments) when it is one number (`prod(x.shape[1:])`: shapes are static, so sizes
+  computed from them are Python's, as in numpy), else None (the op is staged)."""
+  if builtins.any(_has_array(a) for a in (*args, *kwargs.values())):
+    return None
+  out = _numpy_result(twin(*args, **kwargs), half)
+  return out if type(out) is np.ndarray and out.ndim == 0 else None
+
+
+def _has_array(x) -> bool:
+  if isinstance(x, (np.ndarray, np.generic)):
+    return True
+  return (type(x) is tuple or type(x) is list) and builtins.any(_has_array(y) for y in x)
+
+
 def _numpy_twin(name: str):
   """numpy's function of that name, where it runs calls on plain values (else None)."""
   twin = getattr(np, name, None)
@@ -1682,8 +1706,10 @@ def _front_end_aware(fn):
             break
           half = half or k == 2
       else:
-        try:  # (staged while tracing: an iota's structure compiles, its values would not)
-          out = None if tracing() else _numpy_result(twin(*args, **kwargs), half)
+        try:  # (staged while tracing: an iota's structure compiles, its values would not;
+          # but a number computed from Python values, a size from a shape, stays a number)
+          out = _numpy_result(twin(*args, **kwargs), half) if not tracing() else (
+              _concrete(twin, args, kwargs, half))
         except Exception:  # primc's path says what is wrong in its own words
           out = None
         if out is not None:
@@ -3972,7 +3998,7 @@ def _bin_edges(a, bins, range_):
     if lo == hi:
       lo, hi = lo - 0.5, hi + 0.5
     return asarray(np.linspace(lo, hi, bins + 1).astype(dtype))
-  lo, hi = stop_gradient(min(a)), stop_gradient(max(a))
+  lo, hi = min(a), max(a)  # the edges move with a's extremes (as in JAX): differentiable
   same = equal(lo, hi)
   lo, hi = where(same, subtract(lo, 0.5), lo), where(same, add(hi, 0.5), hi)
   k = P.iota((bins + 1,), 0, dtype)
@@ -4223,6 +4249,85 @@ _TRACER_METHODS.update(_MORE_METHODS)
 for _name, _fn in _MORE_METHODS.items():
   setattr(Tracer, _name, _fn)
 Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
+
+
+# In-place updates while tracing: `y[idx] = v` on an array made in the traced function is
+# functionalized into `y = y.at[idx].set(v)` (the tracer takes the new value), as
+# PyTorch's functionalization rewrites mutations. Arrays numpy would make views of it
+# record their base: writing into such a view, or reading one after its base changed,
+# is refused (numpy's view would see the write), never silently different.
+
+_VIEWS = ("getitem", "reshape", "transpose", "moveaxis", "expand_dims", "squeeze", "ravel",
+          "swapaxes", "broadcast_to")
+
+
+def _viewing(fn):
+  @functools.wraps(fn)
+  def view(x, *args, **kwargs):
+    out = fn(x, *args, **kwargs)
+    if type(x) is Tracer and type(out) is Tracer and out is not x:
+      out.base = x.base or (x, x.version)
+    return out
+  return view
+
+
+for _name in _VIEWS:
+  globals()[_name] = _viewing(globals()[_name])
+Tracer.__getitem__ = getitem
+Tracer.reshape = reshape
+
+
+def _setitem(self, idx, value):
+  """`x[idx] = v` on a traced array: x takes the value `x.at[idx].set(v)`."""
+  if self.base is not None:
+    raise PrimcError(f"x[idx] = v into a view of another traced array (a slice, reshape or "
+                     f"transpose of it) is not supported: numpy would write through to "
+                     f"the array it views; write into that array, or use "
+                     f"x.at[idx].set(v), at {user_source()}")
+  new = index_update(self, idx, value, "set")
+  if type(new) is not Tracer or new.builder is not self.builder:
+    raise PrimcError(f"x[idx] = v into an array of an enclosing traced function (it is "
+                     f"closed over) is not supported: return the updated value with "
+                     f"x.at[idx].set(v), at {user_source()}")
+  self.ir_var, self.weak, self.version = new.ir_var, False, self.version + 1
+
+
+Tracer.__setitem__ = _setitem
+
+
+def _in_place(op, name):
+  """`x op= y` on a traced array: x takes the value of `x op y`, in x's dtype and shape
+  (numpy's in-place casting rule, same_kind), so every name of x sees it."""
+  def update(self, other):
+    if self.base is not None:
+      raise PrimcError(f"x {name} y into a view of another traced array is not supported: "
+                       f"numpy would write through to the array it views, at "
+                       f"{user_source()}")
+    new = op(self, other)
+    if new is NotImplemented:
+      return NotImplemented
+    got, want = aval_of(new), aval_of(self)
+    if got.shape != want.shape:
+      raise PrimcError(f"x {name} y: the result's shape {got.shape} is not x's {want.shape} "
+                       f"(numpy refuses it too), at {user_source()}")
+    if got.dtype != want.dtype:
+      if not np.can_cast(got.dtype, want.dtype, "same_kind"):
+        raise PrimcTypeError(f"x {name} y: a {got.dtype} result cannot be cast to x's "
+                             f"{want.dtype} in place (numpy's same_kind rule), at "
+                             f"{user_source()}")
+      new = astype(new, want.dtype)
+    if new.builder is not self.builder:
+      return new  # x is an enclosing function's: rebound, not changed
+    self.ir_var, self.weak, self.version = new.ir_var, False, self.version + 1
+    return self
+  return update
+
+
+for _name, _op_name, _sign in (("__iadd__", "__add__", "+="), ("__isub__", "__sub__", "-="),
+                               ("__imul__", "__mul__", "*="),
+                               ("__itruediv__", "__truediv__", "/="),
+                               ("__ipow__", "__pow__", "**=")):
+  setattr(Tracer, _name, _in_place(getattr(Tracer, _op_name), _sign))
 _wrap_ops()
 
 

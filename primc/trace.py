@@ -65,13 +65,19 @@ class Builder:
 
 class Tracer:
   """A traced array value. Operators and methods dispatch to `primc.numpy`."""
-  __slots__ = ("builder", "ir_var", "weak")  # (not `var`: that is numpy's method)
+  __slots__ = ("builder", "ir_var", "weak", "base", "version")  # (not `var`: numpy's)
   __array_priority__ = 1000
 
   def __init__(self, builder: Builder, var: Var):
     self.builder = builder
     self.ir_var = var
     self.weak = False  # stands for a Python scalar: mixed with an array it takes its dtype
+    # `x[idx] = v` rebinds `ir_var` (functionalized: primc.numpy's `_setitem`) and counts
+    # in `version`; an array that numpy would make a view of another (a slice, a
+    # reshape) records `base`, (that array, its version then): read after the array
+    # changed, it would be stale where numpy's view is not, so `bind` refuses it
+    self.base = None
+    self.version = 0
 
   @property
   def aval(self) -> ShapedArray:
@@ -194,6 +200,11 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
   avals = []
   for a in args:  # (a Lit only while tracing: `size_constant`, `literal`)
     if type(a) is Tracer:  # the common case first
+      if a.base is not None and a.base[0].version != a.base[1]:
+        raise locate(PrimcError(), f"{prim.name}: a view (a slice, reshape or transpose) "
+                     f"of an array changed in place after the view was made is read; "
+                     f"numpy's view would see the change, primc's traced one does not: "
+                     f"take the view after the change, or update with x.at[idx].set(v)")
       avals.append(a.ir_var.aval)
     elif isinstance(a, (Tracer, np.ndarray, Lit)):
       avals.append(aval_of(a))
