@@ -17,7 +17,8 @@ from primc import ad, batching, kept, passes
 from primc import numpy as pnp
 from primc.settings import config
 from primc import prims as P
-from primc.core import PrimcError, PrimcTypeError, Program, ShapedArray
+from primc.core import (ConcretizationError, PrimcError, PrimcTypeError, Program,
+                        ShapedArray)
 from primc.trace import (Tracer, as_array, aval_of, eval_program, trace_flat, tracing,
                          user_source, weak_leaves)
 from primc.tree import tree_flatten, tree_unflatten
@@ -52,7 +53,17 @@ def _trace(fn: Callable, args: Sequence) -> tuple[Program, list, list, Any, Any]
   def flat_fn(*xs):
     return fn(*tree_unflatten(in_tree, xs))
 
-  program, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves], weak)
+  avals = [aval_of(x) for x in leaves]
+  try:
+    program, captured, out_tree = trace_flat(flat_fn, avals, weak)
+  except ConcretizationError:
+    values = [x.concrete if isinstance(x, Tracer) else x for x in leaves]
+    if any(v is None for v in values):  # (under jit, vmap: values unknown)
+      raise
+    # Python control flow on values (`if loss < tol:`): traced again with the values,
+    # so the branches this call takes are its program (differentiated as one path, as
+    # autograd's tape records it); a kept program is never made of it (primc.kept)
+    program, captured, out_tree = trace_flat(flat_fn, avals, weak, concrete=values)
   return optimize(program), leaves, captured, in_tree, out_tree
 
 

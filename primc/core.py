@@ -41,6 +41,12 @@ class PrimcTypeError(PrimcError, TypeError):
   JAX and autograd raise there."""
 
 
+class ConcretizationError(PrimcTypeError):
+  """Python needed a traced value's value (`if x > 0:`, `a[i]` of a numpy array), which a
+  trace of abstract values does not have (a transform then traces again with the
+  arguments' values: `primc.trace.trace_flat`'s `concrete`)."""
+
+
 class TypeCheckError(PrimcError):
   """A malformed program."""
 

@@ -4290,6 +4290,7 @@ def _setitem(self, idx, value):
                      f"closed over) is not supported: return the updated value with "
                      f"x.at[idx].set(v), at {user_source()}")
   self.ir_var, self.weak, self.version = new.ir_var, False, self.version + 1
+  self.concrete = new.concrete
 
 
 Tracer.__setitem__ = _setitem
@@ -4319,6 +4320,7 @@ def _in_place(op, name):
     if new.builder is not self.builder:
       return new  # x is an enclosing function's: rebound, not changed
     self.ir_var, self.weak, self.version = new.ir_var, False, self.version + 1
+    self.concrete = new.concrete
     return self
   return update
 

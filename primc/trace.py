@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from primc import core
-from primc.core import (Eqn, Lit, Primitive, PrimcError, PrimcTypeError, Program,
+from primc.core import (ConcretizationError, Eqn, Lit, Primitive, PrimcError, PrimcTypeError,
+                        Program,
                         ShapedArray, ShapeError, SUPPORTED_DTYPES, Var, abstract_rules,
                         dtype_name, impl_rules, make_params, results, run)
 from primc.tree import tree_flatten, tree_unflatten
@@ -39,8 +40,9 @@ _state = _State()
 class Builder:
   """Collects the equations of one trace level."""
 
-  def __init__(self, level: int):
+  def __init__(self, level: int, concrete: bool = False):
     self.level = level
+    self.concrete = concrete  # values computed beside the equations (see trace_flat)
     self.inputs: list[Var] = []
     self.eqns: list[Eqn] = []
     self.captured: dict[int, tuple[Tracer, Var]] = {}   # id(outer tracer) -> (tracer, var)
@@ -65,7 +67,7 @@ class Builder:
 
 class Tracer:
   """A traced array value. Operators and methods dispatch to `primc.numpy`."""
-  __slots__ = ("builder", "ir_var", "weak", "base", "version")  # (not `var`: numpy's)
+  __slots__ = ("builder", "ir_var", "weak", "base", "version", "concrete")  # (not `var`)
   __array_priority__ = 1000
 
   def __init__(self, builder: Builder, var: Var):
@@ -78,6 +80,7 @@ class Tracer:
     # changed, it would be stale where numpy's view is not, so `bind` refuses it
     self.base = None
     self.version = 0
+    self.concrete = None  # its value, in a trace of concrete values (trace_flat)
 
   @property
   def aval(self) -> ShapedArray:
@@ -102,13 +105,15 @@ class Tracer:
     return f"Tracer<{self.aval}>"
 
   def __bool__(self):
-    raise PrimcTypeError(f"the truth value of a traced array {self.aval} is not known while "
+    if self.concrete is not None:  # a trace of values: this call takes this branch
+      return bool(self.concrete)
+    raise ConcretizationError(f"the truth value of a traced array {self.aval} is not known while "
                      f"tracing (a Python `if` or `while` on a traced value): use "
                      f"primc.lax.cond / switch / while_loop / fori_loop / scan, or "
                      f"pnp.where, at {user_source()}")
 
   def _concrete(self, kind):
-    raise PrimcTypeError(f"{kind}() of a traced array {self.aval} is not known while tracing "
+    raise ConcretizationError(f"{kind}() of a traced array {self.aval} is not known while tracing "
                      f"(its value exists only when the program runs): keep it an array "
                      f"(pnp.astype for a dtype, the value itself in arithmetic), at "
                      f"{user_source()}")
@@ -123,9 +128,13 @@ class Tracer:
     self._concrete("complex")
 
   def __index__(self):
+    if self.concrete is not None and self.concrete.dtype.kind in "iub":
+      return int(self.concrete)  # a trace of values: an index (its derivative is zero)
     self._concrete("index (an int)")
 
   def __array__(self, *a, **k):
+    if self.concrete is not None and self.concrete.dtype.kind in "iub":
+      return self.concrete  # a trace of values: an index array (no derivative to lose)
     raise PrimcError(f"a traced array {self.aval} cannot be converted to a numpy array while "
                      f"tracing, at {user_source()}")
 
@@ -232,9 +241,25 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
                   for a in args])
   outs = tuple([Var(a) for a in out_avals])
   builder.eqns.append(Eqn(prim, inputs, make_params(params), outs, user_source()))
-  if not prim.multiple_results:
-    return Tracer(builder, outs[0])
-  return [Tracer(builder, v) for v in outs]
+  tracers = [Tracer(builder, v) for v in outs]
+  if builder.concrete:
+    _compute_beside(prim, args, params, tracers)
+  return tracers if prim.multiple_results else tracers[0]
+
+
+def _compute_beside(prim: Primitive, args, params, tracers) -> None:
+  """In a trace of concrete values: each result's value, by the numpy implementation (an
+  argument without one leaves the results without)."""
+  values = []
+  for a in args:
+    value = a.concrete if isinstance(a, Tracer) else a.value if isinstance(a, Lit) else a
+    if value is None:
+      return
+    values.append(value)
+  with np.errstate(all="ignore"):
+    out = impl_rules[prim](*values, **params)
+  for t, o in zip(tracers, out if prim.multiple_results else (out,)):
+    t.concrete = np.asarray(o)
 
 
 core.binder[0] = bind  # Primitive.bind calls it
@@ -250,20 +275,26 @@ WEAK_TYPES = (float, int, bool)
 
 
 def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray],
-               weak: Sequence[bool] = ()) -> tuple[Program, list, Any]:
+               weak: Sequence[bool] = (), concrete: Sequence | None = None
+               ) -> tuple[Program, list, Any]:
   """Traces `fn(*flat_tracers)` (returning a pytree of arrays) into a Program; the inputs
-  flagged in `weak` stand for Python scalars (`weak_leaves`).
+  flagged in `weak` stand for Python scalars (`weak_leaves`). With `concrete` (the
+  inputs' values), every traced value carries its value too, so Python's `if x > 0:` and
+  `a[i]` take this call's branch and index: the program is this call's path, valid for
+  these values (a transform of it runs once, as autograd's tape does).
 
   Returns:
     (program, captured, out_tree): the program's inputs are the given avals followed by one
     input per captured outer tracer (`captured`, to be passed when the program is run).
   """
-  builder = Builder(len(_state.builders))
+  builder = Builder(len(_state.builders), concrete is not None)
   _state.builders.append(builder)
   try:
     args = [builder.new_input(a) for a in in_avals]
     for arg, is_weak in zip(args, weak):
       arg.weak = is_weak
+    for arg, value in zip(args, concrete or ()):
+      arg.concrete = None if value is None else np.asarray(value)
     out = fn(*args)
     leaves, out_tree = tree_flatten(out)
     out_atoms = []
