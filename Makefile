@@ -28,13 +28,16 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/w10_busy.py
 	$(BIN)/python benchmarks/w11_first.py
 	$(BIN)/python benchmarks/numpy_calls.py
+	$(BIN)/python benchmarks/w12_length.py
 
 bench-peers: $(STAMP)
-	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib
+	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib autograd
 	$(BIN)/python benchmarks/suite.py --cpus $(PEER_CPUS) $(BENCH_ARGS)
 	$(BIN)/python benchmarks/w8_train.py --compare
 	$(BIN)/python benchmarks/w10_busy.py
 	$(BIN)/python benchmarks/w11_first.py
+	$(BIN)/python benchmarks/w12_length.py
+	$(BIN)/python benchmarks/w13_autograd.py $(if $(AUTOGRAD_EXAMPLES),--examples $(AUTOGRAD_EXAMPLES))
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

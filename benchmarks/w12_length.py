@@ -11,6 +11,7 @@ two largest n (1: linear). Then the whole `value_and_grad` as users call it: the
 call from an empty cache, and a warm call (the kept program), against autograd's.
 
   python benchmarks/w12_length.py [--sizes 10,100,1000,3000] [--no-compile]
+      [--compile-max 1000]
 """
 from __future__ import annotations
 
@@ -121,17 +122,21 @@ def whole(name: str, n: int) -> dict:
 
 
 def growth(rows: dict, key: str, sizes: list[int]) -> float:
-  a, b = sizes[-2], sizes[-1]
-  ta, tb = rows[a].get(key), rows[b].get(key)
-  if not ta or not tb:
+  """The exponent of the stage's growth between the two largest lengths measured (1:
+  linear)."""
+  have = [n for n in sizes if rows[n].get(key)]
+  if len(have) < 2:
     return float("nan")
-  return math.log(tb / ta) / math.log(b / a)
+  a, b = have[-2], have[-1]
+  return math.log(rows[b][key] / rows[a][key]) / math.log(b / a)
 
 
 def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--sizes", default="10,100,1000,3000")
   ap.add_argument("--no-compile", action="store_true")
+  ap.add_argument("--compile-max", type=int, default=1000,
+                  help="the compile stages only up to this length (they take minutes past)")
   args = ap.parse_args()
   sizes = [int(s) for s in args.sizes.split(",")]
   cache = tempfile.mkdtemp(prefix="primc-w12-")
@@ -139,7 +144,8 @@ def main() -> None:
   out = {}
   try:
     for name in PROGRAMS:
-      rows = {n: stages(name, n, not args.no_compile) for n in sizes}
+      rows = {n: stages(name, n, not args.no_compile and n <= args.compile_max)
+              for n in sizes}
       for n in sizes:
         rows[n].update(whole(name, n))
       out[name] = rows
@@ -152,7 +158,8 @@ def main() -> None:
         if k.startswith(("primc", "autograd")):
           cells = [f"{rows[n][k]:.3f} s" if k in rows[n] else "—" for n in sizes]
         else:
-          cells = [f"{rows[n][k] / rows[n]['equations'] * 1e6:.1f} µs" for n in sizes]
+          cells = [f"{rows[n][k] / rows[n]['equations'] * 1e6:.1f} µs" if k in rows[n]
+                   else "—" for n in sizes]
         print(f"| {k} | " + " | ".join(cells) + f" | {growth(rows, k, sizes):.2f} |")
   finally:
     shutil.rmtree(cache, ignore_errors=True)

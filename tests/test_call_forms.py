@@ -174,8 +174,13 @@ def test_tensor_jacobian_product_contracts_leading_output_axes(lead):
 def test_grad_of_a_non_float_output_is_a_type_error():
   with pytest.raises(TypeError, match="one-element float output"):
     primc.grad(lambda x: pnp.allclose(x, x * 3.0 / 3.0))(np.ones(3))
+  # a branch on a value: outside jit, this call's path (see test_python_control_flow);
+  # under jit, a TypeError naming it
+  f = lambda x: pnp.sum(x) if x[0] else 0.0
+  np.testing.assert_array_equal(primc.grad(f)(np.ones(3)), np.ones(3))
+  np.testing.assert_array_equal(primc.grad(f)(np.zeros(3)), np.zeros(3))
   with pytest.raises(TypeError, match="truth value"):
-    primc.grad(lambda x: pnp.sum(x) if x[0] else 0.0)(np.ones(3))
+    primc.jit(primc.grad(f))(np.ones(3))
 
 
 @pytest.mark.parametrize("path", ["eager", "jit_outside"])
