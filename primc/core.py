@@ -18,13 +18,18 @@ import numpy as np
 
 VERSION = "0.1.0"  # primc's version (pyproject.toml says the same)
 INT_DTYPES = ("int32", "int64")
-# native code computes in these; float16 and long double (numpy's longdouble where it is
-# wider than float64) run on the interpreter, in numpy's own loops
+# numpy's other integers (image bytes, labels, counts): values in every path, with
+# numpy's promotion and wraparound; programs holding them run on the interpreter
+OTHER_INT_DTYPES = ("int8", "int16", "uint8", "uint16", "uint32", "uint64")
+ALL_INT_DTYPES = INT_DTYPES + OTHER_INT_DTYPES
+# native code computes in these; float16, long double (numpy's longdouble where it is
+# wider than float64) and the other integers run on the interpreter, in numpy's own loops
 NATIVE_DTYPES = ("float32", "float64") + INT_DTYPES + ("bool",)
 FLOAT_DTYPES = tuple(dict.fromkeys(("float16", "float32", "float64", np.dtype(np.longdouble).name)))
-SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+SUPPORTED_DTYPES = FLOAT_DTYPES + ALL_INT_DTYPES + ("bool",)
 _SHORT_DTYPE = {"float16": "f16", "float32": "f32", "float64": "f64", "float128": "f128",
-                "int32": "i32", "int64": "i64", "bool": "bool"}
+                "int32": "i32", "int64": "i64", "bool": "bool", "int8": "i8", "int16": "i16",
+                "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64"}
 
 
 class PrimcError(Exception):

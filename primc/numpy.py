@@ -224,7 +224,9 @@ def _promote(*args):
 
 
 def _float(x):
-  """x as a float array: integers and bools become float64 (numpy's rule)."""
+  """x as a float array: integers and bools become float64 (numpy's rule for division and
+  means; its transcendental ufuncs take int8, uint8 and bools to float16 and int16 and
+  uint16 to float32, where primc computes in float64 in every path)."""
   x = as_array(x)
   if aval_of(x).dtype in FLOAT_DTYPES:
     return x
@@ -1110,8 +1112,10 @@ def _accumulated(a, dtype):
   `dtype` when given, else the default integer (int64) for bools and narrower integers,
   else its own (a sum of int32 values does not wrap at 2^31)."""
   a = asarray(a, dtype)
-  if dtype is None and aval_of(a).dtype in ("bool", "int32"):
+  if dtype is None and aval_of(a).dtype in ("bool", "int8", "int16", "int32"):
     a = P.convert(a, "int64")
+  elif dtype is None and aval_of(a).dtype in ("uint8", "uint16", "uint32"):
+    a = P.convert(a, "uint64")  # (numpy's unsigned default)
   return a
 
 

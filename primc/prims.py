@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from primc.core import (FLOAT_DTYPES, INT_DTYPES, TRAITS, Primitive, ShapedArray,
+from primc.core import (ALL_INT_DTYPES, FLOAT_DTYPES, INT_DTYPES, TRAITS, Primitive,
+                        ShapedArray,
                         ShapeError, abstract_rules, impl_rules, index_error, ufunc_rules)
 
 
@@ -397,7 +398,7 @@ gather_p = Primitive("gather", traits=("indexing",), linear=(0,))
 
 
 def _gather_rule(x, idx, *, axis, batch_dims):
-  _check(idx.dtype in INT_DTYPES, lambda: f"indices must be integers, got {idx.dtype}")
+  _check(idx.dtype in ALL_INT_DTYPES, lambda: f"indices must be integers, got {idx.dtype}")
   _check(0 <= axis < x.ndim, lambda: f"axis {axis} out of range for rank {x.ndim}")
   _check(0 <= batch_dims <= min(axis, idx.ndim), lambda: f"batch_dims {batch_dims} must be at most "
          f"the axis {axis} and the index rank {idx.ndim}")

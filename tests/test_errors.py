@@ -40,7 +40,7 @@ def test_bad_reshape():
 
 
 @pytest.mark.parametrize("bad", [np.zeros(3, np.complex64), np.array([object()] * 3),
-                                 np.zeros(3, np.int16)])
+                                 np.zeros(3, "datetime64[s]")])
 def test_unsupported_dtype(bad):
   fn = lambda a: pnp.sin(a); line = _line()
   with pytest.raises(primc.PrimcError) as e:
