@@ -2578,7 +2578,9 @@ invert = bitwise_not = bitwise_invert = _bitwise(logical_not, P.bit_not_p, "inve
 def _shift(prim, name):
   def fn(x, y):
     x, y = _promote(x, y)
-    if builtins.any(aval_of(a).dtype in FLOAT_DTYPES + ("bool",) for a in (x, y)):
+    if aval_of(x).dtype == "bool":  # numpy shifts bools as int8
+      x, y = P.convert(x, "int8"), P.convert(y, "int8")
+    if builtins.any(aval_of(a).dtype in FLOAT_DTYPES for a in (x, y)):
       raise PrimcTypeError(f"{name} of {aval_of(x).dtype}, {aval_of(y).dtype}: shifts take "
                            f"integer arrays")
     return prim.bind(x, y)
@@ -4260,6 +4262,11 @@ Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 # PyTorch's functionalization rewrites mutations. Arrays numpy would make views of it
 # record their base: writing into such a view, or reading one after its base changed,
 # is refused (numpy's view would see the write), never silently different.
+
+# numpy's floating-point error handling governs numpy's own loops (plain values, the
+# interpreter); compiled code gives IEEE results (inf, nan) without raising or warning
+seterr, geterr, errstate = np.seterr, np.geterr, np.errstate
+seterrcall, geterrcall = np.seterrcall, np.geterrcall
 
 _VIEWS = ("getitem", "reshape", "transpose", "moveaxis", "expand_dims", "squeeze", "ravel",
           "swapaxes", "broadcast_to")

@@ -612,8 +612,11 @@ def test_bitwise_operations_match_numpy(path):
     np.testing.assert_array_equal(got, want, err_msg=str(k))
   with pytest.raises(TypeError, match="bitwise"):
     wrap(lambda a: pnp.bitwise_and(a, a))(np.ones(3))
+  shifted = wrap(lambda m: pnp.left_shift(m, m))(m)  # bools shift as int8, as in numpy
+  assert shifted.dtype == np.left_shift(m, m).dtype
+  np.testing.assert_array_equal(shifted, np.left_shift(m, m))
   with pytest.raises(TypeError, match="shifts take integer"):
-    wrap(lambda m: pnp.left_shift(m, m))(m)
+    wrap(lambda a: pnp.left_shift(a, a))(np.ones(3))
 
 
 def test_reductions_with_where_need_initial():
