@@ -413,7 +413,9 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
     return _not_kept(code, str(e), plain)
   if entry is not None and entry.calls != 1:
     _count("hits")
-    _kept.move_to_end(full_key)
+    with _lock:
+      if full_key in _kept:
+        _kept.move_to_end(full_key)
     return _run(entry, arrays + lifted)
   try:
     made = _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk)
@@ -421,13 +423,15 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
     return _not_kept(code, str(e).splitlines()[0], plain)
   if entry is None:
     _count("misses", _reason(key, state[0]))
-    entry = _kept[full_key] = made
-    if len(_kept) > KEPT:
-      _kept.popitem(last=False)
+    with _lock:
+      entry = _kept[full_key] = made
+      if len(_kept) > KEPT:
+        _kept.popitem(last=False)
   elif entry.fingerprint == made.fingerprint:  # the second call: traced again, the same
     _count("checked")
   else:
-    del _kept[full_key]
+    with _lock:
+      _kept.pop(full_key, None)
     _not_kept(code, "its program changed between two calls with the same arguments "
               "(numpy random numbers drawn inside it, or state read through an object?)",
               None)
@@ -439,6 +443,7 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
 
 
 _unkept: set = set()  # (transform key, code): calls not kept (traced at every call)
+_lock = threading.Lock()  # the kept programs' order (threads call transforms too)
 
 
 def _not_kept(code, reason: str, plain):
