@@ -366,6 +366,13 @@ def _argument_leaves(args: tuple, kwargs: dict, traced_scalars):
   return leaves, tree, traced, statics
 
 
+_static_scalars: set = set()  # (transform key, code): Python numbers as values of the key
+
+
+def _numbers(k) -> bool:
+  return True
+
+
 def _lazy(traced_scalars, args):
   """`traced_scalars(args)`, made at its first use (most calls pass no scalars)."""
   made = []
@@ -393,8 +400,13 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
     _count("not_kept")
     return plain()
   walk = _Walk()
+  # Python numbers among the arguments are traced (weak) first, so `grad(loss)(w, step)`
+  # keeps one program for every step; a function that needs one's value (`range(n)`,
+  # `if flag:`) is kept with them as values of the key (`traced_scalars`: as the
+  # transform binds them), from then on
+  static = code in _static_scalars and traced_scalars is not None
   leaves, tree, traced, statics = _argument_leaves(
-      args, kwargs, _lazy(traced_scalars, args) if traced_scalars else lambda k: True)
+      args, kwargs, _lazy(traced_scalars, args) if static else _numbers)
   arrays = [as_array(leaves[k]) for k in traced]  # (refusing what the plain path refuses)
   weak = weak_leaves([leaves[k] for k in traced])
   try:
@@ -420,6 +432,10 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
   try:
     made = _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk)
   except (PrimcError, NotKept) as e:
+    if not static and traced_scalars is not None and any(
+        type(leaves[k]) in (int, float) for k in traced):
+      _static_scalars.add(code)  # its numbers' values are needed: values of the key
+      return call(transform, key, fun, args, kwargs, traced_scalars)
     return _not_kept(code, str(e).splitlines()[0], plain)
   if entry is None:
     _count("misses", _reason(key, state[0]))
@@ -531,6 +547,7 @@ def reset() -> None:
   """Forgets every kept program and counter."""
   _kept.clear()
   _unkept.clear()
+  _static_scalars.clear()
   _seen_codes.clear()
   _stats.clear()
   _miss_reasons.clear()

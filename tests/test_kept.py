@@ -296,3 +296,30 @@ def test_kept_results_follow_the_data_wherever_it_lives(place, transform, change
       np.testing.assert_allclose(g, x, rtol=1e-10, atol=1e-14)
   s = kept.stats()
   assert "kept_not_kept" not in s, s  # every call kept: none fell back
+
+
+def test_python_numbers_among_the_arguments_are_traced_unless_their_values_are_needed():
+  """autograd's optimizers call `grad(objective)(params, step)`: one program for every
+  step; a number used as a value (`range(n)`) is a value of the key instead."""
+  def objective(w, step):
+    return pnp.sum(pnp.tanh(w) ** 2) * (1.0 + 0.01 * step)
+
+  w = np.linspace(-1, 1, 4)
+  t = np.tanh(w)
+  for step in range(10):
+    np.testing.assert_allclose(primc.grad(objective)(w, step),
+                               2 * t * (1 - t * t) * (1.0 + 0.01 * step), rtol=1e-12)
+  assert kept.stats()["kept_misses"] == 1, kept.stats()
+
+  def repeated(w, n):
+    y = w
+    for _ in range(n):
+      y = pnp.sin(y)
+    return pnp.sum(y)
+
+  for n in (1, 2, 3, 2):
+    y, d = w, np.ones_like(w)
+    for _ in range(n):
+      d, y = d * np.cos(y), np.sin(y)
+    np.testing.assert_allclose(primc.grad(repeated)(w, n), d, rtol=1e-12)
+  assert kept.stats()["kept_misses"] == 1 + 3, kept.stats()  # objective; n = 1, 2, 3
