@@ -9,7 +9,9 @@ its kernels) and runs native from then on.
 The key is what the program depends on, found by walking the function as a pytree:
 
 - the transform and its parameters, and the arguments' structure, shapes, dtypes and
-  which of them are Python scalars (as `jit`'s signature);
+  which of them are Python numbers (as `jit`'s signature: numbers are traced, weak, so a
+  step count passed at every call keeps one program; where the function needs a
+  number's value, `range(n)`, numbers are values of the key instead);
 - the function's code, and what it reads by name: its closure cells, its defaults, the
   globals its code names, the functions it reaches through those (their own code,
   closures and globals, `MAX_DEPTH` deep), `functools.partial` arguments, a bound
