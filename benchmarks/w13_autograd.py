@@ -38,7 +38,7 @@ FILES = [f"{e}.py" for e in EXAMPLES]  # (lstm imports rnn; hmm_em reads lstm.py
 
 # The imports changed: run before the example, in its process
 HARNESS = textwrap.dedent("""
-    import importlib, importlib.abc, importlib.util, sys, types
+    import sys, types
     mode = sys.argv[1]
     stub = types.ModuleType("matplotlib")
     class _Any:
@@ -51,43 +51,34 @@ HARNESS = textwrap.dedent("""
     sys.modules["matplotlib"] = stub
     sys.modules["matplotlib.pyplot"] = plt
     if mode == "primc":
-        import numpy, primc, primc.numpy, primc.scipy
-        ALIASES = {"autograd.numpy": "primc.numpy", "autograd.numpy.random": "numpy.random",
-                   "autograd.scipy": "primc.scipy"}
-        class Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-            def find_spec(self, name, path, target=None):
-                target = ALIASES.get(name)
-                if target is None and name.startswith("autograd.scipy."):
-                    target = "primc.scipy." + name[len("autograd.scipy."):]
-                if target is None:
-                    return None
-                return importlib.util.spec_from_loader(name, self)
-            def create_module(self, spec):
-                target = ALIASES.get(spec.name) or "primc.scipy." + spec.name[len(
-                    "autograd.scipy."):]
-                return importlib.import_module(target)
-            def exec_module(self, module):
-                pass
-        sys.meta_path.insert(0, Alias())
-        import numpy.random
+        import numpy, numpy.random, primc, primc.numpy, primc.scipy
         import primc.scipy.special, primc.scipy.stats, primc.scipy.signal, primc.scipy.linalg
-        sys.modules["autograd.numpy.random"] = numpy.random  # (primc.numpy: a module)
-        primc.numpy.random = numpy.random  # (`import autograd.numpy.random as npr`)
+        # autograd's own helpers (optimizers, flatten) load first, on autograd itself
+        import autograd, autograd.misc.flatten, autograd.misc.optimizers, autograd.test_util
+        real_numpy = autograd.numpy
+        for name in [m for m in sys.modules if m.startswith(("autograd.numpy",
+                                                             "autograd.scipy"))]:
+            del sys.modules[name]  # (autograd's helpers keep the modules they bound)
+        primc.numpy.numpy_boxes = real_numpy.numpy_boxes  # (autograd's tracer reads it)
+        # the example's imports: primc's
+        sys.modules["autograd.numpy"] = autograd.numpy = primc.numpy
+        sys.modules["autograd.numpy.random"] = primc.numpy.random = numpy.random
+        sys.modules["autograd.scipy"] = autograd.scipy = primc.scipy
         for sub in ("special", "stats", "signal", "linalg"):
             sys.modules["autograd.scipy." + sub] = sys.modules["primc.scipy." + sub]
-        import autograd  # the real package: its submodules (misc.optimizers) stay
         for name in ("grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian",
                      "grad_and_aux", "make_vjp", "make_jvp", "hessian_tensor_product",
                      "hessian_vector_product", "tensor_jacobian_product",
                      "vector_jacobian_product", "make_hvp", "make_ggnvp", "deriv",
                      "checkpoint"):
             setattr(autograd, name, getattr(primc, name))
-        import autograd.test_util as tu
         def check_grads(f, x=None, modes=("fwd", "rev"), order=2):
             def check(*args):
                 primc.check_grads(f, args, order=order, modes=tuple(modes))
             return check if x is None else check(x)
-        tu.check_grads = check_grads
+        autograd.test_util.check_grads = check_grads
+        import primc.tree_util
+        autograd.misc.flatten = primc.tree_util.ravel_pytree  # the example's `flatten`
     sys.argv = [sys.argv[2]]
     sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
     import runpy

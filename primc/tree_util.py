@@ -3,6 +3,9 @@
 pytrees: tuples, lists, dicts, None, namedtuples, dataclasses and registered classes."""
 from __future__ import annotations
 
+import math
+
+from primc import numpy as pnp
 from primc.tree import TreeDef, register_pytree_node, tree_flatten, tree_map, tree_unflatten
 
 
@@ -21,5 +24,24 @@ def register_dataclass(cls: type) -> type:
   return cls
 
 
-__all__ = ["TreeDef", "register_pytree_node", "register_dataclass", "tree_flatten",
-           "tree_leaves", "tree_map", "tree_structure", "tree_unflatten"]
+def ravel_pytree(tree):
+  """A pytree's leaves as one flat array (numpy's promotion of their dtypes), and the
+  function that makes such a flat array a pytree of that structure again: JAX's
+  `jax.flatten_util.ravel_pytree`, autograd's `misc.flatten`. Traced or not, and
+  differentiable both ways."""
+  leaves, treedef = tree_flatten(tree)
+  shapes = [tuple(pnp.shape(x)) for x in leaves]
+  sizes = [math.prod(shape) for shape in shapes]
+  flat = pnp.concatenate([pnp.ravel(x) for x in leaves]) if leaves else pnp.zeros(0)
+
+  def unravel(flat):
+    parts, start = [], 0
+    for shape, size in zip(shapes, sizes):
+      parts.append(pnp.reshape(flat[start:start + size], shape))
+      start += size
+    return tree_unflatten(treedef, parts)
+  return flat, unravel
+
+
+__all__ = ["TreeDef", "ravel_pytree", "register_pytree_node", "register_dataclass",
+           "tree_flatten", "tree_leaves", "tree_map", "tree_structure", "tree_unflatten"]
