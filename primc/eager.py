@@ -461,10 +461,9 @@ def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False,
   input_ids = {id(t) for t in inputs}
   nodes = _collect(outputs, lambda t: id(t) in input_ids)
   grads = _vjp(outputs, inputs, cts, nodes, record=create_graph)
-  reachable = {id(t) for n in nodes for t in n.inputs} | {id(o) for o in outputs}
-  for t, g in zip(inputs, grads):
-    if id(t) not in reachable and not allow_unused:
-      raise PrimcError("an input is not used by the outputs (pass allow_unused=True)")
+  reachable = _reachable(outputs, nodes)
+  if not allow_unused:
+    _check_used(outputs, inputs, nodes)
   grads = [g if id(t) in reachable else None for t, g in zip(inputs, grads)]
   if not (retain_graph if retain_graph is not None else create_graph):
     for n in nodes:
@@ -472,11 +471,32 @@ def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False,
   return grads
 
 
-def forward_grad(outputs, inputs, grad_inputs=None):
+def _reachable(outputs, nodes) -> set[int]:
+  """The ids of the tensors the outputs were recorded from (and the outputs)."""
+  return {id(t) for n in nodes for t in n.inputs} | {id(o) for o in outputs}
+
+
+def _check_used(outputs, inputs, nodes=None) -> None:
+  """Refuses an input the outputs were not recorded from (`grad`'s and `forward_grad`'s
+  rule: a tensor with `stop_gradient=True` is not recorded)."""
+  if nodes is None:
+    ids = {id(t) for t in inputs}
+    nodes = _collect(outputs, lambda t: id(t) in ids)
+  reachable = _reachable(outputs, nodes)
+  if any(id(t) not in reachable for t in inputs):
+    raise PrimcError("an input is not used by the outputs (pass allow_unused=True; a "
+                     "tensor with stop_gradient=True is not recorded)")
+
+
+def forward_grad(outputs, inputs, grad_inputs=None, allow_unused: bool = False):
   """Forward mode on the tape: the derivative of `outputs` along `grad_inputs` (ones where
-  None), one tensor per output, recorded (differentiable again) like any op."""
+  None), one tensor per output, recorded (differentiable again) like any op. An input the
+  outputs were not recorded from (one with `stop_gradient=True`, or not used) is an
+  error, as in `grad`, unless `allow_unused` (its tangent then contributes nothing)."""
   outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
   inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+  if not allow_unused:
+    _check_used(outputs, inputs)
   tans = [None] * len(inputs) if grad_inputs is None else (
       [grad_inputs] if isinstance(grad_inputs, Tensor) else list(grad_inputs))
   tans = [Tensor(np.ones(x.shape, x.dtype)) if t is None else

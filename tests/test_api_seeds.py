@@ -321,3 +321,18 @@ def test_eager_training_on_new_batches_makes_one_backward_program():
     p[np.arange(32), labels] -= 1
     np.testing.assert_allclose(w.grad.numpy(), x.T @ p, rtol=1e-10, atol=1e-12)
   assert primc.cache_stats().get("plan_misses", 0) - before <= 1
+
+
+def test_forward_grad_and_grad_agree_on_an_input_not_recorded():
+  """A tensor with stop_gradient=True (to_tensor's default) is not recorded: grad and
+  forward_grad (eager and Paddle's autograd spelling) both refuse it, and both give
+  cos(x) once it is recorded."""
+  x = to_tensor(np.array([0.5, 1.0]))
+  for call in (lambda: eager.grad(pnp.sin(x), x), lambda: eager.forward_grad(pnp.sin(x), x),
+               lambda: autograd.forward_grad(pnp.sin(x), x)):
+    with pytest.raises(primc.PrimcError, match="not used by the outputs"):
+      call()
+  x = to_tensor(np.array([0.5, 1.0]), stop_gradient=False)
+  y = pnp.sin(x)
+  np.testing.assert_allclose(eager.forward_grad(y, x)[0].numpy(), np.cos([0.5, 1.0]))
+  np.testing.assert_allclose(eager.grad(y, x)[0].numpy(), np.cos([0.5, 1.0]))
