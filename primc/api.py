@@ -427,6 +427,68 @@ def _checked_pair(out, what):
   return tuple(out)
 
 
+def ravel_pytree(tree):
+  """A pytree's leaves as one flat array (numpy's promotion of their dtypes), and the
+  function that makes such a flat array a pytree of that structure again: JAX's
+  `jax.flatten_util.ravel_pytree`, autograd's `misc.flatten`. Traced or not, and
+  differentiable both ways."""
+  leaves, treedef = tree_flatten(tree)
+  shapes = [tuple(aval_of(as_array(x)).shape) for x in leaves]
+  sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
+  flat = pnp.concatenate([pnp.ravel(x) for x in leaves]) if leaves else pnp.zeros(0)
+
+  def unravel(flat):
+    parts, start = [], 0
+    for shape, size in zip(shapes, sizes):
+      parts.append(pnp.reshape(flat[start:start + size], shape))
+      start += size
+    return tree_unflatten(treedef, parts)
+  return flat, unravel
+
+
+def _tree_jacobian(jac_one, f, x):
+  """`jac_one(f, x)` for a pytree `x` or pytree outputs: both raveled, the Jacobian of the
+  flat function split into JAX's layout, a tree of the outputs' structure whose leaves are
+  trees of x's structure, leaf (i, j) of shape output_i.shape + x_j.shape."""
+  flat_in, unravel_in = ravel_pytree(x)
+  in_leaves, in_tree = tree_flatten(x)
+  out_info = []
+
+  def flat_f(v):
+    out = f(unravel_in(v))
+    leaves, tree = tree_flatten(out)
+    out_info[:] = [tree, [aval_of(as_array(y)).shape for y in leaves]]
+    return ravel_pytree(out)[0]
+  jac = jac_one(flat_f, flat_in)  # (output size, input size)
+  out_tree, out_shapes = out_info
+  in_shapes = [aval_of(as_array(y)).shape for y in in_leaves]
+  rows, r = [], 0
+  for oshape in out_shapes:
+    m = int(np.prod(oshape, dtype=np.int64))
+    blocks, c = [], 0
+    for ishape in in_shapes:
+      n = int(np.prod(ishape, dtype=np.int64))
+      blocks.append(pnp.reshape(jac[r:r + m, c:c + n], tuple(oshape) + tuple(ishape)))
+      c += n
+    rows.append(tree_unflatten(in_tree, blocks))
+    r += m
+  return tree_unflatten(out_tree, rows)
+
+
+def _one_jacobian(jac_one, f, x):
+  """jac_one(f, x) for an array x and one array output; else by raveling (pytrees)."""
+  if isinstance(x, (Tracer, np.ndarray, np.generic, float, int)):
+    try:
+      return jac_one(f, as_array(x))
+    except _SingleOutput:  # tuple or dict outputs: raveled
+      pass
+  return _tree_jacobian(jac_one, f, x)
+
+
+class _SingleOutput(PrimcError):
+  """jacrev's basis pullback needs one array output (others are raveled)."""
+
+
 def _per_argnum(jac_one, argnums, name, has_aux=False):
   """The Jacobians of `jac_one.fun` for `argnums`; with `has_aux` the function returns
   `(output, aux)`: the Jacobians are of the output, and `(jacobians, aux)` is returned
@@ -435,7 +497,7 @@ def _per_argnum(jac_one, argnums, name, has_aux=False):
     nums = _argnums(argnums, len(args))
     base = _keywords(jac_one.fun, kwargs)
     fun = (lambda *a: _checked_pair(base(*a), name)[0]) if has_aux else base
-    jacs = [jac_one(_with_arg(fun, args, i), as_array(args[i])) for i in nums]
+    jacs = [_one_jacobian(jac_one, _with_arg(fun, args, i), args[i]) for i in nums]
     out = jacs[0] if isinstance(argnums, int) else tuple(jacs)
     return (out, _checked_pair(base(*args), name)[1]) if has_aux else out
   return _named(name, jac_one.fun, jac)
@@ -469,7 +531,7 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   def one(f, x):
     y, pullback = vjp(f, x)
     if not isinstance(y, (Tracer, np.ndarray)):
-      raise PrimcError("jacrev supports functions with a single array output")
+      raise _SingleOutput("jacrev of a function with several outputs")
     yshape = aval_of(y).shape
     m = aval_of(y).size
 

@@ -180,3 +180,35 @@ def test_ravel_pytree_round_trips_and_differentiates():
   np.testing.assert_allclose(g["w"], 2 * tree["w"])
   np.testing.assert_allclose(primc.grad(lambda f: pnp.sum(unravel(f)["w"]))(flat),
                              [0.0] * 3 + [1.0] * 6)  # (keys sorted: b, then w)
+
+
+@pytest.mark.parametrize("jac", ["jacfwd", "jacrev"])
+def test_jacobians_of_pytree_inputs_and_outputs_in_jaxs_layout(jac):
+  """Leaf (i, j) of the result: output i's shape + input j's shape (JAX's layout),
+  against central differences of each input leaf."""
+  f = lambda d: {"s": pnp.sin(d["a"]) * d["b"][0], "t": pnp.sum(d["a"] * d["a"])}
+  d = {"a": np.array([0.1, 0.2, 0.3]), "b": (np.array([2.0]),)}
+  J = getattr(primc, jac)(f)(d)
+  eps = 1e-6
+  for path, x in (("a", d["a"]), ("b", d["b"][0])):
+    for k in range(x.size):
+      plus, minus = {"a": d["a"].copy(), "b": (d["b"][0].copy(),)}, {
+          "a": d["a"].copy(), "b": (d["b"][0].copy(),)}
+      leaf = (lambda t: t["a"]) if path == "a" else (lambda t: t["b"][0])
+      leaf(plus)[k] += eps
+      leaf(minus)[k] -= eps
+      fp = {key: np.asarray(v) for key, v in f(plus).items()}
+      fm = {key: np.asarray(v) for key, v in f(minus).items()}
+      for out in ("s", "t"):
+        block = J[out]["a"] if path == "a" else J[out]["b"][0]
+        assert block.shape == np.shape(fp[out]) + x.shape
+        np.testing.assert_allclose(block[..., k], (fp[out] - fm[out]) / (2 * eps), atol=1e-7)
+  tuple_out = getattr(primc, jac)(lambda x: (pnp.sin(x), x * 3.0))(np.ones(3))
+  np.testing.assert_allclose(tuple_out[0], np.diag(np.cos(np.ones(3))))
+  np.testing.assert_allclose(tuple_out[1], 3 * np.eye(3))
+
+
+def test_hessian_of_a_pytree_input():
+  h = primc.hessian(lambda d: pnp.sum(d["a"] ** 3) * d["c"])({"a": np.ones(2), "c": 2.0})
+  np.testing.assert_allclose(h["a"]["a"], np.diag([12.0, 12.0]))
+  np.testing.assert_allclose(h["a"]["c"], [3.0, 3.0])
