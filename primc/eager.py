@@ -221,23 +221,26 @@ def _cut(t: Tensor) -> bool:
   return t.node is not None and t.stop_gradient
 
 
-def _other_leaves(outputs, nodes, exclude_ids) -> list[Tensor]:
-  """The float tensors a replay of `nodes` reads (not recomputes) that track a gradient,
-  besides those in `exclude_ids`: a recorded transform takes them as inputs."""
+def _read(outputs, nodes, exclude_ids) -> list[Tensor]:
+  """The tensors a replay of `nodes` reads (not recomputes), besides those in
+  `exclude_ids`."""
   replayed = {id(n) for n in nodes}
   return [t for t in _graph_tensors(outputs, nodes) if id(t) not in exclude_ids
-          and not (t.node is not None and not _cut(t) and id(t.node) in replayed)
-          and t.tracks_grad() and np.dtype(t.dtype).kind == "f"]
+          and not (t.node is not None and not _cut(t) and id(t.node) in replayed)]
+
+
+def _other_leaves(outputs, nodes, exclude_ids) -> list[Tensor]:
+  """The float tensors a replay reads that track a gradient: a recorded transform takes
+  them as inputs."""
+  return [t for t in _read(outputs, nodes, exclude_ids)
+          if t.tracks_grad() and np.dtype(t.dtype).kind == "f"]
 
 
 def _constants(outputs, nodes, exclude_ids) -> list[Tensor]:
-  """The tensors a replay of `nodes` reads (not recomputes) besides those in
-  `exclude_ids`, holding arrays: the backward program takes them as inputs, so a new
-  batch of data runs the program made for the last one (as `jit` takes its arguments)."""
-  replayed = {id(n) for n in nodes}
-  return [t for t in _graph_tensors(outputs, nodes) if id(t) not in exclude_ids
-          and not (t.node is not None and not _cut(t) and id(t.node) in replayed)
-          and type(t.value) is np.ndarray]
+  """The tensors holding arrays a replay reads: the backward program takes them as
+  inputs, so a new batch of data runs the program made for the last one (as `jit`
+  takes its arguments)."""
+  return [t for t in _read(outputs, nodes, exclude_ids) if type(t.value) is np.ndarray]
 
 
 def _graph_tensors(outputs, nodes) -> list[Tensor]:
