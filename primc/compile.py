@@ -19,9 +19,10 @@ import sys
 
 import numpy as np
 
-from primc import kept, passes
+from primc import breaks, kept, passes
 from primc.settings import config
-from primc.core import NATIVE_DTYPES, PrimcError, PrimcIndexError, Program
+from primc.core import (NATIVE_DTYPES, ConcretizationError, PrimcError, PrimcIndexError,
+                        Program)
 from primc.custom import inline_calls
 from primc.segmented import Segmented, has_control_flow
 from primc.trace import (SCALAR_ARRAYS, Tracer, aval_of, as_array, eval_program, trace_flat,
@@ -88,8 +89,9 @@ class Jitted:
   traces through the function, so `jit` composes with every transform in both orders.
   """
 
-  def __init__(self, fun, static_argnums=(), warmup=(), tiered=None):
+  def __init__(self, fun, static_argnums=(), warmup=(), tiered=None, fullgraph=False):
     self.fun = fun
+    self.fullgraph = fullgraph  # a graph break is an error (`primc.breaks`)
     self.static_argnums = tuple(static_argnums)  # `jit` normalizes them
     self.warmup = tuple(warmup)
     self.tiered = tiered
@@ -131,11 +133,14 @@ class Jitted:
   def lower(self, *args) -> Lowered:
     """Traces, optimizes, fuses and generates code for these arguments (no compile)."""
     static, leaves, tree = self._split(args)
-    traced, _ = self._trace(static, leaves, tree)
+    try:
+      traced, _ = self._trace(static, leaves, tree)
+    except ConcretizationError as e:  # this call's path, its guards last
+      traced = self._trace_path(static, leaves, tree, e)[0]
     optimized, fused, plan = build_plan(traced)
     return Lowered(traced, optimized, fused, plan.source)
 
-  def _trace(self, static, leaves, tree_weak):
+  def _trace(self, static, leaves, tree_weak, guards=None):
     static_map = dict(static)
     tree, weak = tree_weak
 
@@ -145,9 +150,23 @@ class Jitted:
         full.append(static_map[i] if i in static_map else next(dyn))
       return self.fun(*full)
 
-    traced, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves], weak)
+    traced, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves], weak,
+                                            None if guards is None else leaves, guards)
     assert not captured
     return traced, out_tree
+
+  def _trace_path(self, static, leaves, tree, error):
+    """(program, guard values, out tree) of the path these inputs take (`primc.breaks`)."""
+    if self.fullgraph:
+      raise ConcretizationError(f"{error} (jit(fullgraph=True): a graph break is an "
+                                "error)") from None
+    guards = []
+    traced, out_tree = self._trace(static, leaves, tree, guards)
+    breaks.log_breaks(self._label(), [source for _, source in guards])
+    return traced, [value for value, _ in guards], out_tree
+
+  def _label(self) -> str:
+    return getattr(self.fun, "__qualname__", None) or "a function"
 
   def __call__(self, *args, out=None, **kwargs):
     if kwargs:  # bound to the function's parameters: the signature is positional
@@ -231,6 +250,12 @@ class Jitted:
         self._forget(old_entry)
     else:
       self._compiled.move_to_end(key)
+    if isinstance(entry[0], breaks.Paths):
+      flat, out_tree = entry[0].run(leaves)
+      if out is not None:
+        for o, r in zip(tree_flatten(out)[0], flat, strict=True):
+          np.copyto(o, r)
+      return tree_unflatten(out_tree, flat)
     if not static and len(leaves) == len(args) and all(type(a) in _SCALAR_TYPES for a in args):
       c_strides = lambda a: np.empty(a.shape, a.dtype).strides  # as numpy lays them out
       weak = tree[1] if any(tree[1]) else None
@@ -252,13 +277,27 @@ class Jitted:
   def _compile(self, key, static, leaves, tree):
     with _collector_paused():
       if key not in self._programs:
-        traced, out_tree = self._trace(static, leaves, tree)
+        try:
+          traced, out_tree = self._trace(static, leaves, tree)
+        except ConcretizationError as e:  # graph breaks: a program per path
+          error = e
+          paths = breaks.Paths(lambda xs: self._compile_path(static, xs, tree, error))
+          paths.add(self._compile_path(static, leaves, tree, error))
+          return paths, None
         self._programs[key] = (inline_calls(traced), out_tree)
       traced, out_tree = self._programs[key]
-      exe = load_executable(traced, self.tiered, frozenset(self._kernels),
-                            getattr(self.fun, "__qualname__", None) or "a function")
-    self._kernels.update(exe.plan.kernels)  # later sizes keep these variants
+      exe = self._load(traced)
     return exe, out_tree
+
+  def _load(self, traced):
+    exe = load_executable(traced, self.tiered, frozenset(self._kernels), self._label())
+    self._kernels.update(exe.plan.kernels)  # later sizes keep these variants
+    return exe
+
+  def _compile_path(self, static, leaves, tree, error):
+    with _collector_paused():
+      traced, guards, out_tree = self._trace_path(static, leaves, tree, error)
+      return self._load(inline_calls(traced)), guards, out_tree
 
   def precompile(self, *args) -> "Jitted":
     """Compiles for the signature of these example arguments without running (so a copy
@@ -452,7 +491,8 @@ kept.compiler[0] = _compile_kept
 kept.IDENTITY_TYPES += (Jitted,)  # a jitted function keeps what it closed over itself
 
 
-def jit(fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=None):
+def jit(fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=None,
+        fullgraph=False):
   """Compiles `fun` to native code per input signature.
 
   Each new signature (pytree structure, shapes, dtypes, static arguments) traces `fun`,
@@ -474,14 +514,19 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=No
       it): its first call on the interpreter where that costs less than the compile
       (then every later call native, compiled beside the background process), else
       compiled first.
+    fullgraph: whether Python reading a traced value (`if x > 0:`, `while err > eps:`,
+      `int(n)`) is an error, as in JAX; by default (False) it is a graph break, logged
+      once with its source line: the function compiles one program per path its values
+      take, each checked on every call (`primc.breaks`), as torch.compile does.
   Returns:
     a `Jitted` callable; `.lower(*args)` shows each stage. Calls accept `out=` (a pytree
     like the outputs) to write results into existing arrays.
   """
   if fun is None:
     return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
-                         warmup=warmup, tiered=tiered)
-  return Jitted(fun, _static_positions(fun, static_argnums, static_argnames), warmup, tiered)
+                         warmup=warmup, tiered=tiered, fullgraph=fullgraph)
+  return Jitted(fun, _static_positions(fun, static_argnums, static_argnames), warmup, tiered,
+                fullgraph)
 
 
 def _static_positions(fun, static_argnums, static_argnames) -> tuple[int, ...]:

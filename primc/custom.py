@@ -25,9 +25,11 @@ from typing import Callable, Sequence
 
 from primc import ad, batching
 from primc import numpy as pnp
-from primc.core import Primitive, PrimcError, Program, ShapedArray, results, run
+from primc.core import (ConcretizationError, Primitive, PrimcError, Program, ShapedArray,
+                        results, run)
 from primc.prims import abstract_rules, impl_rules
-from primc.trace import as_array, aval_of, eval_program, literal, trace_flat
+from primc.trace import (Tracer, as_array, aval_of, eval_program, lift_guards, literal,
+                         trace_flat, user_source)
 from primc.tree import tree_flatten, tree_unflatten
 
 custom_jvp_call_p = Primitive("custom_jvp_call", multiple_results=True)
@@ -216,6 +218,35 @@ def _full_args(args, nondiff_argnums, in_tree, leaves):
   return [args[i] if i in nondiff_argnums else next(diff) for i in range(len(args))]
 
 
+def _values_of(leaves) -> list:
+  """The values of arrays and of tracers in a trace of values (else ConcretizationError
+  again: the values are not known)."""
+  values = [x.concrete if isinstance(x, Tracer) else x for x in leaves]
+  if any(v is None for v in values):
+    raise ConcretizationError("a custom rule's function reads traced values (a Python `if` "
+                              "or loop on them) where their values are not known (under "
+                              f"vmap or a trace of types), at {user_source()}")
+  return values
+
+
+def _trace_path(fn, args, values):
+  """`fn` traced on `values`, the path they take (`trace_flat(concrete=)`), its guards
+  made the enclosing trace's (`lift_guards`)."""
+  guards = []
+  program, captured, out_tree = trace_flat(fn, _avals(args), (), values, guards)
+  return lift_guards(program, guards, [*args, *captured]), captured, out_tree
+
+
+def _on_values(rule: Callable, values) -> Callable:
+  """A rule of a function traced on values (`_trace_path`): the rule's path for the same
+  values, run on its arguments (it is called by a transform of that same path, whose
+  guards the function's trace recorded: its own are the same reads)."""
+  def run(*xs):
+    program, captured, _ = trace_flat(lambda *a: list(rule(*a)), _avals(xs), (), values)
+    return eval_program(program, *xs, *captured)
+  return run
+
+
 class _CustomFunction:
   """What custom_jvp and custom_vjp share: the function, its non-differentiable argument
   positions, and a call that binds one equation (handed to a front end on its values)."""
@@ -230,14 +261,21 @@ class _CustomFunction:
   def _trace(self, args):
     """(name, flat array leaves of the differentiable arguments, their tree, the program
     of the function over them, the values it read from an enclosing trace (its extra
-    inputs), the output tree, the non-differentiable arguments)."""
+    inputs), the output tree, the non-differentiable arguments, and the leaves' values
+    where the function reads them in Python: the program is then their path)."""
     name = getattr(self.fun, "__qualname__", f"a {type(self).__name__} function")
     nondiff = self.nondiff_argnums
     leaves, in_tree = tree_flatten([a for i, a in enumerate(args) if i not in nondiff])
     leaves = [as_array(x) for x in leaves]
-    program, captured, out_tree = trace_flat(
-        lambda *xs: self.fun(*_full_args(args, nondiff, in_tree, xs)), _avals(leaves))
-    return name, leaves, in_tree, program, captured, out_tree, [args[i] for i in nondiff]
+    fun = lambda *xs: self.fun(*_full_args(args, nondiff, in_tree, xs))
+    values = None
+    try:
+      program, captured, out_tree = trace_flat(fun, _avals(leaves))
+    except ConcretizationError:  # Python reads values (a loop to convergence): their path
+      values = _values_of(leaves)
+      program, captured, out_tree = _trace_path(fun, leaves, values)
+    return (name, leaves, in_tree, program, captured, out_tree, [args[i] for i in nondiff],
+            values)
 
   def __call__(self, *args):
     missing = self._missing_rule()
@@ -277,7 +315,7 @@ class custom_jvp(_CustomFunction):
     return None if self.jvp else f"decorate one with @{self.__name__}.defjvp"
 
   def _bind(self, *args):
-    name, leaves, in_tree, program, captured, out_tree, nondiff = self._trace(args)
+    name, leaves, in_tree, program, captured, out_tree, nondiff, _ = self._trace(args)
 
     def rule(*xs):
       n = len(xs) // 2
@@ -327,7 +365,7 @@ class custom_vjp(_CustomFunction):
     return None if self.fwd else f"call {self.__name__}.defvjp(fwd, bwd)"
 
   def _bind(self, *args):
-    name, leaves, in_tree, program, captured, out_tree, nondiff = self._trace(args)
+    name, leaves, in_tree, program, captured, out_tree, nondiff, values = self._trace(args)
     n_out = len(program.outputs)
     res_trees = []
     diff_args = [a for i, a in enumerate(args) if i not in self.nondiff_argnums]
@@ -363,6 +401,8 @@ class custom_vjp(_CustomFunction):
                       pnp.broadcast_to(pnp.asarray(c, a.dtype), a.shape))
       return flat
 
+    if values is not None:  # fwd loops on values as the function did
+      fwd = _on_values(fwd, values)
     outs = custom_vjp_call_p.bind(*leaves, *captured, fun=program,
                                   fwd=Rule(fwd, f"{name}'s fwd"),
                                   bwd=Rule(bwd, f"{name}'s bwd"), n_args=len(leaves))

@@ -683,4 +683,4 @@ class _Union:
     return False
 
 
-pnp.register_front_end(Tensor, apply, on_values)
+pnp.register_front_end(Tensor, apply, on_values, lambda t: t.value)

@@ -19,6 +19,7 @@ select of every branch and `while_loop` into a loop until no example continues.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Sequence
 
 import numpy as np
@@ -338,6 +339,88 @@ batching.batch_rules[scan_p] = _scan_batch
 
 
 # ---------------------------------------------------------------------------------------
+# On a front end's values: eager tensors have values as they go, so the control flow runs
+# as Python's, each op recorded on the tape (as autograd's and PyTorch's tapes record a
+# loop, and as JAX runs these under disable_jit): closed-over tensors are differentiated
+# too. A static program's variables have no values yet: the whole op is recorded.
+
+def _value(x):
+  """A known value now: a front end's (its reader), else the array's."""
+  cls = pnp.front_end_of([x], {})
+  read = pnp.front_end_value(cls) if cls is not None else np.asarray
+  if read is None:
+    raise PrimcError(f"a bound or length of a loop on static program variables must be "
+                     f"a number, got {x!r:.80}")
+  return np.asarray(read(x))
+
+
+def _on_front_ends(python: Callable, unrolled: bool = False):
+  """The decorated op, or `python` (the same op in Python's control flow) where a value
+  of a front end with values is among the arguments, or of any front end where the op
+  is `unrolled` (a loop of known length: static programs record its steps' ops, so
+  closed-over variables are read as any op reads them)."""
+  def decorate(fn):
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+      cls = pnp.front_end_of(args, kwargs)
+      if cls is None:
+        return fn(*args, **kwargs)
+      if unrolled or pnp.front_end_value(cls) is not None:
+        return python(*args, **kwargs)
+      return pnp.takes_front_ends(fn)(*args, **kwargs)  # recorded whole
+    return wrapped
+  return decorate
+
+
+def _python_switch(index, branches, *operands):
+  k = int(_value(index))
+  if not 0 <= k < len(branches):
+    raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(branches)} "
+                          f"branches")
+  return branches[k](*operands)
+
+
+def _python_cond(pred, true_fun, false_fun, *operands):
+  value = _value(pred)
+  if value.shape != ():
+    raise PrimcError(f"cond needs a scalar predicate, got shape {value.shape}")
+  return (true_fun if value != 0 else false_fun)(*operands)
+
+
+def _python_while(cond_fun, body_fun, init_val):
+  val = init_val
+  while _value(cond_fun(val)) != 0:
+    val = body_fun(val)
+  return val
+
+
+def _python_fori(lower, upper, body_fun, init_val):
+  val = init_val
+  for i in range(int(_value(lower)), int(_value(upper))):
+    val = body_fun(i, val)
+  return val
+
+
+def _python_scan(f, init, xs=None, length=None, reverse=False):
+  x_leaves, x_tree = tree_flatten(xs) if xs is not None else ([], None)
+  lengths = {x.shape[0] if hasattr(x, "shape") else len(x) for x in x_leaves} | (
+      set() if length is None else {int(length)})
+  if len(lengths) != 1 or 0 in lengths or None in lengths:
+    raise PrimcError(f"scan on eager tensors or static variables needs one known length "
+                     f"above 0: xs' leading axes and length give {lengths}")
+  (n,) = lengths
+  carry, ys = init, []
+  for i in (range(n - 1, -1, -1) if reverse else range(n)):
+    x = tree_unflatten(x_tree, [leaf[i] for leaf in x_leaves]) if x_tree else None
+    carry, y = f(carry, x)
+    ys.append(tree_flatten(y))
+  if reverse:
+    ys.reverse()
+  stacked = [pnp.stack([leaves[k] for leaves, _ in ys]) for k in range(len(ys[0][0]))]
+  return carry, tree_unflatten(ys[0][1], stacked)
+
+
+# ---------------------------------------------------------------------------------------
 # The user's functions
 
 def _leaves(tree):
@@ -349,6 +432,7 @@ def _traced(x) -> bool:
   return isinstance(x, Tracer)
 
 
+@_on_front_ends(_python_switch)
 def switch(index, branches: Sequence[Callable], *operands):
   """branches[index](*operands): one branch runs. An index outside [0, len(branches)) is an
   error (JAX clamps it). Every branch returns the same structure, shapes and dtypes."""
@@ -391,6 +475,7 @@ def switch(index, branches: Sequence[Callable], *operands):
   return tree_unflatten(out_tree, outs)
 
 
+@_on_front_ends(_python_cond)
 def cond(pred, true_fun: Callable, false_fun: Callable, *operands):
   """true_fun(*operands) if pred else false_fun(*operands), with one branch running (a
   traced `pred` is a scalar; its truth is `pred != 0`)."""
@@ -405,6 +490,7 @@ def _truth(x):
   return x if aval_of(x).dtype == "bool" else pnp.not_equal(x, 0)
 
 
+@_on_front_ends(_python_while)
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   """val = body_fun(val) while cond_fun(val); the carry keeps its structure, shapes and
   dtypes. Forward-mode differentiable; reverse mode needs `scan` or `fori_loop` with
@@ -425,6 +511,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   return unflat(outs)
 
 
+@_on_front_ends(_python_scan, unrolled=True)
 def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = False):
   """carry, y = f(carry, x) for each x along the leading axis of xs (a pytree; None with
   `length` for no xs); returns (final carry, ys stacked along a new leading axis).
@@ -460,6 +547,7 @@ def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = 
           tree_unflatten(y_tree[-1], outs[len(c_leaves):]))
 
 
+@_on_front_ends(_python_fori, unrolled=True)
 def fori_loop(lower, upper, body_fun: Callable, init_val):
   """val = body_fun(i, val) for i in range(lower, upper). Constant bounds make it a scan
   (differentiable in both modes); traced bounds a while_loop (forward mode only)."""

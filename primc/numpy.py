@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import collections
 import functools
+import inspect
 import math
 import operator
 from typing import Callable, Sequence
@@ -28,6 +29,7 @@ from primc import prims as P
 from primc.core import (FLOAT_DTYPES, SUPPORTED_DTYPES, PrimcError, PrimcIndexError,
                         PrimcTypeError, ShapedArray, ShapeError, index_error)
 from primc.batching import batch_program
+from primc.tree import tree_flatten
 from primc.trace import (Tracer, aval_of, eval_program, locate, size_constant, trace_flat,
                          tracing, user_op, user_source)
 from primc.trace import as_array as leaf_array
@@ -1601,6 +1603,13 @@ def add_n(inputs):
 # that every op takes them (and their operators, methods and numpy's own functions work).
 
 _front_ends: list[tuple[type, Callable]] = []  # (class, apply(op, args, kwargs))
+_front_end_values: dict[type, Callable | None] = {}  # class -> value(x), or None
+
+
+def front_end_value(cls: type) -> Callable | None:
+  """How to read a `cls` value's numpy value now (None: the front end has no values yet,
+  as static programs' variables)."""
+  return _front_end_values.get(cls)
 
 
 def _mentions(args, kwargs, cls) -> bool:
@@ -1619,6 +1628,38 @@ def on_front_ends(fn, args, kwargs):
     if _mentions(args, kwargs, cls):
       return apply(fn, args, kwargs)
   return fn(*args, **kwargs)
+
+
+def front_end_of(args, kwargs) -> type | None:
+  """The front end class of a value anywhere among the arguments (in pytrees too)."""
+  leaves = tree_flatten((list(args), kwargs))[0]
+  for cls, _ in _front_ends:
+    if builtins.any(isinstance(x, cls) for x in leaves):
+      return cls
+  return None
+
+
+def takes_front_ends(fn):
+  """`fn` (a function of primc.scipy, primc.lax) handing a call with a front end's value
+  anywhere among its arguments to that front end, as primc.numpy's ops do (without their
+  numpy twin: a numpy function of the same name may mean another thing)."""
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    cls = front_end_of(args, kwargs) if _front_ends else None
+    if cls is None:
+      return fn(*args, **kwargs)
+    return dict(_front_ends)[cls](fn, args, kwargs)
+  wrapped._takes_front_ends = True
+  return wrapped
+
+
+def wrap_public_functions(namespace: dict, module: str) -> None:
+  """`takes_front_ends` on each public function of `namespace` (a module's globals) that
+  does not take them yet."""
+  for name, value in list(namespace.items()):
+    if (not name.startswith("_") and inspect.isfunction(value)
+        and not getattr(value, "_takes_front_ends", False)):
+      namespace[name] = takes_front_ends(value)
 
 
 # A call on plain values (arrays of primc's dtypes and numbers, and lists or tuples of
@@ -1720,15 +1761,19 @@ def _front_end_aware(fn):
           return out
     return on_front_ends(fn, args, kwargs)
   wrapped.__wrapped_op__ = fn
+  wrapped._takes_front_ends = True
   return wrapped
 
 
-def register_front_end(cls: type, apply: Callable, fallback: Callable) -> None:
+def register_front_end(cls: type, apply: Callable, fallback: Callable,
+                       value: Callable | None = None) -> None:
   """Makes every op of this module take `cls` values: a call given one runs as
   `apply(op, args, kwargs)`; `cls` gets the operators and methods of traced arrays; numpy's
   own functions and ufuncs on its values run the op of the same name, else
-  `fallback(func, args, kwargs)`."""
+  `fallback(func, args, kwargs)`. `value(x)`: the numpy value of one, where the front end
+  has values as it goes (the eager tape: primc.lax's control flow then runs as Python's)."""
   _front_ends.append((cls, apply))
+  _front_end_values[cls] = value
   g = globals()
   for name, fn in _TRACER_METHODS.items():
     if isinstance(fn, property):
@@ -1752,7 +1797,8 @@ def refuse_numpy(what: str) -> Callable:
 def _wrap_ops():
   g = globals()
   skip = {"asarray", "broadcast_shapes", "register_front_end", "refuse_numpy",
-          "operator_index", "on_front_ends", "shape", "size", "ndim", "result_type",
+          "operator_index", "on_front_ends", "front_end_of", "takes_front_ends", "front_end_value",
+          "wrap_public_functions", "shape", "size", "ndim", "result_type",
           "ascontiguousarray", "linspace", "arange", "empty", "empty_like", "identity",
           "tri", "logspace", "geomspace", "triu_indices_from", "tril_indices_from",
           "diag_indices_from", "isrealobj", "iscomplexobj", "isscalar"}

@@ -9,7 +9,9 @@ which the transforms treat as a constant.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
+import dis
 import os
 import sys
 import threading
@@ -32,6 +34,7 @@ class _State(threading.local):
   def __init__(self):
     self.builders: list[Builder] = []
     self.user_ops: list[str] = []
+    self.refused: PrimcError | None = None  # the last write into a numpy array refused
 
 
 _state = _State()
@@ -46,6 +49,9 @@ class Builder:
     self.inputs: list[Var] = []
     self.eqns: list[Eqn] = []
     self.captured: dict[int, tuple[Tracer, Var]] = {}   # id(outer tracer) -> (tracer, var)
+    # in a trace of values: each value Python read (a branch, an index), as (var, value,
+    # source line), in order; the program is valid where these come out the same
+    self.guards: list[tuple[Var, np.ndarray, str]] = []
 
   def new_input(self, aval: ShapedArray) -> "Tracer":
     v = Var(aval)
@@ -104,24 +110,37 @@ class Tracer:
   def __repr__(self):
     return f"Tracer<{self.aval}>"
 
+  def _read(self):
+    """This value, read by Python in a trace of values (a graph break): recorded as a
+    guard of the program (`Builder.guards`)."""
+    _refuse_numpy_write(self)
+    if self.builder.concrete:
+      self.builder.guards.append((self.ir_var, self.concrete, user_source()))
+    return self.concrete
+
   def __bool__(self):
     if self.concrete is not None:  # a trace of values: this call takes this branch
-      return bool(self.concrete)
+      return bool(self._read())
     raise ConcretizationError(f"the truth value of a traced array {self.aval} is not known while "
                      f"tracing (a Python `if` or `while` on a traced value): use "
                      f"primc.lax.cond / switch / while_loop / fori_loop / scan, or "
                      f"pnp.where, at {user_source()}")
 
   def _concrete(self, kind):
+    _refuse_numpy_write(self)
     raise ConcretizationError(f"{kind}() of a traced array {self.aval} is not known while tracing "
                      f"(its value exists only when the program runs): keep it an array "
                      f"(pnp.astype for a dtype, the value itself in arithmetic), at "
                      f"{user_source()}")
 
   def __float__(self):
+    if self.concrete is not None and self.concrete.dtype.kind in "iub":
+      return float(self._read())  # a trace of values: a count (its derivative is zero)
     self._concrete("float")
 
   def __int__(self):
+    if self.concrete is not None:  # a trace of values: a step function (derivative zero)
+      return int(self._read())
     self._concrete("int")
 
   def __complex__(self):
@@ -129,16 +148,39 @@ class Tracer:
 
   def __index__(self):
     if self.concrete is not None and self.concrete.dtype.kind in "iub":
-      return int(self.concrete)  # a trace of values: an index (its derivative is zero)
+      return int(self._read())  # a trace of values: an index (its derivative is zero)
     self._concrete("index (an int)")
 
   def __array__(self, *a, **k):
     if self.concrete is not None and self.concrete.dtype.kind in "iub":
-      return self.concrete  # a trace of values: an index array (no derivative to lose)
+      return self._read()  # a trace of values: an index array (no derivative to lose)
+    _refuse_numpy_write(self)
     raise PrimcError(f"a traced array {self.aval} cannot be converted to a numpy array while "
                      f"tracing, at {user_source()}")
 
   __hash__ = object.__hash__
+
+
+_STORES = {dis.opmap[name] for name in ("STORE_SUBSCR", "STORE_SLICE") if name in dis.opmap}
+
+
+def _refuse_numpy_write(tracer) -> None:
+  """Raises where Python converts a traced value to store it into a numpy array
+  (`buf[i] = x`: numpy asks the value for its float, int or array): the caller's array
+  lives outside the program, so the write cannot be functionalized (a traced array's
+  `x[i] = v` is: primc.numpy's `_setitem`)."""
+  frame = sys._getframe(2)
+  while frame is not None and frame.f_code.co_filename.startswith(_PKG_DIRS):
+    frame = frame.f_back
+  if frame is None or frame.f_code.co_code[frame.f_lasti] not in _STORES:
+    return
+  error = PrimcError(f"a traced value {tracer.aval} is written into a numpy array, at "
+                   f"{frame.f_code.co_filename}:{frame.f_lineno}: the array is outside the "
+                   f"program, so the write cannot become part of it. Write into a primc "
+                   f"array instead (buf = pnp.zeros(...) or pnp.array(buf), then "
+                   f"buf[i] = value; or buf.at[i].set(value)) and return it")
+  _state.refused = error  # numpy replaces it by its own ValueError where a scalar is
+  raise error             # stored: `trace_flat` raises this one instead
 
 
 def tracing() -> bool:
@@ -256,8 +298,12 @@ def _compute_beside(prim: Primitive, args, params, tracers) -> None:
     if value is None:
       return
     values.append(value)
-  with np.errstate(all="ignore"):
-    out = impl_rules[prim](*values, **params)
+  builders, _state.builders = _state.builders, []  # (a rule running a program: eagerly)
+  try:
+    with np.errstate(all="ignore"):
+      out = impl_rules[prim](*values, **params)
+  finally:
+    _state.builders = builders
   for t, o in zip(tracers, out if prim.multiple_results else (out,)):
     t.concrete = np.asarray(o)
 
@@ -275,13 +321,16 @@ WEAK_TYPES = (float, int, bool)
 
 
 def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray],
-               weak: Sequence[bool] = (), concrete: Sequence | None = None
-               ) -> tuple[Program, list, Any]:
+               weak: Sequence[bool] = (), concrete: Sequence | None = None,
+               guards: list | None = None) -> tuple[Program, list, Any]:
   """Traces `fn(*flat_tracers)` (returning a pytree of arrays) into a Program; the inputs
   flagged in `weak` stand for Python scalars (`weak_leaves`). With `concrete` (the
   inputs' values), every traced value carries its value too, so Python's `if x > 0:` and
   `a[i]` take this call's branch and index: the program is this call's path, valid for
-  these values (a transform of it runs once, as autograd's tape does).
+  these values (a transform of it runs once, as autograd's tape does). The values Python
+  read on the way (graph breaks: `Tracer._read`) are then the program's last outputs,
+  their (value, source line) appended to `guards`: the program is valid for other
+  inputs where they come out the same (`lift_guards`, `primc.compile`'s paths).
 
   Returns:
     (program, captured, out_tree): the program's inputs are the given avals followed by one
@@ -295,18 +344,72 @@ def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray],
       arg.weak = is_weak
     for arg, value in zip(args, concrete or ()):
       arg.concrete = None if value is None else np.asarray(value)
-    out = fn(*args)
+    _state.refused = None
+    try:
+      out = fn(*args)
+    except ValueError as e:
+      if _state.refused is not None and "sequence" in str(e):
+        raise _state.refused from None
+      raise
     leaves, out_tree = tree_flatten(out)
     out_atoms = []
     for x in leaves:
       if not isinstance(x, (Tracer, np.ndarray, Lit)) and not np.isscalar(x):
         raise PrimcError(f"a traced function returned {type(x).__name__}, expected arrays")
       out_atoms.append(builder.atom(x if isinstance(x, (Tracer, Lit)) else np.asarray(x)))
+    if guards is not None:
+      out_atoms += [var for var, _, _ in builder.guards]
+      guards += [(value, source) for _, value, source in builder.guards]
   finally:
     _state.builders.pop()
   captured = [t for t, _ in builder.captured.values()]
   inputs = tuple(builder.inputs) + tuple(v for _, v in builder.captured.values())
   return Program(inputs, tuple(builder.eqns), tuple(out_atoms)), captured, out_tree
+
+
+def lift_guards(program: Program, guards: Sequence, args: Sequence) -> Program:
+  """`program` (traced with `guards=`) without its guard outputs. Inside an enclosing
+  trace of values (a transform called under `jit`'s graph breaks, perhaps within a
+  transform that traces without values, as jacfwd's vmap), its guards become guards of
+  the innermost such trace that holds every value they read: the part of the program
+  that computes them is run there on `args` (the program's inputs, captured ones
+  included), so that trace's program checks them too."""
+  n = len(guards)
+  if not n:
+    return program
+  main = Program(program.inputs, program.eqns, program.outputs[:-n])
+  tail = _pruned(Program(program.inputs, program.eqns, program.outputs[-n:]))
+  used = {id(a) for e in tail.eqns for a in e.inputs} | {id(a) for a in tail.outputs}
+  pairs = [(v, x) for v, x in zip(program.inputs, args) if id(v) in used]
+  tail = Program(tuple(v for v, _ in pairs), tail.eqns, tail.outputs)
+  levels = [x.builder.level for _, x in pairs if isinstance(x, Tracer)]
+  target = next((b for b in reversed(_state.builders)
+                 if b.concrete and all(level <= b.level for level in levels)), None)
+  if target is None:
+    if builtins.any(b.concrete for b in _state.builders):  # (no value could be read)
+      raise ConcretizationError("a graph break reads a value no enclosing trace has")
+    return main  # run once, as it is: nothing to check later
+  stack = _state.builders
+  _state.builders = stack[:target.level + 1]
+  try:
+    outs = eval_program(tail, *[x for _, x in pairs])
+  finally:
+    _state.builders = stack
+  for t, (value, source) in zip(outs, guards):
+    if isinstance(t, Tracer) and t.builder is target:
+      target.guards.append((t.ir_var, value, source))
+  return main
+
+
+def _pruned(program: Program) -> Program:
+  """The equations the outputs need (no equation has an effect)."""
+  live = {id(v) for v in program.outputs if isinstance(v, Var)}
+  kept = []
+  for eqn in reversed(program.eqns):
+    if any(id(v) in live for v in eqn.outputs):
+      kept.append(eqn)
+      live.update(id(a) for a in eqn.inputs if isinstance(a, Var))
+  return Program(program.inputs, tuple(reversed(kept)), program.outputs)
 
 
 def literal(a: Lit):

@@ -174,13 +174,14 @@ def test_tensor_jacobian_product_contracts_leading_output_axes(lead):
 def test_grad_of_a_non_float_output_is_a_type_error():
   with pytest.raises(TypeError, match="one-element float output"):
     primc.grad(lambda x: pnp.allclose(x, x * 3.0 / 3.0))(np.ones(3))
-  # a branch on a value: outside jit, this call's path (see test_python_control_flow);
-  # under jit, a TypeError naming it
+  # a branch on a value: this call's path, under jit a graph break (see
+  # test_python_control_flow); with fullgraph=True, a TypeError naming it
   f = lambda x: pnp.sum(x) if x[0] else 0.0
-  np.testing.assert_array_equal(primc.grad(f)(np.ones(3)), np.ones(3))
-  np.testing.assert_array_equal(primc.grad(f)(np.zeros(3)), np.zeros(3))
+  for transform in (primc.grad, lambda f: primc.jit(primc.grad(f))):
+    np.testing.assert_array_equal(transform(f)(np.ones(3)), np.ones(3))
+    np.testing.assert_array_equal(transform(f)(np.zeros(3)), np.zeros(3))
   with pytest.raises(TypeError, match="truth value"):
-    primc.jit(primc.grad(f))(np.ones(3))
+    primc.jit(primc.grad(f), fullgraph=True)(np.ones(3))
 
 
 @pytest.mark.parametrize("path", ["eager", "jit_outside"])

@@ -73,11 +73,19 @@ def test_data_dependent_python_control_flow_is_a_clear_error():
     primc.make_program(f)(F(3))
 
 
-@pytest.mark.parametrize("convert,kind", [(float, "float"), (int, "int"),
-                                          (lambda t: [1, 2][t], "index")])
+@pytest.mark.parametrize("convert,kind", [(float, "float"), (lambda t: [1, 2][t], "index")])
 def test_python_numbers_of_traced_values_are_clear_errors(convert, kind):
-  with pytest.raises(primc.PrimcError, match=rf"{kind}.* of a traced array .*test_errors.py"):
-    primc.grad(lambda x: convert(x[0]) * x[1])(np.ones(2))
+  # a float's float would lose its derivative, a float is no index: errors, in every trace
+  for transform in (primc.grad, primc.jit):
+    with pytest.raises(primc.PrimcError, match=rf"{kind}.* of a traced array .*test_errors.py"):
+      transform(lambda x: convert(x[0]) * x[1])(np.ones(2))
+
+
+def test_int_of_a_traced_value_is_a_step_with_derivative_zero():
+  f = lambda x: int(x[0]) * x[1]  # (a graph break under jit: primc.breaks)
+  for transform in (primc.grad, lambda f: primc.jit(primc.grad(f))):
+    np.testing.assert_array_equal(transform(f)(np.array([2.7, 1.0])), [0.0, 2.0])
+    np.testing.assert_array_equal(transform(f)(np.array([-1.5, 1.0])), [0.0, -1.0])
 
 
 def test_escaped_tracer_is_a_clear_error():

@@ -131,8 +131,8 @@ def test_reverse_mode_through_while_is_a_clear_error_everywhere(where, how):
 def test_while_loop_reverse_mode_and_python_if_are_clear_errors():
   with pytest.raises(primc.PrimcError, match="reverse-mode differentiation through while"):
     primc.grad(_doubling)(np.array(0.5))
-  with pytest.raises(primc.PrimcError, match="primc.lax.cond"):
-    primc.jit(lambda x: x * 2 if pnp.sum(x) > 0 else x)(X)
+  with pytest.raises(primc.PrimcError, match="primc.lax.cond"):  # (else a graph break)
+    primc.jit(lambda x: x * 2 if pnp.sum(x) > 0 else x, fullgraph=True)(X)
 
 
 def _scan_body(c, x):

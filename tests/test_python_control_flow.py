@@ -76,8 +76,139 @@ def test_a_traced_index_into_a_numpy_array():
   np.testing.assert_allclose(primc.grad(idx)(x), table[np.argsort(x)])
 
 
-def test_under_jit_a_branch_on_a_value_is_a_clear_error():
+def _same_path_nearby(steps, x, eps):
+  paths = []
+  for point in [x] + [x + s * eps * e for e in np.eye(len(x)) for s in (1, -1)]:
+    record = []
+    _program(steps, NP_OPS, record)(point)
+    paths.append(record)
+  return all(p == paths[0] for p in paths)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(STEPS, st.lists(st.lists(st.floats(-1, 1, allow_nan=False), min_size=3, max_size=3),
+                       min_size=2, max_size=4))
+def test_under_jit_graph_breaks_take_each_calls_path(steps, points):
+  """One jitted function called on inputs that take different paths: each call's value
+  and gradient are its own path's (numpy, finite differences), whichever paths were
+  compiled before (the guards are checked on every call)."""
+  eps = 1e-6
+  points = [np.array(p) for p in points]
+  assume(all(_same_path_nearby(steps, x, eps) for x in points))
+  from primc.settings import config
+  config.interpret = True  # the programs on the interpreter (compiled: the tests below)
+  try:
+    value = primc.jit(_program(steps, OPS))
+    gradient = primc.jit(primc.grad(_program(steps, OPS)))
+    hessian = primc.jit(primc.hessian(_program(steps, OPS)))  # breaks inside jacfwd's vmap
+    f = _program(steps, NP_OPS)
+    g = lambda p: primc.grad(_program(steps, OPS))(p)
+    for x in points + points[::-1]:
+      np.testing.assert_allclose(value(x), f(x), rtol=1e-10, atol=1e-12)
+      fd = [(f(x + eps * e) - f(x - eps * e)) / (2 * eps) for e in np.eye(3)]
+      np.testing.assert_allclose(gradient(x), fd, rtol=1e-5, atol=1e-5)
+      fd2 = np.stack([(g(x + eps * e) - g(x - eps * e)) / (2 * eps) for e in np.eye(3)])
+      np.testing.assert_allclose(hessian(x), fd2, rtol=1e-4, atol=1e-4)
+  finally:
+    config.interpret = False
+
+
+def _newton_sqrt(x):
+  y = x
+  while pnp.abs(y * y - x).max() > 1e-12:
+    y = 0.5 * (y + x / y)
+  return pnp.sum(y)
+
+
+def test_under_jit_a_while_loop_on_values_compiles_per_trip_count(caplog):
+  f = primc.jit(_newton_sqrt)
+  g = primc.jit(primc.grad(_newton_sqrt))
+  h = primc.jit(primc.hessian(_newton_sqrt))
+  inputs = [np.array([4.0, 9.0, 2.0]), np.array([1e4, 3.0, 7.0]), np.array([4.0, 9.0, 2.0])]
+  with caplog.at_level("WARNING", logger="primc"):
+    for x in inputs:
+      np.testing.assert_allclose(f(x), np.sqrt(x).sum(), rtol=1e-12)
+      np.testing.assert_allclose(g(x), 0.5 / np.sqrt(x), rtol=1e-9)
+      # (the unrolled iterations' own second derivative: the path's, outside jit)
+      np.testing.assert_allclose(h(x), primc.hessian(_newton_sqrt)(x), rtol=1e-9, atol=1e-15)
+  (paths,) = [entry[0] for entry in f._compiled.values()]
+  assert len(paths.paths) == 2  # two trip counts, the third call reused the first's
+  breaks = [r.getMessage() for r in caplog.records if "graph break" in r.getMessage()]
+  assert breaks and all("test_python_control_flow.py" in m for m in breaks)
+  assert len(breaks) == len(set(breaks))  # once per function and line
+
+
+def test_fullgraph_makes_a_graph_break_an_error():
   def f(x):
     return x * 2.0 if pnp.sum(x) > 0 else x
-  with pytest.raises(primc.PrimcError, match="if"):
-    primc.jit(f)(np.ones(2))
+  with pytest.raises(primc.PrimcError, match="if.*fullgraph"):
+    primc.jit(f, fullgraph=True)(np.ones(2))
+  np.testing.assert_allclose(primc.jit(f)(np.ones(2)), [2.0, 2.0])
+  np.testing.assert_allclose(primc.jit(f)(-np.ones(2)), [-1.0, -1.0])
+
+
+def test_under_jit_an_int_of_a_traced_index_is_a_break():
+  table = np.arange(10.0) ** 2
+  def f(x):
+    k = int(pnp.argmax(x))
+    return x[k] * table[k]
+  jf, jg = primc.jit(f), primc.jit(primc.grad(f))
+  for x in (np.array([1.0, 5.0, 2.0]), np.array([7.0, 5.0, 2.0]), np.array([1.0, 5.0, 8.0])):
+    k = int(np.argmax(x))
+    np.testing.assert_allclose(jf(x), x[k] * table[k])
+    np.testing.assert_allclose(jg(x), np.eye(3)[k] * table[k])
+
+
+def _fixed_point():
+  """autograd's fixed_point, as a custom_vjp: the forward loops to convergence on values;
+  bwd by the implicit function theorem, z = cos(z) a."""
+  @primc.custom_vjp
+  def solve(a):
+    z = a * 0.0
+    while True:
+      z_next = pnp.cos(z) * a
+      if pnp.abs(z_next - z).max() < 1e-13:
+        return z_next
+      z = z_next
+
+  def fwd(a):
+    z = solve(a)
+    return z, (a, z)
+
+  def bwd(res, g):
+    a, z = res
+    return (g * pnp.cos(z) / (1.0 + a * pnp.sin(z)),)
+  solve.defvjp(fwd, bwd)
+  return solve
+
+
+def test_a_custom_vjp_whose_forward_loops_on_values():
+  solve = _fixed_point()
+  a = np.array([0.5, 0.7, 0.9])
+  z = a * 0.0
+  for _ in range(500):
+    z = np.cos(z) * a
+  want = np.cos(z) / (1 + a * np.sin(z))
+  loss = lambda a: pnp.sum(solve(a))
+  for fn in (primc.grad(loss), primc.jit(primc.grad(loss))):
+    np.testing.assert_allclose(fn(a), want, rtol=1e-10)
+  np.testing.assert_allclose(primc.jit(solve)(a), z, rtol=1e-12)
+
+
+def test_writing_a_traced_value_into_a_numpy_array_is_refused():
+  buf = np.zeros(3)
+  def scalar(x):
+    buf[0] = x[0]
+    return pnp.sum(x)
+  def row(x):
+    buf[:] = x
+    return pnp.sum(x)
+  def index(x):
+    buf[1] = pnp.argmax(x)
+    return pnp.sum(x)
+  for f in (scalar, row, index):
+    for transform in (primc.grad, primc.jit):
+      with pytest.raises(primc.PrimcError, match="written into a numpy array.*"
+                         "test_python_control_flow.py"):
+        transform(f)(np.ones(3))
+  assert not buf.any()

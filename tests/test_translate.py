@@ -37,6 +37,18 @@ def both(source: str, arg_types: tuple, globals_=None):
   return _compiled[key]
 
 
+def _numpy_value(source, typed):
+  with np.errstate(all="ignore"):
+    return eval(source.split("return ", 1)[1], {"np": np, "math": math},
+                dict(zip("ab", typed)))
+
+
+def _min_by_minus_one(typed) -> bool:
+  """int64's MIN // -1 (narrower ints are computed in int64 by both: no overflow)."""
+  return len(typed) == 2 and all(isinstance(t, np.signedinteger) for t in typed) and (
+      int(typed[0]) == np.iinfo(np.int64).min and int(typed[1]) == -1)
+
+
 def same(source: str, arg_types: tuple, *args, globals_=None, required=True):
   """Runs both versions on `args`: the same result type and bits (NaNs alike). A case the
   translator refuses fails when `required` (the kernels' subset), else passes."""
@@ -50,9 +62,9 @@ def same(source: str, arg_types: tuple, *args, globals_=None, required=True):
   try:
     want = reference(*typed)
   except ZeroDivisionError:  # numba's kernel fails (0.0 ** -n): the translation gives
-    with np.errstate(all="ignore"):  # numpy's value
-      want = eval(source.split("return ", 1)[1], {"np": np, "math": math},
-                  dict(zip("ab", typed)))
+    want = _numpy_value(source, typed)  # numpy's value
+  if "//" in source and _min_by_minus_one(typed):  # numba: 0; numpy and the translation:
+    want = _numpy_value(source, typed)             # MIN (wrapped)
   assert str(reference.nopython_signatures[-1].return_type) == ret, (source, arg_types)
   with np.errstate(over="ignore"):  # numpy's value of 0.0 ** -n, float64 -> float32
     want = np.asarray(want, ret)

@@ -141,3 +141,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'primc.scipy.linalg' has no attribute {name!r}")
   raise NotSupportedError(f"primc.scipy.linalg.{name} (scipy.linalg.{name}) is not "
                           f"supported yet; the README's scipy section lists what is")
+
+
+pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

@@ -236,3 +236,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'primc.scipy.special' has no attribute {name!r}")
   raise NotSupportedError(f"primc.scipy.special.{name} (scipy.special.{name}) is not "
                           f"supported yet; the README's scipy section lists what is")
+
+
+pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

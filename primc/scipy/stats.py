@@ -24,7 +24,7 @@ class _Distribution:
     self.name = name
     for method, fn in methods.items():
       fn.__name__ = f"{name}.{method}"
-      setattr(self, method, _op(fn))
+      setattr(self, method, pnp.takes_front_ends(_op(fn)))
 
   def rvs(self, *args, **kwargs):
     """Samples, from scipy itself: sampling is not differentiated (as in autograd and
@@ -320,3 +320,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'primc.scipy.stats' has no attribute {name!r}")
   raise NotSupportedError(f"primc.scipy.stats.{name} (scipy.stats.{name}) is not supported "
                           f"yet; the README's scipy section lists what is")
+
+
+pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too
