@@ -38,18 +38,19 @@ FILES = [f"{e}.py" for e in EXAMPLES]  # (lstm imports rnn; hmm_em reads lstm.py
 
 # The imports changed: run before the example, in its process
 HARNESS = textwrap.dedent("""
-    import sys, types
+    import sys, types, importlib.util
     mode = sys.argv[1]
-    stub = types.ModuleType("matplotlib")
-    class _Any:
-        def __getattr__(self, name): return _Any()
-        def __call__(self, *a, **k): return _Any()
-        def __iter__(self): return iter(())
-    plt = _Any()
-    stub.pyplot = plt
-    stub.use = lambda *a, **k: None
-    sys.modules["matplotlib"] = stub
-    sys.modules["matplotlib.pyplot"] = plt
+    if importlib.util.find_spec("matplotlib") is None:  # else the real one, on Agg
+      stub = types.ModuleType("matplotlib")
+      class _Any:
+          def __getattr__(self, name): return _Any()
+          def __call__(self, *a, **k): return _Any()
+          def __iter__(self): return iter(())
+      plt = _Any()
+      stub.pyplot = plt
+      stub.use = lambda *a, **k: None
+      sys.modules["matplotlib"] = stub
+      sys.modules["matplotlib.pyplot"] = plt
     if mode == "primc":
         import numpy, numpy.random, primc, primc.numpy, primc.scipy
         import primc.scipy.special, primc.scipy.stats, primc.scipy.signal, primc.scipy.linalg
@@ -64,8 +65,13 @@ HARNESS = textwrap.dedent("""
         sys.modules["autograd.numpy"] = autograd.numpy = primc.numpy
         sys.modules["autograd.numpy.random"] = primc.numpy.random = numpy.random
         sys.modules["autograd.scipy"] = autograd.scipy = primc.scipy
-        for sub in ("special", "stats", "signal", "linalg"):
-            sys.modules["autograd.scipy." + sub] = sys.modules["primc.scipy." + sub]
+        import primc.scipy.integrate
+        for name in [m for m in sys.modules if m.startswith("primc.scipy.")]:
+            sys.modules["autograd" + name[len("primc"):]] = sys.modules[name]
+        import autograd.builtins  # autograd's containers: Python's own
+        for name in ("tuple", "list", "dict"):
+            setattr(autograd.builtins, name, __builtins__[name] if isinstance(
+                __builtins__, dict) else getattr(__builtins__, name))
         for name in ("grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian",
                      "grad_and_aux", "make_vjp", "make_jvp", "hessian_tensor_product",
                      "hessian_vector_product", "tensor_jacobian_product",
@@ -77,8 +83,13 @@ HARNESS = textwrap.dedent("""
                 primc.check_grads(f, args, order=order, modes=tuple(modes))
             return check if x is None else check(x)
         autograd.test_util.check_grads = check_grads
-        import primc.tree_util
-        autograd.misc.flatten = primc.tree_util.ravel_pytree  # the example's `flatten`
+        import primc.tree_util  # the example's `flatten`, `flatten_func`
+        flat_module = sys.modules["autograd.misc.flatten"]  # (autograd.misc.flatten is
+        flat_module.flatten = primc.tree_util.ravel_pytree  # the function there)
+        flat_module.flatten_func = primc.tree_util.flatten_func
+        autograd.misc.flatten = primc.tree_util.ravel_pytree
+        for name in ("linalg", "fft"):
+            sys.modules["autograd.numpy." + name] = sys.modules["primc.numpy." + name]
     sys.argv = [sys.argv[2]]
     sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
     import runpy

@@ -20,6 +20,7 @@ import functools
 import inspect
 import math
 import operator
+import sys
 from typing import Callable, Sequence
 
 import numpy as np
@@ -30,8 +31,8 @@ from primc.core import (FLOAT_DTYPES, SUPPORTED_DTYPES, PrimcError, PrimcIndexEr
                         PrimcTypeError, ShapedArray, ShapeError, index_error)
 from primc.batching import batch_program
 from primc.tree import tree_flatten
-from primc.trace import (Tracer, aval_of, eval_program, locate, size_constant, trace_flat,
-                         tracing, user_op, user_source)
+from primc.trace import (Tracer, aval_of, eval_program, locate, refresh_view, size_constant,
+                         trace_flat, tracing, user_op, user_source)
 from primc.trace import as_array as leaf_array
 
 
@@ -1673,7 +1674,8 @@ def wrap_public_functions(namespace: dict, module: str) -> None:
 # refuses (a Paddle keyword, an error: primc's path names the op in its own words), one
 # with `out=` (primc writes no argument), and a result primc would not give (a dtype it
 # lacks; float16 from non-float16 operands, where primc's floats of bools are float64).
-# numpy's scalars come back as 0-d arrays, as primc's ops return them; numpy's warnings
+# numpy's scalars come back as numpy's scalars (a float64 is a Python float: matplotlib's
+# `alpha=`, `f"{x:.3f}"` take it), as numpy and autograd return them; numpy's warnings
 # (a log of 0) are numpy's.
 _OWN_SEMANTICS = frozenset({"zeros", "ones", "full", "eye", "array"})
 _PLAIN_TYPES = frozenset({int, float, bool, complex, str, type(None), type,
@@ -1697,12 +1699,11 @@ def _plain(x) -> int:
 
 
 def _numpy_result(out, half: bool):
-  """numpy's result as primc's ops give it (0-d arrays for scalars), or None where primc's
-  would differ."""
-  if isinstance(out, np.generic):
-    out = np.asarray(out)
+  """numpy's result as numpy gives it (a scalar as numpy's scalar: a float64 is a Python
+  float, which plotting and formatting code takes, as numpy and autograd give it), or
+  None where primc's would differ."""
   t = type(out)
-  if t is np.ndarray:
+  if t is np.ndarray or isinstance(out, np.generic):
     return out if out.dtype in _NATIVE and (half or out.dtype is not _HALF) else None
   if t is tuple or t is list:
     parts = [_numpy_result(o, half) for o in out]
@@ -1717,7 +1718,8 @@ def _concrete(twin, args, kwargs, half):
   if builtins.any(_has_array(a) for a in (*args, *kwargs.values())):
     return None
   out = _numpy_result(twin(*args, **kwargs), half)
-  return out if type(out) is np.ndarray and out.ndim == 0 else None
+  return out if out is not None and np.ndim(out) == 0 and not isinstance(out, (
+      list, tuple)) else None
 
 
 def _has_array(x) -> bool:
@@ -4305,9 +4307,13 @@ Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 
 # In-place updates while tracing: `y[idx] = v` on an array made in the traced function is
 # functionalized into `y = y.at[idx].set(v)` (the tracer takes the new value), as
-# PyTorch's functionalization rewrites mutations. Arrays numpy would make views of it
-# record their base: writing into such a view, or reading one after its base changed,
-# is refused (numpy's view would see the write), never silently different.
+# PyTorch's functionalization rewrites mutations. An array numpy may make a view of
+# another records its base and the view ops from it: a write into the view writes
+# through into the base (each op undone: a slice's update is the base's `.at[].set`, a
+# reshape's the reshape back, a transpose's the inverse permutation), and a view read
+# after its base changed is taken again from it, so every name sees every write as in
+# numpy. Whether numpy makes a view or a copy (a basic slice or an integer array; a
+# reshape of a transposed array) numpy itself decides, on an array of the base's shape.
 
 # numpy's floating-point error handling governs numpy's own loops (plain values, the
 # interpreter); compiled code gives IEEE results (inf, nan) without raising or warning
@@ -4316,16 +4322,36 @@ seterrcall, geterrcall = np.seterrcall, np.geterrcall
 
 _VIEWS = ("getitem", "reshape", "transpose", "moveaxis", "expand_dims", "squeeze", "ravel",
           "swapaxes", "broadcast_to")
+_RAW_VIEWS = {name: globals()[name] for name in _VIEWS}  # (not recording views)
 
 
 def _viewing(fn):
+  name = fn.__name__
+
   @functools.wraps(fn)
   def view(x, *args, **kwargs):
     out = fn(x, *args, **kwargs)
-    if type(x) is Tracer and type(out) is Tracer and out is not x:
-      out.base = x.base or (x, x.version)
+    if type(x) is Tracer and type(out) is Tracer and out is not x and not (
+        name == "getitem" and _copies(args[0], aval_of(x).ndim)):
+      root, version, path = x.base or (x, x.version, ())
+      out.base = (root, version, path + ((name, args, kwargs),))
+      if x.base is not None and name in ("reshape", "ravel") and (
+          _numpy_views(out) == "copy"):  # (numpy copies a transposed array's reshape)
+        out.base = None
     return out
   return view
+
+
+def _copies(idx, ndim: int) -> bool:
+  """Whether numpy's x[idx] is a copy: an integer or boolean array (or list, or traced)
+  among the index, or an integer for every dimension (a scalar)."""
+  entries = idx if isinstance(idx, tuple) else (idx,)
+  if not builtins.all(e is None or e is Ellipsis or isinstance(e, builtins.slice) or (
+      isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_)))
+      for e in entries):
+    return True
+  return Ellipsis not in entries and builtins.sum(
+      isinstance(e, (int, np.integer)) for e in entries) == ndim
 
 
 for _name in _VIEWS:
@@ -4334,20 +4360,113 @@ Tracer.__getitem__ = getitem
 Tracer.reshape = reshape
 
 
+def _numpy_view(probe, name, args, kwargs):
+  """numpy's op `name` on a plain array (a traced argument: an index array, a copy)."""
+  if builtins.any(isinstance(a, Tracer) for a in tree_flatten((list(args), kwargs))[0]):
+    return None
+  if name == "getitem":
+    return probe[args[0]]
+  if name == "transpose" and "perm" in kwargs:
+    kwargs = {"axes": kwargs["perm"]}
+  if name == "reshape" and len(args) > 1:  # reshape(x, 2, 3)
+    args = (args,)
+  return getattr(np, name)(probe, *args, **kwargs)
+
+
+def _numpy_views(view) -> str:
+  """"view", "copy" or "read-only": what numpy's same ops on the base would give."""
+  root, _, path = view.base
+  probe = np.empty(aval_of(root).shape, np.dtype(aval_of(root).dtype))
+  out = probe
+  for name, args, kwargs in path:
+    try:
+      out = _numpy_view(out, name, args, kwargs)
+    except Exception:
+      return "copy"  # (an op numpy refuses: primc's only, never a view of numpy's)
+    if out is None or not isinstance(out, np.ndarray) or not np.shares_memory(out, probe):
+      return "copy"
+  return "view" if out.flags.writeable else "read-only"
+
+
+def _replayed(root, path):
+  out = root
+  for name, args, kwargs in path:
+    out = _RAW_VIEWS[name](out, *args, **kwargs)
+  return out
+
+
+def _undone(x, name, args, kwargs, new):
+  """x's new value where its view `name(x, *args, **kwargs)` took the value `new`."""
+  if name == "getitem":
+    return index_update(x, args[0], new, "set")
+  if name == "transpose":
+    axes = kwargs.get("axes", kwargs.get("perm", args[0] if args else None))
+    nd = aval_of(x).ndim
+    axes = tuple(reversed(range(nd))) if axes is None else tuple(int(a) % nd for a in axes)
+    return _RAW_VIEWS["transpose"](new, tuple(int(i) for i in np.argsort(axes)))
+  if name == "moveaxis":
+    source, destination = (list(args) + [kwargs.get("source"), kwargs.get("destination")])[:2]
+    return _RAW_VIEWS["moveaxis"](new, destination, source)
+  if name == "swapaxes":
+    return _RAW_VIEWS["swapaxes"](new, *args, **kwargs)
+  return _RAW_VIEWS["reshape"](new, aval_of(x).shape)  # reshape, ravel, (expand_)dims
+
+
+def _written_back(root, path, new):
+  """The base's new value where the view `path` of it took the value `new`."""
+  (name, args, kwargs), rest = path[0], path[1:]
+  if rest:
+    new = _written_back(_RAW_VIEWS[name](root, *args, **kwargs), rest, new)
+  return _undone(root, name, args, kwargs, new)
+
+
+def _refresh_view(view) -> None:
+  """A view read after its base changed: its value again from the base (numpy's view
+  sees the change), or no view any more (numpy's ops made a copy)."""
+  root, _, path = view.base
+  if _numpy_views(view) == "copy":
+    view.base = None
+    return
+  fresh = _replayed(root, path)
+  view.ir_var, view.weak, view.concrete = fresh.ir_var, False, fresh.concrete
+  view.base = (root, root.version, path)
+
+
+refresh_view[0] = _refresh_view
+
+
+def _write(self, new, what: str) -> None:
+  """`self` takes the value `new` in place: through into its base where it is numpy's
+  view of one."""
+  if self.base is not None:
+    kind = _numpy_views(self)
+    if kind == "read-only":
+      raise PrimcError(f"{what} into a read-only view (numpy's broadcast_to gives one), at "
+                       f"{user_source()}")
+    if kind == "copy":
+      self.base = None
+    else:
+      root, _, path = self.base
+      if root.builder is not self.builder:
+        raise PrimcError(f"{what} into a view of an array of an enclosing traced function "
+                         f"(it is closed over) is not supported: return the updated value "
+                         f"with x.at[idx].set(v), at {user_source()}")
+      new_root = _written_back(root, path, new)
+      root.ir_var, root.weak, root.version = new_root.ir_var, False, root.version + 1
+      root.concrete = new_root.concrete
+      self.base = (root, root.version, path)
+  self.ir_var, self.weak, self.version = new.ir_var, False, self.version + 1
+  self.concrete = new.concrete
+
+
 def _setitem(self, idx, value):
   """`x[idx] = v` on a traced array: x takes the value `x.at[idx].set(v)`."""
-  if self.base is not None:
-    raise PrimcError(f"x[idx] = v into a view of another traced array (a slice, reshape or "
-                     f"transpose of it) is not supported: numpy would write through to "
-                     f"the array it views; write into that array, or use "
-                     f"x.at[idx].set(v), at {user_source()}")
   new = index_update(self, idx, value, "set")
   if type(new) is not Tracer or new.builder is not self.builder:
     raise PrimcError(f"x[idx] = v into an array of an enclosing traced function (it is "
                      f"closed over) is not supported: return the updated value with "
                      f"x.at[idx].set(v), at {user_source()}")
-  self.ir_var, self.weak, self.version = new.ir_var, False, self.version + 1
-  self.concrete = new.concrete
+  _write(self, new, "x[idx] = v")
 
 
 Tracer.__setitem__ = _setitem
@@ -4357,10 +4476,6 @@ def _in_place(op, name):
   """`x op= y` on a traced array: x takes the value of `x op y`, in x's dtype and shape
   (numpy's in-place casting rule, same_kind), so every name of x sees it."""
   def update(self, other):
-    if self.base is not None:
-      raise PrimcError(f"x {name} y into a view of another traced array is not supported: "
-                       f"numpy would write through to the array it views, at "
-                       f"{user_source()}")
     new = op(self, other)
     if new is NotImplemented:
       return NotImplemented
@@ -4376,8 +4491,7 @@ def _in_place(op, name):
       new = astype(new, want.dtype)
     if new.builder is not self.builder:
       return new  # x is an enclosing function's: rebound, not changed
-    self.ir_var, self.weak, self.version = new.ir_var, False, self.version + 1
-    self.concrete = new.concrete
+    _write(self, new, f"x {name} y")
     return self
   return update
 
@@ -4417,3 +4531,8 @@ linalg = _Namespace(
     **{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in _LINALG_OPS},
     norm=norm, matmul=matmul, tensordot=tensordot, vecdot=vecdot, outer=outer,
     cross=lambda x1, x2, axis=-1: cross(x1, x2, axis=axis), matrix_transpose=matrix_transpose)
+
+
+# `from primc.numpy.linalg import solve` (numpy's and autograd's spelling: modules there)
+for _name in ("linalg", "fft"):
+  sys.modules[f"{__name__}.{_name}"] = globals()[_name]

@@ -81,9 +81,10 @@ class Tracer:
     self.ir_var = var
     self.weak = False  # stands for a Python scalar: mixed with an array it takes its dtype
     # `x[idx] = v` rebinds `ir_var` (functionalized: primc.numpy's `_setitem`) and counts
-    # in `version`; an array that numpy would make a view of another (a slice, a
-    # reshape) records `base`, (that array, its version then): read after the array
-    # changed, it would be stale where numpy's view is not, so `bind` refuses it
+    # in `version`; an array that numpy may make a view of another (a slice, a reshape)
+    # records `base`, (that array, its version then, the view ops from it): read after
+    # the array changed, `bind` takes its value again (`refresh_view`), written, the
+    # array takes the write too, as numpy's views do
     self.base = None
     self.version = 0
     self.concrete = None  # its value, in a trace of concrete values (trace_flat)
@@ -247,18 +248,25 @@ def size_constant(value, dtype: str):
   return Lit.of(arr, sized=True) if _state.builders else arr
 
 
+def _no_views(view):
+  raise PrimcError("views need primc.numpy")
+
+
+refresh_view = [_no_views]  # primc.numpy's: a view's value taken again from its array
+
+
 def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
   avals = []
   for a in args:  # (a Lit only while tracing: `size_constant`, `literal`)
     if type(a) is Tracer:  # the common case first
       if a.base is not None and a.base[0].version != a.base[1]:
-        raise locate(PrimcError(), f"{prim.name}: a view (a slice, reshape or transpose) "
-                     f"of an array changed in place after the view was made is read; "
-                     f"numpy's view would see the change, primc's traced one does not: "
-                     f"take the view after the change, or update with x.at[idx].set(v)")
+        refresh_view[0](a)  # its array changed in place since: read again, as numpy's view
       avals.append(a.ir_var.aval)
     elif isinstance(a, (Tracer, np.ndarray, Lit)):
       avals.append(aval_of(a))
+    elif isinstance(a, np.generic):  # numpy's scalars: as 0-d arrays
+      return bind(prim, [np.asarray(x) if isinstance(x, np.generic) else x for x in args],
+                  params)
     else:
       raise locate(PrimcError(), f"{prim.name}: expected arrays, got {type(a).__name__}")
     if avals[-1].dtype not in SUPPORTED_DTYPES:

@@ -22,5 +22,14 @@ def register_dataclass(cls: type) -> type:
   return cls
 
 
-__all__ = ["TreeDef", "ravel_pytree", "register_pytree_node", "register_dataclass",
+def flatten_func(func, example):
+  """autograd's `flatten_func`: `func` of a pytree like `example` as a function of one
+  flat vector. Returns (the flat function, `unflatten`, `example` raveled); the flat
+  function's value is its result raveled."""
+  flat_example, unflatten = ravel_pytree(example)
+  flat = lambda v, *args: ravel_pytree(func(unflatten(v), *args))[0]
+  return flat, unflatten, flat_example
+
+
+__all__ = ["TreeDef", "flatten_func", "ravel_pytree", "register_pytree_node", "register_dataclass",
            "tree_flatten", "tree_leaves", "tree_map", "tree_structure", "tree_unflatten"]

@@ -34,8 +34,8 @@ def nothing_bound(monkeypatch):
 @pytest.mark.parametrize("name, args, kwargs", CALLS, ids=[c[0] for c in CALLS])
 def test_plain_calls_run_numpy_and_bind_nothing(name, args, kwargs, nothing_bound):
   got = getattr(pnp, name)(*args, **kwargs)
-  want = np.asarray(getattr(np, name)(*args, **kwargs))
-  assert type(got) is np.ndarray and got.dtype == want.dtype and got.shape == want.shape
+  want = getattr(np, name)(*args, **kwargs)  # numpy's scalars as numpy's scalars
+  assert type(got) is type(want) and got.dtype == want.dtype and got.shape == want.shape
   np.testing.assert_array_equal(got, want)
 
 

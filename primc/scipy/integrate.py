@@ -27,6 +27,7 @@ from primc.api import vjp
 from primc.custom import custom_vjp
 from primc.numpy import NotSupportedError
 from primc.trace import aval_of
+from primc.tree import tree_flatten, tree_unflatten
 
 RTOL = ATOL = 1.49012e-8  # scipy's defaults
 MXSTEP = 5000             # steps per requested time before the row is NaN
@@ -162,7 +163,7 @@ def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None,
            mxhnil=0, mxordn=12, mxords=5, printmessg=0, tfirst=False):
   """scipy.integrate.odeint: y(t) for y' = func(y, t, *args), y(t[0]) = y0, at every time
   of `t` (a monotonic 1-d array; row 0 is y0). Differentiable in reverse mode in y0, t and
-  args (a tuple of arrays), to any order; `func` must read what it is differentiated by
+  args (a tuple of arrays or pytrees), to any order; `func` must read what it is differentiated by
   through `args`, not from an enclosing scope. `rtol`/`atol` as scipy's (default 1.49e-8),
   `mxstep` steps per time (default 5000; past it the row is NaN), `tfirst` as scipy's.
   scipy's solver options (Dfun, full_output, tcrit, h0, hmax, hmin, ...) are refused."""
@@ -175,14 +176,17 @@ def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None,
       raise NotSupportedError(f"primc.scipy.integrate.odeint's {name}= (scipy's LSODA "
                               f"option; primc's solver is Dormand-Prince 5(4))")
   args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
-  y0, t, *args = (pnp.asarray(a, np.float64) for a in (y0, t, *args))  # as scipy computes
+  leaves, tree = tree_flatten(list(args))  # (pytrees: a network's list of (W, b))
+  y0, t, *leaves = (pnp.asarray(a, np.float64) for a in (y0, t, *leaves))  # as scipy
   if aval_of(t).ndim != 1 or aval_of(t).shape[0] < 1:
     raise ValueError(f"odeint: t must be a 1-d array of times, got shape {aval_of(t).shape}")
+  user = func
   if tfirst:
-    user = func
-    func = lambda y, s, *a: user(s, y, *a)
+    func = lambda y, s, *flat: user(s, y, *tree_unflatten(tree, list(flat)))
+  else:
+    func = lambda y, s, *flat: user(y, s, *tree_unflatten(tree, list(flat)))
   return _odeint(func, float(rtol or RTOL), float(atol or ATOL), int(mxstep or MXSTEP),
-                 y0, t, *args)
+                 y0, t, *leaves)
 
 
 def __getattr__(name: str):

@@ -6,6 +6,7 @@ distributions scipy has and primc does not raise NotSupportedError naming them.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import numpy as np
 
@@ -323,3 +324,8 @@ def __getattr__(name: str):
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too
+
+# `import primc.scipy.stats.norm as norm` (autograd's and JAX's spelling: modules there)
+for _name, _value in list(globals().items()):
+  if isinstance(_value, _Distribution):
+    sys.modules[f"{__name__}.{_name}"] = _value
