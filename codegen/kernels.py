@@ -1217,10 +1217,21 @@ def emit_linalg_kernel(name: str, program: Program) -> Kernel:
   out_shape = [ctx.size(d) for d in e.outputs[0].aval.shape[len(a.shape) - 2:]]
   ctx.prologue.append(f"o = {ctx.reshaped(outs[0], ['nb'] + out_shape)}")
   ctx.err = True
+  finite = "np.all(np.isfinite(a3[q]))" + (
+      " and np.all(np.isfinite(b3[q]))" if e.prim is P.solve_p else "")
   body = ["try:", *("  " + line for line in _LINALG_BODIES[e.prim](e, m, n)),
           "except Exception:",  # err[1]: 1 the op's own failure, 2 a matrix not finite
-          "  err[1] = 1 if np.all(np.isfinite(a3[q])) else 2", "  err[2] = q", "  return -1"]
+          f"  if {finite}:", "    err[1] = 1", "    err[2] = q", "    return -1"]
+  if e.prim in _NAN_ANSWERS:  # numpy's answer to a matrix with infs or nans: NaNs
+    body += ["  o[q] = np.nan"]
+  else:
+    body += ["  err[1] = 2", "  err[2] = q", "  return -1"]
   return _per_item_kernel(ctx, program, "nb", body)
+
+
+# The ops numpy answers with NaNs (not an error) where a matrix holds infs or nans, which
+# numba's LAPACK calls refuse: the kernel gives numpy's answer (the interpreter's)
+_NAN_ANSWERS = (P.inv_p, P.solve_p, P.det_p)
 
 
 def _column_sign(entry: str, n) -> list[str]:

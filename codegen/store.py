@@ -152,6 +152,8 @@ class Store:
     self._warned: set = set()
     self._written = 0          # bytes written since the last size check
     self._checked_size = False
+    self.not_removed = 0       # entries the last `prune` could not remove
+    self.in_use = 0            # modules it left because a process has them loaded
     self._open()
 
   # -- opening -------------------------------------------------------------------------
@@ -569,11 +571,13 @@ class Store:
   def prune(self, target: int, entries=None) -> tuple[int, int]:
     """Evicts the least recently used entries until the directory holds at most `target`
     bytes; a module is skipped while a process holds its lock. Returns (entries, bytes)
-    removed."""
+    removed; `self.not_removed` counts the entries it tried and could not remove (a
+    read-only directory), `self.in_use` the modules it left as a process has them loaded."""
     import filelock
     entries = self.entries() if entries is None else entries
     total = sum(e["bytes"] for e in entries)
     removed = freed = 0
+    self.not_removed = self.in_use = 0
     for e in entries:
       if total <= target:
         break
@@ -582,17 +586,18 @@ class Store:
         try:
           lock.acquire(timeout=0)
         except (filelock.Timeout, OSError):
+          self.in_use += 1
           continue
         try:
-          for path in e["files"]:
-            if not path.endswith(".lock"):
-              remove(path)
+          gone = all([remove(path) for path in e["files"] if not path.endswith(".lock")])
         finally:
           lock.release()
           remove(self.path(self.root, "lock", e["key"]))
       else:
-        for path in e["files"]:
-          remove(path)
+        gone = all([remove(path) for path in e["files"]])
+      if not gone:
+        self.not_removed += 1
+        continue
       total -= e["bytes"]
       freed += e["bytes"]
       removed += 1
@@ -673,14 +678,18 @@ def read_bytes(path: str) -> bytes | None:
     return None
 
 
-def remove(path: str) -> None:
+def remove(path: str) -> bool:
+  """Removes a file or a directory tree; whether it is gone."""
   try:
     if os.path.isdir(path) and not os.path.islink(path):
       shutil.rmtree(path)
     else:
       os.unlink(path)
-  except OSError:
+  except FileNotFoundError:
     pass
+  except OSError:
+    return False
+  return not os.path.lexists(path)
 
 
 def write_atomic(path: str, data: bytes) -> None:

@@ -30,7 +30,7 @@ from primc import prims as P
 from primc.core import (Primitive, PrimcError, PrimcIndexError, Program, ShapedArray, Var,
                         results, run)
 from primc.prims import abstract_rules, impl_rules
-from primc.trace import Tracer, as_array, aval_of, eval_program, literal, trace_flat
+from primc.trace import Tracer, as_array, aval_of, eval_program, literal, locate, trace_flat
 from primc.tree import tree_flatten, tree_unflatten
 
 cond_p = Primitive("cond", multiple_results=True)
@@ -73,6 +73,25 @@ def _avals(values) -> list[ShapedArray]:
 def _check_same(what: str, got, want):
   if got != want:
     raise PrimcError(f"{what}: {got} differs from {want}")
+
+
+def _check_carry(what: str, got, want, skip: int = 0) -> None:
+  """A loop body's carry out against its carry in: the message names the loop, the
+  leaves that differ, the user's line, and where a dtype alone differs, the likely
+  cause (primc's creation functions make float32, as JAX's). `skip`: leading leaves the
+  loop adds (fori_loop's counter)."""
+  bad = [(k, g, w) for k, (g, w) in enumerate(zip(got[skip:], want[skip:])) if g != w]
+  if not bad:
+    return
+  k, g, w = bad[0]
+  hint = ""
+  if g.shape == w.shape and g.dtype != w.dtype:
+    hint = (f": the loop starts with {w.dtype} and its body gives {g.dtype}. Start it in "
+            f"the dtype the body computes (pnp.zeros(shape, '{g.dtype}'), or "
+            f"pnp.zeros_like(x) of the data); primc's creation functions default to "
+            f"float32, as JAX's")
+  raise locate(PrimcError(), f"{what}: carry leaf {k} comes out as {g.str_short()} but "
+               f"goes in as {w.str_short()}{hint}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -505,7 +524,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
                      f"{cond_prog.out_avals[0]}")
   body_prog, body_cap, body_tree = _closed(lambda *xs: body_fun(unflat(xs)), avals)
   _check_same("while_loop body's output structure", body_tree, tree)
-  _check_same("while_loop body's outputs", body_prog.out_avals, tuple(avals))
+  _check_carry("while_loop body", body_prog.out_avals, tuple(avals))
   outs = while_p.bind(*cond_cap, *body_cap, *leaves, cond=cond_prog, body=body_prog,
                       n_cond=len(cond_cap), n_body=len(body_cap))
   return unflat(outs)
@@ -516,6 +535,10 @@ def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = 
   """carry, y = f(carry, x) for each x along the leading axis of xs (a pytree; None with
   `length` for no xs); returns (final carry, ys stacked along a new leading axis).
   Differentiable in both modes, batchable."""
+  return _scan(f, init, xs, length, reverse, "scan")
+
+
+def _scan(f, init, xs, length, reverse, name):
   x_leaves, x_tree = _leaves(xs) if xs is not None else ([], None)
   lengths = {aval_of(x).shape[0] if aval_of(x).shape else None for x in x_leaves}
   if None in lengths:
@@ -540,7 +563,8 @@ def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = 
     return [pnp.asarray(v) for v in new_leaves] + [pnp.asarray(v) for v in y_leaves]
 
   program, captured, _ = _closed(body, _avals(c_leaves) + x_avals)
-  _check_same("scan body's carry", program.out_avals[:len(c_leaves)], tuple(_avals(c_leaves)))
+  _check_carry(f"{name} body", program.out_avals[:len(c_leaves)], tuple(_avals(c_leaves)),
+               1 if name == "fori_loop" else 0)
   outs = scan_p.bind(*captured, *c_leaves, *x_leaves, body=program, length=n,
                      reverse=bool(reverse), n_consts=len(captured), n_carry=len(c_leaves))
   return (tree_unflatten(c_tree, outs[:len(c_leaves)]),
@@ -558,7 +582,8 @@ def fori_loop(lower, upper, body_fun: Callable, init_val):
       i, val = carry
       return (P.add(i, P.full((), 1, "int32")), body_fun(i, val)), None
 
-    (_, out), _ = scan(step, (np.asarray(lo, np.int32), init_val), length=max(hi - lo, 0))
+    (_, out), _ = _scan(step, (np.asarray(lo, np.int32), init_val), None,
+                        max(hi - lo, 0), False, "fori_loop")
     return out
   upper = pnp.asarray(upper)
   _, _, out = while_loop(lambda c: pnp.less(c[0], c[1]),

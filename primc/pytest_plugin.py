@@ -42,8 +42,10 @@ def pytest_configure(config):
       path = tempfile.mkdtemp(prefix="primc-test-cache-")
       os.environ["PRIMC_TEST_SESSION_CACHE"] = path
       config._primc_temp_cache = path
-  os.makedirs(path, exist_ok=True)
-  os.chmod(path, stat.S_IRWXU)
+  elif os.path.lexists(path) and not os.path.isdir(path):
+    raise pytest.UsageError(f"--primc-cache-dir={path}: not a directory")
+  elif not os.path.isdir(path):  # made here, private; an existing one keeps its mode
+    os.makedirs(path, mode=stat.S_IRWXU)
   os.environ["PRIMC_CACHE_DIR"] = os.path.abspath(path)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import os
 
 
@@ -31,6 +32,16 @@ class Config:
   interpret: bool = os.environ.get("PRIMC_INTERPRET") == "1"
   keep_transforms: bool = os.environ.get("PRIMC_KEEP_TRANSFORMS") != "0"
   compile_hot_transforms: bool = os.environ.get("PRIMC_COMPILE_HOT") != "0"
+
+  def __setattr__(self, name, value):
+    """Refuses a setting primc does not have (`config.interpet = True` would otherwise be
+    a silent no-op), naming the closest one."""
+    names = [f.name for f in dataclasses.fields(self)]
+    if name not in names:
+      close = difflib.get_close_matches(name, names, n=1)
+      hint = f"; did you mean {close[0]!r}?" if close else f" (settings: {', '.join(names)})"
+      raise AttributeError(f"primc.config has no setting {name!r}{hint}")
+    object.__setattr__(self, name, value)
 
 
 config = Config()

@@ -156,6 +156,12 @@ class Tracer:
     if self.concrete is not None and self.concrete.dtype.kind in "iub":
       return self._read()  # a trace of values: an index array (no derivative to lose)
     _refuse_numpy_write(self)
+    if self.aval.dtype in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                           "uint32", "uint64"):  # an index: with values, a graph break
+      raise ConcretizationError(
+          f"a traced index array {self.aval} cannot index a numpy array while tracing "
+          f"(numpy needs its values): pnp.take(table, idx, axis=0) is table[idx] as a "
+          f"gather, at {user_source()}")
     raise PrimcError(f"a traced array {self.aval} cannot be converted to a numpy array while "
                      f"tracing, at {user_source()}")
 

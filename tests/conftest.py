@@ -8,6 +8,8 @@ os.environ.setdefault("PRIMC_CHECKS", "1")  # typecheck after every pass, always
 # compiles in its own process); the default policy, a first call on the interpreter while
 # the kernels compile, is tested where it is asked for (tests/test_tiered.py).
 os.environ.setdefault("PRIMC_TIERED", "0")
+from primc.settings import config  # noqa: E402  (primc's plugin imported it already: pytest
+config.tiered = {"1": True, "0": False}.get(os.environ["PRIMC_TIERED"])  # loads it first)
 # One cache directory for the whole session, so tests share compiled kernels: primc's
 # pytest plugin, with --primc-cache-dir=temp (pyproject.toml's addopts).
 

@@ -55,7 +55,8 @@ def test_warmup_failure_gives_nonzero_exit(tmp_path, cache):
 def test_cache_info_list_verify_clear(cache, tmp_path):
   primc("warmup", f"{SEEDS}:mynet_forward_compiled", cache=cache)
   info = primc("cache", "info", cache=cache).stdout
-  assert str(cache) in info and "numba=" in info and "modules" in info
+  assert str(cache) in info and "numba: " in info and "modules" in info
+  assert max(len(line) for line in info.splitlines()) <= 100  # the CPU's features wrapped
   listing = primc("cache", "list", cache=cache).stdout
   module = sorted(p for p in os.listdir(cache) if p.startswith("m_") and p.endswith(".py"))[0]
   assert "module" in listing and "plan" in listing and module[2:-3] in listing
@@ -140,3 +141,102 @@ def test_show_a_control_flow_program(cache, tmp_path):
   bad = primc("show", f"{src}:f", "--arg", "f64[3]", "--stage", "source", cache=cache,
               check=False)
   assert bad.returncode == 1 and "has control flow" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# --- a command line that says what it did ----------------------------------------------
+
+def test_python_m_primc_and_version(cache):
+  proc = subprocess.run([sys.executable, "-m", "primc", "--version"], capture_output=True,
+                        text=True, timeout=120, env=dict(os.environ, PRIMC_CACHE_DIR=str(cache)))
+  assert proc.returncode == 0 and proc.stdout.startswith("primc ") and "numba=" in proc.stdout
+
+
+def test_warmup_compiles_from_the_signature_without_running(tmp_path, cache):
+  (tmp_path / "invmod.py").write_text(textwrap.dedent("""
+      import primc
+      import primc.numpy as pnp
+
+      @primc.jit(warmup=[("f64[3,3]",)])
+      def inverse_sum(a):
+        return pnp.sum(pnp.linalg.inv(a))  # zeros would be singular
+  """))
+  env = dict(os.environ, PRIMC_CACHE_DIR=str(cache))  # from the current directory
+  proc = subprocess.run([sys.executable, "-m", "primc", "warmup", "invmod:inverse_sum"],
+                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert "failed 0" in proc.stdout and "singular" not in proc.stdout + proc.stderr
+
+
+def test_warmup_into_a_cache_that_cannot_be_written_says_so(tmp_path):
+  not_a_dir = tmp_path / "cache-file"
+  not_a_dir.write_text("")
+  proc = primc("warmup", f"{SEEDS}:mynet_forward_compiled", cache=not_a_dir, check=False)
+  assert proc.returncode == 1 and "nothing was saved" in proc.stderr, proc.stderr
+
+
+def _in_process(monkeypatch, capsys, cache, *argv):
+  from primc import cli
+  from primc.codegen import store
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(cache))
+  code = cli.main(list(argv))
+  out = capsys.readouterr()
+  return code, out.out, out.err
+
+
+def test_clear_prune_and_verify_say_what_they_could_not_remove(monkeypatch, capsys, cache):
+  from primc.codegen import store
+  primc("warmup", f"{SEEDS}:mynet_forward_compiled", cache=cache)
+  monkeypatch.setattr(store, "remove", lambda path: False)  # a read-only directory
+  for action in (("clear",), ("prune", "--max-bytes", "0")):
+    code, out, err = _in_process(monkeypatch, capsys, cache, "cache", *action)
+    assert code == 1 and "removed 0 cache entries" in out and "could not be removed" in err
+  module = sorted(p for p in os.listdir(cache) if p.startswith("m_") and p.endswith(".py"))[0]
+  (cache / module).write_text("garbage")
+  code, out, _ = _in_process(monkeypatch, capsys, cache, "cache", "verify", "--fix")
+  assert code == 1 and "(could not be removed)" in out and "(removed)" not in out
+
+
+def test_errors_are_one_line_with_the_right_exit_code(tmp_path, cache):
+  (tmp_path / "raises.py").write_text("raise RuntimeError('broken at import')\n")
+  (tmp_path / "syntax.py").write_text("def f(:\n")
+  cases = [  # (arguments, exit code, text)
+      (["show", f"{SEEDS}:mynet_forward", "--arg", "f32[2,2]"], 2, "--arg"),
+      (["show", str(tmp_path / "raises.py") + ":f"], 1, "RuntimeError: broken at import"),
+      (["show", str(tmp_path / "syntax.py") + ":f"], 1, "SyntaxError"),
+      (["show", "os.path:join", "--arg", "f32[2]"], 1, "primc show: "),
+      (["cache", "prune", "--max-bytes", "-5"], 2, "negative"),
+  ]
+  for args, code, text in cases:
+    proc = primc(*args, cache=cache, check=False)
+    assert proc.returncode == code, (args, proc.stderr)
+    assert text in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+    assert "error: show:" not in proc.stderr
+  piped = subprocess.run(f"{sys.executable} -m primc show {SEEDS}:mynet_forward --arg f32[2,2] "
+                         f"--arg f32[2,2] --arg f32[2] --stage source | head -1", shell=True,
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PRIMC_CACHE_DIR=str(cache)))
+  assert piped.stdout.strip() and "Traceback" not in piped.stderr, piped.stderr
+
+
+def test_help_explains_the_cache_actions_and_its_directory(cache):
+  out = primc("cache", "--help", cache=cache).stdout
+  for word in ("info", "clear", "verify", "prune", "PRIMC_CACHE_DIR", "PRIMC_CACHE_MAX_BYTES"):
+    assert word in out
+
+
+def test_the_pytest_plugin_leaves_a_directory_mode_alone_and_names_a_file(tmp_path):
+  (tmp_path / "test_one.py").write_text("def test_one():\n  assert True\n")
+  shared = tmp_path / "shared"
+  shared.mkdir(mode=0o755)
+  os.chmod(shared, 0o755)
+  a_file = tmp_path / "a_file"
+  a_file.write_text("")
+  run = lambda opt: subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist",
+                                    "-p", "no:cacheprovider", opt, "test_one.py"],
+                                   cwd=tmp_path, capture_output=True, text=True, timeout=300)
+  ok = run(f"--primc-cache-dir={shared}")
+  assert ok.returncode == 0, ok.stdout + ok.stderr
+  assert oct(os.stat(shared).st_mode & 0o777) == "0o755"  # never chmodded
+  bad = run(f"--primc-cache-dir={a_file}")
+  assert bad.returncode == 4 and "not a directory" in bad.stderr
+  assert "INTERNALERROR" not in bad.stdout + bad.stderr

@@ -93,3 +93,23 @@ def test_escaped_tracer_is_a_clear_error():
   primc.make_program(lambda x: leaked.append(x) or x)(F(2))
   with pytest.raises(primc.PrimcError, match="escaped"):
     primc.make_program(lambda y: y + leaked[0])(F(2))
+
+
+def test_an_unknown_setting_is_refused_with_the_closest_name():
+  with pytest.raises(AttributeError, match="did you mean 'interpret'"):
+    primc.config.interpet = True
+  assert not hasattr(primc.config, "interpet")
+
+
+@pytest.mark.parametrize("loop", ["scan", "fori_loop", "while_loop"])
+def test_a_loop_carry_of_another_dtype_names_the_loop_the_line_and_the_default(loop):
+  from primc import lax
+  x = np.linspace(0.0, 1.0, 4)  # float64 data, a float32 start (primc's default)
+  run = {"scan": lambda: lax.scan(lambda c, xi: (c + xi, c), pnp.zeros(()), x),
+         "fori_loop": lambda: lax.fori_loop(0, 4, lambda i, c: c + pnp.take(x, i, axis=0),
+                                            pnp.zeros(())),
+         "while_loop": lambda: lax.while_loop(lambda c: c < 3.0, lambda c: c + x[0] + 1.0,
+                                              pnp.zeros(()))}[loop]
+  with pytest.raises(primc.PrimcError, match=rf"{loop} body: carry leaf 0 comes out as "
+                     r"f64\[\] but goes in as f32\[\].*float32.*test_errors.py"):
+    run()
