@@ -1,7 +1,7 @@
 """W13: autograd's own example programs, run whole, against autograd.
 
-Each example of autograd's repository (`examples/`: logistic_regression,
-neural_net_regression, rnn, lstm, hmm_em, tanh) runs in a fresh process twice: as it
+Each example of autograd's repository (`examples/`: `EXAMPLES`, those that need neither
+a download, autograd's internals nor complex numbers) runs in a fresh process twice: as it
 is, on autograd, and with its imports changed to primc's (`autograd.numpy` ->
 `primc.numpy`, `autograd.scipy` -> `primc.scipy`, `autograd`'s transforms -> primc's;
 `autograd.numpy.random` -> numpy's; autograd's optimizers and `flatten`, plain numpy
@@ -33,8 +33,12 @@ from benchmarks.common import child_env  # noqa: E402
 
 COMMIT = "bff107b"  # autograd's examples at this commit
 URL = "https://raw.githubusercontent.com/HIPS/autograd/{commit}/examples/{name}"
-EXAMPLES = ["logistic_regression", "neural_net_regression", "rnn", "lstm", "hmm_em", "tanh"]
-FILES = [f"{e}.py" for e in EXAMPLES]  # (lstm imports rnn; hmm_em reads lstm.py)
+EXAMPLES = ["logistic_regression", "neural_net_regression", "rnn", "lstm", "hmm_em", "tanh",
+            "fixed_points", "negative_binomial_maxlike", "rosenbrock", "sinusoid",
+            "define_gradient", "gaussian_process", "bayesian_optimization", "ica",
+            "black_box_svi"]
+FILES = [f"{e}.py" for e in EXAMPLES]  # (lstm imports rnn; hmm_em reads lstm.py;
+                                       # bayesian_optimization imports gaussian_process)
 
 # The imports changed: run before the example, in its process
 HARNESS = textwrap.dedent("""

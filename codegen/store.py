@@ -124,6 +124,18 @@ def make_private_dir(path: str) -> None:
   os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
 
 
+LOCK_WAIT = 120.0  # seconds: a compile holding a module's lock takes far less
+
+
+def lock_wait() -> float:
+  """How long a process waits for another's lock before compiling without it
+  (PRIMC_LOCK_TIMEOUT, seconds)."""
+  try:
+    return float(os.environ.get("PRIMC_LOCK_TIMEOUT", LOCK_WAIT))
+  except ValueError:
+    return LOCK_WAIT
+
+
 def default_root() -> str:
   path = os.environ.get("PRIMC_CACHE_DIR")
   if not path:
@@ -187,9 +199,13 @@ class Store:
 
   def _prepare(self, directory: str) -> None:
     try:
-      make_private_dir(os.path.join(directory, "__pycache__"))
       numba_dir = self.numba_dir(directory)
-      make_private_dir(numba_dir)
+      for path in sorted({os.path.join(directory, "__pycache__"), numba_dir}, key=len):
+        if os.path.lexists(path) and not os.path.isdir(path):  # a file in its place:
+          self.warn(("not-a-dir", path), f"primc cache: {path} was a file, not a "
+                    f"directory: replaced")       # repaired, as a directory in a file's
+          remove(path)                            # place is (else no process could save)
+        make_private_dir(path)
       why = unsafe(numba_dir)
       if why:
         raise OSError(errno.EPERM, f"numba's cache directory {numba_dir} {why}")
@@ -493,11 +509,19 @@ class Store:
       yield True
       return
     import filelock
-    lock = filelock.FileLock(self.path(directory, "lock", key))
+    lock = filelock.FileLock(self.path(directory, "lock", key), mode=0o600)
     try:
-      lock.acquire(timeout=-1 if wait else 0)
+      lock.acquire(timeout=lock_wait() if wait else 0)
     except filelock.Timeout:
-      yield False
+      if not wait:
+        yield False
+        return
+      # held longer than any compile takes (another user's process, or one stopped):
+      # compiling without it is safe (writes are atomic), waiting forever is not
+      self.warn(("lock-wait", directory), f"primc cache: {lock.lock_file} was held for "
+                f"{lock_wait():.0f} s by another process: compiling without it "
+                f"(PRIMC_LOCK_TIMEOUT sets the wait)")
+      yield True
       return
     except OSError as e:
       self.warn(("lock", directory), f"primc cache: cannot take the lock "
@@ -582,7 +606,7 @@ class Store:
       if total <= target:
         break
       if e["kind"] == "module":
-        lock = filelock.FileLock(self.path(self.root, "lock", e["key"]))
+        lock = filelock.FileLock(self.path(self.root, "lock", e["key"]), mode=0o600)
         try:
           lock.acquire(timeout=0)
         except (filelock.Timeout, OSError):

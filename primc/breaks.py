@@ -39,6 +39,7 @@ class Paths:
   def __init__(self, make: Callable):
     self.make = make
     self.paths: list[tuple[object, list, object]] = []
+    self.last = None  # the path the last call took
     self._lock = threading.Lock()
 
   def add(self, path) -> None:
@@ -58,10 +59,12 @@ class Paths:
       k = _first_difference(got, guards)
       if k is None:
         self._taken(path)
+        self.last = path
         return flat[:len(flat) - len(guards)], out_tree
       known = list(got[:k + 1])
     path = self.make(leaves)
     self.add(path)
+    self.last = path
     exe, guards, out_tree = path
     flat = exe(leaves, None)
     return flat[:len(flat) - len(guards)], out_tree

@@ -46,9 +46,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from primc import passes
+from primc import breaks, passes
 from primc.settings import config
-from primc.core import Lit, PrimcError, impl_rules, ufunc_rules
+from primc.core import ConcretizationError, Lit, PrimcError, impl_rules, ufunc_rules
 from primc.trace import (as_array, aval_of, eval_program, trace_flat, tracing,
                          weak_leaves)
 from primc.tree import _node_of, tree_flatten, tree_unflatten
@@ -425,6 +425,13 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
     entry = _kept.get(full_key)
   except TypeError as e:  # a value of the key that Python cannot hash
     return _not_kept(code, str(e), plain)
+  if isinstance(entry, breaks.Paths):  # Python reads values: the path they take
+    _count("hits")
+    flat, out_tree = entry.run(arrays + lifted)
+    if entry.last[0].entry.calls == 2:  # the path's first reuse: the same when traced?
+      flat, out_tree = _checked_path(entry, arrays + lifted, full_key, code, fun, flat,
+                                     out_tree)
+    return tree_unflatten(out_tree, flat)
   if entry is not None and entry.calls != 1:
     _count("hits")
     with _lock:
@@ -433,6 +440,13 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
     return _run(entry, arrays + lifted)
   try:
     made = _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk)
+  except ConcretizationError:
+    if static or traced_scalars is None or not any(type(leaves[k]) in (int, float)
+                                                   for k in traced):
+      return _kept_paths(full_key, transform, fun, leaves, tree, traced, arrays, lifted,
+                         weak, walk, code, plain)
+    _static_scalars.add(code)  # (its numbers' values first: `range(n)`)
+    return call(transform, key, fun, args, kwargs, traced_scalars)
   except (PrimcError, NotKept) as e:
     if not static and traced_scalars is not None and any(
         type(leaves[k]) in (int, float) for k in traced):
@@ -458,6 +472,43 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
                 "traced at every call", getattr(fun, "__qualname__", fun))
     entry = made
   return _run(entry, arrays + lifted)
+
+
+def _checked_path(paths, inputs, full_key, code, fun, flat, out_tree):
+  """A kept path reused for the first time, traced again: a different program (numpy
+  random numbers drawn inside) unkeeps the function, this call's result its new trace's."""
+  run, guards, tree = paths.make(inputs)
+  if run.entry.fingerprint == paths.last[0].entry.fingerprint:
+    _count("checked")
+    return flat, out_tree
+  with _lock:
+    _kept.pop(full_key, None)
+  _not_kept(code, "its program changed between two calls taking the same path", None)
+  log.warning("%s: its program changed between two calls taking the same path (numpy "
+              "random numbers drawn inside it?): traced at every call",
+              getattr(fun, "__qualname__", fun))
+  full = run(inputs, None)
+  return full[:len(full) - len(guards)], tree
+
+
+def _kept_paths(full_key, transform, fun, leaves, tree, traced, arrays, lifted, weak,
+                walk, code, plain):
+  """A function whose Python reads traced values (`if loss < tol:`, a loop to
+  convergence): its paths kept, each traced with the values that take it (`_paths`).
+  Where it cannot be (an error in that trace), the call runs as it would unkept."""
+  n = len(arrays)
+  make = lambda xs, guards: _make(transform, fun, leaves, tree, traced, xs[:n], xs[n:],
+                                  weak, walk, guards)
+  try:
+    paths = _paths(make, arrays + lifted)
+  except (PrimcError, NotKept) as e:
+    return _not_kept(code, str(e).splitlines()[0], plain)
+  _count("misses", "Python reads values: a path kept")
+  with _lock:
+    _kept[full_key] = paths
+    if len(_kept) > KEPT:
+      _kept.popitem(last=False)
+  return tree_unflatten(*reversed(paths.run(arrays + lifted)))
 
 
 _unkept: set = set()  # (transform key, code): calls not kept (traced at every call)
@@ -508,10 +559,14 @@ def _reason(key, state) -> str:
   return "new function or state"
 
 
-def _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk) -> _Entry:
+def _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk,
+          guards: list | None = None) -> _Entry:
   """Traces `transform(fun)` with the arguments' traced leaves and the lifted arrays as
   inputs (raises a PrimcError where the result is not a program of arrays: the call
-  then runs as it would without keeping, which raises the user's errors)."""
+  then runs as it would without keeping, which raises the user's errors). With `guards`
+  (a function whose Python reads values: `primc.breaks`), traced with the inputs' values:
+  the path they take, its guards' values appended to `guards`, the entry's outputs flat
+  with the guards last."""
   n = len(arrays)
 
   def flat(*xs):
@@ -523,11 +578,32 @@ def _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk) -> _
     return transform(rebuilt)(*args, **kwargs)
 
   avals = [aval_of(x) for x in arrays + lifted]
-  program, captured, out_tree = trace_flat(flat, avals, tuple(weak) + (False,) * len(lifted))
+  found = [] if guards is not None else None
+  program, captured, out_tree = trace_flat(
+      flat, avals, tuple(weak) + (False,) * len(lifted),
+      None if guards is None else arrays + lifted, found)
   assert not captured
   if config.optimize_transforms:  # one round, as a transform's program gets (compiling
     program = passes.optimize(program, rounds=1)  # a hot one goes to the fixpoint)
+  if guards is not None:
+    guards += [value for value, _ in found]
+    out_tree = (out_tree, tree_flatten([0] * len(program.outputs))[1])  # (the user's, flat)
+    return _Entry(program, out_tree[1], walk.refs, _fingerprint(program)), out_tree[0]
   return _Entry(program, out_tree, walk.refs, _fingerprint(program))
+
+
+def _paths(make, inputs):
+  """The kept paths of a function whose Python reads values (`primc.breaks.Paths`, as
+  `jit`'s graph breaks keep them): each a kept entry, its guards checked at every call."""
+  def path(xs):
+    guards = []
+    entry, out_tree = make(xs, guards)
+    run = lambda ys, _: _run(entry, ys)
+    run.entry = entry
+    return run, guards, out_tree
+  paths = breaks.Paths(path)
+  paths.add(path(inputs))
+  return paths
 
 
 def _count(event: str, reason: str | None = None) -> None:

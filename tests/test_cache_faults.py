@@ -470,3 +470,39 @@ def test_eviction_spares_a_module_a_process_is_using(cache):
   assert prune().returncode == 0 and not glob.glob(str(cache / "m_*.py"))
   assert not glob.glob(str(cache / "p_*.plan"))
   check_right(run_child(cache, "two")[0])
+
+
+# --- the cache among other local users ---------------------------------------------------
+
+def test_lock_files_are_the_owners_only_and_a_held_lock_is_waited_for_a_while(
+    tmp_path, monkeypatch, caplog):
+  import filelock
+  from primc.codegen import store
+  cache = tmp_path / "cache"
+  monkeypatch.setenv("PRIMC_LOCK_TIMEOUT", "0.5")
+  st = store.Store(str(cache))
+  with st.lock("k1") as held:
+    assert held
+  mode = stat.S_IMODE(os.stat(st.path(str(cache), "lock", "k1")).st_mode)
+  assert mode & 0o077 == 0, oct(mode)  # no one else may take (or hold) it
+  other = filelock.FileLock(st.path(str(cache), "lock", "k2"))  # another process's
+  other.acquire()
+  try:
+    with caplog.at_level("WARNING"):
+      with st.lock("k2") as held:  # waits 0.5 s, then compiles without it
+        assert held
+    assert "compiling without it" in caplog.text
+    with st.lock("k2", wait=False) as held:
+      assert held is False  # (eviction's try: skipped, as before)
+  finally:
+    other.release()
+
+
+def test_a_file_named_pycache_in_the_cache_is_repaired(cache):
+  path = cache
+  shutil.rmtree(path / "__pycache__")
+  (path / "__pycache__").write_text("not a directory")
+  first, err = run_child(path, "two")  # repairs it, compiles what it lost, saves it
+  check_right(first)
+  assert (path / "__pycache__").is_dir() and "was a file" in err
+  check_warm_again(path)  # the next process compiles nothing

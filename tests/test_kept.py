@@ -323,3 +323,39 @@ def test_python_numbers_among_the_arguments_are_traced_unless_their_values_are_n
       d, y = d * np.cos(y), np.sin(y)
     np.testing.assert_allclose(primc.grad(repeated)(w, n), d, rtol=1e-12)
   assert kept.stats()["kept_misses"] == 1 + 3, kept.stats()  # objective; n = 1, 2, 3
+
+
+def _series_sin(x):
+  """sin by its series, summed until a term is small: a loop whose length depends on x."""
+  term = x
+  total = term
+  for i in range(1000):
+    term = -term * x ** 2 / ((2 * i + 3) * (2 * i + 2))
+    total = total + term
+    if pnp.abs(term) < 1e-3:
+      break
+  return total
+
+
+def test_a_function_reading_values_keeps_a_program_per_path():
+  """Python control flow on values: each path is kept with its guards (as jit's graph
+  breaks), checked at every call; a call on another path traces it."""
+  d2 = primc.grad(primc.grad(_series_sin))
+  xs = np.linspace(-4.0, 4.0, 41)
+  got = [d2(x) for x in np.concatenate([xs, xs[::-1]])]
+  want = _unkept(lambda: [d2(x) for x in np.concatenate([xs, xs[::-1]])])
+  np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(got[:41], -np.sin(xs), atol=1e-2)  # (the series' own error)
+  stats = primc.cache_stats()
+  assert stats["kept_misses"] <= 2 and stats["kept_hits"] >= 41, stats
+
+
+def test_random_numbers_drawn_inside_a_function_reading_values(caplog):
+  def f(x):
+    y = pnp.sum(x * np.random.randn(3))  # a new draw at every call
+    return y * 2.0 if y > -100.0 else y
+  g = primc.grad(f)
+  with caplog.at_level("WARNING"):
+    outs = [g(np.ones(3)) for _ in range(4)]
+  assert len({tuple(np.round(o, 12)) for o in outs}) == 4  # never a stale draw
+  assert "changed between two calls" in caplog.text
