@@ -453,25 +453,33 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
       _static_scalars.add(code)  # its numbers' values are needed: values of the key
       return call(transform, key, fun, args, kwargs, traced_scalars)
     return _not_kept(code, str(e).splitlines()[0], plain)
+  return _run(_kept_or_checked(full_key, entry, made, key, state, code, fun),
+              arrays + lifted)
+
+
+def _kept_or_checked(full_key, entry, made, key, state, code, fun) -> _Entry:
+  """The entry a call runs: `made` kept (the first call), or checked against the kept
+  one (the second: traced again, the same program?), a different one unkeeping the
+  function (numpy random numbers drawn inside it)."""
   if entry is None:
     _count("misses", _reason(key, state[0]))
     with _lock:
-      entry = _kept[full_key] = made
+      _kept[full_key] = made
       if len(_kept) > KEPT:
         _kept.popitem(last=False)
-  elif entry.fingerprint == made.fingerprint:  # the second call: traced again, the same
+    return made
+  if entry.fingerprint == made.fingerprint:
     _count("checked")
-  else:
-    with _lock:
-      _kept.pop(full_key, None)
-    _not_kept(code, "its program changed between two calls with the same arguments "
-              "(numpy random numbers drawn inside it, or state read through an object?)",
-              None)
-    log.warning("%s: its program changed between two calls with the same arguments "
-                "(numpy random numbers drawn inside it, or state read through an object?): "
-                "traced at every call", getattr(fun, "__qualname__", fun))
-    entry = made
-  return _run(entry, arrays + lifted)
+    return entry
+  with _lock:
+    _kept.pop(full_key, None)
+  _not_kept(code, "its program changed between two calls with the same arguments "
+            "(numpy random numbers drawn inside it, or state read through an object?)",
+            None)
+  log.warning("%s: its program changed between two calls with the same arguments "
+              "(numpy random numbers drawn inside it, or state read through an object?): "
+              "traced at every call", getattr(fun, "__qualname__", fun))
+  return made
 
 
 def _checked_path(paths, inputs, full_key, code, fun, flat, out_tree):
