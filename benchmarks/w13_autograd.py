@@ -173,7 +173,13 @@ def main() -> None:
         if r["exit"] != 0)[:300] + ")"
     print(f"| {example} | {a:.2f} s | {cold['seconds']:.2f} s | {w:.2f} s | {w / a:.2f}{note} |",
           flush=True)
-  with open(os.path.join(ROOT, "benchmarks", "results_w13.json"), "w") as f:
+  path = os.path.join(ROOT, "benchmarks", "results_w13.json")
+  try:  # the examples of earlier runs stay (a run of some replaces only theirs)
+    with open(path) as f:
+      results = {**json.load(f), **results}
+  except (OSError, ValueError):
+    pass
+  with open(path, "w") as f:
     json.dump(results, f, indent=1)
 
 
