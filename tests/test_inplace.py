@@ -79,7 +79,7 @@ def test_an_update_sequence_compiled():
 # Views, as numpy makes them: each takes one array of the list and gives a new one
 VIEWS = [lambda a: a[1:3] if a.ndim and a.shape[0] > 2 else None,
          lambda a: a[:, ::2] if a.ndim > 1 else None,
-         lambda a: a[0] if a.ndim and a.shape[0] else None,
+         lambda a: a[0] if a.ndim > 1 and a.shape[0] else None,  # (of 1-d: a scalar)
          lambda a: a[..., -1] if a.ndim and a.shape[-1] else None,
          lambda a: a.T,
          lambda a: a.reshape(-1),  # a view of contiguous arrays, else numpy copies
@@ -90,6 +90,16 @@ WRITES = [lambda a, s: a.__setitem__(Ellipsis, s),
           lambda a, s: a.__setitem__(0, s) if a.ndim and a.shape[0] else None,
           lambda a, s: a.__iadd__(s),
           lambda a, s: a.__imul__(s * 0.5 + 1.0)]
+
+
+@pytest.mark.parametrize("steps", [[("view", 0, 2), ("view", 1, 2), ("write", 2, 0)],
+                                   [("view", 0, 3), ("view", 1, 3), ("write", 2, 2)]])
+def test_views_of_views_down_to_0_d(steps):
+  """(Seeds hypothesis found: a row's row is numpy's scalar where a[0] indexes a 1-d
+  array, never written; a[..., -1] is a 0-d view, written through.)"""
+  x = np.random.default_rng(1).standard_normal((4, 6))
+  np.testing.assert_allclose(primc.jit(_views_program(steps, pnp))(x),
+                             _views_program(steps, np)(x.copy()), rtol=1e-12)
 
 
 def _views_program(steps, m):
