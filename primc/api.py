@@ -19,7 +19,7 @@ from primc.settings import config
 from primc import prims as P
 from primc.core import (ConcretizationError, PrimcError, PrimcTypeError, Program,
                         ShapedArray)
-from primc.trace import (Tracer, as_array, aval_of, eval_program, lift_guards, trace_flat,
+from primc.trace import (Tracer, as_array, aval_of, eval_program, trace_flat, trace_path,
                          tracing, user_source, weak_leaves)
 from primc.tree import tree_flatten, tree_unflatten
 
@@ -62,10 +62,8 @@ def _trace(fn: Callable, args: Sequence) -> tuple[Program, list, list, Any, Any]
       raise
     # Python control flow on values (`if loss < tol:`): traced again with the values,
     # so the branches this call takes are its program (differentiated as one path, as
-    # autograd's tape records it); a kept program is never made of it (primc.kept)
-    guards = []  # under jit's graph breaks, the enclosing trace's too (primc.breaks)
-    program, captured, out_tree = trace_flat(flat_fn, avals, weak, values, guards)
-    program = lift_guards(program, guards, [*leaves, *captured])
+    # autograd's tape records it; kept per path by primc.kept, under jit by primc.breaks)
+    program, captured, out_tree = trace_path(flat_fn, leaves, values, weak)
   return optimize(program), leaves, captured, in_tree, out_tree
 
 

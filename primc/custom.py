@@ -28,8 +28,8 @@ from primc import numpy as pnp
 from primc.core import (ConcretizationError, Primitive, PrimcError, Program, ShapedArray,
                         results, run)
 from primc.prims import abstract_rules, impl_rules
-from primc.trace import (Tracer, as_array, aval_of, eval_program, lift_guards, literal,
-                         trace_flat, user_source)
+from primc.trace import (Tracer, as_array, aval_of, eval_program, literal,
+                         trace_flat, trace_path, user_source)
 from primc.tree import tree_flatten, tree_unflatten
 
 custom_jvp_call_p = Primitive("custom_jvp_call", multiple_results=True)
@@ -229,16 +229,8 @@ def _values_of(leaves) -> list:
   return values
 
 
-def _trace_path(fn, args, values):
-  """`fn` traced on `values`, the path they take (`trace_flat(concrete=)`), its guards
-  made the enclosing trace's (`lift_guards`)."""
-  guards = []
-  program, captured, out_tree = trace_flat(fn, _avals(args), (), values, guards)
-  return lift_guards(program, guards, [*args, *captured]), captured, out_tree
-
-
 def _on_values(rule: Callable, values) -> Callable:
-  """A rule of a function traced on values (`_trace_path`): the rule's path for the same
+  """A rule of a function traced on values (`trace_path`): the rule's path for the same
   values, run on its arguments (it is called by a transform of that same path, whose
   guards the function's trace recorded: its own are the same reads)."""
   def run(*xs):
@@ -273,7 +265,7 @@ class _CustomFunction:
       program, captured, out_tree = trace_flat(fun, _avals(leaves))
     except ConcretizationError:  # Python reads values (a loop to convergence): their path
       values = _values_of(leaves)
-      program, captured, out_tree = _trace_path(fun, leaves, values)
+      program, captured, out_tree = trace_path(fun, leaves, values)
     return (name, leaves, in_tree, program, captured, out_tree, [args[i] for i in nondiff],
             values)
 

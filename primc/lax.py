@@ -386,7 +386,7 @@ def _on_front_ends(python: Callable, unrolled: bool = False):
         return fn(*args, **kwargs)
       if unrolled or pnp.front_end_value(cls) is not None:
         return python(*args, **kwargs)
-      return pnp.takes_front_ends(fn)(*args, **kwargs)  # recorded whole
+      return pnp.front_end_apply(cls)(fn, args, kwargs)  # recorded whole
     return wrapped
   return decorate
 

@@ -1607,6 +1607,11 @@ _front_ends: list[tuple[type, Callable]] = []  # (class, apply(op, args, kwargs)
 _front_end_values: dict[type, Callable | None] = {}  # class -> value(x), or None
 
 
+def front_end_apply(cls: type) -> Callable:
+  """The front end's `apply(op, args, kwargs)` (`register_front_end`)."""
+  return next(apply for c, apply in _front_ends if c is cls)
+
+
 def front_end_value(cls: type) -> Callable | None:
   """How to read a `cls` value's numpy value now (None: the front end has no values yet,
   as static programs' variables)."""
@@ -1647,9 +1652,7 @@ def takes_front_ends(fn):
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
     cls = front_end_of(args, kwargs) if _front_ends else None
-    if cls is None:
-      return fn(*args, **kwargs)
-    return dict(_front_ends)[cls](fn, args, kwargs)
+    return fn(*args, **kwargs) if cls is None else front_end_apply(cls)(fn, args, kwargs)
   wrapped._takes_front_ends = True
   return wrapped
 
@@ -1799,7 +1802,7 @@ def refuse_numpy(what: str) -> Callable:
 def _wrap_ops():
   g = globals()
   skip = {"asarray", "broadcast_shapes", "register_front_end", "refuse_numpy",
-          "operator_index", "on_front_ends", "front_end_of", "takes_front_ends", "front_end_value",
+          "operator_index", "on_front_ends", "front_end_of", "takes_front_ends", "front_end_value", "front_end_apply",
           "wrap_public_functions", "shape", "size", "ndim", "result_type",
           "ascontiguousarray", "linspace", "arange", "empty", "empty_like", "identity",
           "tri", "logspace", "geomspace", "triu_indices_from", "tril_indices_from",

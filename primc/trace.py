@@ -381,6 +381,16 @@ def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray],
   return Program(inputs, tuple(builder.eqns), tuple(out_atoms)), captured, out_tree
 
 
+def trace_path(fn: Callable, args: Sequence, values: Sequence, weak: Sequence[bool] = ()
+               ) -> tuple[Program, list, Any]:
+  """`fn` traced on `args` carrying `values`: the path they take (`trace_flat(concrete=)`),
+  its guards made the enclosing trace's (`lift_guards`). Returns as `trace_flat`."""
+  guards = []
+  program, captured, out_tree = trace_flat(fn, [aval_of(x) for x in args], weak, values,
+                                           guards)
+  return lift_guards(program, guards, [*args, *captured]), captured, out_tree
+
+
 def lift_guards(program: Program, guards: Sequence, args: Sequence) -> Program:
   """`program` (traced with `guards=`) without its guard outputs. Inside an enclosing
   trace of values (a transform called under `jit`'s graph breaks, perhaps within a
