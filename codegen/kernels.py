@@ -653,7 +653,7 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
     if e in lazy:
       continue
     out = e.outputs[0]
-    if e.prim in (P.reduce_sum_p, P.reduce_max_p):
+    if e.prim in REDUCTIONS:
       lines.extend(_accumulate(ctx, e, read(e.inputs[0]), index))
       continue
     values[out] = compute(e, out)
@@ -720,6 +720,16 @@ def _dtype_of(program):
   return "float64"
 
 
+# a reduction's accumulator: its start value, and a statement adding `value` to `target`
+# (a product in its own dtype, element by element in the loop's order: numpy's order)
+REDUCTIONS = {
+    P.reduce_sum_p: (lambda aval: "0", "{target} += {value}"),
+    P.reduce_max_p: (lambda aval: "-np.inf" if aval.is_float else str(np.iinfo(aval.dtype).min),
+                     "if {value} > {target} or {value} != {value}: {target} = {value}"),
+    P.reduce_prod_p: (lambda aval: "1", "{target} *= {value}"),
+}
+
+
 def _reduction_init(reductions, out_index, outs):
   """Accumulators: a float64 one for float32 sums; a scalar for full reductions."""
   lines = []
@@ -727,8 +737,7 @@ def _reduction_init(reductions, out_index, outs):
     out = e.outputs[0]
     acc_dtype = "float64" if out.aval.dtype == "float32" and e.prim is P.reduce_sum_p \
         else out.aval.dtype
-    fill = "0" if e.prim is P.reduce_sum_p else "-np.inf" if out.aval.is_float else \
-        str(np.iinfo(out.aval.dtype).min)
+    fill = REDUCTIONS[e.prim][0](out.aval)
     if out.aval.shape == ():
       lines.append(f"r{k} = {_np(acc_dtype)}({fill})")
     else:
@@ -740,13 +749,11 @@ def _accumulate(ctx, e, value, index):
   k = next(i for i, r in enumerate(_reductions_of(ctx.program)) if r is e)
   kept = [index[d] for d in range(len(index)) if d not in e.kw["axes"]]
   target = f"r{k}[{', '.join(kept)}]" if kept else f"r{k}"
-  if e.prim is P.reduce_sum_p:
-    return [f"{target} += {value}"]
-  return [f"if {value} > {target} or {value} != {value}: {target} = {value}"]
+  return [REDUCTIONS[e.prim][1].format(target=target, value=value)]
 
 
 def _reductions_of(program):
-  return [e for e in program.eqns if e.prim in (P.reduce_sum_p, P.reduce_max_p)]
+  return [e for e in program.eqns if e.prim in REDUCTIONS]
 
 
 def _reduction_finish(ctx, reductions, out_index, outs):

@@ -192,7 +192,8 @@ def _what(region: Program) -> str:
   three; index maps and constants are how it reads, not what it computes)."""
   quiet = {"broadcast_in_dim", "reshape", "convert", "full", "iota", "stop_gradient"}
   names = list(dict.fromkeys(e.prim.name for e in region.eqns if e.prim.name not in quiet))
-  short = {"reduce_sum": "sum", "reduce_max": "max", "dot_general": "dot",
+  short = {"reduce_sum": "sum", "reduce_max": "max", "reduce_prod": "prod",
+           "dot_general": "dot",
            "scatter_add": "scatter"}
   return "_".join(short.get(n, n) for n in names[:3]) or "copy"
 

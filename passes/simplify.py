@@ -300,6 +300,7 @@ RULES = [
      x if r.read(x).aval.shape == tuple(limit_indices) and not any(start_indices)
      and set(strides) <= {1} else None),
     (P.reduce_sum_p, lambda r, x, *, axes: x if not axes else None),
+    (P.reduce_prod_p, lambda r, x, *, axes: x if not axes else None),
     (P.reduce_sum_p, sum_of_broadcast),
 ]
 

@@ -600,6 +600,48 @@ def _reduce_max_jvp(t, out, x, *, axes):
 defjvp(P.reduce_max_p, _reduce_max_jvp)
 
 
+def _reduce_prod_jvp(t, out, x, *, axes):
+  # d prod = sum_i t_i * (the product of the others), found without dividing by x_i
+  # (a zero among them is fine)
+  return P.reduce_sum(P.mul(t, _product_of_others(x, axes)), axes)
+
+
+def _product_of_others(x, axes):
+  """At each element of `x`, the product of the other elements of its reduction along
+  `axes`: the exclusive prefix times the exclusive suffix product over the reduced
+  elements in C order (each a scan by doubling, log2(n) products)."""
+  shape, dtype = aval_of(x).shape, aval_of(x).dtype
+  kept = [d for d in range(len(shape)) if d not in axes]
+  perm = kept + sorted(axes)
+  n = int(np.prod([shape[a] for a in axes]))
+  rows = [shape[d] for d in kept]
+  if n <= 1:
+    return P.full(shape, 1, dtype)
+  flat = P.reshape(P.transpose(x, perm), rows + [n])
+  last = len(rows)
+  suffix = P.rev(_exclusive_prefix_product(P.rev(flat, (last,)), rows, n), (last,))
+  others = P.mul(_exclusive_prefix_product(flat, rows, n), suffix)
+  return P.transpose(P.reshape(others, [shape[d] for d in perm]), np.argsort(perm))
+
+
+def _exclusive_prefix_product(a, rows, n):
+  """out[..., i] = prod(a[..., :i]) along the last axis (1 at i = 0)."""
+  dtype, last = aval_of(a).dtype, len(rows)
+
+  def shifted(v, step):  # v moved `step` places along, ones shifted in
+    kept = P.slice_(v, [0] * last + [0], rows + [n - step])
+    return P.concatenate([P.full(rows + [step], 1, dtype), kept], last)
+
+  a, step = shifted(a, 1), 1
+  while step < n:
+    a = P.mul(a, shifted(a, step))
+    step *= 2
+  return a
+
+
+defjvp(P.reduce_prod_p, _reduce_prod_jvp)
+
+
 def _dot_transpose_lhs(ct, x_aval, y, dimension_numbers):
   """Cotangent of the lhs: contract ct's rhs-free dims with y's free dims, batch with
   batch; the result comes out as (batch, x_free, x_contracting) and is permuted into x's

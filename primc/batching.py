@@ -70,6 +70,8 @@ batch_rules[P.reduce_sum_p] = lambda args, dims, *, axes: (
     P.reduce_sum(args[0], tuple(a + 1 for a in axes)), 0)
 batch_rules[P.reduce_max_p] = lambda args, dims, *, axes: (
     P.reduce_max(args[0], tuple(a + 1 for a in axes)), 0)
+batch_rules[P.reduce_prod_p] = lambda args, dims, *, axes: (
+    P.reduce_prod(args[0], tuple(a + 1 for a in axes)), 0)
 
 
 # No operands, so never batched: the rule just re-binds (the registry asks every primitive).

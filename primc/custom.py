@@ -23,7 +23,9 @@ from __future__ import annotations
 import functools
 from typing import Callable, Sequence
 
-from primc import ad, batching
+import numpy as np
+
+from primc import ad, batching, lax
 from primc import numpy as pnp
 from primc.core import (ConcretizationError, Primitive, PrimcError, Program, ShapedArray,
                         results, run)
@@ -131,8 +133,23 @@ def _custom_vjp_jvp(primals, tangents, *, fun, fwd, bwd, n_args):
 
 def _custom_lin_transpose(cts, *invals, bwd, n_res, out_avals):
   cts = [ad.instantiate(c) for c in cts]
-  in_cts = bwd(*invals[:n_res], *cts)
+  args = [*invals[:n_res], *cts]
+  try:
+    in_cts = bwd(*args)
+  except ConcretizationError:  # bwd loops on values (a fixed point's adjoint): it runs
+    # on the values each call brings, between compiled segments
+    in_cts = lax.python_call(_bwd_on_values(bwd), args, [x.aval for x in invals[n_res:]],
+                             bwd.name)
   return [None] * n_res + list(in_cts)
+
+
+def _bwd_on_values(bwd: Rule) -> Callable:
+  """`bwd` run on values: traced on them (the path its Python takes) and evaluated."""
+  def run(*values):
+    arrays = [np.asarray(v) for v in values]
+    program, captured, _ = trace_path(lambda *xs: list(bwd(*xs)), arrays, arrays)
+    return eval_program(program, *arrays, *captured)
+  return run
 
 
 ad.jvp_rules[custom_jvp_call_p] = _custom_jvp_jvp

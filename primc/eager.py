@@ -28,10 +28,10 @@ import numpy as np
 from primc import api
 from primc import compile as compiler
 from primc import numpy as pnp
-from primc.core import PrimcError
+from primc.core import ConcretizationError, PrimcError
 from primc.custom import custom_vjp
 from primc.settings import config
-from primc.trace import Tracer, as_array, make_program, plain_array
+from primc.trace import Tracer, as_array, make_program, plain_array, trace_path
 from primc.tree import partial_over_leaves, tree_flatten, tree_unflatten
 
 
@@ -292,7 +292,13 @@ def _run_compiled(fn, args, tape_key=None) -> list:
   arrays = [np.asarray(a) for a in args]
   exe = None if tape_key is None else _by_tape.get(tape_key)
   if exe is None:
-    exe = compiler.executable(make_program(fn)(*arrays))
+    try:
+      program = make_program(fn)(*arrays)
+    except ConcretizationError:  # Python reads values (a custom rule's loop): this path,
+      # traced on these values, run once and not kept under the tape's key
+      program = trace_path(lambda *xs: list(fn(*xs)), arrays, arrays)[0]
+      return compiler.executable(program)(arrays)
+    exe = compiler.executable(program)
     if tape_key is not None:
       _by_tape[tape_key] = exe
       if len(_by_tape) > TAPE_KEYS_MAX:

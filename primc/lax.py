@@ -30,13 +30,17 @@ from primc import prims as P
 from primc.core import (Primitive, PrimcError, PrimcIndexError, Program, ShapedArray, Var,
                         results, run)
 from primc.prims import abstract_rules, impl_rules
-from primc.trace import Tracer, as_array, aval_of, eval_program, literal, locate, trace_flat
+from primc.trace import (Tracer, as_array, aval_of, eval_program, literal, locate, trace_flat,
+                         user_source)
 from primc.tree import tree_flatten, tree_unflatten
 
 cond_p = Primitive("cond", multiple_results=True)
 while_p = Primitive("while", multiple_results=True)
 scan_p = Primitive("scan", multiple_results=True)
-CONTROL_FLOW = (cond_p, while_p, scan_p)
+# a Python function run on its operands' values between compiled segments (a custom rule
+# that decides in Python on values: see `python_call`)
+python_call_p = Primitive("python_call", multiple_results=True)
+CONTROL_FLOW = (cond_p, while_p, scan_p, python_call_p)
 
 
 # ---------------------------------------------------------------------------------------
@@ -355,6 +359,68 @@ def _scan_batch(args, dims, *, body, length, reverse, n_consts, n_carry):
 batching.batch_rules[cond_p] = _cond_batch
 batching.batch_rules[while_p] = _while_batch
 batching.batch_rules[scan_p] = _scan_batch
+
+
+# ---------------------------------------------------------------------------------------
+# Python on values: a function that reads its operands' values in Python (a loop to
+# convergence) is one equation; the program is cut there (`segmented`), as at a graph
+# break, and the function runs on the values each call brings. It has no derivative of
+# its own.
+
+def python_call(fn: Callable, args: Sequence, out_avals: Sequence[ShapedArray], name: str):
+  """`fn(*values) -> list of arrays` bound as one equation on `args`, giving `out_avals`."""
+  return python_call_p.bind(*args, fn=_Named(fn, name), out_avals=tuple(out_avals))
+
+
+class _Named:
+  """A function as an equation's parameter: compared by identity, printed by its name."""
+
+  def __init__(self, fn: Callable, name: str):
+    self.fn, self.name = fn, name
+
+  def __call__(self, *values):
+    return self.fn(*values)
+
+  def __repr__(self):
+    return f"<python {self.name}>"
+
+
+def _python_call_impl(*values, fn, out_avals):
+  outs = list(fn(*values))
+  checked = []
+  for k, (o, aval) in enumerate(zip(outs, out_avals, strict=True)):
+    o = np.asarray(o)
+    if o.shape != aval.shape or o.dtype != np.dtype(aval.dtype):
+      raise PrimcError(f"{fn.name} returned {o.dtype.name}{list(o.shape)} for output {k}, "
+                       f"where its trace expects {aval.dtype}{list(aval.shape)}")
+    checked.append(o)
+  return checked
+
+
+def _python_call_jvp(primals, tangents, *, fn, out_avals):
+  if all(isinstance(t, ad.Zero) for t in tangents):
+    outs = python_call_p.bind(*primals, fn=fn, out_avals=out_avals)
+    return outs, [ad.Zero(aval_of(o)) for o in outs]
+  raise PrimcError(f"{fn.name} decides in Python on values, so it has no derivative of its "
+                   f"own (a derivative of this order through it): write its loop with "
+                   f"primc.lax.while_loop / fori_loop, at {user_source()}")
+
+
+def _python_call_batch(args, dims, *, fn, out_avals):
+  args, size = batching.materialize_all(args, dims)
+
+  def each(*values):  # one call per example, the results stacked
+    runs = [fn(*[v[i] for v in values]) for i in range(size)]
+    return [np.stack([np.asarray(r[k]) for r in runs]) for k in range(len(out_avals))]
+  batched = tuple(ShapedArray((size,) + a.shape, a.dtype) for a in out_avals)
+  outs = python_call_p.bind(*args, fn=_Named(each, fn.name), out_avals=batched)
+  return [(o, 0) for o in outs]
+
+
+abstract_rules[python_call_p] = lambda *avals, fn, out_avals: tuple(out_avals)
+impl_rules[python_call_p] = _python_call_impl
+ad.jvp_rules[python_call_p] = _python_call_jvp
+batching.batch_rules[python_call_p] = _python_call_batch
 
 
 # ---------------------------------------------------------------------------------------

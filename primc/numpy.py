@@ -2140,28 +2140,22 @@ def cumprod(a, axis=None, dtype=None):
 
 @_op
 def prod(a, axis=None, keepdims=False, dtype=None, initial=None, where=None):
-  """Products by halving: pairs multiplied, log2(n) steps (no division: zeros are fine);
-  integers and bools multiplied in int64, as numpy. `where` (a mask broadcast against a)
-  leaves entries out, `initial` multiplies the result."""
+  """numpy.prod: left to right, as numpy multiplies (an overflow or underflow on the way
+  gives numpy's inf, 0 or NaN); integers and bools multiplied in int64, as numpy. `where`
+  (a mask broadcast against a) leaves entries out, `initial` multiplies the result."""
   a = _accumulated(a, dtype)
   if where is not None:
     a = _masked(a, where, 1)
-  if initial is not None:
-    out = prod(a, axis, keepdims)
-    return multiply(out, asarray(initial, aval_of(out).dtype))
   shape = aval_of(a).shape
   axes = _axes(axis, len(shape))
-  for ax in axes:
-    while aval_of(a).shape[ax] > 1:
-      n = aval_of(a).shape[ax]
-      if n % 2:
-        a = P.concatenate([a, P.full(aval_of(a).shape[:ax] + (1,) + aval_of(a).shape[ax + 1:],
-                                     1, aval_of(a).dtype)], ax)
-        n += 1
-      a = multiply(_slice_axis(a, ax, 0, n // 2), _slice_axis(a, ax, n // 2, n))
-    if aval_of(a).shape[ax] == 0:
-      a = P.full(aval_of(a).shape[:ax] + (1,) + aval_of(a).shape[ax + 1:], 1, aval_of(a).dtype)
-  out = reshape(a, [n for i, n in enumerate(shape) if i not in axes])
+  if initial is None:
+    out = P.reduce_prod(a, axes)
+  else:  # numpy starts from `initial`: it goes first along the reduced elements
+    kept = [d for d in range(len(shape)) if d not in axes]
+    rows = [shape[d] for d in kept]
+    flat = reshape(P.transpose(a, kept + sorted(axes)), rows + [-1])
+    first = P.full(rows + [1], initial, aval_of(a).dtype)
+    out = P.reduce_prod(P.concatenate([first, flat], len(rows)), (len(rows),))
   return _keep(out, shape, axes) if keepdims else out
 
 

@@ -504,6 +504,12 @@ def _reduce_max_rule(x, *, axes):
 abstract_rules[reduce_max_p] = _reduce_max_rule
 impl_rules[reduce_max_p] = lambda x, *, axes: np.asarray(np.max(x, axis=axes), x.dtype)
 
+# A product in numpy's order: left to right along the reduced axes (their elements in C
+# order), so an overflow or underflow on the way gives numpy's inf, 0 or NaN.
+reduce_prod_p = Primitive("reduce_prod", traits=("reduction",))
+abstract_rules[reduce_prod_p] = lambda x, *, axes: (unary_numeric(x), _reduce_rule(x, axes=axes))[1]
+impl_rules[reduce_prod_p] = _errstate(lambda x, *, axes: np.asarray(np.prod(x, axis=axes), x.dtype))
+
 dot_general_p = Primitive("dot_general", traits=("contraction",), linear=(0, 1))
 # dimension_numbers = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch)).
 # Output dims: batch dims, then lhs free dims, then rhs free dims (as in XLA).
@@ -796,6 +802,7 @@ def reshape(x, shape): return reshape_p.bind(x, new_sizes=tuple(int(d) for d in 
 def transpose(x, perm): return transpose_p.bind(x, permutation=tuple(int(p) for p in perm))
 def reduce_sum(x, axes): return reduce_sum_p.bind(x, axes=tuple(int(a) for a in axes))
 def reduce_max(x, axes): return reduce_max_p.bind(x, axes=tuple(int(a) for a in axes))
+def reduce_prod(x, axes): return reduce_prod_p.bind(x, axes=tuple(int(a) for a in axes))
 def rev(x, dims): return rev_p.bind(x, dimensions=tuple(sorted(int(d) for d in dims)))
 
 

@@ -14,8 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from primc.core import Lit, PrimcIndexError, Program, Var
-from primc.lax import CONTROL_FLOW, cond_p, scan_p, while_p
+from primc.core import Lit, impl_rules, PrimcIndexError, Program, Var
+from primc.lax import CONTROL_FLOW, cond_p, python_call_p, scan_p, while_p
 
 
 def has_control_flow(program: Program) -> bool:
@@ -83,6 +83,8 @@ class Segmented:
       return ("cond", [self._load(b) for b in kw["branches"]], piece)
     if piece.prim is while_p:
       return ("while", [self._load(kw["cond"]), self._load(kw["body"])], piece)
+    if piece.prim is python_call_p:
+      return ("python", [], piece)
     assert piece.prim is scan_p
     return ("scan", [self._load(kw["body"])], piece)
 
@@ -150,4 +152,8 @@ def _run_scan(exes, eqn, args, loops):
   return list(carry) + ys
 
 
-_RUN = {"cond": _run_cond, "while": _run_while, "scan": _run_scan}
+def _run_python(exes, eqn, args, loops):
+  return impl_rules[python_call_p](*args, **eqn.kw)
+
+
+_RUN = {"cond": _run_cond, "while": _run_while, "scan": _run_scan, "python": _run_python}

@@ -444,8 +444,8 @@ def literal(a: Lit):
 
 def eval_program(program: Program, *args) -> list:
   """Runs a program by binding each equation: eager on arrays, staged while tracing."""
-  if _state.builders and _stageable(program, args):
-    return _stage(program, args)
+  if _state.builders and not _state.builders[-1].concrete and _stageable(program, args):
+    return _stage(program, args)  # (a trace of values binds: each value computed beside)
   return run(program, args, lambda eqn, xs: results(eqn, eqn.prim.bind(*xs, **eqn.kw)),
              lit=literal)
 

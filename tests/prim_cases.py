@@ -293,6 +293,8 @@ CASES = [
          lambda x: x.sum((0, 2)), linear=(0,)),
     Case(P.reduce_max_p, lambda x: P.reduce_max(x, (1,)), args(normal(3, 4)),
          lambda x: x.max(1)),
+    Case(P.reduce_prod_p, lambda x: P.reduce_prod(x, (0, 2)), args(normal(3, 4, 2)),
+         lambda x: x.prod((0, 2))),
     Case(P.dot_general_p, lambda a, b: P.dot_general(a, b, (((1,), (0,)), ((), ()))),
          args(normal(3, 4), normal(4, 5)), np.matmul, linear=(0, 1), bilinear=True),
     Case(P.dot_general_p, lambda a, b: P.dot_general(a, b, (((2,), (1,)), ((0,), (0,)))),

@@ -2,6 +2,8 @@
 traced index) inside functions given to the transforms outside `jit`: traced again with
 the call's values, the path taken is differentiated as one program (as autograd's tape
 records it). Random branching programs against numpy and finite differences."""
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 import primc
 import primc.numpy as pnp
+from primc import autograd, eager, static
 
 OPS = [lambda y: y * y, lambda y: pnp.sin(y), lambda y: y * 3.0 - 1.0,
        lambda y: pnp.tanh(y) + y, lambda y: pnp.exp(-y * y)]
@@ -193,6 +196,97 @@ def test_a_custom_vjp_whose_forward_loops_on_values():
   for fn in (primc.grad(loss), primc.jit(primc.grad(loss))):
     np.testing.assert_allclose(fn(a), want, rtol=1e-10)
   np.testing.assert_allclose(primc.jit(solve)(a), z, rtol=1e-12)
+
+
+def _fixed_point_of():
+  """autograd's `fixed_point` as users write it with primc: a custom_vjp whose forward
+  loops to convergence on values, and whose bwd solves the adjoint fixed point with the
+  same function (a loop on the values of the residuals and the cotangent)."""
+  @functools.partial(primc.custom_vjp, nondiff_argnums=(0,))
+  def fixed_point(f, a, x0):
+    x, prev = f(a, x0), x0
+    while pnp.abs(x - prev).max() > 1e-13:
+      x, prev = f(a, x), x
+    return x
+
+  def fwd(f, a, x0):
+    x = fixed_point(f, a, x0)
+    return x, (a, x)
+
+  def bwd(f, res, g):
+    a, x = res
+    _, vjp_x = primc.vjp(lambda x: f(a, x), x)
+    w = fixed_point(lambda _, w: vjp_x(w)[0] + g, a, pnp.zeros_like(g))
+    _, vjp_a = primc.vjp(lambda a: f(a, x), a)
+    return vjp_a(w)[0], pnp.zeros_like(x)
+  fixed_point.defvjp(fwd, bwd)
+  return fixed_point
+
+
+def _cos_solution(a):  # z = cos(z) a, and dz/da = cos(z) / (1 + a sin(z))
+  z = a * 0.0
+  for _ in range(2000):
+    z = np.cos(z) * a
+  return z, np.cos(z) / (1 + a * np.sin(z))
+
+
+def test_a_custom_vjp_whose_bwd_loops_on_values_in_every_path():
+  fixed_point = _fixed_point_of()
+  solve = lambda a: fixed_point(lambda a, z: pnp.cos(z) * a, a, a * 0.0)
+  loss = lambda a: pnp.sum(solve(a) * pnp.arange(1.0, 4.0))
+  weights = np.arange(1.0, 4.0)
+  jitted = primc.jit(primc.grad(loss))
+  for a in (np.array([0.5, 0.7, 0.9]), np.array([0.2, 1.1, 0.4])):  # other loop counts
+    z, dz = _cos_solution(a)
+    for path, got in [("grad", primc.grad(loss)(a)), ("jit(grad)", jitted(a))]:
+      np.testing.assert_allclose(got, weights * dz, rtol=1e-9, err_msg=path)
+    x = eager.to_tensor(a, stop_gradient=False)
+    (gx,) = eager.grad(loss(x), [x])
+    np.testing.assert_allclose(gx.value, weights * dz, rtol=1e-9, err_msg="eager")
+
+
+def _root_by_newton():
+  """sqrt, whose bwd finds 1 / (2 sqrt(a)) by Newton's iteration on values."""
+  @primc.custom_vjp
+  def root(a):
+    return pnp.sqrt(a)
+
+  def bwd(a, g):
+    r = pnp.ones_like(a) * 0.1
+    while pnp.abs(4.0 * a * r * r - 1.0).max() > 1e-14:
+      r = r * (1.5 - 2.0 * a * r * r)
+    return (g * r,)
+  root.defvjp(lambda a: (root(a), a), bwd)
+  return root
+
+
+def test_a_bwd_on_values_batched_per_example_and_in_static_programs():
+  root = _root_by_newton()
+  loss = lambda a: pnp.sum(root(a) * pnp.array([1.0, -2.0]))
+  batch = np.array([[0.3, 2.0], [5.0, 0.7], [1.0, 1.0]])
+  want = np.array([1.0, -2.0]) / (2 * np.sqrt(batch))
+  for path, fn in [("vmap(grad)", primc.vmap(primc.grad(loss))),
+                   ("jit(vmap(grad))", primc.jit(primc.vmap(primc.grad(loss))))]:
+    np.testing.assert_allclose(fn(batch), want, rtol=1e-12, err_msg=path)
+  static.enable_static()  # a static program: the executor runs bwd on the fed values
+  try:
+    static.reset()
+    x = static.data("x", shape=(2,), dtype="float64")
+    y = loss(x)
+    g = autograd.grad(y, x)
+    g = g[0] if isinstance(g, (list, tuple)) else g
+    for row, w in zip(batch, want):
+      np.testing.assert_allclose(static.Executor().run(feed={"x": row}, fetch_list=[g])[0],
+                                 w, rtol=1e-12, err_msg="static")
+  finally:
+    static.disable_static()
+
+
+def test_a_bwd_on_values_has_no_derivative_of_its_own():
+  fixed_point = _fixed_point_of()
+  loss = lambda a: pnp.sum(fixed_point(lambda a, z: pnp.cos(z) * a, a, a * 0.0))
+  with pytest.raises(primc.PrimcError, match="decides in Python on values.*while_loop"):
+    primc.grad(lambda a: pnp.sum(primc.grad(loss)(a)))(np.array([0.5, 0.7]))
 
 
 def test_writing_a_traced_value_into_a_numpy_array_is_refused():
