@@ -473,7 +473,7 @@ def round_(a, decimals=0):
   """numpy.round: halves to even, at `decimals` places (scaled by 10**decimals)."""
   a = as_array(a)
   if aval_of(a).dtype == "bool" and decimals >= 0:  # numpy's float16, as other float
-    return P.convert(a, "float64")                   # functions of bools (README)
+    return P.convert(a, "float64")                   # functions of bools (docs/guide/numpy.md)
   if aval_of(a).dtype not in FLOAT_DTYPES:
     if decimals >= 0:
       return a
@@ -1518,6 +1518,67 @@ def _swap(fn):
   return lambda self, other: fn(other, self)
 
 
+# numpy returns a new array object from every function and method but these (they give
+# their argument itself when there is nothing to convert); a traced result that is an
+# argument's own object is made a new one (`_apart`)
+_SAME_OBJECT = frozenset({"asarray", "asanyarray", "ascontiguousarray", "asfortranarray",
+                          "atleast_1d", "atleast_2d", "atleast_3d", "require", "as_array"})
+
+
+def _apart(out, args, kwargs, twin=None):
+  """`out` with each traced result that is one of the arguments' own objects (an op that
+  computed nothing: a copy, `astype` to the same dtype, `+x`) replaced by a new object of
+  the same value: an in-place write into one (`y = x.copy(); y[0] = v`) must not reach
+  the other, as numpy's copy is apart from its original. Where numpy's own function
+  (`twin`) gives a view of that argument (`real` of a real array), it stays the same
+  object: a write into either is seen by both, as in numpy."""
+  if type(out) is Tracer:
+    if not _among(out, args, kwargs) or _numpy_shares(twin, out, args, kwargs):
+      return out
+    return _new_object(out)
+  if type(out) in (list, tuple) and builtins.any(type(o) is Tracer for o in out):
+    return type(out)([_new_object(o) if type(o) is Tracer and _among(o, args, kwargs) else o
+                      for o in out])
+  return out
+
+
+def _numpy_shares(twin, t, args, kwargs) -> bool:
+  """Whether numpy's `twin`, given a probe array in `t`'s place, returns memory of it."""
+  if twin is None:
+    return False
+  probe = np.empty(aval_of(t).shape, np.dtype(aval_of(t).dtype))
+  swap = lambda a: probe if a is t else a
+  args, kwargs = [swap(a) for a in args], {k: swap(v) for k, v in kwargs.items()}
+  if builtins.any(isinstance(a, Tracer) for a in (*args, *kwargs.values())):
+    return False
+  try:
+    out = twin(*args, **kwargs)
+  except Exception:
+    return False
+  return isinstance(out, np.ndarray) and np.shares_memory(out, probe)
+
+
+def _among(t, args, kwargs) -> bool:
+  for a in (*args, *kwargs.values()):
+    if a is t or (type(a) in (list, tuple) and builtins.any(x is t for x in a)):
+      return True
+  return False
+
+
+def _new_object(t: Tracer) -> Tracer:
+  fresh = Tracer(t.builder, t.ir_var)
+  fresh.weak, fresh.concrete = t.weak, t.concrete
+  return fresh
+
+
+def _apart_method(fn):
+  """A Tracer method whose result is never its receiver's object (see `_apart`)."""
+  @functools.wraps(fn)
+  def method(*args, **kwargs):
+    return _apart(fn(*args, **kwargs), args, kwargs)
+  return method
+
+
 _ARITHMETIC = {
     "__add__": add, "__radd__": _swap(add), "__sub__": subtract, "__rsub__": _swap(subtract),
     "__mul__": multiply, "__rmul__": _swap(multiply), "__truediv__": divide,
@@ -1527,7 +1588,7 @@ _ARITHMETIC = {
 }
 _TRACER_METHODS = {
     **{name: _python_arithmetic(fn) for name, fn in _ARITHMETIC.items()},
-    "__matmul__": matmul, "__rmatmul__": _swap(matmul), "__pos__": lambda self: self,
+    "__matmul__": matmul, "__rmatmul__": _swap(matmul), "__pos__": lambda self: self,  # (apart)
     "__lt__": less, "__le__": less_equal, "__gt__": greater, "__ge__": greater_equal,
     "__eq__": equal, "__ne__": not_equal, "__getitem__": getitem,
     "T": property(lambda self: transpose(self)), "reshape": reshape, "sum": sum, "mean": mean,
@@ -1535,7 +1596,7 @@ _TRACER_METHODS = {
         self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)),
 }
 for _name, _fn in _TRACER_METHODS.items():
-  setattr(Tracer, _name, _fn)
+  setattr(Tracer, _name, _fn if isinstance(_fn, property) else _apart_method(_fn))
 
 
 def _numpy_name(func) -> str:
@@ -1764,7 +1825,9 @@ def _front_end_aware(fn):
           out = None
         if out is not None:
           return out
-    return on_front_ends(fn, args, kwargs)
+    out = on_front_ends(fn, args, kwargs)
+    return out if same_object else _apart(out, args, kwargs, twin)
+  same_object = fn.__name__ in _SAME_OBJECT
   wrapped.__wrapped_op__ = fn
   wrapped._takes_front_ends = True
   return wrapped
@@ -2533,8 +2596,8 @@ def __getattr__(name: str):
   if name.startswith("__") or not hasattr(np, name):
     raise AttributeError(f"module 'primc.numpy' has no attribute {name!r}")
   raise NotSupportedError(
-      f"primc.numpy.{name} (numpy.{name}) is not supported yet; the README's compatibility "
-      f"section lists what is, and primc.numpy's functions can be combined in its place")
+      f"primc.numpy.{name} (numpy.{name}) is not supported yet; the user guide's "
+      f"compatibility table (docs/guide/numpy.md) lists what is, and primc.numpy's functions can be combined in its place")
 
 
 class NotSupportedError(PrimcError, AttributeError):
@@ -4284,7 +4347,8 @@ def _lstsq(a, b, rcond=None):
   rank = _matrix_rank(a, tol=multiply(max(stop_gradient(s)), cut))
   return x, resid if aval_of(b).ndim == 2 else reshape(resid, (1,)), rank, s
 
-_MORE_METHODS = {"ravel": ravel, "flatten": ravel, "squeeze": squeeze, "prod": prod,
+_MORE_METHODS = {"ravel": ravel, "flatten": lambda self, order="C": copy(ravel(self, order)),
+                 "squeeze": squeeze, "prod": prod,
                  "swapaxes": swapaxes, "any": any, "all": all, "copy": copy, "conj": conj,
                  "conjugate": conj, "ptp": ptp,
                  "argsort": argsort,
@@ -4298,7 +4362,7 @@ _MORE_METHODS = {"ravel": ravel, "flatten": ravel, "squeeze": squeeze, "prod": p
                  "__rshift__": right_shift, "__rrshift__": _swap(right_shift)}
 _TRACER_METHODS.update(_MORE_METHODS)
 for _name, _fn in _MORE_METHODS.items():
-  setattr(Tracer, _name, _fn)
+  setattr(Tracer, _name, _fn if isinstance(_fn, property) else _apart_method(_fn))
 Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 
 
@@ -4355,6 +4419,7 @@ for _name in _VIEWS:
   globals()[_name] = _viewing(globals()[_name])
 Tracer.__getitem__ = getitem
 Tracer.reshape = reshape
+Tracer.ravel, Tracer.squeeze, Tracer.swapaxes = ravel, squeeze, swapaxes  # views, as numpy's
 
 
 def _numpy_view(probe, name, args, kwargs):

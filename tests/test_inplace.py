@@ -173,3 +173,48 @@ def test_in_place_keeps_the_arrays_dtype_as_numpy_does():
 
   with pytest.raises(primc.PrimcError, match="same_kind"):
     primc.jit(g)(np.ones(3))
+
+
+# one-array functions and methods whose result numpy makes a copy, a view, or the argument
+# itself: a write into the result reaches the argument exactly where numpy's does (an op
+# that computes nothing must still give a copy apart from its argument where numpy does)
+SAME_OR_APART = {
+    "copy": lambda m, x: m.copy(x), "copy_method": lambda m, x: x.copy(),
+    "array": lambda m, x: m.array(x), "asarray": lambda m, x: m.asarray(x),
+    "astype_same": lambda m, x: x.astype(x.dtype), "astype_f32": lambda m, x: x.astype("float32"),
+    "pos": lambda m, x: +x, "neg": lambda m, x: -x, "times_one": lambda m, x: x * 1.0,
+    "flatten": lambda m, x: x.flatten(), "ravel": lambda m, x: m.ravel(x),
+    "reshape_same": lambda m, x: x.reshape(x.shape), "full_slice": lambda m, x: x[:],
+    "ellipsis": lambda m, x: x[...], "squeeze": lambda m, x: m.squeeze(x),
+    "atleast_1d": lambda m, x: m.atleast_1d(x), "atleast_2d": lambda m, x: m.atleast_2d(x),
+    "real": lambda m, x: m.real(x), "conj": lambda m, x: m.conj(x),
+    "transpose": lambda m, x: m.transpose(x), "T": lambda m, x: x.T,
+    "moveaxis_same": lambda m, x: m.moveaxis(x, 0, 0), "swapaxes": lambda m, x: x.swapaxes(0, -1),
+    "clip_wide": lambda m, x: m.clip(x, -1e300, 1e300), "abs": lambda m, x: m.abs(x),
+    "sum_no_axes": lambda m, x: m.sum(x, axis=()), "nan_to_num": lambda m, x: m.nan_to_num(x),
+    "ascontiguousarray": lambda m, x: m.ascontiguousarray(x),
+    "expand_squeeze": lambda m, x: m.squeeze(m.expand_dims(x, 0), 0),
+    "concatenate_one": lambda m, x: m.concatenate([x]), "round0": lambda m, x: m.round(x, 3),
+}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(sorted(SAME_OR_APART)), st.sampled_from([(4,), (2, 3), (1, 3)]),
+       st.integers(0, 5))
+def test_a_write_into_a_result_reaches_its_argument_as_in_numpy(name, shape, where):
+  op = SAME_OR_APART[name]
+
+  def f(m, x):
+    x = x * 1.0  # an array the function made (not the caller's)
+    y = op(m, x)
+    idx = np.unravel_index(where % y.size, y.shape)
+    y[idx] = 7.0
+    return x, y
+
+  x = np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape)
+  want = f(np, x.copy())
+  for path, got in [("jit", primc.jit(lambda x: f(pnp, x))(x)),
+                    ("interpreted", primc.interpret(primc.make_program(lambda x: f(pnp, x))(x),
+                                                    x))]:
+    for g, w, what in zip(got, want, ("the argument", "the result")):
+      np.testing.assert_array_equal(g, w, err_msg=f"{name} {path}: {what}")
