@@ -5,29 +5,71 @@ The pipeline, each stage a pure function of the one before:
   Python fn --trace--> Program --jvp/linearize/transpose--> Program --passes--> regions
             --codegen--> numba kernels (cached on disk) --executor--> numpy arrays
 
-`import primc` loads the IR, the transforms and the front ends; numba is imported when
-something is first compiled (`primc.compile.backend`).
+`import primc` loads the IR and the errors only; any other name (`primc.grad`,
+`primc.numpy`, `from primc import eager`) loads its module, with what that module uses,
+at its first use (PEP 562): a pytest session, a CLI `--help` or a process that only
+unpickles pays for what it uses. A front end registers with `primc.numpy` when its module
+loads, which is before any of its values exist. numba is imported when something is
+first compiled (`primc.compile.backend`).
 """
-from primc import numpy
+import importlib
+
+from primc import core
 from primc.core import VERSION as __version__
-from primc.core import (Eqn, Lit, PrimcError, PrimcIndexError, PrimcTypeError, Primitive,
-                        Program, ShapedArray, ShapeError, TypeCheckError, Var, pp_program,
-                        typecheck)
-from primc.interpreter import interpret
-from primc.trace import make_program
-from primc.api import (check_grads, grad, hessian, hvp, jacfwd, jacrev, jvp, linearize,
-                       stop_gradient, value_and_grad, vjp, vmap)
-from primc.api import (checkpoint, deriv, elementwise_grad, grad_and_aux,  # autograd's
-                       hessian_tensor_product, hessian_vector_product, jacobian, make_ggnvp,
-                       make_hvp, make_jvp, make_vjp, tensor_jacobian_product,
-                       vector_jacobian_product)
-from primc.ad import jvp_program, linearize_program, transpose_program, vjp_program
-from primc.batching import batch_program
-from primc.settings import config, raw_transforms
-from primc.custom import custom_jvp, custom_vjp
-from primc import lax
-from primc.compile import cache_stats, jit
-from primc import eager
-from primc.eager import GradManager, PyLayer, PyLayerContext, Tensor, to_tensor
-from primc import autograd, functional, nn, optimizer, static, tree_util
-from primc.nn import seed
+from primc.core import (ConcretizationError, Eqn, Lit, PrimcError, PrimcIndexError,
+                        PrimcTypeError, Primitive, Program, ShapedArray, ShapeError,
+                        TypeCheckError, Var, pp_program, typecheck)
+
+# submodules that are names of the package, and the other names with their modules
+_SUBMODULES = ("numpy", "lax", "eager", "autograd", "functional", "nn", "optimizer", "static",
+               "tree_util")
+_NAMES = {
+    "interpreter": ["interpret"],
+    "trace": ["make_program"],
+    "api": ["check_grads", "grad", "hessian", "hvp", "jacfwd", "jacrev", "jvp", "linearize",
+            "stop_gradient", "value_and_grad", "vjp", "vmap", "checkpoint", "deriv",
+            "elementwise_grad", "grad_and_aux", "hessian_tensor_product",
+            "hessian_vector_product", "jacobian", "make_ggnvp", "make_hvp", "make_jvp",
+            "make_vjp", "tensor_jacobian_product", "vector_jacobian_product"],
+    "ad": ["jvp_program", "linearize_program", "transpose_program", "vjp_program"],
+    "batching": ["batch_program"],
+    "settings": ["config", "raw_transforms"],
+    "custom": ["custom_jvp", "custom_vjp"],
+    "compile": ["cache_stats", "jit"],
+    "eager": ["GradManager", "PyLayer", "PyLayerContext", "Tensor", "to_tensor"],
+    "nn": ["seed"],
+}
+_HOME = {name: module for module, names in _NAMES.items() for name in names}
+__all__ = sorted([*_SUBMODULES, *_HOME, "ConcretizationError", "Eqn", "Lit", "PrimcError",
+                  "PrimcIndexError", "PrimcTypeError", "Primitive", "Program", "ShapedArray",
+                  "ShapeError", "TypeCheckError", "Var", "pp_program", "typecheck"])
+
+
+def _load_all() -> None:
+  """Imports every module that defines primitives, rules or front ends, and binds the
+  package's names."""
+  g = globals()
+  for module in (*_SUBMODULES, *_NAMES):
+    loaded = importlib.import_module(f"primc.{module}")
+    if module in _SUBMODULES:
+      g[module] = loaded
+    for name in _NAMES.get(module, ()):
+      g[name] = getattr(loaded, name)
+
+
+def __getattr__(name: str):
+  if name in _SUBMODULES:
+    value = importlib.import_module(f"primc.{name}")
+  elif name in _HOME:
+    value = getattr(importlib.import_module(f"primc.{_HOME[name]}"), name)
+  else:
+    raise AttributeError(f"module 'primc' has no attribute {name!r}")
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return __all__
+
+
+core.on_unknown_primitive.append(_load_all)  # a program unpickled before any use

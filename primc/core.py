@@ -213,9 +213,17 @@ class Primitive:
 PRIMITIVES: dict[str, "Primitive"] = {}  # by name: every primitive defined
 
 
+# called when a primitive is asked for by a name no module defined yet (a program
+# unpickled in a process that used nothing else): the package loads its modules
+on_unknown_primitive: list[Callable[[], None]] = []
+
+
 def primitive_named(name: str) -> "Primitive":
-  """The primitive of this name (unpickling a program: importing primc.core imports the
-  package first, whose modules define them all)."""
+  """The primitive of this name (unpickling a program: `on_unknown_primitive` loads the
+  modules that define them all)."""
+  if name not in PRIMITIVES:
+    for load in on_unknown_primitive:
+      load()
   return PRIMITIVES[name]
 
 

@@ -20,8 +20,7 @@ import tempfile
 
 import pytest
 
-from primc import api
-from primc import settings
+import primc  # (the IR and errors only: the library loads at a fixture's first use)
 
 
 def pytest_addoption(parser):
@@ -66,11 +65,11 @@ def pytest_generate_tests(metafunc):
 def primc_mode(request, monkeypatch):
   """The mode a `primc_both` test runs in (its `jit`s interpret in "interpreted")."""
   mode = request.param
-  monkeypatch.setattr(settings.config, "interpret", mode == "interpreted")
+  monkeypatch.setattr(primc.config, "interpret", mode == "interpreted")
   return mode
 
 
 @pytest.fixture
 def check_grads():
   """`primc.check_grads(f, args, order=1, modes=("fwd", "rev"), ...)`."""
-  return api.check_grads
+  return primc.check_grads
