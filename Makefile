@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench bench-peers clean
+.PHONY: test demo docs bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
+
+# the documentation site (MkDocs) into site/; --strict: a warning fails the build
+docs: $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[docs]'
+	$(BIN)/mkdocs build --strict --site-dir site
 
 # bench-peers also times primc's kernels compiled for an AVX2 CPU (PRIMC_CPU) on x86
 PEER_CPUS ?= $(shell [ "$$(uname -m)" = x86_64 ] && echo haswell)
@@ -40,4 +45,4 @@ bench-peers: $(STAMP)
 	$(BIN)/python benchmarks/w13_autograd.py $(if $(AUTOGRAD_EXAMPLES),--examples $(AUTOGRAD_EXAMPLES))
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache

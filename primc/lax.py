@@ -519,7 +519,7 @@ def _traced(x) -> bool:
 
 @_on_front_ends(_python_switch)
 def switch(index, branches: Sequence[Callable], *operands):
-  """branches[index](*operands): one branch runs. An index outside [0, len(branches)) is an
+  """`branches[index](*operands)`: one branch runs. An index outside [0, len(branches)) is an
   error (JAX clamps it). Every branch returns the same structure, shapes and dtypes."""
   branches = list(branches)
   if not branches:

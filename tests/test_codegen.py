@@ -216,7 +216,7 @@ def test_ten_batch_sizes_of_a_training_step_compile_once(sizes):
   # a training step (mean over the batch, whose gradient's 2/n is 1 at n = 2; products
   # that are small at some sizes and not at others, in both directions): only the first
   # size compiles; every size is right. (A product first summed inline compiles its
-  # product variant past 2^17 multiply-adds, at 228 rows here: see the README.)
+  # product variant past 2^17 multiply-adds, at 228 rows here: see docs/guide/compiling.md.)
   params = [(f32(a, b) * 0.5, f32(b)) for a, b in [(2, 24), (24, 24), (24, 1)]]
   step = primc.jit(primc.value_and_grad(_mlp_loss))
   compiles = lambda: sum(primc.cache_stats().get(k, 0)

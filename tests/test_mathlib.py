@@ -6,7 +6,7 @@ from numba import njit
 
 from primc.codegen import mathlib
 
-# documented in the README: max ulp error over the samples below
+# documented in docs/guide/compiling.md: max ulp error over the samples below
 BOUNDS = {"exp": 1.5, "log": 1.5, "tanh": 3.0, "sin": 2.5, "cos": 2.5}
 REFERENCE = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sin": np.sin, "cos": np.cos}
 _kernels = {}

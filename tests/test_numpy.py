@@ -430,10 +430,10 @@ def test_every_numpy_name_exists_or_raises_naming_it():
     pnp.not_a_numpy_name
 
 
-def test_readme_compatibility_table_matches_the_module():
-  """Each name of the README's table is in primc.numpy (or its linalg) in the column it is
-  listed in: supported names exist, the others raise NotSupportedError naming them."""
-  readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+def test_docs_compatibility_table_matches_the_module():
+  """Each name of the user guide's table is in primc.numpy (or its linalg) in the column
+  it is listed in: supported names exist, the others raise NotSupportedError naming them."""
+  readme = pathlib.Path(__file__).resolve().parents[1] / "docs" / "guide" / "numpy.md"
   rows = [line for line in readme.read_text().splitlines()
           if line.startswith("| ") and line.count("|") == 4 and "`" in line]
   assert len(rows) >= 5
@@ -836,7 +836,7 @@ def test_numpy_functions_over_axes_match_numpy(seed):
       want = np.asarray(getattr(np, name)(x, **kw))
     except Exception:
       return  # numpy refuses these operands
-    if want.dtype == np.float16:  # declared: primc's float of a bool is float64 (README)
+    if want.dtype == np.float16:  # declared: primc's float of a bool is float64 (docs/guide/numpy.md)
       want = want.astype(np.float64)
     fn = lambda x: getattr(pnp, name)(x, **kw)
     for path, run in [("eager", lambda: fn(x)), ("jit", lambda: primc.jit(fn)(x))]:
