@@ -19,6 +19,7 @@ import threading
 import types
 
 from primc.codegen import cache, kernels, standins, store, translate
+from primc.settings import config
 
 log = logging.getLogger("primc.cache")
 
@@ -328,6 +329,8 @@ def _kernel_ir(module: types.ModuleType, symbol: str) -> str | None:
   except translate.Unsupported as e:
     log.debug("kernel %s is compiled by numba: %s", module.KEY, e)
   except Exception as e:  # a translator bug: numba, the reference, compiles it
+    if config.strict_kernels:
+      raise
     log.warning("primc: translating kernel %s failed (%s: %s); numba compiles it",
                 module.KEY, type(e).__name__, e)
     cache.count("translate_failures")

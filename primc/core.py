@@ -213,6 +213,21 @@ class Primitive:
 PRIMITIVES: dict[str, "Primitive"] = {}  # by name: every primitive defined
 
 
+class NamedFunction:
+  """A Python function as an equation's parameter (a user's custom rule, a function run
+  on values): called as the function, compared by identity (two equations share one only
+  if one call made them), printed as `<kind name>`, the name errors give."""
+
+  def __init__(self, fn: Callable, name: str, kind: str = "rule"):
+    self.fn, self.name, self.kind = fn, name, kind
+
+  def __call__(self, *args):
+    return self.fn(*args)
+
+  def __repr__(self):
+    return f"<{self.kind} {self.name}>"
+
+
 # called when a primitive is asked for by a name no module defined yet (a program
 # unpickled in a process that used nothing else): the package loads its modules
 on_unknown_primitive: list[Callable[[], None]] = []

@@ -27,8 +27,8 @@ import numpy as np
 
 from primc import ad, batching, lax
 from primc import numpy as pnp
-from primc.core import (ConcretizationError, Primitive, PrimcError, Program, ShapedArray,
-                        results, run)
+from primc.core import (ConcretizationError, NamedFunction, Primitive, PrimcError, Program,
+                        ShapedArray, results, run)
 from primc.prims import abstract_rules, impl_rules
 from primc.trace import (Tracer, as_array, aval_of, eval_program, literal,
                          trace_flat, trace_path, user_source)
@@ -39,19 +39,8 @@ custom_vjp_call_p = Primitive("custom_vjp_call", multiple_results=True)
 custom_lin_p = Primitive("custom_lin", multiple_results=True, linear="all")
 
 
-class Rule:
-  """A user's rule as a function of flat arrays (`fn(*leaves) -> list of leaves`), with the
-  name errors give. Compared by identity: two equations share a rule only if they are one
-  call's."""
-
-  def __init__(self, fn: Callable, name: str):
-    self.fn, self.name = fn, name
-
-  def __call__(self, *leaves):
-    return self.fn(*leaves)
-
-  def __repr__(self):
-    return f"<rule {self.name}>"
+# a user's rule as a function of flat arrays (`fn(*leaves) -> list of leaves`)
+Rule = NamedFunction
 
 
 def _batched(rule: Rule, in_avals: Sequence[ShapedArray], size: int) -> Rule:

@@ -27,8 +27,8 @@ import numpy as np
 from primc import ad, batching
 from primc import numpy as pnp
 from primc import prims as P
-from primc.core import (Primitive, PrimcError, PrimcIndexError, Program, ShapedArray, Var,
-                        results, run)
+from primc.core import (NamedFunction, Primitive, PrimcError, PrimcIndexError, Program,
+                        ShapedArray, Var, results, run)
 from primc.prims import abstract_rules, impl_rules
 from primc.trace import (Tracer, as_array, aval_of, eval_program, literal, locate, trace_flat,
                          user_source)
@@ -369,20 +369,8 @@ batching.batch_rules[scan_p] = _scan_batch
 
 def python_call(fn: Callable, args: Sequence, out_avals: Sequence[ShapedArray], name: str):
   """`fn(*values) -> list of arrays` bound as one equation on `args`, giving `out_avals`."""
-  return python_call_p.bind(*args, fn=_Named(fn, name), out_avals=tuple(out_avals))
-
-
-class _Named:
-  """A function as an equation's parameter: compared by identity, printed by its name."""
-
-  def __init__(self, fn: Callable, name: str):
-    self.fn, self.name = fn, name
-
-  def __call__(self, *values):
-    return self.fn(*values)
-
-  def __repr__(self):
-    return f"<python {self.name}>"
+  return python_call_p.bind(*args, fn=NamedFunction(fn, name, "python"),
+                            out_avals=tuple(out_avals))
 
 
 def _python_call_impl(*values, fn, out_avals):
@@ -413,7 +401,8 @@ def _python_call_batch(args, dims, *, fn, out_avals):
     runs = [fn(*[v[i] for v in values]) for i in range(size)]
     return [np.stack([np.asarray(r[k]) for r in runs]) for k in range(len(out_avals))]
   batched = tuple(ShapedArray((size,) + a.shape, a.dtype) for a in out_avals)
-  outs = python_call_p.bind(*args, fn=_Named(each, fn.name), out_avals=batched)
+  outs = python_call_p.bind(*args, fn=NamedFunction(each, fn.name, "python"),
+                            out_avals=batched)
   return [(o, 0) for o in outs]
 
 

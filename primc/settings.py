@@ -32,6 +32,10 @@ class Config:
   interpret: bool = os.environ.get("PRIMC_INTERPRET") == "1"
   keep_transforms: bool = os.environ.get("PRIMC_KEEP_TRANSFORMS") != "0"
   compile_hot_transforms: bool = os.environ.get("PRIMC_COMPILE_HOT") != "0"
+  # a kernel the LLVM renderer fails on raises, instead of being compiled by numba with a
+  # warning (the test suite sets it: a renderer bug must fail a test, not hide behind the
+  # fallback); read from the environment, so compile workers inherit it
+  strict_kernels: bool = os.environ.get("PRIMC_STRICT_KERNELS") == "1"
 
   def __setattr__(self, name, value):
     """Refuses a setting primc does not have (`config.interpet = True` would otherwise be

@@ -8,6 +8,9 @@ os.environ.setdefault("PRIMC_CHECKS", "1")  # typecheck after every pass, always
 # compiles in its own process); the default policy, a first call on the interpreter while
 # the kernels compile, is tested where it is asked for (tests/test_tiered.py).
 os.environ.setdefault("PRIMC_TIERED", "0")
+# A kernel the LLVM renderer fails on fails its test (users get numba's compile and a
+# warning instead): set before primc is imported, so compile workers inherit it.
+os.environ.setdefault("PRIMC_STRICT_KERNELS", "1")
 from primc.settings import config  # noqa: E402  (primc's plugin imported it already: pytest
 config.tiered = {"1": True, "0": False}.get(os.environ["PRIMC_TIERED"])  # loads it first)
 # One cache directory for the whole session, so tests share compiled kernels: primc's

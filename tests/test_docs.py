@@ -52,3 +52,13 @@ def test_code_blocks_run(page, tmp_path):
                         input=repr(found), capture_output=True, text=True, cwd=tmp_path,
                         env=env, timeout=600)
   assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_the_site_builds_without_warnings(tmp_path):
+  """`make docs`: MkDocs in strict mode (a broken link, a docstring that renders as a link,
+  a page outside the navigation: each fails the build)."""
+  done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
+                         str(tmp_path / "site")], capture_output=True, text=True, cwd=ROOT,
+                        timeout=300)
+  assert done.returncode == 0, done.stderr[-4000:]
+  assert (tmp_path / "site" / "reference" / "index.html").read_text().count("primc.grad") >= 1

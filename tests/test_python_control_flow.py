@@ -240,9 +240,9 @@ def test_a_custom_vjp_whose_bwd_loops_on_values_in_every_path():
     z, dz = _cos_solution(a)
     for path, got in [("grad", primc.grad(loss)(a)), ("jit(grad)", jitted(a))]:
       np.testing.assert_allclose(got, weights * dz, rtol=1e-9, err_msg=path)
-    x = eager.to_tensor(a, stop_gradient=False)
-    (gx,) = eager.grad(loss(x), [x])
-    np.testing.assert_allclose(gx.value, weights * dz, rtol=1e-9, err_msg="eager")
+  x = eager.to_tensor(a, stop_gradient=False)  # the tape: the last input
+  (gx,) = eager.grad(loss(x), [x])
+  np.testing.assert_allclose(gx.value, weights * dz, rtol=1e-9, err_msg="eager")
 
 
 def _root_by_newton():

@@ -293,3 +293,32 @@ def test_library_products_translated(dtype):
         want = (a.T if ta else a).astype(np.float64) @ b + (c0 if acc else 0)
         np.testing.assert_allclose(c, want, rtol=tol, atol=tol * max(1, k),
                                    err_msg=f"{m}x{n}x{k} ta={ta} acc={acc}")
+
+
+def test_a_translator_crash_fails_in_strict_mode_and_is_counted_otherwise(monkeypatch, caplog):
+  """The suite runs with PRIMC_STRICT_KERNELS=1 (tests/conftest.py): a renderer bug raises,
+  so it fails a test instead of hiding behind numba's compile. Users get numba's compile,
+  one warning and the `translate_failures` counter."""
+  import primc
+  import primc.numpy as pnp
+  from primc.codegen import cache
+  from primc.settings import config
+
+  def crash(*args, **kwargs):
+    raise RuntimeError("a renderer bug")
+
+  jitted = primc.jit(lambda x: pnp.tanh(x) * 2.0)
+  jitted(np.ones(3))
+  (executable, _), = jitted._compiled.values()
+  source = executable.modules[0].SOURCE  # a kernel's module
+  assert loader.kernel_ir(source) is not None  # translated, before the bug is planted
+  monkeypatch.setattr(translate, "kernel_ir", crash)
+  assert config.strict_kernels
+  with pytest.raises(RuntimeError, match="a renderer bug"):
+    loader.kernel_ir(source)
+  monkeypatch.setattr(config, "strict_kernels", False)
+  before = cache.stats().get("translate_failures", 0)
+  with caplog.at_level("WARNING"):
+    assert loader.kernel_ir(source) is None
+  assert cache.stats().get("translate_failures", 0) == before + 1
+  assert "numba compiles it" in caplog.text
