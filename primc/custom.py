@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from primc import ad, batching, lax
+from primc import ad, batching, breaks, lax
 from primc import numpy as pnp
 from primc.core import (ConcretizationError, NamedFunction, Primitive, PrimcError, Program,
                         ShapedArray, results, run)
@@ -133,11 +133,24 @@ def _custom_lin_transpose(cts, *invals, bwd, n_res, out_avals):
 
 
 def _bwd_on_values(bwd: Rule) -> Callable:
-  """`bwd` run on values: traced on them (the path its Python takes) and evaluated."""
+  """`bwd` run on values: traced on them, the path its Python takes kept with the values
+  it read as guards (`breaks.Paths`, as `jit`'s graph breaks), so a later call whose
+  guards come out the same evaluates the kept path without tracing bwd again."""
+  paths: dict = {}  # by the arguments' shapes and dtypes
+
+  def make(arrays):
+    guards: list = []
+    program, captured, _ = trace_flat(lambda *xs: list(bwd(*xs)), _avals(arrays), (),
+                                      arrays, guards)
+    run = lambda leaves, out: eval_program(program, *leaves, *captured)
+    return run, [value for value, _ in guards], None
+
   def run(*values):
     arrays = [np.asarray(v) for v in values]
-    program, captured, _ = trace_path(lambda *xs: list(bwd(*xs)), arrays, arrays)
-    return eval_program(program, *arrays, *captured)
+    key = tuple((a.shape, a.dtype.str) for a in arrays)
+    if key not in paths:
+      paths[key] = breaks.Paths(make)
+    return paths[key].run(arrays)[0]
   return run
 
 

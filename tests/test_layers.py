@@ -10,13 +10,13 @@ FOLDERS = {"primc": "primc", "passes": "primc.passes", "codegen": "primc.codegen
 # Bottom to top: a module imports only modules of its own layer or of lower ones.
 LAYERS = [
     ("IR", ["primc.core", "primc.tree", "primc.trace", "primc.prims", "primc.interpreter",
-            "primc.settings"]),
+            "primc.settings", "primc.breaks"]),
     ("transforms and ops", ["primc.ad", "primc.batching", "primc.numpy", "primc.contraction",
                             "primc.custom", "primc.lax"]),
     ("passes", ["primc.passes"]),
     ("codegen", ["primc.codegen"]),
     ("compile and the functional API", ["primc.compile", "primc.api", "primc.segmented",
-                                        "primc.kept", "primc.breaks"]),
+                                        "primc.kept"]),
     ("front ends", ["primc.eager", "primc.static", "primc.nn", "primc.optimizer",
                     "primc.autograd", "primc.functional", "primc.dask"]),
     ("public API, CLI, pytest plugin", ["primc", "primc.cli", "primc.pytest_plugin"]),
