@@ -6,8 +6,8 @@ without SVML; these functions are polynomial approximations written in plain ari
 (NaN, ±inf, ±0, overflow, underflow, denormals) are handled by selects, not branches.
 
 Accuracy against numpy (max ulp over dense samples and edge cases; see
-`tests/test_mathlib.py` and the table of docs/guide/compiling.md): exp, log ≤ 1.5 ulp; sin, cos ≤ 2.5 ulp;
-tanh ≤ 3 ulp.
+`tests/test_mathlib.py` and the table of docs/guide/compiling.md): exp, log ≤ 1.5 ulp;
+sin, cos ≤ 2.5 ulp; tanh ≤ 3 ulp.
 sin/cos use Cody-Waite reduction, valid for |x| <= 8192 (float32) and 1e6 (float64);
 a kernel that uses them counts larger arguments in its loop and, if there are any, runs a
 second version of the loop with libm's sin/cos (scalar, rare).

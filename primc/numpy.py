@@ -595,7 +595,7 @@ def scale(x, scale=1.0, bias=0.0, bias_after_scale=True):
 
 
 def assign(x):
-  """Paddle's assign: a copy of x (arrays are immutable values in primc)."""
+  """Paddle's assign: a copy of x (a new object: a write into it leaves x, `_apart`)."""
   return as_array(x)
 
 
@@ -1588,7 +1588,8 @@ _ARITHMETIC = {
 }
 _TRACER_METHODS = {
     **{name: _python_arithmetic(fn) for name, fn in _ARITHMETIC.items()},
-    "__matmul__": matmul, "__rmatmul__": _swap(matmul), "__pos__": lambda self: self,  # (apart)
+    # (+x is a copy: `_apart_method` makes it a new object)
+    "__matmul__": matmul, "__rmatmul__": _swap(matmul), "__pos__": lambda self: self,
     "__lt__": less, "__le__": less_equal, "__gt__": greater, "__ge__": greater_equal,
     "__eq__": equal, "__ne__": not_equal, "__getitem__": getitem,
     "T": property(lambda self: transpose(self)), "reshape": reshape, "sum": sum, "mean": mean,
@@ -2205,7 +2206,7 @@ def cumprod(a, axis=None, dtype=None):
 def prod(a, axis=None, keepdims=False, dtype=None, initial=None, where=None):
   """numpy.prod: left to right, as numpy multiplies (an overflow or underflow on the way
   gives numpy's inf, 0 or NaN); integers and bools multiplied in int64, as numpy. `where`
-  (a mask broadcast against a) leaves entries out, `initial` multiplies the result."""
+  (a mask broadcast against a) leaves entries out; `initial` is the first factor."""
   a = _accumulated(a, dtype)
   if where is not None:
     a = _masked(a, where, 1)
@@ -2597,7 +2598,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'primc.numpy' has no attribute {name!r}")
   raise NotSupportedError(
       f"primc.numpy.{name} (numpy.{name}) is not supported yet; the user guide's "
-      f"compatibility table (docs/guide/numpy.md) lists what is, and primc.numpy's functions can be combined in its place")
+      f"compatibility table (docs/guide/numpy.md) lists what is, and primc.numpy's "
+      f"functions can be combined in its place")
 
 
 class NotSupportedError(PrimcError, AttributeError):

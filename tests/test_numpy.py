@@ -836,7 +836,7 @@ def test_numpy_functions_over_axes_match_numpy(seed):
       want = np.asarray(getattr(np, name)(x, **kw))
     except Exception:
       return  # numpy refuses these operands
-    if want.dtype == np.float16:  # declared: primc's float of a bool is float64 (docs/guide/numpy.md)
+    if want.dtype == np.float16:  # declared (docs/guide/numpy.md): a bool's float is float64
       want = want.astype(np.float64)
     fn = lambda x: getattr(pnp, name)(x, **kw)
     for path, run in [("eager", lambda: fn(x)), ("jit", lambda: primc.jit(fn)(x))]:
