@@ -611,14 +611,11 @@ def _product_of_others(x, axes):
   `axes`: the exclusive prefix times the exclusive suffix product over the reduced
   elements in C order (each a scan by doubling, log2(n) products)."""
   shape, dtype = aval_of(x).shape, aval_of(x).dtype
-  kept = [d for d in range(len(shape)) if d not in axes]
-  perm = kept + sorted(axes)
-  n = int(np.prod([shape[a] for a in axes]))
-  rows = [shape[d] for d in kept]
-  if n <= 1:
+  if int(np.prod([shape[a] for a in axes])) <= 1:
     return P.full(shape, 1, dtype)
-  flat = P.reshape(P.transpose(x, perm), rows + [n])
-  last = len(rows)
+  flat, perm = P.axes_last(x, shape, axes)
+  *rows, n = aval_of(flat).shape
+  rows, last = list(rows), len(rows)
   suffix = P.rev(_exclusive_prefix_product(P.rev(flat, (last,)), rows, n), (last,))
   others = P.mul(_exclusive_prefix_product(flat, rows, n), suffix)
   return P.transpose(P.reshape(others, [shape[d] for d in perm]), np.argsort(perm))

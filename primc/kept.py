@@ -464,23 +464,31 @@ def _kept_or_checked(full_key, entry, made, key, state, code, fun) -> _Entry:
   function (numpy random numbers drawn inside it)."""
   if entry is None:
     _count("misses", _reason(key, state[0]))
-    with _lock:
-      _kept[full_key] = made
-      if len(_kept) > KEPT:
-        _kept.popitem(last=False)
+    _keep(full_key, made)
     return made
   if entry.fingerprint == made.fingerprint:
     _count("checked")
     return entry
+  _unkeep(full_key, code, fun, "with the same arguments (numpy random numbers drawn "
+          "inside it, or state read through an object?)")
+  return made
+
+
+def _keep(full_key, kept) -> None:
+  with _lock:
+    _kept[full_key] = kept
+    if len(_kept) > KEPT:
+      _kept.popitem(last=False)
+
+
+def _unkeep(full_key, code, fun, why: str) -> None:
+  """A function whose program changed between two calls (`why`): traced at every call
+  from now on, said once."""
   with _lock:
     _kept.pop(full_key, None)
-  _not_kept(code, "its program changed between two calls with the same arguments "
-            "(numpy random numbers drawn inside it, or state read through an object?)",
-            None)
-  log.warning("%s: its program changed between two calls with the same arguments "
-              "(numpy random numbers drawn inside it, or state read through an object?): "
-              "traced at every call", getattr(fun, "__qualname__", fun))
-  return made
+  _not_kept(code, f"its program changed between two calls {why}", None)
+  log.warning("%s: its program changed between two calls %s: traced at every call",
+              getattr(fun, "__qualname__", fun), why)
 
 
 def _checked_path(paths, inputs, full_key, code, fun, flat, out_tree):
@@ -491,12 +499,8 @@ def _checked_path(paths, inputs, full_key, code, fun, flat, out_tree):
     _count("checked")
     return flat, out_tree
   run, guards, tree = paths.make(inputs)
-  with _lock:
-    _kept.pop(full_key, None)
-  _not_kept(code, "its program changed between two calls taking the same path", None)
-  log.warning("%s: its program changed between two calls taking the same path (numpy "
-              "random numbers drawn inside it?): traced at every call",
-              getattr(fun, "__qualname__", fun))
+  _unkeep(full_key, code, fun, "taking the same path (numpy random numbers drawn inside "
+          "it?)")
   full = run(inputs, None)
   return full[:len(full) - len(guards)], tree
 
@@ -518,10 +522,7 @@ def _kept_paths(full_key, transform, fun, leaves, tree, traced, arrays, lifted, 
   except (PrimcError, NotKept) as e:
     return _not_kept(code, str(e).splitlines()[0], plain)
   _count("misses", "Python reads values: a path kept")
-  with _lock:
-    _kept[full_key] = paths
-    if len(_kept) > KEPT:
-      _kept.popitem(last=False)
+  _keep(full_key, paths)
   return tree_unflatten(*reversed(paths.run(arrays + lifted)))
 
 

@@ -2215,9 +2215,8 @@ def prod(a, axis=None, keepdims=False, dtype=None, initial=None, where=None):
   if initial is None:
     out = P.reduce_prod(a, axes)
   else:  # numpy starts from `initial`: it goes first along the reduced elements
-    kept = [d for d in range(len(shape)) if d not in axes]
-    rows = [shape[d] for d in kept]
-    flat = reshape(P.transpose(a, kept + sorted(axes)), rows + [-1])
+    flat, _ = P.axes_last(a, shape, axes)
+    rows = list(aval_of(flat).shape[:-1])
     first = P.full(rows + [1], initial, aval_of(a).dtype)
     out = P.reduce_prod(P.concatenate([first, flat], len(rows)), (len(rows),))
   return _keep(out, shape, axes) if keepdims else out

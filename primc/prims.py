@@ -854,6 +854,16 @@ def zeros(aval: ShapedArray):
   return full(aval.shape, 0, aval.dtype)
 
 
+def axes_last(x, shape, axes):
+  """`x` (of `shape`) with `axes` moved last and merged into one, their elements in C
+  order (a reduction over them as one row per index of the other axes): (that array, the
+  permutation taken)."""
+  kept = [d for d in range(len(shape)) if d not in axes]
+  perm = kept + sorted(axes)
+  n = math.prod(shape[a] for a in axes)
+  return reshape(transpose(x, perm), [shape[d] for d in kept] + [n]), perm
+
+
 def scalar_like(value, x):
   """A 0-d literal-like array of x's dtype, broadcast to x's shape (weak-typed scalar)."""
   return broadcast_in_dim(np.asarray(value, dtype=x.dtype), x.shape, ())
