@@ -40,7 +40,7 @@ def first_call(workload: str, impl: str) -> dict:
     fn.wait_compiled()
     result["native_after_s"] = time.perf_counter() - t_import
   [x.sum() for x in _flat(fn(*w["args"]))]
-  result["second_call_done_s"] = time.perf_counter() - t_import  # the default: native
+  result["second_call_done_s"] = time.perf_counter() - t_import  # default: interpreted
   for _ in range(2):
     fn(*w["args"])
   return {**result, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -279,7 +279,7 @@ def _equation_counts():
 def _report(results, partial=False):
   lines = ["| workload | primc steady | JAX steady | numpy steady | primc / JAX "
            "| primc / JAX, alternating | primc / numpy "
-           "| primc cold first call, default (second call done) "
+           "| primc cold first call, default (second result) "
            "| primc cold first call, compiled first "
            "| primc cold first call, tiered (native after) "
            "| primc warm first call | JAX cold first call | primc peak MB | max rel. error |",

@@ -10,18 +10,21 @@ milliseconds. A signature whose module has never been compiled into the cache:
   2. starts one worker process (`codegen.spawn`: this module's `main(PLAN_KEY)`)
      that loads the plan from the cache, compiles the module, and marks it compiled;
   3. switches to the native executable: at the first call after the worker has exited
-     (polling it costs a system call), or, `first_only`, at the second call, which
-     compiles beside the worker what it has not taken yet and waits for the rest. A
-     worker that failed is logged and the module is compiled in this process instead,
-     where its errors surface as usual.
+     (polling it costs a system call), or, with a count of calls (`calls`), after
+     exactly that many interpreted calls: that call compiles beside the worker what it
+     has not taken yet, waits for the rest, and runs native code. A worker that failed
+     is logged and the module is compiled in this process instead, where its errors
+     surface as usual.
 
 Three policies (`jit(tiered=...)`, PRIMC_TIERED): True ("1") interprets every call until
 the worker is done (the first results soonest: interactive work); False ("0") compiles
-before the first call; None (the default) interprets the first call only, and only where
-that is estimated to cost less than the compile (`first_call_interpreted`: a program of
-many kernels over moderate data, not one kernel over 10^7 elements), so that the run
-is the same whatever the timing: its first call's result is the interpreter's, every
-later one native.
+before the first call; None (the default) interprets a number of calls decided before
+the first one from the program alone (`interpreted_calls`): as many as cost, by
+estimate, what waiting for the compile costs (the ski-rental rule), none where one
+interpreted call already costs more (one kernel over 10^7 elements). The run is the same
+whatever the timing: its first `calls` results are the interpreter's, every later one
+native. A short program of many kernels (a 100-step training loop of a small network)
+runs all of its steps while its kernels compile for the next process.
 
 The worker outlives its parent if the parent exits first, so the cache is complete for
 the next process. Results of the first tier are the interpreter's: the same program, but
@@ -54,11 +57,14 @@ _jobs_lock = threading.Lock()
 EQUATION_S, ELEMENT_S, MAC_S, KERNEL_S = 3e-5, 3e-9, 3e-10, 0.1
 
 
-def first_call_interpreted(program: Program, new_kernels: int, cores: int) -> bool:
-  """Whether interpreting a program's first call costs less than compiling its
-  `new_kernels` on `cores` (the default policy's choice)."""
+def interpreted_calls(program: Program, new_kernels: int, cores: int) -> int:
+  """How many calls of a program the default policy interprets while its `new_kernels`
+  compile in the background: as many as cost, by estimate, what waiting for the compile
+  on `cores` costs (the ski-rental rule: whatever the number of calls that follow, at
+  most about twice the time of the better choice); 0 (compile before the first call)
+  where one call costs more."""
   if new_kernels == 0:
-    return False
+    return 0
   compile_s = KERNEL_S * new_kernels / max(1, min(cores, new_kernels))
   interpret_s = 0.0
   for e in program.eqns:
@@ -67,7 +73,7 @@ def first_call_interpreted(program: Program, new_kernels: int, cores: int) -> bo
       (contracted, _), _ = e.kw["dimension_numbers"]
       k = math.prod(e.inputs[0].aval.shape[d] for d in contracted)
       interpret_s += MAC_S * k * e.outputs[0].aval.size
-  return interpret_s < compile_s
+  return int(compile_s // max(interpret_s, EQUATION_S))
 
 
 def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
@@ -113,16 +119,17 @@ def _blas_limit():
 
 
 class Tiered:
-  """An executable that interprets its program until the worker (`job`) has compiled it;
-  with no worker (numba's JIT disabled), for good."""
+  """An executable that interprets its program until the worker (`job`) has compiled it,
+  or for exactly `calls` calls (then compiles what is left and waits); with no worker
+  (numba's JIT disabled), for good."""
 
   def __init__(self, plan: Plan, program: Program, job: subprocess.Popen | None,
-               plan_key: str = "", first_only: bool = False):
+               plan_key: str = "", calls: int | None = None):
     self.plan = plan
     self.plan_key = plan_key
     self.program = program
     self.job = job
-    self.first_only = first_only  # later calls compile beside the worker and run native
+    self.calls = calls  # interpreted, then native (compiled beside the worker); None: poll
     self._interpreted = 0  # calls so far
     self.native: Executable | None = None
     self._lock = threading.Lock()
@@ -162,10 +169,11 @@ class Tiered:
 
   def __call__(self, inputs, out=None) -> list[np.ndarray]:
     if self.native is None and self.job is not None:
-      if self.job.poll() is not None:
+      if self.calls is not None:
+        if self._interpreted >= self.calls:
+          self.compile()
+      elif self.job.poll() is not None:
         self._switch()
-      elif self.first_only and self._interpreted:
-        self.compile()
     if self.native is not None:
       return self.native(inputs, out)
     self._interpreted += 1

@@ -393,7 +393,7 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
   key = codegen.cache.program_key(traced)
   plan, optimized = st.read_entry("plan", key, codegen.plan.Plan.from_bytes), None
   interpret_only = config.interpret or codegen.jit_disabled()
-  tiered = config.tiered if tiered is None else tiered  # None: the first call, if cheaper
+  tiered = config.tiered if tiered is None else tiered  # None: interpreted_calls decides
   if plan is None:
     # compiling first for sure (a first plan: kernels may be new too): workers start
     # while the passes run. The default decides after the plan; prestarted workers made
@@ -407,11 +407,12 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
       not st.sealed(k) for k in plan.kernels)
   if interpret_only or new:
     program = passes.optimize(traced) if optimized is None else optimized
-    if interpret_only or tiered or codegen.tiered.first_call_interpreted(
-        program, new, codegen.kernel_workers.workers()):
+    calls = None if interpret_only or tiered else codegen.tiered.interpreted_calls(
+        program, new, codegen.kernel_workers.workers())
+    if calls != 0:
       job = None if interpret_only else codegen.tiered.start(key, plan)
       if job is not None or interpret_only:
-        return codegen.tiered.Tiered(plan, program, job, key, first_only=tiered is None)
+        return codegen.tiered.Tiered(plan, program, job, key, calls)
   return codegen.executor.Executable.load(plan, label)
 
 
@@ -511,9 +512,10 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=No
       compiles (`codegen/tiered.py`): True, on the interpreter until a background
       process has compiled it (`wait_compiled()` waits for it); False, compiled before
       its first call; None (default: `primc.config.tiered`, PRIMC_TIERED=1 or 0 sets
-      it): its first call on the interpreter where that costs less than the compile
-      (then every later call native, compiled beside the background process), else
-      compiled first.
+      it): as many first calls on the interpreter as cost, by estimate, what the
+      compile costs (decided from the program before its first call, so a run is the
+      same whatever the timing), then every call native, compiled beside the background
+      process; compiled first where one interpreted call costs more.
     fullgraph: whether Python reading a traced value (`if x > 0:`, `while err > eps:`,
       `int(n)`) is an error, as in JAX; by default (False) it is a graph break, logged
       once with its source line: the function compiles one program per path its values

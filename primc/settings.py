@@ -6,8 +6,8 @@
   (or `raw_transforms()`) shows the raw transformed programs.
 - `tiered`: how a new program's first calls run while its kernels compile
   (`codegen/tiered.py`; `jit(tiered=...)` overrides it per function). None (the
-  default): the first call on the interpreter, where that costs less than the compile,
-  every later one native; True (PRIMC_TIERED=1): every call on the interpreter until a
+  default): as many first calls on the interpreter as cost, by estimate, what the
+  compile costs (none where one call costs more), every later one native; True (PRIMC_TIERED=1): every call on the interpreter until a
   background process has compiled it; False (PRIMC_TIERED=0): compile, then run.
 - `keep_transforms` (default True; PRIMC_KEEP_TRANSFORMS=0 turns it off): a transform
   called outside `jit` (`grad(f)(x)` in a loop) traces, differentiates and optimizes once
