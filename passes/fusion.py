@@ -34,7 +34,7 @@ import logging
 
 from primc import prims as P
 from primc.core import (Eqn, Lit, Primitive, Program, Var, abstract_rules, impl_rules,
-                        make_params)
+                        make_params, without_gc)
 from primc.interpreter import interpret
 from primc.passes.dce import dce, dce_rules
 
@@ -308,6 +308,7 @@ def _place(program: Program) -> tuple[list[_Region], list[str]]:
   return regions, reasons
 
 
+@without_gc
 def fuse(program: Program) -> FusedProgram:
   """Partitions `program` into fused regions.
 

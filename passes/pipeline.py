@@ -18,7 +18,7 @@ import threading
 from typing import Callable
 
 from primc.core import (PrimcError, Program, TypeCheckError, alpha_equal, shape_free_key,
-                        typecheck)
+                        typecheck, without_gc)
 from primc.passes.combine import combine
 from primc.passes.cse import cse
 from primc.passes.dce import dce
@@ -91,6 +91,7 @@ def run_pass(p: Pass, program: Program, *, check: bool, show: set[str], fast: bo
   return out
 
 
+@without_gc
 def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
              print_after=None, rounds: int = MAX_ROUNDS) -> Program:
   """Runs the pipeline (simplify, CSE, combine, CSE, DCE) until no pass changes the program

@@ -20,7 +20,7 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import (Eqn, Lit, Primitive, PrimcError, Program, ShapedArray, Var, results,
-                        run)
+                        run, without_gc)
 from primc.trace import aval_of, eval_program, literal, trace_flat
 
 jvp_rules: dict[Primitive, Callable] = {}        # (primals, tangents, **params) -> (out, t_out)
@@ -715,6 +715,7 @@ def jvp_eval(program: Program, primals: Sequence, tangents: Sequence) -> tuple[l
   return [x for x, _ in outs], [t for _, t in outs]
 
 
+@without_gc
 def jvp_program(program: Program, wrt=None) -> Program:
   """Forward mode: the program `(*inputs, *tangents) -> (*outputs, *output_tangents)`.
 
@@ -739,6 +740,7 @@ def jvp_program(program: Program, wrt=None) -> Program:
   return trace_flat(fn, avals)[0]
 
 
+@without_gc
 def linearize_program(program: Program, wrt=None) -> tuple[Program, Program]:
   """JVP followed by partial evaluation.
 
@@ -810,6 +812,7 @@ def _rename(program: Program, mapping: dict[Var, Var]) -> Program:
   return Program(tuple(map(sub, program.inputs)), eqns, tuple(map(sub, program.outputs)))
 
 
+@without_gc
 def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
   """Reverse mode: transposes a program linear in the inputs marked by `linear_mask`.
 
@@ -868,6 +871,7 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
   return trace_flat(fn, avals)[0]
 
 
+@without_gc
 def vjp_program(program: Program, wrt=None, ct_outputs=None) -> Program:
   """Reverse mode: `(*inputs, *output_cotangents) -> (*outputs, *input_cotangents)`.
 

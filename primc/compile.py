@@ -6,7 +6,6 @@ tracing, the transforms and the interpreter never need.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import gc
@@ -21,8 +20,8 @@ import numpy as np
 
 from primc import breaks, kept, passes
 from primc.settings import config
-from primc.core import (NATIVE_DTYPES, ConcretizationError, PrimcError, PrimcIndexError,
-                        Program)
+from primc.core import (NATIVE_DTYPES, NO_GC, ConcretizationError, PrimcError, PrimcIndexError,
+                        Program, without_gc)
 from primc.custom import inline_calls
 from primc.segmented import Segmented, has_control_flow
 from primc.trace import (SCALAR_ARRAYS, Tracer, aval_of, as_array, eval_program, trace_flat,
@@ -275,7 +274,7 @@ class Jitted:
         del self._fast[k]
 
   def _compile(self, key, static, leaves, tree):
-    with _collector_paused():
+    with NO_GC:
       if key not in self._programs:
         try:
           traced, out_tree = self._trace(static, leaves, tree)
@@ -295,7 +294,7 @@ class Jitted:
     return exe
 
   def _compile_path(self, static, leaves, tree, error):
-    with _collector_paused():
+    with NO_GC:
       traced, guards, out_tree = self._trace_path(static, leaves, tree, error)
       return self._load(inline_calls(traced)), guards, out_tree
 
@@ -318,22 +317,6 @@ class Jitted:
                if hasattr(exe, "wait"))
 
 
-@contextlib.contextmanager
-def _collector_paused():
-  """The cyclic garbage collector paused while a signature is traced and planned: the IR
-  is many small objects that live until the plan is made, and the collections they
-  triggered (~17 young ones and now and then a full one, 2-8 ms of a new size's ~80 ms for
-  W3) found little to free. What the compile left in cycles is collected after it."""
-  if not gc.isenabled():
-    yield
-    return
-  gc.disable()
-  try:
-    yield
-  finally:
-    gc.enable()
-
-
 def _received(fun_bytes, name, static_argnums, programs):
   """A `Jitted` unpickled: its compiled signatures' programs, and the function if it came."""
   fun = None
@@ -353,6 +336,7 @@ def _received(fun_bytes, name, static_argnums, programs):
   return jitted
 
 
+@without_gc
 def build_plan(traced, prefer=frozenset()):
   optimized = passes.optimize(inline_calls(traced))
   if has_control_flow(optimized):

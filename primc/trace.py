@@ -21,9 +21,8 @@ import numpy as np
 
 from primc import core
 from primc.core import (ConcretizationError, Eqn, Lit, Primitive, PrimcError, PrimcTypeError,
-                        Program,
-                        ShapedArray, ShapeError, SUPPORTED_DTYPES, Var, abstract_rules,
-                        dtype_name, impl_rules, make_params, results, run)
+                        Program, ShapedArray, ShapeError, SUPPORTED_DTYPES, Var, abstract_rules,
+                        dtype_name, impl_rules, make_params, results, run, without_gc)
 from primc.tree import tree_flatten, tree_unflatten
 
 _PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d
@@ -334,6 +333,7 @@ def weak_leaves(leaves: Sequence) -> tuple[bool, ...]:
 WEAK_TYPES = (float, int, bool)
 
 
+@without_gc
 def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray],
                weak: Sequence[bool] = (), concrete: Sequence | None = None,
                guards: list | None = None) -> tuple[Program, list, Any]:
