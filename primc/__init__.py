@@ -73,3 +73,4 @@ def __dir__():
 
 
 core.on_unknown_primitive.append(_load_all)  # a program unpickled before any use
+core.on_compiler_wanted.append(lambda: importlib.import_module("primc.compile"))

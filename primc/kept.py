@@ -24,10 +24,12 @@ The key is what the program depends on, found by walking the function as a pytre
   could change unseen) is not kept.
 
 What the walk does not reach is read while tracing and kept, as `jit` keeps it: arrays
-made inside the function, and state behind objects not walked. As a check, the second
-call of every kept program traces the function again and compares: a function whose
-program changes from call to call (numpy random numbers drawn inside it, state changed
-behind an object) is traced at every call from then on, and logged once. Calls that
+made inside the function, and state behind objects not walked. Two checks: a function
+that draws from numpy's or Python's random generator while traced (its program holds
+the numbers as constants) is seen at its first call; and the second call of every kept
+program traces the function alone (without the transform: a fraction of its cost) and
+compares with the first call's. Either way the function is traced at every call from
+then on, once per call, and that is logged once. Calls that
 cannot be kept (outputs that are not arrays, a walk past `MAX_NODES`) run the transform
 as before, at every call. `primc.config.keep_transforms = False` turns keeping off.
 """
@@ -38,6 +40,7 @@ import functools
 import hashlib
 import logging
 import os
+import random
 import sysconfig
 import threading
 import time
@@ -46,9 +49,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from primc import breaks, passes
+from primc import breaks, core, passes
 from primc.settings import config
-from primc.core import ConcretizationError, Lit, PrimcError, impl_rules, ufunc_rules
+from primc.core import (ConcretizationError, Lit, PrimcError, impl_rules, ufunc_rules,
+                        without_gc)
 from primc.trace import (as_array, aval_of, eval_program, trace_flat, tracing,
                          weak_leaves)
 from primc.tree import _node_of, tree_flatten, tree_unflatten
@@ -391,6 +395,7 @@ def _unflatten(tree, values):
   return (tuple(values), {}) if type(tree) is int else tree_unflatten(tree, values)
 
 
+@without_gc
 def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: dict,
          traced_scalars: Callable[[int], bool] | None = None):
   """`transform(fun)(*args, **kwargs)` by a kept program. `key`: the transform and its
@@ -433,12 +438,9 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
       flat, out_tree = _checked_path(entry, arrays + lifted, full_key, code, fun, flat,
                                      out_tree)
     return tree_unflatten(out_tree, flat)
-  if entry is not None and entry.calls != 1:
-    _count("hits")
-    with _lock:
-      if full_key in _kept:
-        _kept.move_to_end(full_key)
+  if entry is not None and _reusable(entry, full_key, arrays + lifted):
     return _run(entry, arrays + lifted)
+  drawn = _random_state()
   try:
     made = _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk)
   except ConcretizationError:
@@ -454,8 +456,52 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
       _static_scalars.add(code)  # its numbers' values are needed: values of the key
       return call(transform, key, fun, args, kwargs, traced_scalars)
     return _not_kept(code, str(e).splitlines()[0], plain)
+  if entry is None:
+    return _first(made, drawn, (fun, leaves, tree, traced, weak, walk), arrays + lifted,
+                  (full_key, key, state, code))
   return _run(_kept_or_checked(full_key, entry, made, key, state, code, fun),
               arrays + lifted)
+
+
+def _first(made, drawn, traced_as, inputs, keys):
+  """The first call of a function by the program `made`, then kept (`keys`: the call's
+  full key, the transform's, the state's and the code's), with what its second call
+  checks (the function traced alone: `_forward_or_none`); not kept where tracing drew
+  random numbers (`drawn`: numpy's and Python's generators before), which its program
+  holds as constants: then traced at every call, as numpy's functions draw at every
+  call, and said once."""
+  full_key, key, state, code = keys
+  fun = traced_as[0]
+  if _random_state() != drawn:
+    _not_kept(code, "it draws random numbers while traced", None)
+    log.warning("%s draws random numbers while traced (numpy's or Python's generator): "
+                "traced at every call", getattr(fun, "__qualname__", fun))
+    return _run(made, inputs)
+  made.traced_as = traced_as
+  made.forward = _forward_or_none(traced_as, inputs)
+  return _run(_kept_or_checked(full_key, None, made, key, state, code, fun), inputs)
+
+
+def _random_state() -> tuple:
+  """numpy's global generator's state and Python's `random`'s, to compare."""
+  _, words, pos, has_gauss, gauss = np.random.get_state()
+  return pos, has_gauss, gauss, words.tobytes(), random.getstate()
+
+
+def _reusable(entry: _Entry, full_key, inputs) -> bool:
+  """Whether a call runs the kept `entry` as it is: from its third call, or at its
+  second where the function traced alone gives the first call's program."""
+  if entry.calls != 1:
+    _count("hits")
+    with _lock:
+      if full_key in _kept:
+        _kept.move_to_end(full_key)
+    return True
+  if entry.forward is not None and _forward_or_none(entry.traced_as, inputs) == \
+      entry.forward:
+    _count("checked")
+    return True
+  return False
 
 
 def _kept_or_checked(full_key, entry, made, key, state, code, fun) -> _Entry:
@@ -556,10 +602,19 @@ def _run(entry: _Entry, inputs: list):
   outs = entry.run(inputs)
   entry.seconds += time.perf_counter() - start
   if (entry.calls >= HOT_CALLS and entry.seconds >= HOT_SECONDS
-      and compiler[0] is not None and config.compile_hot_transforms):
+      and config.compile_hot_transforms and _compiler() is not None):
     entry.executable = compiler[0](entry.program)
     _count("compiled")
   return tree_unflatten(entry.out_tree, outs)
+
+
+def _compiler():
+  """`jit`'s compiler (`primc.compile` sets `compiler[0]` when it is imported; where
+  nothing did yet, `core.on_compiler_wanted` imports it), or None."""
+  if compiler[0] is None:
+    for load in core.on_compiler_wanted:
+      load()
+  return compiler[0]
 
 
 _seen_codes: dict = {}  # (transform key, state key) -> True: for the misses' reasons
@@ -611,14 +666,27 @@ def _flat_call(transform, fun, leaves, tree, traced, n, walk) -> Callable:
   return flat
 
 
-def _forward_fingerprint(fun, leaves, tree, traced, weak, walk, inputs) -> str:
-  """The fingerprint of `fun` itself traced on these values (its path): what a path's
-  check compares (a trace without the transform: the constants drawn inside show
-  there, at a fraction of the transform's cost)."""
+def _forward_fingerprint(fun, leaves, tree, traced, weak, walk, inputs,
+                         concrete: bool = True) -> str:
+  """The fingerprint of `fun` itself traced on these inputs (`concrete`: on their
+  values, its path): what the second call's check compares (a trace without the
+  transform: the constants drawn inside show there, at a fraction of the transform's
+  cost)."""
   flat = _flat_call(lambda f: f, fun, leaves, tree, traced, len(weak), walk)
   program = trace_flat(flat, [aval_of(x) for x in inputs],
-                       tuple(weak) + (False,) * (len(inputs) - len(weak)), inputs)[0]
+                       tuple(weak) + (False,) * (len(inputs) - len(weak)),
+                       inputs if concrete else None)[0]
   return _fingerprint(program)
+
+
+def _forward_or_none(traced_as, inputs) -> str | None:
+  """`_forward_fingerprint` of a kept function traced alone, or None where it cannot be
+  traced alone (its outputs are not arrays): the second call then checks by tracing the
+  transform again."""
+  try:
+    return _forward_fingerprint(*traced_as, inputs, concrete=False)
+  except Exception:  # noqa: BLE001 - any failure only means the slower check
+    return None
 
 
 def _paths(make, inputs):
