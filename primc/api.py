@@ -75,13 +75,15 @@ def _named(transform: str, fun: Callable, wrapper: Callable) -> Callable:
   return wrapper
 
 
-def _kept(differentiates: bool = False):
+def _kept(differentiates: bool = False, replayable: bool = True):
   """Makes a transform's functions, called outside any trace, run kept programs
   (`primc.kept`), keyed by the transform and every argument it was made with (so the
   kept program is the transform made again with those, by construction). Where it
   `differentiates` (its `argnums`, or autograd's `argnum`), Python scalars among the
   arguments are traced there only (elsewhere they are Python values, as
-  `_python_values_bound` binds them)."""
+  `_python_values_bound` binds them). `replayable`: it calls the function on arguments
+  of the arguments' own shapes (not `vmap`), so a function's trace may stand in for it
+  (`primc.replayed`)."""
   def decorate(transform):
     @functools.wraps(transform)
     def make(fun, *params, **options):
@@ -96,7 +98,7 @@ def _kept(differentiates: bool = False):
 
       def kept_fn(*args, **kwargs):
         if kept.wanted():
-          return kept.call(remake, key, fun, args, kwargs, scalars)
+          return kept.call(remake, key, fun, args, kwargs, scalars, replayable)
         if not plain:
           plain.append(remake(fun))
         return plain[0](*args, **kwargs)
@@ -342,7 +344,7 @@ def linearize(fun: Callable, *primals):
   return _pick(outs, out_idx), f_jvp
 
 
-@_kept()
+@_kept(replayable=False)
 def vmap(fun: Callable, in_axes=0, out_axes=0) -> Callable:
   """Vectorizes `fun` over an axis of its arguments.
 

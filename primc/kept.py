@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from primc import breaks, core, passes
+from primc import breaks, core, passes, replayed
 from primc.settings import config
 from primc.core import (ConcretizationError, Lit, PrimcError, impl_rules, ufunc_rules,
                         without_gc)
@@ -397,12 +397,17 @@ def _unflatten(tree, values):
 
 @without_gc
 def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: dict,
-         traced_scalars: Callable[[int], bool] | None = None):
+         traced_scalars: Callable[[int], bool] | None = None, replayable: bool = False):
   """`transform(fun)(*args, **kwargs)` by a kept program. `key`: the transform and its
   parameters; `traced_scalars(args)(k)`: whether the k-th leaf of `(args, kwargs)`, a
   Python scalar, is traced (weak, as `jit` traces it) rather than a value of the key
-  (None: every one is)."""
+  (None: every one is); `replayable`: the transform calls the function on arguments of
+  the arguments' shapes, so a function not kept by what it reads is kept by the
+  structure of its trace (`_by_structure`)."""
   plain = lambda: _plainly(lambda: transform(fun)(*args, **kwargs))
+  if replayable:
+    plain = functools.partial(_by_structure, transform, key, fun, args, kwargs,
+                              traced_scalars, plain)
   code = (key, getattr(fun, "__code__", None) or id(fun))  # what is not kept: by code
   if code in _unkept:
     _count("not_kept")
@@ -486,6 +491,71 @@ def _random_state() -> tuple:
   """numpy's global generator's state and Python's `random`'s, to compare."""
   _, words, pos, has_gauss, gauss = np.random.get_state()
   return pos, has_gauss, gauss, words.tobytes(), random.getstate()
+
+
+MAX_STRUCTURES = 8  # structures of one function's trace seen more often than reused: stop
+_structures: dict = {}  # (transform key, code) -> [structures made, reuses]; None: cannot
+
+
+def _by_structure(transform, key, fun, args, kwargs, traced_scalars, plain):
+  """`transform(fun)(*args, **kwargs)` for a function not kept by what it reads (it
+  reads an object the walk cannot compare, or draws random numbers): traced alone, its
+  literal arrays lifted to inputs, and the transform of that structure kept
+  (`primc.replayed`). `plain()` where it cannot be traced alone, or where its structure
+  keeps changing (`MAX_STRUCTURES`)."""
+  code = (key, getattr(fun, "__code__", None) or id(fun))
+  seen = _structures.get(code, [0, 0])
+  if seen is None or (seen[0] >= MAX_STRUCTURES and seen[1] < seen[0]):
+    return plain()
+  try:
+    try:  # Python numbers traced first (a step count), values where Python needs them
+      leaves, tree, traced, arrays, weak, structure, out_tree = _alone(fun, args, kwargs,
+                                                                       _numbers)
+    except ConcretizationError:
+      if traced_scalars is None:
+        raise
+      leaves, tree, traced, arrays, weak, structure, out_tree = _alone(
+          fun, args, kwargs, _lazy(traced_scalars, args))
+    structure, consts = replayed.lifted(structure)
+    skey = ("structure", key, _fingerprint(structure), tree, tuple(traced), out_tree,
+            weak, tuple(vars(config).values()),
+            tuple((x.shape, x.dtype.str) for x in arrays + consts))
+    entry = _kept.get(skey)
+    if entry is None:
+      entry = _replay_entry(transform, structure, out_tree, leaves, tree, traced,
+                            arrays + consts, weak)
+      _keep(skey, entry)
+      seen[0] += 1
+      _count("misses", "kept by the structure of its trace")
+    else:
+      seen[1] += 1
+      _count("hits")
+  except Exception:  # noqa: BLE001 - it runs as it would unkept, which says what failed
+    _structures[code] = None
+    return plain()
+  _structures[code] = seen
+  return _run(entry, arrays + consts)
+
+
+def _alone(fun, args, kwargs, traced_scalars):
+  """The call's leaves, tree, traced leaves (positions, arrays, weak) and `fun` traced
+  alone on them (`replayed.forward`: program, out_tree)."""
+  leaves, tree, traced, _ = _argument_leaves(args, kwargs, traced_scalars)
+  arrays = [as_array(leaves[k]) for k in traced]
+  weak = weak_leaves([leaves[k] for k in traced])
+  return (leaves, tree, traced, arrays, weak,
+          *replayed.forward(fun, leaves, tree, traced, arrays, weak))
+
+
+def _replay_entry(transform, structure, out_tree, leaves, tree, traced, inputs, weak):
+  """The kept entry of `transform` of the function that replays `structure`."""
+  flat = replayed.replaying(transform, structure, out_tree, leaves, tree, traced)
+  program, captured, result_tree = trace_flat(
+      flat, [aval_of(x) for x in inputs], tuple(weak) + (False,) * (len(inputs) - len(weak)))
+  assert not captured
+  if config.optimize_transforms:
+    program = passes.optimize(program, rounds=1)
+  return _Entry(program, result_tree, [], _fingerprint(program))
 
 
 def _reusable(entry: _Entry, full_key, inputs) -> bool:
@@ -724,5 +794,6 @@ def reset() -> None:
   _unkept.clear()
   _static_scalars.clear()
   _seen_codes.clear()
+  _structures.clear()
   _stats.clear()
   _miss_reasons.clear()

@@ -159,7 +159,8 @@ def as_array(x):
 
 def asarray(x, dtype=None):
   x = as_array(x)
-  if dtype is not None and np.dtype(dtype).name != aval_of(x).dtype:
+  if dtype is not None and dtype != aval_of(x).dtype and np.dtype(dtype).name != aval_of(
+      x).dtype:
     return P.convert(x, dtype)
   return x
 
@@ -206,12 +207,21 @@ def broadcast_to(x, shape):
   return P.broadcast_in_dim(x, shape, [lead + i for i in keep])
 
 
+@functools.lru_cache(maxsize=1024)
+def _result_name(*dtypes: str) -> str:
+  return np.result_type(*dtypes).name
+
+
+_raw_asarray, _raw_broadcast_to = asarray, broadcast_to  # (not the public, wrapped ones:
+# an operand converted inside an op is neither a front end's call nor a view of the user's)
+
+
 def _promote(*args):
   """Converts operands to one dtype and one shape (numpy rules, weak Python scalars)."""
   args = [as_array(a) if isinstance(a, (list, tuple)) else a for a in args]
   strong = [aval_of(a).dtype for a in args if not _is_weak(a)]
   if strong:
-    dtype = np.result_type(*strong).name
+    dtype = strong[0] if len(set(strong)) == 1 else _result_name(*strong)
     for a in args:
       if _is_weak(a):
         dtype = _with_weak(dtype, a)
@@ -221,9 +231,10 @@ def _promote(*args):
     tracers = [aval_of(a).dtype for a in args if isinstance(a, Tracer)]
     if tracers and np.dtype(dtype).kind == np.dtype(np.result_type(*tracers)).kind:
       dtype = np.result_type(*tracers).name  # weak traced values keep theirs
-  arrays = [np.asarray(a, dtype) if _is_python_scalar(a) else asarray(a, dtype) for a in args]
+  arrays = [np.asarray(a, dtype) if _is_python_scalar(a) else _raw_asarray(a, dtype)
+            for a in args]
   shape = broadcast_shapes(*(aval_of(a).shape for a in arrays))
-  return [broadcast_to(a, shape) for a in arrays]
+  return [_raw_broadcast_to(a, shape) for a in arrays]
 
 
 def _float(x):
