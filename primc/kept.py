@@ -1,10 +1,11 @@
 """Programs the transforms keep: `grad(f)(x)` called again and again, outside `jit`.
 
 A transform called outside any trace (`grad(f)(x)`, `hessian(f)(x)`, `vmap(f)(xs)`, ...)
-traces, differentiates and optimizes once per *key*, then runs the kept program on the
-interpreter; a program called often (`HOT_CALLS`) is handed to the compiler
-(`compiler`, `jit`'s, tiered: the interpreter serves while a background process compiles
-its kernels) and runs native from then on.
+traces and differentiates once per *key*, then runs the kept program on the
+interpreter, optimized once its calls have cost what optimizing costs (`_optimize`); a
+program called often (`HOT_CALLS`) is handed to the compiler (`compiler`, `jit`'s,
+tiered: the interpreter serves while a background process compiles its kernels) and
+runs native from then on.
 
 The key is what the program depends on, found by walking the function as a pytree:
 
@@ -64,6 +65,7 @@ MAX_DEPTH = 8      # functions reached through functions, at most
 MAX_NODES = 4096   # objects a walk visits, at most (beyond: the call is not kept)
 HOT_CALLS = 64     # calls of one kept program before it is compiled
 HOT_SECONDS = 0.02  # ... and interpreted time spent in it (s): compiling must pay
+OPTIMIZE_SECONDS = 8e-5  # a round of the passes, per equation (interpreted: optimize then)
 
 compiler: list = [None]  # `jit`'s (primc.compile): program -> executable(leaves, outs)
 
@@ -345,15 +347,24 @@ def _step(env, impl, ins, kw, outs, multiple) -> None:
 
 class _Entry:
   """A kept program: its inputs are the arguments' leaves, then the lifted arrays."""
-  __slots__ = ("program", "run", "out_tree", "refs", "calls", "seconds", "fingerprint",
-               "executable", "fast", "forward", "traced_as")
+  __slots__ = ("program", "run", "out_tree", "refs", "calls", "seconds", "digest",
+               "executable", "fast", "forward", "traced_as", "optimized")
 
-  def __init__(self, program, out_tree, refs, fingerprint):
+  def __init__(self, program, out_tree, refs):
     self.program, self.out_tree, self.refs = program, out_tree, refs
     self.run = runner(program)
-    self.calls, self.seconds, self.fingerprint, self.executable = 0, 0.0, fingerprint, None
+    self.calls, self.seconds, self.digest, self.executable = 0, 0.0, None, None
     self.fast = None  # the executable's steady runner (False: it has none)
-    self.forward = self.traced_as = None  # a path's: `_forward_fingerprint` and its args
+    self.optimized = not config.optimize_transforms  # (`_optimize`: once it pays)
+    self.forward = self.traced_as = None  # the function traced alone: its fingerprint (a
+    # path's: `_forward_fingerprint`, with the arguments it was traced with)
+
+  @property
+  def fingerprint(self) -> str:
+    """`_fingerprint` of the program (made when first compared)."""
+    if self.digest is None:
+      self.digest = _fingerprint(self.program)
+    return self.digest
 
 
 def _argument_leaves(args: tuple, kwargs: dict, traced_scalars):
@@ -443,47 +454,45 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
       flat, out_tree = _checked_path(entry, arrays + lifted, full_key, code, fun, flat,
                                      out_tree)
     return tree_unflatten(out_tree, flat)
-  if entry is not None and _reusable(entry, full_key, arrays + lifted):
-    return _run(entry, arrays + lifted)
+  inputs = arrays + lifted
+  if entry is not None and _hit(entry, full_key):
+    return _run(entry, inputs)
   drawn = _random_state()
-  try:
-    made = _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk)
-  except ConcretizationError:
-    if static or traced_scalars is None or not any(type(leaves[k]) in (int, float)
-                                                   for k in traced):
-      return _kept_paths(full_key, transform, fun, leaves, tree, traced, arrays, lifted,
-                         weak, walk, code, plain)
-    _static_scalars.add(code)  # (its numbers' values first: `range(n)`)
-    return call(transform, key, fun, args, kwargs, traced_scalars)
-  except (PrimcError, NotKept) as e:
+  try:  # the function traced alone, once (a transform of it replays that trace)
+    forward = _forward(fun, leaves, tree, traced, weak, walk, inputs) if replayable else None
+    if entry is not None and forward is not None and forward[2] == entry.forward:
+      _count("checked")  # the second call: the first call's program
+      return _run(entry, inputs)
+    made = _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk,
+                 structure=forward)
+  except (PrimcError, NotKept) as e:  # (a ConcretizationError: Python reads a value)
     if not static and traced_scalars is not None and any(
         type(leaves[k]) in (int, float) for k in traced):
-      _static_scalars.add(code)  # its numbers' values are needed: values of the key
-      return call(transform, key, fun, args, kwargs, traced_scalars)
+      _static_scalars.add(code)  # its numbers' values first (`range(n)`): values of the key
+      return call(transform, key, fun, args, kwargs, traced_scalars, replayable)
+    if isinstance(e, ConcretizationError):
+      return _kept_paths(full_key, transform, fun, leaves, tree, traced, arrays, lifted,
+                         weak, walk, code, plain)
     return _not_kept(code, str(e).splitlines()[0], plain)
   if entry is None:
-    return _first(made, drawn, (fun, leaves, tree, traced, weak, walk), arrays + lifted,
-                  (full_key, key, state, code))
-  return _run(_kept_or_checked(full_key, entry, made, key, state, code, fun),
-              arrays + lifted)
+    return _first(made, drawn, forward, inputs, (full_key, key, state, code, fun))
+  return _run(_kept_or_checked(full_key, entry, made, key, state, code, fun), inputs)
 
 
-def _first(made, drawn, traced_as, inputs, keys):
-  """The first call of a function by the program `made`, then kept (`keys`: the call's
-  full key, the transform's, the state's and the code's), with what its second call
-  checks (the function traced alone: `_forward_or_none`); not kept where tracing drew
-  random numbers (`drawn`: numpy's and Python's generators before), which its program
-  holds as constants: then traced at every call, as numpy's functions draw at every
-  call, and said once."""
-  full_key, key, state, code = keys
-  fun = traced_as[0]
+def _first(made, drawn, forward, inputs, keys):
+  """The first call of a function, by the program `made`, then kept (`keys`: the call's
+  full key, the transform's, the state's, the code's and the function), with what its
+  second call compares (`forward`: the function's trace alone, or None: the transform's
+  trace is compared); not kept where tracing drew random numbers (`drawn`: numpy's and
+  Python's generators before), which its program holds as constants: then traced at
+  every call, as numpy's functions draw at every call, and said once."""
+  full_key, key, state, code, fun = keys
   if _random_state() != drawn:
     _not_kept(code, "it draws random numbers while traced", None)
     log.warning("%s draws random numbers while traced (numpy's or Python's generator): "
                 "traced at every call", getattr(fun, "__qualname__", fun))
     return _run(made, inputs)
-  made.traced_as = traced_as
-  made.forward = _forward_or_none(traced_as, inputs)
+  made.forward = None if forward is None else forward[2]
   return _run(_kept_or_checked(full_key, None, made, key, state, code, fun), inputs)
 
 
@@ -553,25 +562,18 @@ def _replay_entry(transform, structure, out_tree, leaves, tree, traced, inputs, 
   program, captured, result_tree = trace_flat(
       flat, [aval_of(x) for x in inputs], tuple(weak) + (False,) * (len(inputs) - len(weak)))
   assert not captured
-  if config.optimize_transforms:
-    program = passes.optimize(program, rounds=1)
-  return _Entry(program, result_tree, [], _fingerprint(program))
+  return _Entry(program, result_tree, [])
 
 
-def _reusable(entry: _Entry, full_key, inputs) -> bool:
-  """Whether a call runs the kept `entry` as it is: from its third call, or at its
-  second where the function traced alone gives the first call's program."""
-  if entry.calls != 1:
-    _count("hits")
-    with _lock:
-      if full_key in _kept:
-        _kept.move_to_end(full_key)
-    return True
-  if entry.forward is not None and _forward_or_none(entry.traced_as, inputs) == \
-      entry.forward:
-    _count("checked")
-    return True
-  return False
+def _hit(entry: _Entry, full_key) -> bool:
+  """Whether a call runs the kept `entry` as it is (from its third call on)."""
+  if entry.calls == 1:
+    return False
+  _count("hits")
+  with _lock:
+    if full_key in _kept:
+      _kept.move_to_end(full_key)
+  return True
 
 
 def _kept_or_checked(full_key, entry, made, key, state, code, fun) -> _Entry:
@@ -671,11 +673,25 @@ def _run(entry: _Entry, inputs: list):
   start = time.perf_counter()
   outs = entry.run(inputs)
   entry.seconds += time.perf_counter() - start
+  if not entry.optimized and entry.calls >= 2 and (
+      entry.seconds >= OPTIMIZE_SECONDS * len(entry.program.eqns)):
+    _optimize(entry)
   if (entry.calls >= HOT_CALLS and entry.seconds >= HOT_SECONDS
       and config.compile_hot_transforms and _compiler() is not None):
     entry.executable = compiler[0](entry.program)
     _count("compiled")
   return tree_unflatten(entry.out_tree, outs)
+
+
+def _optimize(entry: _Entry) -> None:
+  """The entry's program optimized (one round, as a transform's program gets; compiling
+  a hot one goes to the fixpoint), once its interpreted calls have cost what that costs
+  (`OPTIMIZE_SECONDS` per equation, the ski-rental rule: a program called once or twice,
+  the 946-step HMM gradient's 28,000 equations, runs as traced: its first call 5.0 ->
+  ~4 s). From the third call on: the second call compares the first's program."""
+  entry.program = passes.optimize(entry.program, rounds=1)
+  entry.run = runner(entry.program)
+  entry.optimized = True
 
 
 def _compiler():
@@ -700,27 +716,27 @@ def _reason(key, state) -> str:
 
 
 def _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk,
-          guards: list | None = None) -> _Entry:
+          guards: list | None = None, structure=None) -> _Entry:
   """Traces `transform(fun)` with the arguments' traced leaves and the lifted arrays as
   inputs (raises a PrimcError where the result is not a program of arrays: the call
   then runs as it would without keeping, which raises the user's errors). With `guards`
   (a function whose Python reads values: `primc.breaks`), traced with the inputs' values:
   the path they take, its guards' values appended to `guards`, the entry's outputs flat
   with the guards last."""
-  flat = _flat_call(transform, fun, leaves, tree, traced, len(arrays), walk)
+  flat = _flat_call(transform, fun, leaves, tree, traced, len(arrays), walk) if (
+      structure is None) else replayed.replaying(transform, structure[0], structure[1],
+                                                 leaves, tree, traced)
   avals = [aval_of(x) for x in arrays + lifted]
   found = [] if guards is not None else None
   program, captured, out_tree = trace_flat(
       flat, avals, tuple(weak) + (False,) * len(lifted),
       None if guards is None else arrays + lifted, found)
   assert not captured
-  if config.optimize_transforms:  # one round, as a transform's program gets (compiling
-    program = passes.optimize(program, rounds=1)  # a hot one goes to the fixpoint)
   if guards is not None:
     guards += [value for value, _ in found]
     out_tree = (out_tree, tree_flatten([0] * len(program.outputs))[1])  # (the user's, flat)
-    return _Entry(program, out_tree[1], walk.refs, _fingerprint(program)), out_tree[0]
-  return _Entry(program, out_tree, walk.refs, _fingerprint(program))
+    return _Entry(program, out_tree[1], walk.refs), out_tree[0]
+  return _Entry(program, out_tree, walk.refs)
 
 
 def _flat_call(transform, fun, leaves, tree, traced, n, walk) -> Callable:
@@ -736,27 +752,39 @@ def _flat_call(transform, fun, leaves, tree, traced, n, walk) -> Callable:
   return flat
 
 
-def _forward_fingerprint(fun, leaves, tree, traced, weak, walk, inputs,
-                         concrete: bool = True) -> str:
-  """The fingerprint of `fun` itself traced on these inputs (`concrete`: on their
-  values, its path): what the second call's check compares (a trace without the
-  transform: the constants drawn inside show there, at a fraction of the transform's
-  cost)."""
+def _forward_fingerprint(fun, leaves, tree, traced, weak, walk, inputs) -> str:
+  """The fingerprint of `fun` itself traced on these values (its path): what a path's
+  check compares (a trace without the transform: the constants drawn inside show
+  there, at a fraction of the transform's cost)."""
   flat = _flat_call(lambda f: f, fun, leaves, tree, traced, len(weak), walk)
   program = trace_flat(flat, [aval_of(x) for x in inputs],
-                       tuple(weak) + (False,) * (len(inputs) - len(weak)),
-                       inputs if concrete else None)[0]
+                       tuple(weak) + (False,) * (len(inputs) - len(weak)), inputs)[0]
   return _fingerprint(program)
 
 
-def _forward_or_none(traced_as, inputs) -> str | None:
-  """`_forward_fingerprint` of a kept function traced alone, or None where it cannot be
-  traced alone (its outputs are not arrays): the second call then checks by tracing the
-  transform again."""
+def _forward(fun, leaves, tree, traced, weak, walk, inputs) -> tuple | None:
+  """`fun` traced alone on the traced leaves, then the lifted arrays (`inputs`): its
+  program, out_tree and fingerprint; None where that fails other than by reading a value
+  (the transform is then traced with the function, and says what is wrong in its own
+  words: an argument it refuses, before the function runs)."""
+  flat = _flat_call(lambda f: f, fun, leaves, tree, traced, len(weak), walk)
+  lifted = []
+
+  def recorded(*xs):
+    lifted.extend(xs[len(weak):])
+    return flat(*xs)
   try:
-    return _forward_fingerprint(*traced_as, inputs, concrete=False)
-  except Exception:  # noqa: BLE001 - any failure only means the slower check
+    program, captured, out_tree = trace_flat(
+        recorded, [aval_of(x) for x in inputs],
+        tuple(weak) + (False,) * (len(inputs) - len(weak)))
+  except ConcretizationError:
+    raise
+  except Exception:  # noqa: BLE001 - see above
     return None
+  assert not captured
+  if any(t.version for t in lifted):  # it writes into an array it reads by name, which
+    return None                       # the transform refuses (outside the program)
+  return program, out_tree, _fingerprint(program)
 
 
 def _paths(make, inputs):

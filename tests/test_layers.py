@@ -16,7 +16,7 @@ LAYERS = [
     ("passes", ["primc.passes"]),
     ("codegen", ["primc.codegen"]),
     ("compile and the functional API", ["primc.compile", "primc.api", "primc.segmented",
-                                        "primc.kept"]),
+                                        "primc.kept", "primc.replayed"]),
     ("front ends", ["primc.eager", "primc.static", "primc.nn", "primc.optimizer",
                     "primc.autograd", "primc.functional", "primc.dask"]),
     ("public API, CLI, pytest plugin", ["primc", "primc.cli", "primc.pytest_plugin"]),

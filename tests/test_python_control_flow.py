@@ -300,8 +300,9 @@ def test_writing_a_traced_value_into_a_numpy_array_is_refused():
   def index(x):
     buf[1] = pnp.argmax(x)
     return pnp.sum(x)
-  for f in (scalar, row, index):
-    for transform in (primc.grad, primc.jit):
+  for f in (scalar, row, index):  # every transform, kept or run as it is
+    for transform in (primc.grad, primc.jit, primc.value_and_grad, primc.jacrev,
+                      primc.jacfwd, primc.elementwise_grad):
       with pytest.raises(primc.PrimcError, match="written into a numpy array.*"
                          "test_python_control_flow.py"):
         transform(f)(np.ones(3))
