@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo docs bench bench-peers clean
+.PHONY: test lint demo docs bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,12 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto
+
+# ruff (configured in pyproject.toml): the lint rules, and the format checked, not applied
+# (`.venv/bin/ruff format .` applies it)
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py

@@ -1,5 +1,6 @@
 """Timing helpers shared by the benchmarks: medians of repeated calls, the environment
 of a fresh measured process, a busy machine, the arrays of a result."""
+
 import contextlib
 import os
 import statistics

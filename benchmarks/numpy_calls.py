@@ -7,6 +7,7 @@ repeats, in microseconds).
 
   python benchmarks/numpy_calls.py
 """
+
 from __future__ import annotations
 
 import os
@@ -24,14 +25,28 @@ R = np.random.default_rng(0)
 X, Y = R.standard_normal(128), R.standard_normal(128)
 M = R.standard_normal((16, 16))
 CALLS = {  # name: (arguments, keywords)
-    "add": ((X, 1.0), {}), "subtract": ((X, Y), {}), "multiply": ((X, Y), {}),
-    "divide": ((X, 2.0), {}), "exp": ((X,), {}), "log": ((np.abs(X),), {}),
-    "tanh": ((X,), {}), "sin": ((X,), {}), "sqrt": ((np.abs(X),), {}),
-    "maximum": ((X, 0.0), {}), "where": ((X > 0, X, Y), {}), "sum": ((M,), {"axis": 0}),
-    "mean": ((X,), {}), "max": ((M,), {"axis": 1}), "argmax": ((X,), {}),
-    "dot": ((M, M), {}), "matmul": ((M, M), {}), "reshape": ((X, (8, 16)), {}),
-    "transpose": ((M,), {}), "concatenate": (([X, Y],), {}), "stack": (([X, Y],), {}),
-    "clip": ((X, -1.0, 1.0), {}),
+  "add": ((X, 1.0), {}),
+  "subtract": ((X, Y), {}),
+  "multiply": ((X, Y), {}),
+  "divide": ((X, 2.0), {}),
+  "exp": ((X,), {}),
+  "log": ((np.abs(X),), {}),
+  "tanh": ((X,), {}),
+  "sin": ((X,), {}),
+  "sqrt": ((np.abs(X),), {}),
+  "maximum": ((X, 0.0), {}),
+  "where": ((X > 0, X, Y), {}),
+  "sum": ((M,), {"axis": 0}),
+  "mean": ((X,), {}),
+  "max": ((M,), {"axis": 1}),
+  "argmax": ((X,), {}),
+  "dot": ((M, M), {}),
+  "matmul": ((M, M), {}),
+  "reshape": ((X, (8, 16)), {}),
+  "transpose": ((M,), {}),
+  "concatenate": (([X, Y],), {}),
+  "stack": (([X, Y],), {}),
+  "clip": ((X, -1.0, 1.0), {}),
 }
 
 
@@ -61,8 +76,10 @@ def main() -> None:
   for name, (np_us, pc_us) in rows.items():
     print(f"| {name} | {np_us:.2f} µs | {pc_us:.2f} µs | {pc_us - np_us:+.2f} µs |")
   added = sorted(b - a for a, b in rows.values())
-  print(f"\nmedian added {added[len(added) // 2]:.2f} µs, largest {added[-1]:.2f} µs "
-        f"({len(rows)} functions)")
+  print(
+    f"\nmedian added {added[len(added) // 2]:.2f} µs, largest {added[-1]:.2f} µs "
+    f"({len(rows)} functions)"
+  )
 
 
 if __name__ == "__main__":

@@ -20,4 +20,5 @@ def pinn_loss(np_, grad):
   def loss(params, pts, f):
     r = laplacian(params, pts) - f
     return np_.mean(r * r)
+
   return loss

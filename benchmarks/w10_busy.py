@@ -8,6 +8,7 @@ the busy processes, primc's mean at most JAX's, and primc's p90 at most 3x its o
 
   python benchmarks/w10_busy.py [--loads 0 1 3] [--only NAME...] [--seconds S]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,12 +28,14 @@ def two_kernel_gradient():
   """jit(grad(lambda W: sum(tanh(X @ W) ** 2))), X 1024 x 8: two threaded kernels."""
   import numpy as np
   from benchmarks import workloads
+
   r = np.random.default_rng(0)
   x = r.standard_normal((1024, 8)).astype(np.float32)
   w = r.standard_normal((8, 64)).astype(np.float32)
   out = {"args": (w,)}
   import primc
   import primc.numpy as pnp
+
   out["primc"] = lambda: primc.jit(primc.grad(lambda w: pnp.sum(pnp.tanh(x @ w) ** 2)))
   jax = workloads.jax
   if jax:
@@ -42,12 +45,14 @@ def two_kernel_gradient():
   def numpy_grad(w):
     t = np.tanh(x @ w)
     return x.T @ (2 * t * (1 - t * t))
+
   out["numpy"] = lambda: numpy_grad
   return out
 
 
 def _workload(name):
   from benchmarks import workloads
+
   if name == "two-kernel gradient":
     return two_kernel_gradient()
   return workloads.WORKLOADS[name]()
@@ -59,6 +64,7 @@ WORKLOADS = ("two-kernel gradient", "W3", "W5")
 def child(name: str, impl: str, seconds: float) -> dict:
   """In a fresh process: per-call times of `impl` on workload `name` (after warm-up)."""
   from benchmarks.suite import _ready
+
   w = _workload(name)
   fn = w[impl]()
   for _ in range(3):
@@ -74,14 +80,23 @@ def child(name: str, impl: str, seconds: float) -> dict:
 
 def summary(times: list[float]) -> dict:
   s = sorted(times)
-  return {"median_s": s[len(s) // 2], "p90_s": s[int(0.9 * (len(s) - 1))],
-          "mean_s": sum(s) / len(s), "calls": len(s)}
+  return {
+    "median_s": s[len(s) // 2],
+    "p90_s": s[int(0.9 * (len(s) - 1))],
+    "mean_s": sum(s) / len(s),
+    "calls": len(s),
+  }
 
 
 def _run_child(name, impl, seconds, cache):
   env = child_env(PRIMC_CACHE_DIR=cache, PRIMC_BENCH_PEERS="1" if impl == "jax" else "0")
-  proc = subprocess.run([sys.executable, __file__, "--child", name, impl, str(seconds)],
-                        env=env, capture_output=True, text=True, timeout=1200)
+  proc = subprocess.run(
+    [sys.executable, __file__, "--child", name, impl, str(seconds)],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=1200,
+  )
   if proc.returncode:
     return {"error": proc.stderr.strip()[-300:]}
   out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -101,15 +116,23 @@ def measure(loads, names, impls, seconds) -> dict:
         for impl in offered[name]:
           r = _run_child(name, impl, seconds, cache)
           results.setdefault(name, {}).setdefault(impl, {})[str(load)] = r
-          print(f"busy {load} {name} {impl}: " + (r.get("error") or ", ".join(
-              f"{k[:-2]} {r[k] * 1e3:.3f} ms" for k in ("median_s", "p90_s", "mean_s"))),
-              flush=True)
+          print(
+            f"busy {load} {name} {impl}: "
+            + (
+              r.get("error")
+              or ", ".join(f"{k[:-2]} {r[k] * 1e3:.3f} ms" for k in ("median_s", "p90_s", "mean_s"))
+            ),
+            flush=True,
+          )
   return results
 
 
 def report(results: dict, loads) -> str:
-  lines = ["| workload | busy processes | impl | median | p90 | mean | p90 / median | "
-           "mean / JAX mean | load average |", "|" + "---|" * 9]
+  lines = [
+    "| workload | busy processes | impl | median | p90 | mean | p90 / median | "
+    "mean / JAX mean | load average |",
+    "|" + "---|" * 9,
+  ]
   ms = lambda s: f"{s * 1e3:.3f} ms"
   for name, by_impl in results.items():
     for load in map(str, loads):
@@ -119,9 +142,11 @@ def report(results: dict, loads) -> str:
         if "median_s" not in r:
           continue
         vs = f"{r['mean_s'] / jax_mean:.2f}" if jax_mean else "—"
-        lines.append(f"| {name} | {load} | {impl} | {ms(r['median_s'])} | {ms(r['p90_s'])} | "
-                     f"{ms(r['mean_s'])} | {r['p90_s'] / r['median_s']:.1f} | {vs} | "
-                     f"{r['load']:.1f} |")
+        lines.append(
+          f"| {name} | {load} | {impl} | {ms(r['median_s'])} | {ms(r['p90_s'])} | "
+          f"{ms(r['mean_s'])} | {r['p90_s'] / r['median_s']:.1f} | {vs} | "
+          f"{r['load']:.1f} |"
+        )
   return "\n".join(lines)
 
 
@@ -138,14 +163,21 @@ def main():
     return
   names = [n for n in WORKLOADS if not args.only or n in args.only]
   from benchmarks import workloads
+
   impls = ["primc"] + (["jax"] if workloads.jax else []) + ["numpy"]
   results = measure(args.loads, names, impls, args.seconds)
   table = report(results, args.loads)
   print(table)
   if not args.only:
     with open(os.path.join(ROOT, "benchmarks", "results_w10.json"), "w") as f:
-      json.dump({"machine": {"cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")},
-                 "results": results}, f, indent=1)
+      json.dump(
+        {
+          "machine": {"cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")},
+          "results": results,
+        },
+        f,
+        indent=1,
+      )
     with open(os.path.join(ROOT, "benchmarks", "results_w10.md"), "w") as f:
       f.write(table + "\n")
 

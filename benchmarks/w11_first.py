@@ -13,6 +13,7 @@ the imports, and every step done from the start of the imports.
   python benchmarks/w11_first.py [--loads 0 1] [--only NAME...] [--repeat N]
   python benchmarks/w11_first.py --child NAME IMPL      (one run, this process)
 """
+
 from __future__ import annotations
 
 import time
@@ -40,8 +41,10 @@ def _mlp(np_, grad):
   r = np.random.default_rng(0)
   x = r.standard_normal((1024, 8)).astype(np.float32)
   y = np.sin(x.sum(axis=1, keepdims=True)).astype(np.float32)
-  params = [(r.standard_normal((8, 64)).astype(np.float32) * 0.3, np.zeros(64, np.float32)),
-            (r.standard_normal((64, 1)).astype(np.float32) * 0.1, np.zeros(1, np.float32))]
+  params = [
+    (r.standard_normal((8, 64)).astype(np.float32) * 0.3, np.zeros(64, np.float32)),
+    (r.standard_normal((64, 1)).astype(np.float32) * 0.1, np.zeros(1, np.float32)),
+  ]
 
   def loss(params, x, y):
     (w1, b1), (w2, b2) = params
@@ -50,11 +53,13 @@ def _mlp(np_, grad):
   def step(params, x, y):
     g = grad(loss)(params, x, y)
     return [(w - 0.05 * gw, b - 0.05 * gb) for (w, b), (gw, gb) in zip(params, g)]
+
   return step, lambda state: (state, x, y), params, lambda out: out
 
 
 def _w2(np_, grad):
   from benchmarks import workloads
+
   w = workloads.w2()
   step = workloads._mynet_step(np_)
   x, *state, t = w["args"]  # t stays 1 (Adam's bias correction of a first step)
@@ -63,6 +68,7 @@ def _w2(np_, grad):
 
 def _w3(np_, grad, value_and_grad):
   from benchmarks import w8_train
+
   params, pts, f = w8_train.problem()
   zeros = [(np.zeros_like(w), np.zeros_like(b)) for w, b in params]
   state = (params, zeros, [(w.copy(), b.copy()) for w, b in zeros], np.zeros((), np.float32))
@@ -72,11 +78,13 @@ def _w3(np_, grad, value_and_grad):
 
 def _w4(np_, hessian):
   from benchmarks import workloads
+
   x, w1, b1, w2, b2 = workloads.w4()["args"]
 
   def step(x):
     f = lambda x: np_.sum(np_.tanh(w2 @ np_.tanh(w1 @ x + b1) + b2))
     return x - 0.01 * (hessian(f)(x) @ x)
+
   return step, lambda s: (s,), x, lambda out: out
 
 
@@ -85,14 +93,18 @@ def program(name: str, impl: str):
   if impl == "jax":
     import jax
     import jax.numpy as np_
+
     jax.config.update("jax_platforms", "cpu")
     lib = jax
   else:
     import primc as lib
     import primc.numpy as np_
-  made = {"MLP": lambda: _mlp(np_, lib.grad), "W2": lambda: _w2(np_, lib.grad),
-          "W3": lambda: _w3(np_, lib.grad, lib.value_and_grad),
-          "W4": lambda: _w4(np_, lib.hessian)}[name]()
+  made = {
+    "MLP": lambda: _mlp(np_, lib.grad),
+    "W2": lambda: _w2(np_, lib.grad),
+    "W3": lambda: _w3(np_, lib.grad, lib.value_and_grad),
+    "W4": lambda: _w4(np_, lib.hessian),
+  }[name]()
   step, args, state, advance = made
   return lib.jit(step), args, state, advance
 
@@ -116,6 +128,7 @@ def run(name: str, impl: str) -> dict:
   result = {"import_s": t_import, "first_step_s": first - t_import, "total_s": total}
   if impl == "primc":
     import primc
+
     stats = primc.cache_stats()
     result["compiles"] = stats.get("kernel_compiles", 0) + stats.get("worker_compiles", 0)
   return result
@@ -123,16 +136,22 @@ def run(name: str, impl: str) -> dict:
 
 def _fresh(name, impl, cache):
   env = child_env(PRIMC_CACHE_DIR=cache, PRIMC_BENCH_PEERS="1" if impl == "jax" else "0")
-  proc = subprocess.run([sys.executable, __file__, "--child", name, impl], env=env,
-                        capture_output=True, text=True, timeout=1800)
+  proc = subprocess.run(
+    [sys.executable, __file__, "--child", name, impl],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=1800,
+  )
   if proc.returncode:
     return {"error": proc.stderr.strip()[-300:]}
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def measure(names, loads, repeat):
-  has_jax = subprocess.run([sys.executable, "-c", "import jax"],
-                           capture_output=True).returncode == 0
+  has_jax = (
+    subprocess.run([sys.executable, "-c", "import jax"], capture_output=True).returncode == 0
+  )
   impls = ("primc", "jax") if has_jax else ("primc",)
   rows = {}
   for load in loads:
@@ -150,18 +169,22 @@ def measure(names, loads, repeat):
 
 
 def report(rows) -> str:
-  lines = ["| program | busy | impl | import | first step (after imports) | all steps (with "
-           "imports) | compiles |",
-           "|---|---|---|---|---|---|---|"]
+  lines = [
+    "| program | busy | impl | import | first step (after imports) | all steps (with "
+    "imports) | compiles |",
+    "|---|---|---|---|---|---|---|",
+  ]
   med = lambda rs, key: sorted(r[key] for r in rs)[len(rs) // 2]
   for (name, load, impl), rs in rows.items():
     ok = [r for r in rs if "error" not in r]
     if not ok:
       lines.append(f"| {name} ({STEPS[name]} steps) | {load} | {impl} | failed | | | |")
       continue
-    lines.append(f"| {name} ({STEPS[name]} steps) | {load} | {impl} | "
-                 f"{med(ok, 'import_s'):.2f} s | {med(ok, 'first_step_s'):.2f} s | "
-                 f"{med(ok, 'total_s'):.2f} s | {ok[0].get('compiles', '—')} |")
+    lines.append(
+      f"| {name} ({STEPS[name]} steps) | {load} | {impl} | "
+      f"{med(ok, 'import_s'):.2f} s | {med(ok, 'first_step_s'):.2f} s | "
+      f"{med(ok, 'total_s'):.2f} s | {ok[0].get('compiles', '—')} |"
+    )
   return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ call from an empty cache, and a warm call (the kept program), against autograd's
   python benchmarks/w12_length.py [--sizes 10,100,1000,3000] [--no-compile]
       [--compile-max 1000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,6 +42,7 @@ def hmm(np_, n):
     for t in range(1, n):
       a = _logsumexp(np_, a[:, None] + log_a) + log_b[t]
     return _logsumexp(np_, a)
+
   return loss, np.log(rng.uniform(0.1, 1.0, (K, K)))
 
 
@@ -59,6 +61,7 @@ def rnn(np_, n):
     for t in range(n):
       h = np_.tanh(h @ w + xs[t] @ u)
     return np_.sum(h * h)
+
   return loss, rng.standard_normal((K, K)) * 0.5
 
 
@@ -77,6 +80,7 @@ def stages(name: str, n: int, compile_: bool) -> dict:
   from primc import ad, passes
   from primc.trace import aval_of, trace_flat
   from primc.compile import build_plan, load_executable
+
   loss, x = PROGRAMS[name](pnp, n)
   row = {}
   (program, _, _), row["trace"] = _timed(trace_flat, loss, [aval_of(x)])
@@ -105,6 +109,7 @@ def whole(name: str, n: int) -> dict:
   and autograd's call."""
   import primc
   import primc.numpy as pnp
+
   loss, x = PROGRAMS[name](pnp, n)
   f = primc.value_and_grad(loss)
   _, cold = _timed(f, x)
@@ -135,8 +140,12 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--sizes", default="10,100,1000,3000")
   ap.add_argument("--no-compile", action="store_true")
-  ap.add_argument("--compile-max", type=int, default=1000,
-                  help="the compile stages only up to this length (they take minutes past)")
+  ap.add_argument(
+    "--compile-max",
+    type=int,
+    default=1000,
+    help="the compile stages only up to this length (they take minutes past)",
+  )
   args = ap.parse_args()
   sizes = [int(s) for s in args.sizes.split(",")]
   cache = tempfile.mkdtemp(prefix="primc-w12-")
@@ -144,29 +153,35 @@ def main() -> None:
   out = {}
   try:
     for name in PROGRAMS:
-      rows = {n: stages(name, n, not args.no_compile and n <= args.compile_max)
-              for n in sizes}
+      rows = {n: stages(name, n, not args.no_compile and n <= args.compile_max) for n in sizes}
       for n in sizes:
         rows[n].update(whole(name, n))
       out[name] = rows
       keys = [k for k in rows[sizes[0]] if k != "equations"]
       print(f"\n### {name}: seconds per equation of the gradient program, and growth\n")
-      print("| stage | " + " | ".join(f"n={n} ({rows[n]['equations']} eqns)" for n in sizes)
-            + " | growth |")
+      print(
+        "| stage | "
+        + " | ".join(f"n={n} ({rows[n]['equations']} eqns)" for n in sizes)
+        + " | growth |"
+      )
       print("|---|" + "---|" * (len(sizes) + 1))
       for k in keys:
         if k.startswith(("primc", "autograd")):
           cells = [f"{rows[n][k]:.3f} s" if k in rows[n] else "—" for n in sizes]
         else:
-          cells = [f"{rows[n][k] / rows[n]['equations'] * 1e6:.1f} µs" if k in rows[n]
-                   else "—" for n in sizes]
+          cells = [
+            f"{rows[n][k] / rows[n]['equations'] * 1e6:.1f} µs" if k in rows[n] else "—"
+            for n in sizes
+          ]
         print(f"| {k} | " + " | ".join(cells) + f" | {growth(rows, k, sizes):.2f} |")
   finally:
     shutil.rmtree(cache, ignore_errors=True)
-  with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "results_w12.json"),
-            "w") as f:
-    json.dump({"sizes": sizes, "rows": {k: {str(n): r for n, r in v.items()}
-                                        for k, v in out.items()}}, f, indent=1)
+  with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "results_w12.json"), "w") as f:
+    json.dump(
+      {"sizes": sizes, "rows": {k: {str(n): r for n, r in v.items()} for k, v in out.items()}},
+      f,
+      indent=1,
+    )
 
 
 if __name__ == "__main__":

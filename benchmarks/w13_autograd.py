@@ -13,6 +13,7 @@ The examples are not part of primc: they are read from a checkout of autograd
 
   python benchmarks/w13_autograd.py [--examples DIR] [--only rnn,lstm]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,12 +34,25 @@ from benchmarks.common import child_env  # noqa: E402
 
 COMMIT = "bff107b"  # autograd's examples at this commit
 URL = "https://raw.githubusercontent.com/HIPS/autograd/{commit}/examples/{name}"
-EXAMPLES = ["logistic_regression", "neural_net_regression", "rnn", "lstm", "hmm_em", "tanh",
-            "fixed_points", "negative_binomial_maxlike", "rosenbrock", "sinusoid",
-            "define_gradient", "gaussian_process", "bayesian_optimization", "ica",
-            "black_box_svi"]
+EXAMPLES = [
+  "logistic_regression",
+  "neural_net_regression",
+  "rnn",
+  "lstm",
+  "hmm_em",
+  "tanh",
+  "fixed_points",
+  "negative_binomial_maxlike",
+  "rosenbrock",
+  "sinusoid",
+  "define_gradient",
+  "gaussian_process",
+  "bayesian_optimization",
+  "ica",
+  "black_box_svi",
+]
 FILES = [f"{e}.py" for e in EXAMPLES]  # (lstm imports rnn; hmm_em reads lstm.py;
-                                       # bayesian_optimization imports gaussian_process)
+# bayesian_optimization imports gaussian_process)
 
 # The imports changed: run before the example, in its process
 HARNESS = textwrap.dedent("""
@@ -126,17 +140,26 @@ def run(example: str, folder: str, mode: str, cache: str, timeout: float) -> dic
     env = child_env(PRIMC_CACHE_DIR=cache, MPLBACKEND="Agg")
     start = time.perf_counter()
     try:
-      p = subprocess.run([sys.executable, "-c", HARNESS, mode,
-                          os.path.join(work, f"{example}.py")], capture_output=True,
-                         text=True, env=env, cwd=work, timeout=timeout)
+      p = subprocess.run(
+        [sys.executable, "-c", HARNESS, mode, os.path.join(work, f"{example}.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=work,
+        timeout=timeout,
+      )
       code, out, err = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired:
       code, out, err = "timeout", "", ""
     seconds = time.perf_counter() - start
   finally:
     shutil.rmtree(work, ignore_errors=True)
-  return {"seconds": seconds, "exit": code, "out": out.strip().splitlines()[-3:],
-          "err": err.strip().splitlines()[-3:]}
+  return {
+    "seconds": seconds,
+    "exit": code,
+    "out": out.strip().splitlines()[-3:],
+    "err": err.strip().splitlines()[-3:],
+  }
 
 
 def main() -> None:
@@ -149,8 +172,10 @@ def main() -> None:
   try:
     folder = examples_dir(args.examples)
   except OSError as e:
-    print(f"W13: autograd's examples are not here and could not be downloaded ({e}); "
-          "pass --examples DIR (a checkout's examples/ folder)")
+    print(
+      f"W13: autograd's examples are not here and could not be downloaded ({e}); "
+      "pass --examples DIR (a checkout's examples/ folder)"
+    )
     return
   chosen = args.only.split(",") if args.only else EXAMPLES
   results = {}
@@ -168,11 +193,19 @@ def main() -> None:
     w = statistics.median(r["seconds"] for r in warm)
     ok = all(r["exit"] == 0 for r in [*ref, cold, *warm])
     results[example] = {"autograd": ref, "cold": cold, "warm": warm}
-    note = "" if ok else " (failed: " + "; ".join(
-        f"{r['exit']}: {' / '.join(r['err'][-1:])}" for r in [*ref, cold, *warm]
-        if r["exit"] != 0)[:300] + ")"
-    print(f"| {example} | {a:.2f} s | {cold['seconds']:.2f} s | {w:.2f} s | {w / a:.2f}{note} |",
-          flush=True)
+    note = (
+      ""
+      if ok
+      else " (failed: "
+      + "; ".join(
+        f"{r['exit']}: {' / '.join(r['err'][-1:])}" for r in [*ref, cold, *warm] if r["exit"] != 0
+      )[:300]
+      + ")"
+    )
+    print(
+      f"| {example} | {a:.2f} s | {cold['seconds']:.2f} s | {w:.2f} s | {w / a:.2f}{note} |",
+      flush=True,
+    )
   path = os.path.join(ROOT, "benchmarks", "results_w13.json")
   try:  # the examples of earlier runs stay (a run of some replaces only theirs)
     with open(path) as f:

@@ -4,6 +4,7 @@ primc (jit of grad) against numpy with the hand-derived formula (unfused), a han
 fused numba kernel using the same vectorizable math, and a numba copy kernel that reads 4
 and writes 4 bytes per element (the memory-bandwidth bound). Medians; ratios to primc.
 """
+
 import argparse
 import os
 import sys
@@ -52,11 +53,11 @@ def main(n):
   fused_grad(x, out)
   np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
   rows = [
-      ("primc jit(grad) (fresh output)", median_time(g, x)),
-      ("primc jit(grad) (out=)", median_time(lambda x: g(x, out=out), x)),
-      ("numpy, hand-derived, unfused", median_time(numpy_grad, x, repeat=5)),
-      ("numba, hand-fused kernel (out=)", median_time(fused_grad, x, out)),
-      ("numba copy kernel: bandwidth bound", median_time(triad, x, out)),
+    ("primc jit(grad) (fresh output)", median_time(g, x)),
+    ("primc jit(grad) (out=)", median_time(lambda x: g(x, out=out), x)),
+    ("numpy, hand-derived, unfused", median_time(numpy_grad, x, repeat=5)),
+    ("numba, hand-fused kernel (out=)", median_time(fused_grad, x, out)),
+    ("numba copy kernel: bandwidth bound", median_time(triad, x, out)),
   ]
   base = rows[1][1]
   print(f"W5: gradient over {n:.0e} float32 elements (medians)")

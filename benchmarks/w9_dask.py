@@ -5,6 +5,7 @@ the Dask overhead per chunk, and checks that both agree.
 
   python benchmarks/w9_dask.py [--points N] [--chunk N] [--steps N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,10 @@ def chunk_loss(params, chunk):
 
 def problem(points: int):
   r = np.random.default_rng(0)
-  params = [((r.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32),
-             np.zeros(b, np.float32)) for a, b in zip(SIZES[:-1], SIZES[1:])]
+  params = [
+    ((r.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32), np.zeros(b, np.float32))
+    for a, b in zip(SIZES[:-1], SIZES[1:])
+  ]
   pts = r.uniform(-1, 1, (points, 2)).astype(np.float32)
   return params, np.concatenate([pts, np.sin(pts[:, :1])], 1)
 
@@ -40,7 +43,7 @@ def single_process(params, data, chunk):
   vg = primc.jit(primc.value_and_grad(chunk_loss))
   total_v, total_g = 0.0, None
   for start in range(0, len(data), chunk):
-    block = data[start:start + chunk]
+    block = data[start : start + chunk]
     v, g = vg(params, block)
     w = len(block) / len(data)
     flat = [w * np.asarray(x, np.float64) for pair in g for x in pair]
@@ -58,16 +61,21 @@ def main():
   import dask.array as da
   from distributed import Client, LocalCluster
   from primc import dask as pdask
+
   params, data = problem(args.points)
   n_chunks = -(-args.points // args.chunk)
-  single_process(params, data[:args.chunk], args.chunk)  # compile once (the cache serves both)
+  single_process(params, data[: args.chunk], args.chunk)  # compile once (the cache serves both)
   times = {"single process": [], "dask, 2 workers": []}
   for _ in range(args.steps):
     t = time.perf_counter()
     v1, g1 = single_process(params, data, args.chunk)
     times["single process"].append(time.perf_counter() - t)
-  with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                    dashboard_address=None) as cluster, Client(cluster):
+  with (
+    LocalCluster(
+      n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster,
+    Client(cluster),
+  ):
     x = da.from_array(data, chunks=(args.chunk, 3)).persist()  # data lives on the workers
     pdask.value_and_grad(chunk_loss, params, x)  # the workers load the kernels
     for _ in range(args.steps):
@@ -77,15 +85,19 @@ def main():
   g2 = [np.asarray(x, np.float64) for pair in g2 for x in pair]
   err = max(float(np.max(np.abs(a - b)) / (np.max(np.abs(a)) + 1e-30)) for a, b in zip(g1, g2))
   med = {k: float(np.median(v)) for k, v in times.items()}
-  print(f"W9: PINN value and gradient, {args.points} points in {n_chunks} chunks of "
-        f"{args.chunk}, float32, median of {args.steps} steps")
+  print(
+    f"W9: PINN value and gradient, {args.points} points in {n_chunks} chunks of "
+    f"{args.chunk}, float32, median of {args.steps} steps"
+  )
   print("| | time per step | per chunk |")
   print("|---|---|---|")
   for k, v in med.items():
     print(f"| {k} | {v:.2f} s | {1e3 * v / n_chunks:.1f} ms |")
   overhead = (med["dask, 2 workers"] - med["single process"]) / n_chunks
-  print(f"Dask over one process: {overhead * 1e3:+.1f} ms per chunk; loss {v1:.6g} vs "
-        f"{float(v2):.6g}, largest relative gradient difference {err:.2g}")
+  print(
+    f"Dask over one process: {overhead * 1e3:+.1f} ms per chunk; loss {v1:.6g} vs "
+    f"{float(v2):.6g}, largest relative gradient difference {err:.2g}"
+  )
 
 
 if __name__ == "__main__":

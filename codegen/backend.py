@@ -3,13 +3,37 @@ imported only when something needs it: a kernel or library function to compile, 
 numba compiled to load, threads to start (a process that loads LLVM-compiled kernels of
 serial programs from the cache never imports it).
 """
+
 from __future__ import annotations
 
 import os
 import sys
 
-from primc.codegen import (cache, executor, kernel_workers, loops, module, plan,  # noqa: F401
-                           store, target, tiered)
+from primc.codegen import (
+  cache,
+  executor,
+  kernel_workers,
+  loops,
+  module,
+  plan,
+  store,
+  target,
+  tiered,
+)
+
+# what primc.compile uses of code generation (`primc.compile.backend()`)
+__all__ = [
+  "cache",
+  "executor",
+  "kernel_workers",
+  "loops",
+  "module",
+  "plan",
+  "store",
+  "target",
+  "tiered",
+  "jit_disabled",
+]
 
 target.configure_numba()  # numba, imported later, compiles for PRIMC_CPU's CPU too
 

@@ -9,6 +9,7 @@ numba `cfunc`s; `codegen.loader.link_library` gives LLVM their addresses), with 
 addresses of C-contiguous matrices: a kernel then holds a call, not a copy of the
 product's code, and compiles in a fraction of the time.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -70,8 +71,18 @@ def _blas_gemm(typingctx, dtype, ta, m, n, k, a, b, c, beta):
     one, scale = cgutils.alloca_once(builder, value), cgutils.alloca_once(builder, value)
     xxgemm_call(builder, value, one, scale, ta, m, n, k, a, b, c, beta)
     return context.get_dummy_value()
-  return types.none(dtype, types.int64, types.int64, types.int64, types.int64, types.int64,
-                    types.int64, types.int64, types.int64), codegen
+
+  return types.none(
+    dtype,
+    types.int64,
+    types.int64,
+    types.int64,
+    types.int64,
+    types.int64,
+    types.int64,
+    types.int64,
+    types.int64,
+  ), codegen
 
 
 @njit(cache=CACHE, error_model="numpy", fastmath={"reassoc", "contract"})
@@ -88,8 +99,7 @@ def _small_gemm(ta, m, n, k, a, b, c, acc, dtype):
       for p in range(k):
         aip = LOAD(a, i * si + p * sp, dtype)
         for j in range(n):
-          STORE(c, i * n + j, LOAD(c, i * n + j, dtype) + aip * LOAD(b, p * n + j, dtype),
-                dtype)
+          STORE(c, i * n + j, LOAD(c, i * n + j, dtype) + aip * LOAD(b, p * n + j, dtype), dtype)
   else:
     for i in range(m):
       for j in range(n):

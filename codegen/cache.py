@@ -6,6 +6,7 @@ Python versions, the CPU, threading options) is part of every key and of every e
 header, so a version change, or an edited primc, is a miss, not an error. Where the
 entries live and how they are checked: `codegen.store`.
 """
+
 from __future__ import annotations
 
 import collections
@@ -15,14 +16,13 @@ import logging
 import os
 import platform
 import sys
-import time
 
 import numpy as np
 
 import primc.core
 from primc import passes
 from primc.codegen import installed, openblas, target
-from primc.core import VERSION, Eqn, Lit, Program, Var
+from primc.core import VERSION, Lit, Program, Var
 
 log = logging.getLogger("primc.cache")
 _stats = collections.Counter()
@@ -32,9 +32,11 @@ _load_times: list[float] = []
 
 def versions() -> str:
   """The versions of what primc compiles with (read without importing numba)."""
-  return (f"numba={installed.version('numba')} "
-          f"llvmlite={installed.version('llvmlite')} numpy={np.__version__} "
-          f"python={'.'.join(map(str, sys.version_info[:3]))}")
+  return (
+    f"numba={installed.version('numba')} "
+    f"llvmlite={installed.version('llvmlite')} numpy={np.__version__} "
+    f"python={'.'.join(map(str, sys.version_info[:3]))}"
+  )
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,8 +48,7 @@ def environment() -> str:
     cpu = platform.machine()
   threads = os.environ.get("NUMBA_THREADING_LAYER", "default")
   blas = "own" if openblas.single_threaded() else "shared"  # what the plans thread
-  return (f"primc={VERSION}+{compiler_hash()} {versions()} cpu={cpu} threads={threads} "
-          f"blas={blas}")
+  return f"primc={VERSION}+{compiler_hash()} {versions()} cpu={cpu} threads={threads} blas={blas}"
 
 
 def compiler_hash() -> str:

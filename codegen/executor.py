@@ -12,6 +12,7 @@ pool of arrays that are reused once nothing refers to them any more (no array, v
 buffer of the caller's), so a steady loop writes to memory that is already mapped
 instead of page-faulting fresh pages on every call.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -28,7 +29,7 @@ from primc.codegen.plan import Plan
 
 
 POOLED_MIN_BYTES = 1 << 16  # smaller outputs: plain np.empty (numpy caches those)
-POOL_DEPTH = 2              # arrays kept per output
+POOL_DEPTH = 2  # arrays kept per output
 
 
 class ArenaBlocks:
@@ -97,11 +98,13 @@ class Block:
     # anew) costs far more than the small pages a dropped block gave back (measured: W3
     # at a larger new size 103-190 -> 88-135 ms; its steady call 12.4-12.7 -> 10.7-10.9 ms)
     try:
-      self.memory = (np.frombuffer(mmap.mmap(-1, nbytes), np.uint8) if nbytes
-                     else np.empty(0, np.uint8))
+      self.memory = (
+        np.frombuffer(mmap.mmap(-1, nbytes), np.uint8) if nbytes else np.empty(0, np.uint8)
+      )
     except OSError as e:  # as numpy says it
-      raise MemoryError(f"primc: cannot map {nbytes} bytes for a program's "
-                        f"intermediates: {e}") from None
+      raise MemoryError(
+        f"primc: cannot map {nbytes} bytes for a program's intermediates: {e}"
+      ) from None
     self.size = nbytes
     self._views: dict[tuple, tuple] = {}
 
@@ -110,7 +113,7 @@ class Block:
     if views is None:
       if len(self._views) >= self.VIEWS_KEPT:
         self._views.clear()
-      views = self._views[layout] = tuple(self.memory[s:s + n] for s, n in layout)
+      views = self._views[layout] = tuple(self.memory[s : s + n] for s, n in layout)
     return views
 
 
@@ -131,18 +134,22 @@ class Executable:
     self.kernels = None  # the compiled cfuncs, once ready
     self.out_specs = plan.out_specs
     *self._arena_starts, self._arena_bytes = native.arena_starts(plan.buffer_bytes)
-    self._views = tuple((k, off * np.dtype(plan.buffers[k].dtype).itemsize)
-                        for k, off in plan.views)  # (buffer, byte offset)
+    self._views = tuple(
+      (k, off * np.dtype(plan.buffers[k].dtype).itemsize) for k, off in plan.views
+    )  # (buffer, byte offset)
     self._layout = tuple(zip(self._arena_starts, plan.buffer_bytes))  # its arena views
     # a pool per large output (None: a plain np.empty)
-    self._pools = [[] if dtype.itemsize * int(np.prod(shape)) >= POOLED_MIN_BYTES else None
-                   for shape, dtype in self.out_specs]
+    self._pools = [
+      [] if dtype.itemsize * int(np.prod(shape)) >= POOLED_MIN_BYTES else None
+      for shape, dtype in self.out_specs
+    ]
     self._pool_lock = threading.Lock()
     self._consts = tuple(_read_only(c) for c in plan.const_arrays)
     self._words = np.array(plan.words, np.int64, order="C")
     self._n_in = len(plan.in_avals)
-    self._outs_in_order = list(plan.program_outputs) == [("out", k)
-                                                         for k in range(len(plan.out_avals))]
+    self._outs_in_order = list(plan.program_outputs) == [
+      ("out", k) for k in range(len(plan.out_avals))
+    ]
     self._general = None  # (*inputs, *outputs, *arena) -> True | None (see codegen.native)
     self._first = True
     cfuncs = [loader.compiled_kernel(m) for m in modules]
@@ -158,10 +165,8 @@ class Executable:
     st = store.current()
     in_memory = any(m.DIRECTORY is None for m in self.modules)
     libraries = [m for m in loader.library(in_memory) if m.DIRECTORY is not None]
-    new = [m for m in self.modules if loader.compiled_kernel(m) is None
-           and not st.sealed(m.SOURCE)]
-    done = lambda: sum(loader.compiled_kernel(m) is not None or st.sealed(m.SOURCE)
-                       for m in new)
+    new = [m for m in self.modules if loader.compiled_kernel(m) is None and not st.sealed(m.SOURCE)]
+    done = lambda: sum(loader.compiled_kernel(m) is not None or st.sealed(m.SOURCE) for m in new)
     with progress.Progress(self.label, len(new), done):
       with st.lock("library"):
         # workers start up while the library is readied
@@ -202,14 +207,17 @@ class Executable:
     descrs = [dtype for _, dtype in self.out_specs]
     handler = self._raise_index_error  # one bound method: the entry holds its address
     spec = native.EntrySpec(
-        inputs=tuple((np.dtype(a.dtype), a.shape) for a in plan.in_avals),
-        consts=tuple(c.ctypes.data for c in self._consts),
-        outputs=tuple((alloc, shape, id(dtype)) for shape, dtype in self.out_specs),
-        buffers=plan.buffer_bytes,
-        stack_arena=alloc,
-        views=self._views,
-        sizes=self._words.ctypes.data, driver=self.driver, result=result,
-        on_error=id(handler))
+      inputs=tuple((np.dtype(a.dtype), a.shape) for a in plan.in_avals),
+      consts=tuple(c.ctypes.data for c in self._consts),
+      outputs=tuple((alloc, shape, id(dtype)) for shape, dtype in self.out_specs),
+      buffers=plan.buffer_bytes,
+      stack_arena=alloc,
+      views=self._views,
+      sizes=self._words.ctypes.data,
+      driver=self.driver,
+      result=result,
+      on_error=id(handler),
+    )
     keep = (self._words, self._consts, descrs, self.kernels, handler)
     if native.available():
       return native.entry(spec, keep)
@@ -230,9 +238,18 @@ class Executable:
   def pointer_table(self, inputs, outputs, arena: int, err: int) -> np.ndarray:
     """The driver's table `[words, err, inputs..., constants..., outputs..., arena
     views...]` for these addresses (arena: a block of at least `arena_bytes`)."""
-    return np.array(native.pointer_table(
-        self._words.ctypes.data, err, inputs, [c.ctypes.data for c in self._consts], outputs,
-        [arena + s for s in self._arena_starts], self._views), np.int64)
+    return np.array(
+      native.pointer_table(
+        self._words.ctypes.data,
+        err,
+        inputs,
+        [c.ctypes.data for c in self._consts],
+        outputs,
+        [arena + s for s in self._arena_starts],
+        self._views,
+      ),
+      np.int64,
+    )
 
   def input_slot(self, j: int) -> int:
     return 2 + j
@@ -258,8 +275,10 @@ class Executable:
     return (block, *block.views(self._layout))
 
   def _outputs(self) -> list[np.ndarray]:
-    return [np.empty(shape, dtype) if pool is None else self._pooled(k)
-            for k, ((shape, dtype), pool) in enumerate(zip(self.out_specs, self._pools))]
+    return [
+      np.empty(shape, dtype) if pool is None else self._pooled(k)
+      for k, ((shape, dtype), pool) in enumerate(zip(self.out_specs, self._pools))
+    ]
 
   def _pooled(self, k: int) -> np.ndarray:
     """Output k from its pool: an array nothing refers to any more, else a new one."""
@@ -308,8 +327,9 @@ class Executable:
     for x, aval in zip(inputs, self.plan.in_avals):
       a = np.asarray(x)
       if a.shape != aval.shape:
-        raise PrimcError(f"compiled program input {len(converted)} has shape "
-                         f"{list(a.shape)}, expected {aval}")
+        raise PrimcError(
+          f"compiled program input {len(converted)} has shape {list(a.shape)}, expected {aval}"
+        )
       a = np.require(a, np.dtype(aval.dtype).newbyteorder("="), ["C", "A"])
       converted.append(a if type(a) is np.ndarray else a.view(np.ndarray))
     return converted
@@ -330,25 +350,41 @@ class Executable:
       return None
     n_out = len(self.out_specs)
     form = _flat_form(tree, n_out)
-    if (form and native.available() and self._outs_in_order
-        and sum(self.plan.buffer_bytes) <= native.STACK_ARENA_MAX
-        and all(pool is None for pool in self._pools)):
+    if (
+      form
+      and native.available()
+      and self._outs_in_order
+      and sum(self.plan.buffer_bytes) <= native.STACK_ARENA_MAX
+      and all(pool is None for pool in self._pools)
+    ):
       return self._entry(alloc=True, result=form)
     build = list if tree is None else unflattener(tree)
-    env = {"empty": np.empty, "general": self._general, "take_arena": self._take_arena,
-           "give": BLOCKS.give, "pooled": self._pooled, "results": self._results,
-           "build": build}
+    env = {
+      "empty": np.empty,
+      "general": self._general,
+      "take_arena": self._take_arena,
+      "give": BLOCKS.give,
+      "pooled": self._pooled,
+      "results": self._results,
+      "build": build,
+    }
     lines = ["def run_hot(*args):", f"  if len(args) != {self._n_in}:", "    return None"]
     for k, ((shape, dtype), pool) in enumerate(zip(self.out_specs, self._pools)):
       env[f"s{k}"], env[f"d{k}"] = shape, dtype
       lines.append(f"  o{k} = empty(s{k}, d{k})" if pool is None else f"  o{k} = pooled({k})")
     outs = "[" + ", ".join(f"o{k}" for k in range(n_out)) + "]"
-    call = ", ".join(["*args"] + [f"o{k}" for k in range(n_out)]
-                     + (["*arena"] if self.plan.buffers else []))
-    lines += ["  block, *arena = take_arena()", "  try:",
-              f"    if general({call}) is None:", "      return None",
-              "  finally:", "    give(block)",
-              f"  return build({outs if self._outs_in_order else f'results(args, {outs})'})"]
+    call = ", ".join(
+      ["*args"] + [f"o{k}" for k in range(n_out)] + (["*arena"] if self.plan.buffers else [])
+    )
+    lines += [
+      "  block, *arena = take_arena()",
+      "  try:",
+      f"    if general({call}) is None:",
+      "      return None",
+      "  finally:",
+      "    give(block)",
+      f"  return build({outs if self._outs_in_order else f'results(args, {outs})'})",
+    ]
     label = "<primc run_hot>"
     exec(compile("\n".join(lines), label, "exec"), env)
     return env["run_hot"]
@@ -366,7 +402,7 @@ class Executable:
 
 
 def _flat_form(tree, n_out: int) -> str | None:
-  """"leaf", "tuple" or "list" when `tree` (None: a list) is that flat form of `n_out`
+  """ "leaf", "tuple" or "list" when `tree` (None: a list) is that flat form of `n_out`
   leaves, else None."""
   if n_out == 0:
     return None
@@ -384,12 +420,16 @@ def check_out(out, specs) -> list[np.ndarray]:
     raise PrimcError(f"out= needs {len(specs)} arrays, got {len(outs)}")
   for o, (shape, dtype) in zip(outs, specs, strict=True):
     if type(o) is not np.ndarray:
-      raise PrimcError(f"out= takes numpy arrays (np.ndarray), got {type(o).__name__} for "
-                       f"the output {dtype}{list(shape)}")
+      raise PrimcError(
+        f"out= takes numpy arrays (np.ndarray), got {type(o).__name__} for "
+        f"the output {dtype}{list(shape)}"
+      )
     if o.shape != shape or o.dtype != dtype or not o.flags.writeable:
-      raise PrimcError(f"out= array {o.dtype}{list(o.shape)} does not match the output "
-                       f"{dtype}{list(shape)} (or is not writeable)")
-  if any(np.may_share_memory(o, p) for k, o in enumerate(outs) for p in outs[k + 1:]):
+      raise PrimcError(
+        f"out= array {o.dtype}{list(o.shape)} does not match the output "
+        f"{dtype}{list(shape)} (or is not writeable)"
+      )
+  if any(np.may_share_memory(o, p) for k, o in enumerate(outs) for p in outs[k + 1 :]):
     raise PrimcError("out= arrays overlap each other: each output needs its own memory")
   return outs
 
@@ -397,8 +437,7 @@ def check_out(out, specs) -> list[np.ndarray]:
 def overlapping(outs, inputs) -> bool:
   """Whether an `out=` array may share memory with an input (a bounds check: it may say
   yes for arrays that interleave without touching; then the call only copies more)."""
-  return any(np.may_share_memory(o, x) for o in outs for x in inputs
-             if isinstance(x, np.ndarray))
+  return any(np.may_share_memory(o, x) for o in outs for x in inputs if isinstance(x, np.ndarray))
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ pathlib...) costs ~25 ms, a fifth of a warm first call; a cache key and the thre
 need only a version and one file's path. A distribution installed without a `.dist-info`
 folder (a source tree on `sys.path`) is answered by importing it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,7 +33,7 @@ def version(dist: str) -> str:
   folder = dist_info(dist)
   if folder is None:
     return str(importlib.import_module(dist).__version__)
-  return os.path.basename(folder)[len(dist) + 1:-len(".dist-info")]
+  return os.path.basename(folder)[len(dist) + 1 : -len(".dist-info")]
 
 
 def file_path(dist: str, name: str, prefix: bool = False) -> str | None:
@@ -67,13 +68,17 @@ def extension(name: str):
     raise ImportError(f"{name.split('.')[0]} is not installed")
   folder = os.path.join(os.path.dirname(spec.origin), *name.split(".")[1:-1])
   leaf = name.rsplit(".", 1)[1]
-  paths = [p for suffix in importlib.machinery.EXTENSION_SUFFIXES
-           for p in glob.glob(os.path.join(folder, leaf + suffix))]
+  paths = [
+    p
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES
+    for p in glob.glob(os.path.join(folder, leaf + suffix))
+  ]
   if not paths:
     raise ImportError(f"no {name} extension under {folder}")
   loader = importlib.machinery.ExtensionFileLoader(name, paths[0])
   module = importlib.util.module_from_spec(
-      importlib.util.spec_from_file_location(name, paths[0], loader=loader))
+    importlib.util.spec_from_file_location(name, paths[0], loader=loader)
+  )
   loader.exec_module(module)
   sys.modules[name] = module
   return module

@@ -16,6 +16,7 @@ is not in the cache, `prestart` starts the workers while this process runs the p
 and fusion: they wait (at most WAIT_S) for the keys `start` then sends them, and exit
 if none come (the plan's kernels were all in the cache).
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,7 +48,7 @@ def orders(keys: list[str], n: int) -> list[list[str]]:
   starting point, forwards."""
   if n == 2:
     return [keys, keys[::-1]]
-  return [keys[k * len(keys) // n:] + keys[:k * len(keys) // n] for k in range(n)]
+  return [keys[k * len(keys) // n :] + keys[: k * len(keys) // n] for k in range(n)]
 
 
 WAIT_S = 10.0  # how long a prestarted worker waits for its keys
@@ -73,9 +74,13 @@ def prestart() -> None:
 def _spawn(args: list[str], stdin) -> tuple | None:
   err = tempfile.TemporaryFile()  # not a pipe: a chatty worker must not block on it
   try:
-    return subprocess.Popen(spawn.command("primc.codegen.kernel_workers", *args),
-                            env=spawn.environment(store.current().write_dir), stdin=stdin,
-                            stdout=subprocess.PIPE, stderr=err), err
+    return subprocess.Popen(
+      spawn.command("primc.codegen.kernel_workers", *args),
+      env=spawn.environment(store.current().write_dir),
+      stdin=stdin,
+      stdout=subprocess.PIPE,
+      stderr=err,
+    ), err
   except OSError as e:  # no processes here: this one compiles everything
     log.warning("could not start a kernel compile worker (%s): compiling in process", e)
     err.close()
@@ -141,7 +146,7 @@ def finish(modules, jobs, alongside: bool = False) -> int:
   not for the workers to exit (~30 ms): `reap` collects them later."""
   if not (jobs or alongside):
     return 0
-  for module in (modules[::-1] if alongside else modules):
+  for module in modules[::-1] if alongside else modules:
     if module.DIRECTORY is not None:
       loader.compile_kernel(module, wait=False)
   with _waiting_lock:
@@ -176,8 +181,11 @@ def reap(wait: bool = True) -> None:
     with err:
       if job.returncode:
         err.seek(0)
-        log.warning("a kernel compile worker failed (exit %d); its kernels compile in this "
-                    "process: %s", job.returncode, err.read().decode(errors="replace")[-2000:])
+        log.warning(
+          "a kernel compile worker failed (exit %d); its kernels compile in this process: %s",
+          job.returncode,
+          err.read().decode(errors="replace")[-2000:],
+        )
       else:  # this process loads them (kernel_cache_loads)
         last = (out.split() or [b""])[-1]
         cache.count("worker_runs")

@@ -24,6 +24,7 @@ at the loop index); reductions accumulate along the way (float32 sums in float64
 sin/cos use the fast mathlib versions and count out-of-range arguments; if any, the
 task's loop runs again with libm's versions.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,7 +42,7 @@ from primc.codegen.segments import segmented_loop
 from primc.codegen.writer import Writer
 from primc.passes.fusion import lazy_eqns
 
-lower_rules: dict[Primitive, Callable] = {}   # (ctx, eqn, *operand expressions) -> expr
+lower_rules: dict[Primitive, Callable] = {}  # (ctx, eqn, *operand expressions) -> expr
 SIGNATURE = "int64(int64, int64, int64, CPointer(voidptr))"
 OPTIONS = {"error_model": "numpy", "fastmath": {"contract"}}
 TASK_ELEMENTS = 1 << 12  # elements per task of a loop kernel
@@ -55,18 +56,21 @@ SINCOS_LIMIT = {"float32": 8192.0, "float64": 1e6}
 # library file, its function), and scipy.special's own C functions (`cython_special`),
 # `SP_J0(x, np.int32(0))` (the last argument is Cython's dispatch flag) -> (C symbol,
 # scipy's name)
-EXTERNALS = {"GEMM_F32": ("primc_gemm_f32", "blas.py", "gemm_f32"),
-             "GEMM_F64": ("primc_gemm_f64", "blas.py", "gemm_f64")}
+EXTERNALS = {
+  "GEMM_F32": ("primc_gemm_f32", "blas.py", "gemm_f32"),
+  "GEMM_F64": ("primc_gemm_f64", "blas.py", "gemm_f64"),
+}
 FOREIGN = {f"SP_{name.upper()}": (f"primc_scipy_{name}", name) for name in P.SPECIAL_ARITY}
 
 
 @dataclasses.dataclass(frozen=True)
 class Kernel:
   """One region's kernel as a plan uses it."""
-  source: str                 # `def <name>(phase, lo, hi, p):`, and `KERNEL = <name>`
-  words: tuple[int, ...]      # its run-time words: sizes, float constants' bits
-  threaded: bool              # worth numba's thread pool at these sizes
-  finish: bool                # has a phase 2
+
+  source: str  # `def <name>(phase, lo, hi, p):`, and `KERNEL = <name>`
+  words: tuple[int, ...]  # its run-time words: sizes, float constants' bits
+  threaded: bool  # worth numba's thread pool at these sizes
+  finish: bool  # has a phase 2
   scratch: tuple[tuple[str, int], ...]  # (dtype, elements) per scratch array
 
 
@@ -97,6 +101,7 @@ def _math(name):
       if ctx.precise:
         return f"{_np(dtype)}(math.{name}({x}))"
     return f"{name}_{'f32' if dtype == 'float32' else 'f64'}({x})"
+
   return rule
 
 
@@ -107,37 +112,60 @@ for _name in ("exp", "log", "tanh", "sin", "cos"):
 def _libm(call: str):
   """A primitive computed by libm through numba's `math` (scalar calls: right, not
   vectorized), rounded to the result's dtype; `call` formats the operands."""
+
   def rule(ctx, e, *xs):
     return f"{_np(e.outputs[0].aval.dtype)}({call.format(*xs)})"
+
   return rule
 
 
-for _prim, _call in ((P.tan_p, "math.tan({})"), (P.sinh_p, "math.sinh({})"),
-                     (P.cosh_p, "math.cosh({})"), (P.arcsin_p, "math.asin({})"),
-                     (P.arccos_p, "math.acos({})"), (P.arctan_p, "math.atan({})"),
-                     (P.arcsinh_p, "math.asinh({})"), (P.arccosh_p, "math.acosh({})"),
-                     (P.arctanh_p, "math.atanh({})"), (P.log1p_p, "math.log1p({})"),
-                     (P.expm1_p, "math.expm1({})"), (P.log2_p, "math.log2({})"),
-                     (P.log10_p, "math.log10({})"), (P.exp2_p, "2.0 ** {}"),
-                     (P.arctan2_p, "math.atan2({}, {})"), (P.hypot_p, "math.hypot({}, {})"),
-                     (P.fmod_p, "np.fmod({}, {})"), (P.floor_p, "np.floor({})"),
-                     (P.ceil_p, "np.ceil({})"), (P.trunc_p, "np.trunc({})"),
-                     (P.rint_p, "np.rint({})"),
-                     # equal operands (infinities too) give x + log 2, as numpy's
-                     (P.logaddexp_p, "({0} + 0.6931471805599453 if {0} == {1} else "
-                                     "({0} if {0} > {1} else {1}) + "
-                                     "math.log1p(math.exp(-abs({0} - {1}))))")):
+for _prim, _call in (
+  (P.tan_p, "math.tan({})"),
+  (P.sinh_p, "math.sinh({})"),
+  (P.cosh_p, "math.cosh({})"),
+  (P.arcsin_p, "math.asin({})"),
+  (P.arccos_p, "math.acos({})"),
+  (P.arctan_p, "math.atan({})"),
+  (P.arcsinh_p, "math.asinh({})"),
+  (P.arccosh_p, "math.acosh({})"),
+  (P.arctanh_p, "math.atanh({})"),
+  (P.log1p_p, "math.log1p({})"),
+  (P.expm1_p, "math.expm1({})"),
+  (P.log2_p, "math.log2({})"),
+  (P.log10_p, "math.log10({})"),
+  (P.exp2_p, "2.0 ** {}"),
+  (P.arctan2_p, "math.atan2({}, {})"),
+  (P.hypot_p, "math.hypot({}, {})"),
+  (P.fmod_p, "np.fmod({}, {})"),
+  (P.floor_p, "np.floor({})"),
+  (P.ceil_p, "np.ceil({})"),
+  (P.trunc_p, "np.trunc({})"),
+  (P.rint_p, "np.rint({})"),
+  # equal operands (infinities too) give x + log 2, as numpy's
+  (
+    P.logaddexp_p,
+    "({0} + 0.6931471805599453 if {0} == {1} else "
+    "({0} if {0} > {1} else {1}) + "
+    "math.log1p(math.exp(-abs({0} - {1}))))",
+  ),
+):
   lower_rules[_prim] = _libm(_call)
-for _prim, _call in ((P.erf_p, "math.erf({})"), (P.erfc_p, "math.erfc({})"),
-                     (P.gammaln_p, "gammaln_f64(np.float64({}))"), (P.gamma_p, "math.gamma({})"),
-                     (P.erfinv_p, "erfinv_f64(np.float64({}))"),
-                     (P.erfcinv_p, "erfcinv_f64(np.float64({}))")):
+for _prim, _call in (
+  (P.erf_p, "math.erf({})"),
+  (P.erfc_p, "math.erfc({})"),
+  (P.gammaln_p, "gammaln_f64(np.float64({}))"),
+  (P.gamma_p, "math.gamma({})"),
+  (P.erfinv_p, "erfinv_f64(np.float64({}))"),
+  (P.erfcinv_p, "erfcinv_f64(np.float64({}))"),
+):
   lower_rules[_prim] = _libm(_call)
 lower_rules[P.polygamma_p] = lambda ctx, e, x: (
-    f"{_np(e.outputs[0].aval.dtype)}(polygamma_f64({e.kw['n']}, np.float64({x})))")
+  f"{_np(e.outputs[0].aval.dtype)}(polygamma_f64({e.kw['n']}, np.float64({x})))"
+)
 lower_rules[P.special_p] = lambda ctx, e, *xs: (  # scipy's C function (codegen/special.py)
-    f"{_np(e.outputs[0].aval.dtype)}(SP_{e.kw['name'].upper()}("
-    f"{''.join(f'np.float64({x}), ' for x in xs)}np.int32(0)))")
+  f"{_np(e.outputs[0].aval.dtype)}(SP_{e.kw['name'].upper()}("
+  f"{''.join(f'np.float64({x}), ' for x in xs)}np.int32(0)))"
+)
 lower_rules[P.bit_and_p] = _binop("&")
 lower_rules[P.bit_or_p] = _binop("|")
 lower_rules[P.bit_xor_p] = _binop("^")
@@ -151,9 +179,8 @@ def _shift(e, x, y, op):
   (LLVM's shift by such a count is undefined: never emitted)."""
   dtype = e.outputs[0].aval.dtype
   bits = 8 * np.dtype(dtype).itemsize
-  fill = f"({_np(dtype)}(-1) if {x} < 0 else {_np(dtype)}(0))" if op == ">>" else \
-      f"{_np(dtype)}(0)"
-  return (f"({_np(dtype)}({x} {op} {y}) if {y} >= 0 and {y} < {bits} else {fill})")
+  fill = f"({_np(dtype)}(-1) if {x} < 0 else {_np(dtype)}(0))" if op == ">>" else f"{_np(dtype)}(0)"
+  return f"({_np(dtype)}({x} {op} {y}) if {y} >= 0 and {y} < {bits} else {fill})"
 
 
 lower_rules[P.nextafter_p] = _libm("np.nextafter({}, {})")
@@ -162,26 +189,35 @@ lower_rules[P.add_p] = _binop("+")
 lower_rules[P.sub_p] = _binop("-")
 lower_rules[P.mul_p] = _binop("*")
 lower_rules[P.div_p] = lambda ctx, e, x, y: (
-    f"({x} / {y})" if e.outputs[0].aval.is_float else f"({x} // {y})")
+  f"({x} / {y})" if e.outputs[0].aval.is_float else f"({x} // {y})"
+)
 lower_rules[P.pow_p] = lambda ctx, e, x, y: f"({x} ** {y})"
 lower_rules[P.neg_p] = lambda ctx, e, x: f"(-{x})"
 lower_rules[P.abs_p] = lambda ctx, e, x: f"abs({x})"
 lower_rules[P.sqrt_p] = lambda ctx, e, x: f"np.sqrt({x})"
 lower_rules[P.stop_gradient_p] = lambda ctx, e, x: x
 lower_rules[P.sign_p] = lambda ctx, e, x: (
-    f"({const(1, e.outputs[0].aval.dtype)} if {x} > 0 else "
-    f"({const(-1, e.outputs[0].aval.dtype)} if {x} < 0 else {x}))")
+  f"({const(1, e.outputs[0].aval.dtype)} if {x} > 0 else "
+  f"({const(-1, e.outputs[0].aval.dtype)} if {x} < 0 else {x}))"
+)
 # numpy's maximum/minimum propagate NaN from either side
 lower_rules[P.max_p] = lambda ctx, e, x, y: f"({x} if ({x} > {y} or {x} != {x}) else {y})"
 lower_rules[P.min_p] = lambda ctx, e, x, y: f"({x} if ({x} < {y} or {x} != {x}) else {y})"
-for _p, _op in ((P.eq_p, "=="), (P.ne_p, "!="), (P.lt_p, "<"), (P.le_p, "<="), (P.gt_p, ">"),
-                (P.ge_p, ">=")):
+for _p, _op in (
+  (P.eq_p, "=="),
+  (P.ne_p, "!="),
+  (P.lt_p, "<"),
+  (P.le_p, "<="),
+  (P.gt_p, ">"),
+  (P.ge_p, ">="),
+):
   lower_rules[_p] = _binop(_op)
 lower_rules[P.select_p] = lambda ctx, e, p, x, y: f"({x} if {p} else {y})"
 lower_rules[P.convert_p] = lambda ctx, e, x: f"{_np(e.outputs[0].aval.dtype)}({x})"
 lower_rules[P.full_p] = lambda ctx, e: ctx.value(e.kw["fill_value"], e.outputs[0].aval.dtype)
 lower_rules[P.iota_p] = lambda ctx, e: (
-    f"{_np(e.outputs[0].aval.dtype)}({ctx.index[e.kw['dimension']]})")
+  f"{_np(e.outputs[0].aval.dtype)}({ctx.index[e.kw['dimension']]})"
+)
 
 
 # Index maps read an operand at a position derived from the loop index: a region input
@@ -190,11 +226,14 @@ lower_rules[P.iota_p] = lambda ctx, e: (
 # clamped into the operand, where `idx` may be outside it and the element is only used
 # when it is not: a recomputed value is computed before the choice).
 
+
 def _load_broadcast(ctx, e, load):
   x = e.inputs[0].aval
   dims = e.kw["broadcast_dimensions"]
-  idx = [("0" if x.shape[j] == 1 and e.outputs[0].aval.shape[d] != 1 else ctx.index[d])
-         for j, d in enumerate(dims)]
+  idx = [
+    ("0" if x.shape[j] == 1 and e.outputs[0].aval.shape[d] != 1 else ctx.index[d])
+    for j, d in enumerate(dims)
+  ]
   return load(0, idx)
 
 
@@ -270,18 +309,33 @@ def _load_concatenate(ctx, e, load):
 
 def _load_rev(ctx, e, load):
   shape, dims = e.inputs[0].aval.shape, e.kw["dimensions"]
-  return load(0, [f"{ctx.size(shape[k], (e, 'operand', k))} - 1 - {i}" if k in dims else i
-                  for k, i in enumerate(ctx.index)])
+  return load(
+    0,
+    [
+      f"{ctx.size(shape[k], (e, 'operand', k))} - 1 - {i}" if k in dims else i
+      for k, i in enumerate(ctx.index)
+    ],
+  )
 
 
 # index maps: (ctx, eqn, load of its operands) -> the element at the loop index
-INDEX_LOADS = {P.broadcast_in_dim_p: _load_broadcast, P.transpose_p: _load_transpose,
-               P.reshape_p: _load_reshape, P.slice_p: _load_slice, P.pad_p: _load_pad,
-               P.rev_p: _load_rev, P.concatenate_p: _load_concatenate}
+INDEX_LOADS = {
+  P.broadcast_in_dim_p: _load_broadcast,
+  P.transpose_p: _load_transpose,
+  P.reshape_p: _load_reshape,
+  P.slice_p: _load_slice,
+  P.pad_p: _load_pad,
+  P.rev_p: _load_rev,
+  P.concatenate_p: _load_concatenate,
+}
 # primitives a kernel computes by its region kind's emitter, not by a rule of their own
-REGION_EMITTED = {"reduction": "accumulated by loop kernels (_accumulate)",
-                  "contraction": "emit_dot_kernel", "indexing": "emit_gather_kernel",
-                  "sorting": "emit_sort_kernel", "linalg": "emit_linalg_kernel"}
+REGION_EMITTED = {
+  "reduction": "accumulated by loop kernels (_accumulate)",
+  "contraction": "emit_dot_kernel",
+  "indexing": "emit_gather_kernel",
+  "sorting": "emit_sort_kernel",
+  "linalg": "emit_linalg_kernel",
+}
 
 
 def emits(prim: Primitive) -> bool:
@@ -291,12 +345,19 @@ def emits(prim: Primitive) -> bool:
 
 
 # what a kernel's source leaves out of its region's IR: read at run time, not code
-SIZE_PARAMS = ("shape", "new_sizes", "start_indices", "limit_indices", "padding_config",
-               "fill_value")
+SIZE_PARAMS = (
+  "shape",
+  "new_sizes",
+  "start_indices",
+  "limit_indices",
+  "padding_config",
+  "fill_value",
+)
 ABSTRACT = Printer(
-    lit=lambda a: "?" if a.aval.is_float else pp_lit(a),
-    aval=lambda a: f"{a.str_short().split('[')[0]}[{','.join('?' * a.ndim)}]",
-    param=lambda name, value: "?" if name in SIZE_PARAMS else pp_param(value))
+  lit=lambda a: "?" if a.aval.is_float else pp_lit(a),
+  aval=lambda a: f"{a.str_short().split('[')[0]}[{','.join('?' * a.ndim)}]",
+  param=lambda name, value: "?" if name in SIZE_PARAMS else pp_param(value),
+)
 
 
 def abstract_ir(program: Program) -> str:
@@ -316,15 +377,15 @@ class KernelContext:
     self.range_checks: list[str] = []
     self.precise = False
     self.counter = 0
-    self.table: list[str] = []      # carray lines of the kernel's table entries
+    self.table: list[str] = []  # carray lines of the kernel's table entries
     self.scratch: list[tuple[str, int]] = []
-    self.err = False                # reads the error record (p[1])
-    self.literals = False           # reads float constants (`kl`, the words as float64)
+    self.err = False  # reads the error record (p[1])
+    self.literals = False  # reads float constants (`kl`, the words as float64)
     self.entries: dict[str, tuple[int, list[str], str]] = {}  # table name -> (p index,
-                                                               # dims, dtype)
+    # dims, dtype)
     self.keyed: dict[tuple, int] = {}  # (eqn, parameter, position) -> its word
-    self.views: dict[Eqn, str] = {}    # reshape eqn -> the view of its operand
-    self.hoisted: list[str] = []       # a loop body's statements computed before it
+    self.views: dict[Eqn, str] = {}  # reshape eqn -> the view of its operand
+    self.hoisted: list[str] = []  # a loop body's statements computed before it
 
   def array(self, name: str, shape, dtype: str) -> str:
     """Table entry `name`: a C-contiguous array of `shape` (its sizes are words; a 0-d
@@ -353,10 +414,10 @@ class KernelContext:
 
   def arrays(self, program: Program) -> tuple[list[str], list[str]]:
     """The region's inputs and outputs as table entries `in0...`, `out0...`."""
-    ins = [self.array(f"in{i}", v.aval.shape, v.aval.dtype)
-           for i, v in enumerate(program.inputs)]
-    outs = [self.array(f"out{i}", v.aval.shape, v.aval.dtype)
-            for i, v in enumerate(program.outputs)]
+    ins = [self.array(f"in{i}", v.aval.shape, v.aval.dtype) for i, v in enumerate(program.inputs)]
+    outs = [
+      self.array(f"out{i}", v.aval.shape, v.aval.dtype) for i, v in enumerate(program.outputs)
+    ]
     return ins, outs
 
   def scratch_array(self, dtype: str, elements: int) -> str:
@@ -460,14 +521,31 @@ def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) 
   """A kernel's source: its table, its prologue (run by every phase), then the phases
   (0 returns its task count, 2 is optional, 1 runs the tasks [lo, hi)). Written once per
   distinct text (a program at a new size emits the same lines again)."""
-  return _written(ctx.name, abstract_ir(program), len(ctx.sizes), tuple(ctx.size_words),
-                  ctx.literals, ctx.err, tuple(ctx.table), tuple(ctx.prologue),
-                  tuple((k, tuple(lines)) for k, lines in phases.items()))
+  return _written(
+    ctx.name,
+    abstract_ir(program),
+    len(ctx.sizes),
+    tuple(ctx.size_words),
+    ctx.literals,
+    ctx.err,
+    tuple(ctx.table),
+    tuple(ctx.prologue),
+    tuple((k, tuple(lines)) for k, lines in phases.items()),
+  )
 
 
 @functools.lru_cache(maxsize=512)  # ~20 KB each: lines and source
-def _written(name: str, ir_text: str, n_words: int, size_words: tuple, literals: bool,
-             err: bool, table: tuple, prologue: tuple, phases: tuple) -> str:
+def _written(
+  name: str,
+  ir_text: str,
+  n_words: int,
+  size_words: tuple,
+  literals: bool,
+  err: bool,
+  table: tuple,
+  prologue: tuple,
+  phases: tuple,
+) -> str:
   """`_source` of its parts (hashable: `phases` as (phase, lines) pairs)."""
   phases = dict(phases)
   body = [line for lines in phases.values() for line in lines]
@@ -476,7 +554,8 @@ def _written(name: str, ir_text: str, n_words: int, size_words: tuple, literals:
   # the table and the prologue, stay words (a local each costs numba ~1% of a kernel)
   used = {int(k) for line in body for k in _SIZE_NAME.findall(line)}
   word = lambda line: _SIZE_NAME.sub(
-      lambda m: m.group(0) if int(m.group(1)) in used else f"sz[{m.group(1)}]", line)
+    lambda m: m.group(0) if int(m.group(1)) in used else f"sz[{m.group(1)}]", line
+  )
   with w.block(f"def {name}(phase, lo, hi, p):"):
     w(*("# " + line for line in ir_text.splitlines()))
     w(f"sz = carray(p[0], ({max(1, n_words)},), np.int64)")
@@ -484,10 +563,14 @@ def _written(name: str, ir_text: str, n_words: int, size_words: tuple, literals:
     if literals:
       w(f"kl = carray(p[0], ({n_words},), np.float64)")
     kept = _needed(list(table + prologue), body)
-    w(*(["err = carray(p[1], (4,), np.int64)"] if err else []),
-      *(f"ptr{k} = p[{k}]" for k in sorted({int(k) for k in _POINTER.findall(
-          "\n".join(kept + body))})),
-      *map(word, kept))
+    w(
+      *(["err = carray(p[1], (4,), np.int64)"] if err else []),
+      *(
+        f"ptr{k} = p[{k}]"
+        for k in sorted({int(k) for k in _POINTER.findall("\n".join(kept + body))})
+      ),
+      *map(word, kept),
+    )
     with w.block("if phase == 0:"):
       w(*phases[0])
     if 2 in phases:
@@ -512,11 +595,14 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...]) -> Ke
     inner = " * ".join(ctx.size(n) for n in domain[1:]) or "1"
     init, setup, code = _loop_code(ctx, program, domain, ins, outs, rows=("r0", "r1"))
     ctx.prologue.append(f"blk = max(1, {TASK_ELEMENTS} // max(1, {inner}))")
-    phases = {0: [f"return ({outer} + blk - 1) // blk + 1"],
-              1: ["r0 = lo * blk", f"r1 = min({outer}, hi * blk)", *init, *setup, *code]}
+    phases = {
+      0: [f"return ({outer} + blk - 1) // blk + 1"],
+      1: ["r0 = lo * blk", f"r1 = min({outer}, hi * blk)", *init, *setup, *code],
+    }
   threaded = math.prod(domain) >= PARALLEL_MIN and not reductions
-  return Kernel(_source(ctx, program, phases), tuple(ctx.sizes), threaded, False,
-                tuple(ctx.scratch))
+  return Kernel(
+    _source(ctx, program, phases), tuple(ctx.sizes), threaded, False, tuple(ctx.scratch)
+  )
 
 
 def _loop_code(ctx, program, domain, ins, outs, rows=None):
@@ -534,17 +620,24 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   # (0-d arrays broadcast read their one element: no index either)
   read = {a for e in program.eqns for a in e.inputs}
   scalar = lambda e: e.prim is P.broadcast_in_dim_p and e.inputs[0].aval.ndim == 0
-  flat = len(domain) > 1 and not reductions and all(
+  flat = (
+    len(domain) > 1
+    and not reductions
+    and all(
       (e.prim not in INDEX_LOADS or is_splat(e) or scalar(e))
-      and e.prim not in (P.iota_p, P.dot_general_p) for e in program.eqns) and all(
-          v.aval.shape in (domain, ()) for v in program.inputs if v in read)
+      and e.prim not in (P.iota_p, P.dot_general_p)
+      for e in program.eqns
+    )
+    and all(v.aval.shape in (domain, ()) for v in program.inputs if v in read)
+  )
   if flat:
     index, setup = ["i"], []
     in_names = [_flat_view(ctx, f"f{n}", n, setup) for n in ins]
     out_names = [_flat_view(ctx, f"g{n}", n, setup) for n in outs]
     inner = " * ".join(dims[1:]) or "1"
-    bounds = [f"{' * '.join(dims)}" if rows is None else
-              f"{rows[0]} * {inner}, {rows[1]} * {inner}"]
+    bounds = [
+      f"{' * '.join(dims)}" if rows is None else f"{rows[0]} * {inner}, {rows[1]} * {inner}"
+    ]
   else:
     index, in_names, out_names, setup = [f"i{k}" for k in range(len(domain))], ins, outs, []
     bounds = list(dims) if rows is None else [f"{rows[0]}, {rows[1]}"] + dims[1:]
@@ -609,7 +702,7 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
   # (each function's branches on an invariant value, unswitched loop after loop)
   ctx.hoisted = []
   varying = set(_NAME.findall(" ".join(index)))  # names a loop sets (and, below, names
-                                                 # computed from one)
+  # computed from one)
 
   def emit(var, expr):
     if varying.isdisjoint(_NAME.findall(expr)):
@@ -709,8 +802,9 @@ class _Operands:
 def is_splat(e) -> bool:
   """A broadcast of a one-element literal: a constant, not a load. (A larger literal is
   an array the kernel reads: `codegen.module` makes it a kernel input.)"""
-  return e.prim is P.broadcast_in_dim_p and isinstance(e.inputs[0], Lit) and \
-      e.inputs[0].aval.size == 1
+  return (
+    e.prim is P.broadcast_in_dim_p and isinstance(e.inputs[0], Lit) and e.inputs[0].aval.size == 1
+  )
 
 
 def _dtype_of(program):
@@ -723,10 +817,12 @@ def _dtype_of(program):
 # a reduction's accumulator: its start value, and a statement adding `value` to `target`
 # (a product in its own dtype, element by element in the loop's order: numpy's order)
 REDUCTIONS = {
-    P.reduce_sum_p: (lambda aval: "0", "{target} += {value}"),
-    P.reduce_max_p: (lambda aval: "-np.inf" if aval.is_float else str(np.iinfo(aval.dtype).min),
-                     "if {value} > {target} or {value} != {value}: {target} = {value}"),
-    P.reduce_prod_p: (lambda aval: "1", "{target} *= {value}"),
+  P.reduce_sum_p: (lambda aval: "0", "{target} += {value}"),
+  P.reduce_max_p: (
+    lambda aval: "-np.inf" if aval.is_float else str(np.iinfo(aval.dtype).min),
+    "if {value} > {target} or {value} != {value}: {target} = {value}",
+  ),
+  P.reduce_prod_p: (lambda aval: "1", "{target} *= {value}"),
 }
 
 
@@ -735,8 +831,9 @@ def _reduction_init(reductions, out_index, outs):
   lines = []
   for k, e in enumerate(reductions):
     out = e.outputs[0]
-    acc_dtype = "float64" if out.aval.dtype == "float32" and e.prim is P.reduce_sum_p \
-        else out.aval.dtype
+    acc_dtype = (
+      "float64" if out.aval.dtype == "float32" and e.prim is P.reduce_sum_p else out.aval.dtype
+    )
     fill = REDUCTIONS[e.prim][0](out.aval)
     if out.aval.shape == ():
       lines.append(f"r{k} = {_np(acc_dtype)}({fill})")
@@ -764,8 +861,12 @@ def _reduction_finish(ctx, reductions, out_index, outs):
     if e.outputs[0].aval.shape == ():
       lines += [f"o{k} = {ctx.reshaped(o, ['1'])}", f"o{k}[0] = {dtype}(r{k})"]
     else:
-      lines += [f"o{k} = {ctx.reshaped(o, ['-1'])}", f"s{k} = r{k}.reshape(-1)",
-                f"for j in range(s{k}.size):", f"  o{k}[j] = {dtype}(s{k}[j])"]
+      lines += [
+        f"o{k} = {ctx.reshaped(o, ['-1'])}",
+        f"s{k} = r{k}.reshape(-1)",
+        f"for j in range(s{k}.size):",
+        f"  o{k}[j] = {dtype}(s{k}[j])",
+      ]
   return lines
 
 
@@ -773,6 +874,7 @@ def _reduction_finish(ctx, reductions, out_index, outs):
 class _Matrices:
   """A dot operand as a C-contiguous (B, M, K)-like array: a view's name (for loops over
   it), its three dims and its address (expressions)."""
+
   view: str
   dims: list[str]
   address: str
@@ -795,8 +897,10 @@ def _as_matrices(ctx, name, aval, groups, views, copies) -> _Matrices:
   dest = "0"
   for d in perm:  # row-major position in the permuted order
     dest = f"({dest}) * {size[d]} + d{d}"
-  copies.nest([f"for d{d} in range({size[d]}):" for d in range(len(shape))],
-              [f"{flat}[{dest}] = {name}[{', '.join(f'd{d}' for d in range(len(shape)))}]"])
+  copies.nest(
+    [f"for d{d} in range({size[d]}):" for d in range(len(shape))],
+    [f"{flat}[{dest}] = {name}[{', '.join(f'd{d}' for d in range(len(shape)))}]"],
+  )
   views(f"{view} = {ctx.reshaped(flat, dims)}")
   return _Matrices(view, dims, f"ADDRESS(ptr{ctx.entries[flat][0]})")
 
@@ -822,8 +926,9 @@ def _dot_sum_lines(ctx, e, operands, var):
   lines = [f"{var} = {const(0, e.outputs[0].aval.dtype)}"]
   for depth, (k, d) in enumerate(zip(p, lc)):
     lines.append("  " * depth + f"for {k} in range({ctx.size(x.aval.shape[d])}):")
-  lines.append("  " * len(p) + f"{var} += {ctx.element(operands[0], xi)} * "
-               f"{ctx.element(operands[1], yi)}")
+  lines.append(
+    "  " * len(p) + f"{var} += {ctx.element(operands[0], xi)} * {ctx.element(operands[1], yi)}"
+  )
   if e.outputs[0].aval.dtype == "int32":  # (see _wrapped)
     lines.append(f"{var} = {_wrapped(var, 'int32')}")
   return lines
@@ -836,7 +941,7 @@ INLINE_DOT_MACS = 2048
 INLINE_DOT_K = 32
 CONTRACTION_SCRATCH = 1 << 22  # elements of a threaded contraction's parts
 DOT_PARALLEL_MIN = 1 << 20  # multiply-adds: smaller products (with small epilogues) run on
-                            # one thread
+# one thread
 # Multiply-adds per BLAS call of a product's tasks (a block of short rows, a chunk of a
 # contraction). primc's own BLAS runs one thread (`codegen.openblas`): blocks of 2^20
 # (~20 us), each packing its operands once (W3's 4096 x 64 x 64 products in blocks of 2^17,
@@ -844,8 +949,8 @@ DOT_PARALLEL_MIN = 1 << 20  # multiply-adds: smaller products (with small epilog
 # BLAS that threads its calls: below its threshold (2^18), so that it keeps these on one
 # thread (measured: a larger call from a pool thread ran 50x slower).
 BLOCK_DOT = 1 << 20 if openblas.single_threaded() else 1 << 17
-DOT_BLOCKS = 16       # row blocks of a product whose rows are long (BLOCK_DOT)
-DOT_BLOCK_ROWS = 64   # at least: each block packs the right operand again
+DOT_BLOCKS = 16  # row blocks of a product whose rows are long (BLOCK_DOT)
+DOT_BLOCK_ROWS = 64  # at least: each block packs the right operand again
 
 
 def _lhs_view(ctx, name, aval, groups, swapped, views, copies):
@@ -926,23 +1031,30 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   threaded = blas and _dot_threaded(program, bool(epilogue))
   views, copies = Writer(), Writer()
   groups = [list(lb), lf, list(lc)]
-  a, ta = (_lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], views, copies)
-           if blas else (_as_matrices(ctx, names[x], x.aval, groups, views, copies), False))
+  a, ta = (
+    _lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], views, copies)
+    if blas
+    else (_as_matrices(ctx, names[x], x.aval, groups, views, copies), False)
+  )
   # the right operand is read as (batch, contraction, cols): BLAS runs a transposed
   # right operand half as fast (measured), and copying it costs one pass over it
   b = _as_matrices(ctx, names[y], y.aval, [list(rb), list(rc), rf], views, copies)
   out_index = {v: k for k, v in enumerate(program.outputs)}
-  c = outs[out_index[out]] if out in out_index else ctx.scratch_array(out.aval.dtype,
-                                                                      out.aval.size)
-  views(f"nb = {a.dims[0]}", f"mr = {a.dims[2 if ta else 1]}",
-        f"kc = {a.dims[1 if ta else 2]}", f"nc = {b.dims[2]}",
-        f"c3 = {ctx.reshaped(c, ['nb', 'mr', 'nc'])}")
+  c = outs[out_index[out]] if out in out_index else ctx.scratch_array(out.aval.dtype, out.aval.size)
+  views(
+    f"nb = {a.dims[0]}",
+    f"mr = {a.dims[2 if ta else 1]}",
+    f"kc = {a.dims[1 if ta else 2]}",
+    f"nc = {b.dims[2]}",
+    f"c3 = {ctx.reshaped(c, ['nb', 'mr', 'nc'])}",
+  )
   ctx.alias("cv", c, [ctx.size(n) for n in out.aval.shape])
   if blas:
     views(f"pa = {a.address}", f"pb = {b.address}", f"pc = ADDRESS(ptr{ctx.entries[c][0]})")
   gemm = _Gemm(out.aval.dtype) if blas else None
-  sub = Program(program.inputs + (out,), tuple(epilogue),
-                tuple(v for v in program.outputs if v is not out))
+  sub = Program(
+    program.inputs + (out,), tuple(epilogue), tuple(v for v in program.outputs if v is not out)
+  )
   sub_ins = ins + ["cv"]
   sub_outs = [outs[i] for i, v in enumerate(program.outputs) if v is not out]
   # row blocks carry their epilogue rows when the product's leading dim is the matrix row
@@ -950,19 +1062,22 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   if ta:
     nb = math.prod([x.aval.shape[d] for d in lb])
     parts = 8 if threaded and nb == 1 and out.aval.size * 8 <= CONTRACTION_SCRATCH else 1
-    phases = _contraction_parts(ctx, gemm, out.aval.dtype, parts, parts * out.aval.size,
-                                views)
+    phases = _contraction_parts(ctx, gemm, out.aval.dtype, parts, parts * out.aval.size, views)
   else:
-    rows_code = (_loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs, rows=("r0", "r1"))
-                 if fuse_rows else None)
+    rows_code = (
+      _loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs, rows=("r0", "r1"))
+      if fuse_rows
+      else None
+    )
     phases = _row_blocks(_rows_product(gemm, a.view, b.view), views, rows_code)
   phases[0] = copies.lines + phases[0]
   if epilogue and not fuse_rows:
     init, setup, code = _loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs)
     phases[2] = phases.get(2, []) + [*init, *setup, *code]
   ctx.prologue[:0] = views.lines  # before the epilogue's views (which may read cv)
-  return Kernel(_source(ctx, program, phases), tuple(ctx.sizes), threaded, 2 in phases,
-                tuple(ctx.scratch))
+  return Kernel(
+    _source(ctx, program, phases), tuple(ctx.sizes), threaded, 2 in phases, tuple(ctx.scratch)
+  )
 
 
 def _dot_threaded(program: Program, epilogue: bool) -> bool:
@@ -978,21 +1093,32 @@ def _dot_threaded(program: Program, epilogue: bool) -> bool:
   n = math.prod(y.aval.shape[d] for d in P._dot_free(y.aval.ndim, rc, rb))
   if macs < DOT_PARALLEL_MIN and not (epilogue and out.aval.size >= 4 * PARALLEL_MIN):
     return False
-  return (openblas.single_threaded() or n * k * 4 <= BLOCK_DOT
-          or math.prod(x.aval.shape[d] for d in lb) == 1)
+  return (
+    openblas.single_threaded()
+    or n * k * 4 <= BLOCK_DOT
+    or math.prod(x.aval.shape[d] for d in lb) == 1
+  )
 
 
 def _rows_product(gemm, a: str, b: str) -> str:
   """The call that computes rows r0:r1 of the q-th product (c3[q] = a[q] @ b[q])."""
   if gemm is None:  # integer products: loops over views
     return f"matmul_loops({a}[q, r0:r1], {b}[q], c3[q, r0:r1], False)"
-  return gemm(0, "r1 - r0", "nc", "kc", ("pa", "(q * mr + r0) * kc"), ("pb", "q * kc * nc"),
-              ("pc", "(q * mr + r0) * nc"))
+  return gemm(
+    0,
+    "r1 - r0",
+    "nc",
+    "kc",
+    ("pa", "(q * mr + r0) * kc"),
+    ("pb", "q * kc * nc"),
+    ("pc", "(q * mr + r0) * nc"),
+  )
 
 
 class _Gemm:
   """Calls of the library's float product by address (`blas.gemm_f32`/`gemm_f64`): offsets
   are given in elements and scaled to bytes here."""
+
   def __init__(self, dtype):
     self.name = {"float32": "GEMM_F32", "float64": "GEMM_F64"}[np.dtype(dtype).name]
     self.itemsize = np.dtype(dtype).itemsize
@@ -1010,14 +1136,15 @@ def _row_blocks(rows_call, views, rows_code) -> dict[int, list[str]]:
   `rows_code`), all in tasks: blocks of at most BLOCK_DOT multiply-adds (at least 4 rows)
   where a row is short, else about DOT_BLOCKS blocks of at least DOT_BLOCK_ROWS rows (primc's
   BLAS runs on one thread: the pool runs the blocks side by side)."""
-  views(f"small = nc * kc * 4 <= {BLOCK_DOT}",
-        f"rows = max(1, {BLOCK_DOT} // max(1, nc * kc)) if small else "
-        f"max({DOT_BLOCK_ROWS}, (mr + {DOT_BLOCKS - 1}) // {DOT_BLOCKS})",
-        "nblk = (mr + rows - 1) // rows")
+  views(
+    f"small = nc * kc * 4 <= {BLOCK_DOT}",
+    f"rows = max(1, {BLOCK_DOT} // max(1, nc * kc)) if small else "
+    f"max({DOT_BLOCK_ROWS}, (mr + {DOT_BLOCKS - 1}) // {DOT_BLOCKS})",
+    "nblk = (mr + rows - 1) // rows",
+  )
   tasks = Writer()
   with tasks.block("for task in range(lo, hi):"):
-    tasks("q = task // nblk", "r0 = (task % nblk) * rows", "r1 = min(mr, r0 + rows)",
-          rows_call)
+    tasks("q = task // nblk", "r0 = (task % nblk) * rows", "r1 = min(mr, r0 + rows)", rows_call)
     if rows_code is not None:
       init, setup_rows, code = rows_code
       tasks(*init, *setup_rows, *code)
@@ -1032,30 +1159,53 @@ def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, li
   matrix of the batch."""
   maxparts = ctx.size(parts)
   acc = ctx.scratch_array(dtype, elements if parts > 1 else 0)
-  views(f"step = {BLOCK_DOT} // max(1, mr * nc)",
-        f"split = nb == 1 and {maxparts} > 1 and step >= 16 and kc > step",
-        f"nparts = max(1, min({maxparts}, (kc + step - 1) // max(1, step))) if split else 1",
-        "per = (kc + nparts - 1) // nparts")
-  parts_of = [f"acc = {ctx.reshaped(acc, [maxparts, 'mr', 'nc'])}",
-              f"pacc = ADDRESS(ptr{ctx.entries[acc][0]})"]
+  views(
+    f"step = {BLOCK_DOT} // max(1, mr * nc)",
+    f"split = nb == 1 and {maxparts} > 1 and step >= 16 and kc > step",
+    f"nparts = max(1, min({maxparts}, (kc + step - 1) // max(1, step))) if split else 1",
+    "per = (kc + nparts - 1) // nparts",
+  )
+  parts_of = [
+    f"acc = {ctx.reshaped(acc, [maxparts, 'mr', 'nc'])}",
+    f"pacc = ADDRESS(ptr{ctx.entries[acc][0]})",
+  ]
   tasks = Writer()
   with tasks.block("if not split:"):
     with tasks.block("for q in range(lo, hi):"):
-      tasks(gemm(1, "mr", "nc", "kc", ("pa", "q * kc * mr"), ("pb", "q * kc * nc"),
-                 ("pc", "q * mr * nc")))
+      tasks(
+        gemm(
+          1, "mr", "nc", "kc", ("pa", "q * kc * mr"), ("pb", "q * kc * nc"), ("pc", "q * mr * nc")
+        )
+      )
     tasks("return 1")
   tasks(*parts_of)
   with tasks.block("for part in range(lo, hi):"):
     with tasks.block("for k0 in range(part * per, min(kc, (part + 1) * per), step):"):
-      tasks("k1 = min(kc, k0 + step, (part + 1) * per)",  # the first chunk sets the part
-            gemm(1, "mr", "nc", "k1 - k0", ("pa", "k0 * mr"), ("pb", "k0 * nc"),
-                 ("pacc", "part * mr * nc"), acc="1 if k0 > part * per else 0"))
+      tasks(
+        "k1 = min(kc, k0 + step, (part + 1) * per)",  # the first chunk sets the part
+        gemm(
+          1,
+          "mr",
+          "nc",
+          "k1 - k0",
+          ("pa", "k0 * mr"),
+          ("pb", "k0 * nc"),
+          ("pacc", "part * mr * nc"),
+          acc="1 if k0 > part * per else 0",
+        ),
+      )
   finish = Writer()
   with finish.block("if split:"):
     finish(parts_of[0])
-    finish.nest(["for i in range(mr):", "for j in range(nc):"],
-                ["s = acc[0, i, j]", "for part in range(1, nparts):", "  s += acc[part, i, j]",
-                 "c3[0, i, j] = s"])
+    finish.nest(
+      ["for i in range(mr):", "for j in range(nc):"],
+      [
+        "s = acc[0, i, j]",
+        "for part in range(1, nparts):",
+        "  s += acc[part, i, j]",
+        "c3[0, i, j] = s",
+      ],
+    )
   return {0: ["return (nparts if split else nb) + 1"], 1: tasks.lines, 2: finish.lines}
 
 
@@ -1075,28 +1225,37 @@ def emit_gather_kernel(name: str, program: Program) -> Kernel:
   shape = x.aval.shape
   size = lambda dims: " * ".join(ctx.size(n) for n in dims) or "1"
   w = Writer()
-  w(f"nb = {size(shape[:nbd])}", f"pre = {size(shape[nbd:axis])}",
-    f"na = {ctx.size(shape[axis])}", f"post = {size(shape[axis + 1:])}",
+  w(
+    f"nb = {size(shape[:nbd])}",
+    f"pre = {size(shape[nbd:axis])}",
+    f"na = {ctx.size(shape[axis])}",
+    f"post = {size(shape[axis + 1 :])}",
     f"ni = {size(idx.aval.shape[nbd:])}",
     f"x4 = {ctx.reshaped(names[x], ['nb', 'pre', 'na', 'post'])}",
-    f"ix = {ctx.reshaped(names[idx], ['nb', 'ni'])}")
-  w.nest(["for q in range(nb):", "for j in range(ni):"],
-         ["k = ix[q, j]", "if k < -na or k >= na:", "  err[1] = k", "  err[2] = na",
-          "  return -1"])
+    f"ix = {ctx.reshaped(names[idx], ['nb', 'ni'])}",
+  )
+  w.nest(
+    ["for q in range(nb):", "for j in range(ni):"],
+    ["k = ix[q, j]", "if k < -na or k >= na:", "  err[1] = k", "  err[2] = na", "  return -1"],
+  )
   loops = ["for q in range(nb):", "for p_ in range(pre):", "for j in range(ni):"]
   find = ["k = ix[q, j]", "if k < 0:", "  k += na"]
   if e.prim is P.gather_p:
     w(f"o4 = {ctx.reshaped('out0', ['nb', 'pre', 'ni', 'post'])}")
     w.nest(loops, find + ["for s in range(post):", "  o4[q, p_, j, s] = x4[q, p_, k, s]"])
   else:
-    w(f"u4 = {ctx.reshaped(names[e.inputs[2]], ['nb', 'pre', 'ni', 'post'])}",
+    w(
+      f"u4 = {ctx.reshaped(names[e.inputs[2]], ['nb', 'pre', 'ni', 'post'])}",
       f"o4 = {ctx.reshaped('out0', ['nb', 'pre', 'na', 'post'])}",
-      f"xf = {ctx.reshaped(names[x], ['-1'])}", f"of = {ctx.reshaped('out0', ['-1'])}")
+      f"xf = {ctx.reshaped(names[x], ['-1'])}",
+      f"of = {ctx.reshaped('out0', ['-1'])}",
+    )
     w.nest(["for t in range(nb * pre * na * post):"], ["of[t] = xf[t]"])  # a flat copy
     w.nest(loops, find + ["for s in range(post):", "  o4[q, p_, k, s] += u4[q, p_, j, s]"])
   w("return 1")
-  return Kernel(_source(ctx, program, {0: w.lines, 1: []}), tuple(ctx.sizes), False, False,
-                tuple(ctx.scratch))
+  return Kernel(
+    _source(ctx, program, {0: w.lines, 1: []}), tuple(ctx.sizes), False, False, tuple(ctx.scratch)
+  )
 
 
 # A stable sort of row q's indices, NaNs last (numpy's kind='stable'): insertion sort of
@@ -1111,72 +1270,77 @@ def _merge_pass(src: str, dst: str, lo: str, hi: str) -> list[str]:
   """One merge pass of runs of `wd` over [lo, hi) from `src` into `dst` (element
   templates)."""
   return [
-      f"a0 = {lo}",
-      f"while a0 < {hi}:",
-      f"  mid = min(a0 + wd, {hi})",
-      f"  b1 = min(a0 + 2 * wd, {hi})",
-      "  i1 = a0",
-      "  j1 = mid",
-      "  t1 = a0",
-      "  while i1 < mid and j1 < b1:",
-      f"    ia = {src.format('i1')}",
-      f"    jb = {src.format('j1')}",
-      "    xa = x2[q, ia]",
-      "    xb = x2[q, jb]",
-      "    if xb < xa or (xa != xa and xb == xb):",
-      f"      {dst.format('t1')} = jb",
-      "      j1 += 1",
-      "    else:",
-      f"      {dst.format('t1')} = ia",
-      "      i1 += 1",
-      "    t1 += 1",
-      "  while i1 < mid:",
-      f"    {dst.format('t1')} = {src.format('i1')}",
-      "    i1 += 1",
-      "    t1 += 1",
-      "  while j1 < b1:",
-      f"    {dst.format('t1')} = {src.format('j1')}",
-      "    j1 += 1",
-      "    t1 += 1",
-      "  a0 = b1"]
+    f"a0 = {lo}",
+    f"while a0 < {hi}:",
+    f"  mid = min(a0 + wd, {hi})",
+    f"  b1 = min(a0 + 2 * wd, {hi})",
+    "  i1 = a0",
+    "  j1 = mid",
+    "  t1 = a0",
+    "  while i1 < mid and j1 < b1:",
+    f"    ia = {src.format('i1')}",
+    f"    jb = {src.format('j1')}",
+    "    xa = x2[q, ia]",
+    "    xb = x2[q, jb]",
+    "    if xb < xa or (xa != xa and xb == xb):",
+    f"      {dst.format('t1')} = jb",
+    "      j1 += 1",
+    "    else:",
+    f"      {dst.format('t1')} = ia",
+    "      i1 += 1",
+    "    t1 += 1",
+    "  while i1 < mid:",
+    f"    {dst.format('t1')} = {src.format('i1')}",
+    "    i1 += 1",
+    "    t1 += 1",
+    "  while j1 < b1:",
+    f"    {dst.format('t1')} = {src.format('j1')}",
+    "    j1 += 1",
+    "    t1 += 1",
+    "  a0 = b1",
+  ]
 
 
 def _merge_passes(limit: str, lo: str, hi: str) -> list[str]:
   """Merge passes over [lo, hi) while `wd < limit`, alternating the buffers."""
   row, tmp = "o2[q, {}]", "tmp[{}]"
-  return ([f"while wd < {limit}:", "  if in_row:"]
-          + ["    " + line for line in _merge_pass(row, tmp, lo, hi)] + ["  else:"]
-          + ["    " + line for line in _merge_pass(tmp, row, lo, hi)]
-          + ["  in_row = not in_row", "  wd *= 2"])
+  return (
+    [f"while wd < {limit}:", "  if in_row:"]
+    + ["    " + line for line in _merge_pass(row, tmp, lo, hi)]
+    + ["  else:"]
+    + ["    " + line for line in _merge_pass(tmp, row, lo, hi)]
+    + ["  in_row = not in_row", "  wd *= 2"]
+  )
 
 
 _STABLE_SORT = [
-    "for t1 in range(n):", "  o2[q, t1] = t1",
-    f"lim = min({BLOCK}, n)",  # every block takes as many passes: one parity after them
-    f"wd = {RUN}",
-    "in_row = True",
-    f"for c0 in range(0, n, {BLOCK}):",
-    f"  c1 = min(c0 + {BLOCK}, n)",
-    f"  for a0 in range(c0, c1, {RUN}):",
-    f"    b1 = min(a0 + {RUN}, c1)",
-    "    for i1 in range(a0 + 1, b1):",
-    "      v = o2[q, i1]",
-    "      xv = x2[q, v]",
-    "      j1 = i1 - 1",
-    "      while j1 >= a0:",
-    "        xa = x2[q, o2[q, j1]]",
-    "        if not (xv < xa or (xa != xa and xv == xv)):",
-    "          break",
-    "        o2[q, j1 + 1] = o2[q, j1]",
-    "        j1 -= 1",
-    "      o2[q, j1 + 1] = v",
-    f"  wd = {RUN}",
-    "  in_row = True",
-    *("  " + line for line in _merge_passes("lim", "c0", "c1")),
-    *_merge_passes("n", "0", "n"),
-    "if not in_row:",
-    "  for t1 in range(n):",
-    "    o2[q, t1] = tmp[t1]",
+  "for t1 in range(n):",
+  "  o2[q, t1] = t1",
+  f"lim = min({BLOCK}, n)",  # every block takes as many passes: one parity after them
+  f"wd = {RUN}",
+  "in_row = True",
+  f"for c0 in range(0, n, {BLOCK}):",
+  f"  c1 = min(c0 + {BLOCK}, n)",
+  f"  for a0 in range(c0, c1, {RUN}):",
+  f"    b1 = min(a0 + {RUN}, c1)",
+  "    for i1 in range(a0 + 1, b1):",
+  "      v = o2[q, i1]",
+  "      xv = x2[q, v]",
+  "      j1 = i1 - 1",
+  "      while j1 >= a0:",
+  "        xa = x2[q, o2[q, j1]]",
+  "        if not (xv < xa or (xa != xa and xv == xv)):",
+  "          break",
+  "        o2[q, j1 + 1] = o2[q, j1]",
+  "        j1 -= 1",
+  "      o2[q, j1 + 1] = v",
+  f"  wd = {RUN}",
+  "  in_row = True",
+  *("  " + line for line in _merge_passes("lim", "c0", "c1")),
+  *_merge_passes("n", "0", "n"),
+  "if not in_row:",
+  "  for t1 in range(n):",
+  "    o2[q, t1] = tmp[t1]",
 ]
 
 
@@ -1190,8 +1354,13 @@ def emit_sort_kernel(name: str, program: Program) -> Kernel:
   rows = " * ".join(ctx.size(m) for m in shape[:-1]) or "1"
   n = ctx.size(shape[-1])
   tmp = ctx.scratch_array(e.outputs[0].aval.dtype, shape[-1])
-  ctx.prologue += [f"rows = {rows}", f"n = {n}", f"x2 = {ctx.reshaped(ins[0], ['rows', n])}",
-                   f"o2 = {ctx.reshaped(outs[0], ['rows', n])}", f"tmp = {tmp}"]
+  ctx.prologue += [
+    f"rows = {rows}",
+    f"n = {n}",
+    f"x2 = {ctx.reshaped(ins[0], ['rows', n])}",
+    f"o2 = {ctx.reshaped(outs[0], ['rows', n])}",
+    f"tmp = {tmp}",
+  ]
   return _per_item_kernel(ctx, program, "rows", _STABLE_SORT)
 
 
@@ -1200,8 +1369,13 @@ def _per_item_kernel(ctx, program, count: str, body) -> Kernel:
   tasks = Writer()
   with tasks.block("for q in range(lo, hi):"):
     tasks(*body)
-  return Kernel(_source(ctx, program, {0: [f"return {count} + 1"], 1: tasks.lines}),
-                tuple(ctx.sizes), False, False, tuple(ctx.scratch))
+  return Kernel(
+    _source(ctx, program, {0: [f"return {count} + 1"], 1: tasks.lines}),
+    tuple(ctx.sizes),
+    False,
+    False,
+    tuple(ctx.scratch),
+  )
 
 
 def emit_linalg_kernel(name: str, program: Program) -> Kernel:
@@ -1216,19 +1390,28 @@ def emit_linalg_kernel(name: str, program: Program) -> Kernel:
   names = dict(zip(program.inputs, ins))  # solve(a, a) reads one input twice
   a = e.inputs[0].aval
   m, n = ctx.size(a.shape[-2]), ctx.size(a.shape[-1])
-  ctx.prologue += [f"nb = {' * '.join(ctx.size(d) for d in a.shape[:-2]) or '1'}",
-                   f"a3 = {ctx.reshaped(names[e.inputs[0]], ['nb', m, n])}"]
+  ctx.prologue += [
+    f"nb = {' * '.join(ctx.size(d) for d in a.shape[:-2]) or '1'}",
+    f"a3 = {ctx.reshaped(names[e.inputs[0]], ['nb', m, n])}",
+  ]
   if e.prim in (P.solve_p, P.triangular_solve_p):
     k = ctx.size(e.inputs[1].aval.shape[-1])
     ctx.prologue.append(f"b3 = {ctx.reshaped(names[e.inputs[1]], ['nb', n, k])}")
-  out_shape = [ctx.size(d) for d in e.outputs[0].aval.shape[len(a.shape) - 2:]]
+  out_shape = [ctx.size(d) for d in e.outputs[0].aval.shape[len(a.shape) - 2 :]]
   ctx.prologue.append(f"o = {ctx.reshaped(outs[0], ['nb'] + out_shape)}")
   ctx.err = True
   finite = "np.all(np.isfinite(a3[q]))" + (
-      " and np.all(np.isfinite(b3[q]))" if e.prim is P.solve_p else "")
-  body = ["try:", *("  " + line for line in _LINALG_BODIES[e.prim](e, m, n)),
-          "except Exception:",  # err[1]: 1 the op's own failure, 2 a matrix not finite
-          f"  if {finite}:", "    err[1] = 1", "    err[2] = q", "    return -1"]
+    " and np.all(np.isfinite(b3[q]))" if e.prim is P.solve_p else ""
+  )
+  body = [
+    "try:",
+    *("  " + line for line in _LINALG_BODIES[e.prim](e, m, n)),
+    "except Exception:",  # err[1]: 1 the op's own failure, 2 a matrix not finite
+    f"  if {finite}:",
+    "    err[1] = 1",
+    "    err[2] = q",
+    "    return -1",
+  ]
   if e.prim in _NAN_ANSWERS:  # numpy's answer to a matrix with infs or nans: NaNs
     body += ["  o[q] = np.nan"]
   else:
@@ -1245,15 +1428,25 @@ def _column_sign(entry: str, n) -> list[str]:
   """`sg`: the sign prims.column_signs gives column j, whose entry i is `entry` (a format
   of i): the sign of its first largest-magnitude entry."""
   at = lambda i: entry.format(i=i)
-  return ["big = 0", f"for i in range({n}):", f"  if abs({at('i')}) > abs({at('big')}):",
-          "    big = i", f"sg = -1.0 if {at('big')} < 0 else 1.0"]
+  return [
+    "big = 0",
+    f"for i in range({n}):",
+    f"  if abs({at('i')}) > abs({at('big')}):",
+    "    big = i",
+    f"sg = -1.0 if {at('big')} < 0 else 1.0",
+  ]
 
 
 def _eigh_body(e, m, n):
   """Eigenvalues in row 0, eigenvectors below, signs as prims.column_signs sets them."""
-  return ["w, v = np.linalg.eigh(a3[q])", "o[q, 0, :] = w", f"for j in range({n}):",
-          *("  " + line for line in _column_sign("v[{i}, j]", n)),
-          f"  for i in range({n}):", "    o[q, 1 + i, j] = sg * v[i, j]"]
+  return [
+    "w, v = np.linalg.eigh(a3[q])",
+    "o[q, 0, :] = w",
+    f"for j in range({n}):",
+    *("  " + line for line in _column_sign("v[{i}, j]", n)),
+    f"  for i in range({n}):",
+    "    o[q, 1 + i, j] = sg * v[i, j]",
+  ]
 
 
 def _qr_body(e, m, n):
@@ -1271,14 +1464,22 @@ def _triangular_solve_body(e, m, n):
   transpose_a: its element (i, j) is a[j, i]); a zero pivot raises as LAPACK's solve."""
   lower, trans = e.kw["lower"], e.kw["transpose_a"]
   at = (lambda i, j: f"a3[q, {j}, {i}]") if trans else (lambda i, j: f"a3[q, {i}, {j}]")
-  rows, inner = ((f"range({n})", "range(i)") if lower != trans else
-                 (f"range({n} - 1, -1, -1)", f"range(i + 1, {n})"))
-  return [f"for i in {rows}:",
-          f"  d = {at('i', 'i')}",
-          "  if d == 0:", "    raise np.linalg.LinAlgError('Singular matrix')",
-          "  for c in range(b3.shape[2]):", "    s = b3[q, i, c]",
-          f"    for j in {inner}:", f"      s -= {at('i', 'j')} * o[q, j, c]",
-          "    o[q, i, c] = s / d"]
+  rows, inner = (
+    (f"range({n})", "range(i)")
+    if lower != trans
+    else (f"range({n} - 1, -1, -1)", f"range(i + 1, {n})")
+  )
+  return [
+    f"for i in {rows}:",
+    f"  d = {at('i', 'i')}",
+    "  if d == 0:",
+    "    raise np.linalg.LinAlgError('Singular matrix')",
+    "  for c in range(b3.shape[2]):",
+    "    s = b3[q, i, c]",
+    f"    for j in {inner}:",
+    f"      s -= {at('i', 'j')} * o[q, j, c]",
+    "    o[q, i, c] = s / d",
+  ]
 
 
 def _pinv_cutoff(e, m, n) -> str:
@@ -1292,23 +1493,31 @@ def _pinv_cutoff(e, m, n) -> str:
 def _svd_body(e, m, n):
   """U, the singular values, V: each pair of singular vectors with the sign
   prims.column_signs gives V's column."""
-  return ["uu, ss, vh = np.linalg.svd(a3[q], full_matrices=False)",
-          "for j in range(ss.shape[0]):", *("  " + line for line in _column_sign("vh[j, {i}]", n)),
-          f"  for i in range({m}):", "    o[q, i, j] = sg * uu[i, j]",
-          f"  o[q, {m}, j] = ss[j]",
-          f"  for i in range({n}):", f"    o[q, {m} + 1 + i, j] = sg * vh[j, i]"]
+  return [
+    "uu, ss, vh = np.linalg.svd(a3[q], full_matrices=False)",
+    "for j in range(ss.shape[0]):",
+    *("  " + line for line in _column_sign("vh[j, {i}]", n)),
+    f"  for i in range({m}):",
+    "    o[q, i, j] = sg * uu[i, j]",
+    f"  o[q, {m}, j] = ss[j]",
+    f"  for i in range({n}):",
+    f"    o[q, {m} + 1 + i, j] = sg * vh[j, i]",
+  ]
 
 
 _LINALG_BODIES = {
-    P.inv_p: lambda e, m, n: ["o[q, :, :] = np.linalg.inv(a3[q])"],
-    P.solve_p: lambda e, m, n: ["o[q, :, :] = np.linalg.solve(a3[q], b3[q])"],
-    P.det_p: lambda e, m, n: ["o[q] = np.linalg.det(a3[q])"],
-    P.slogdet_p: lambda e, m, n: ["sg, la = np.linalg.slogdet(a3[q])", "o[q, 0] = sg",
-                                  "o[q, 1] = la"],
-    P.cholesky_p: lambda e, m, n: ["o[q, :, :] = np.linalg.cholesky(a3[q])"],
-    P.eigh_p: _eigh_body,
-    P.qr_p: _qr_body,
-    P.triangular_solve_p: _triangular_solve_body,
-    P.svd_p: _svd_body,
-    P.pinv_p: lambda e, m, n: [f"o[q, :, :] = np.linalg.pinv(a3[q], {_pinv_cutoff(e, m, n)})"],
+  P.inv_p: lambda e, m, n: ["o[q, :, :] = np.linalg.inv(a3[q])"],
+  P.solve_p: lambda e, m, n: ["o[q, :, :] = np.linalg.solve(a3[q], b3[q])"],
+  P.det_p: lambda e, m, n: ["o[q] = np.linalg.det(a3[q])"],
+  P.slogdet_p: lambda e, m, n: [
+    "sg, la = np.linalg.slogdet(a3[q])",
+    "o[q, 0] = sg",
+    "o[q, 1] = la",
+  ],
+  P.cholesky_p: lambda e, m, n: ["o[q, :, :] = np.linalg.cholesky(a3[q])"],
+  P.eigh_p: _eigh_body,
+  P.qr_p: _qr_body,
+  P.triangular_solve_p: _triangular_solve_body,
+  P.svd_p: _svd_body,
+  P.pinv_p: lambda e, m, n: [f"o[q, :, :] = np.linalg.pinv(a3[q], {_pinv_cutoff(e, m, n)})"],
 }

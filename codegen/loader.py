@@ -8,6 +8,7 @@ processes. The module is put in `sys.modules` before it is executed: numba's cac
 it up by name. Where nothing can be written (a refused cache directory, a full disk) the
 module lives in memory only: its globals say `CACHE = False` and numba caches nothing.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,8 +56,9 @@ def _load(source: str, in_memory: bool, is_library: bool) -> types.ModuleType:
   module = types.ModuleType(name)
   module.DIRECTORY, module.KEY, module.SOURCE = directory, key, source
   module.CACHE = directory is not None  # read by numba decorators in the module
-  module.__file__ = (store.Store.path(directory, "module", key) if directory
-                     else f"<primc module m_{key}>")
+  module.__file__ = (
+    store.Store.path(directory, "module", key) if directory else f"<primc module m_{key}>"
+  )
   module._primc_library, module._primc_in_memory = is_library, in_memory
   cache.count("modules_loaded")
   _loaded[(key, in_memory)] = module
@@ -94,8 +96,9 @@ def translation_names(module: types.ModuleType) -> dict:
   own = {k: getattr(module, k) for k in OWN if hasattr(module, k)}
   own["__name__"] = module.__name__
   if not module._primc_library:
-    return standins.run(module.SOURCE, module.__file__,
-                        {**_library_names(module._primc_in_memory), **own})
+    return standins.run(
+      module.SOURCE, module.__file__, {**_library_names(module._primc_in_memory), **own}
+    )
   cached = (module.KEY, module._primc_in_memory)
   with _lock:
     names = _read.get(cached)
@@ -111,8 +114,10 @@ def _library_imports(module: types.ModuleType) -> dict:
   import them by (blas.py: `from primc.codegen.mathlib import ...`)."""
   modules = library(module._primc_in_memory)
   index = next(i for i, m in enumerate(modules) if m.KEY == module.KEY)
-  return {f"primc.codegen.{name[:-3]}": translation_names(m)
-          for name, m in zip(LIBRARY[:index], modules[:index])}
+  return {
+    f"primc.codegen.{name[:-3]}": translation_names(m)
+    for name, m in zip(LIBRARY[:index], modules[:index])
+  }
 
 
 def _library_names(in_memory: bool) -> dict:
@@ -124,8 +129,11 @@ def _library_names(in_memory: bool) -> dict:
 
 def _exports(names: dict) -> dict:
   """What generated modules see of a library module: its functions and constants."""
-  return {k: v for k, v in names.items() if not k.startswith("_") and k not in OWN
-          and (hasattr(v, "py_func") or k.isupper())}
+  return {
+    k: v
+    for k, v in names.items()
+    if not k.startswith("_") and k not in OWN and (hasattr(v, "py_func") or k.isupper())
+  }
 
 
 def library(in_memory: bool = False) -> list[types.ModuleType]:
@@ -181,21 +189,21 @@ def _link_translated(lib: types.ModuleType, symbol: str, function: str) -> bool 
   lists it); None when it is outside the translated subset (numba compiles it). True
   when it was compiled (the library's files changed)."""
   from llvmlite import binding
+
   name = f"m_{lib.KEY}.{symbol}.o"
   st = store.current()
   cached = None if lib.DIRECTORY is None else st.sealed_file(lib.DIRECTORY, lib.KEY, name)
-  path = None if lib.DIRECTORY is None else os.path.join(
-      store.Store.numba_dir(lib.DIRECTORY), name)
+  path = None if lib.DIRECTORY is None else os.path.join(store.Store.numba_dir(lib.DIRECTORY), name)
 
   def make_ir():
     try:
       names = translation_names(lib)
       arg_types = tuple(re.findall(r"\w+", names["EXTERNAL_SIGNATURE"].split("(", 1)[1]))
-      return translate.function_ir(lib.SOURCE, function, arg_types, names, symbol,
-                                   fastmath=())[0]
+      return translate.function_ir(lib.SOURCE, function, arg_types, names, symbol, fastmath=())[0]
     except translate.Unsupported as e:
       log.debug("library entry %s is compiled by numba: %s", symbol, e)
       return None
+
   data = _object(cached, make_ir)
   if data is None:
     return None
@@ -217,11 +225,11 @@ def _link_foreign(symbol: str, function: str) -> None:
   on doubles (`double (double, ..., int __pyx_skip_dispatch)`) among those Cython exports."""
   from llvmlite import binding
   import scipy.special.cython_special as cython_special
+
   exports = cython_special.__pyx_capi__
   for name in [function] + [f"__pyx_fuse_{i}{function}" for i in range(4)]:
     signature = str(exports.get(name, "")).split('"')[1:2]
-    if signature and re.fullmatch(r"double \((double, )+int __pyx_skip_dispatch\)",
-                                  signature[0]):
+    if signature and re.fullmatch(r"double \((double, )+int __pyx_skip_dispatch\)", signature[0]):
       with _lock:
         binding.add_symbol(symbol, _capsule_pointer(exports[name]))
         _externals[symbol] = name
@@ -232,21 +240,26 @@ def _link_foreign(symbol: str, function: str) -> None:
 def _capsule_pointer(capsule) -> int:
   """The pointer a PyCapsule holds (a Cython module's exported C function)."""
   import ctypes  # prototypes of our own: ctypes.pythonapi's functions are shared
+
   get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
-      ("PyCapsule_GetName", ctypes.pythonapi))
+    ("PyCapsule_GetName", ctypes.pythonapi)
+  )
   get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-      ("PyCapsule_GetPointer", ctypes.pythonapi))
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+  )
   return get_pointer(capsule, get_name(capsule))
 
 
 def _link(lib: types.ModuleType, symbol: str, function: str) -> bool:
   import numba
   from llvmlite import binding
+
   with _lock:
     if symbol in _externals:
       return False
-    cfunc = numba.cfunc(lib.EXTERNAL_SIGNATURE, cache=lib.CACHE,
-                        error_model="numpy")(getattr(lib, function))
+    cfunc = numba.cfunc(lib.EXTERNAL_SIGNATURE, cache=lib.CACHE, error_model="numpy")(
+      getattr(lib, function)
+    )
     binding.add_symbol(symbol, cfunc.address)
     _externals[symbol] = cfunc
     return not cfunc.cache_hits
@@ -302,6 +315,7 @@ def compiler() -> str:
 @dataclasses.dataclass(frozen=True)
 class Translated:
   """A kernel compiled by `codegen.translate` (what the executor reads of a numba cfunc)."""
+
   address: int
   cache_hits: int  # 1: loaded from the cache's object file, 0: compiled now
 
@@ -331,8 +345,12 @@ def _kernel_ir(module: types.ModuleType, symbol: str) -> str | None:
   except Exception as e:  # a translator bug: numba, the reference, compiles it
     if config.strict_kernels:
       raise
-    log.warning("primc: translating kernel %s failed (%s: %s); numba compiles it",
-                module.KEY, type(e).__name__, e)
+    log.warning(
+      "primc: translating kernel %s failed (%s: %s); numba compiles it",
+      module.KEY,
+      type(e).__name__,
+      e,
+    )
     cache.count("translate_failures")
   return None
 
@@ -354,8 +372,11 @@ def _translated_kernel(module: types.ModuleType) -> Translated | None:
   with _lock:
     if key in _translated:
       return Translated(_translated[key], 1)
-  path = (None if module.DIRECTORY is None else
-          os.path.join(store.Store.numba_dir(module.DIRECTORY), f"m_{key}{OBJECT_SUFFIX}"))
+  path = (
+    None
+    if module.DIRECTORY is None
+    else os.path.join(store.Store.numba_dir(module.DIRECTORY), f"m_{key}{OBJECT_SUFFIX}")
+  )
   cached = store.read_bytes(path) if path else None
   data = _object(cached, lambda: _kernel_ir(module, symbol))
   if data is None:
@@ -372,8 +393,10 @@ def _cfunc(module: types.ModuleType):
   cfunc = _translated_kernel(module) if compiler() == "llvm" else None
   if cfunc is None:
     import numba
-    cfunc = numba.cfunc(kernels.SIGNATURE, cache=module.CACHE,
-                        **kernels.OPTIONS)(executed(module).KERNEL)
+
+    cfunc = numba.cfunc(kernels.SIGNATURE, cache=module.CACHE, **kernels.OPTIONS)(
+      executed(module).KERNEL
+    )
   with _lock:
     module._primc_cfunc = getattr(module, "_primc_cfunc", None) or cfunc
     return module._primc_cfunc

@@ -19,6 +19,7 @@ program's error record set, 3 for a failure). A loop whose programs the native l
 take (nested control flow, an interpreted tier, outputs that are inputs or literals) gets
 None here and runs in Python (`primc.segmented`), with the same results.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -52,8 +53,21 @@ def _loop() -> ctypes._CFuncPtr:
 def _loop_ir(mod: ir.Module) -> None:
   fn = ir.Function(mod, ir.FunctionType(I64, [I64.as_pointer()]), "primc_loop")
   (d,) = fn.args
-  blocks = {n: fn.append_basic_block(n) for n in (
-      "entry", "head", "cond", "test", "scan", "patch", "patched", "body", "stopped", "done")}
+  blocks = {
+    n: fn.append_basic_block(n)
+    for n in (
+      "entry",
+      "head",
+      "cond",
+      "test",
+      "scan",
+      "patch",
+      "patched",
+      "body",
+      "stopped",
+      "done",
+    )
+  }
   b = ir.IRBuilder(blocks["entry"])
   c = lambda n: ir.Constant(I64, n)
   word = lambda k: b.load(b.gep(d, [k]))
@@ -81,8 +95,9 @@ def _loop_ir(mod: ir.Module) -> None:
   b.store(c(0), k)
   b.cbranch(b.icmp_signed("<", b.load(i), length), blocks["patch"], blocks["done"])
   b.position_at_end(blocks["patch"])
-  row = b.select(b.icmp_signed("!=", word(c(3)), c(0)),
-                 b.sub(b.sub(length, c(1)), b.load(i)), b.load(i))
+  row = b.select(
+    b.icmp_signed("!=", word(c(3)), c(0)), b.sub(b.sub(length, c(1)), b.load(i)), b.load(i)
+  )
   kk = b.load(k)
   with b.if_then(b.icmp_signed("<", kk, word(c(11)))):
     at = b.add(c(FIRST_PATCH), b.mul(kk, c(4)))
@@ -157,18 +172,30 @@ class _Prepared:
     self.length, self.reverse = length, reverse
 
   def table(self, exe: Executable, n_consts: int, inputs, outputs, const_base=0):
-    t = exe.pointer_table([0] * n_consts + [_address(a) for a in inputs],
-                          [_address(a) for a in outputs], _address(self.blocks[id(exe)].memory),
-                          _address(self.errs[id(exe)]))
+    t = exe.pointer_table(
+      [0] * n_consts + [_address(a) for a in inputs],
+      [_address(a) for a in outputs],
+      _address(self.blocks[id(exe)].memory),
+      _address(self.errs[id(exe)]),
+    )
     self.const_slots += [(t, exe.input_slot(j), const_base + j) for j in range(n_consts)]
     return t
 
   def finish(self, tables_c, tables_b, flag, patches) -> None:
     runner_address, _ = runner.addresses()
     self.tables = (*tables_c, *tables_b)
-    d = [runner_address, self.kind, self.length, int(self.reverse),
-         *[_address(t) for t in tables_c], *[_address(t) for t in tables_b],
-         flag, 0, 0, len(patches)]
+    d = [
+      runner_address,
+      self.kind,
+      self.length,
+      int(self.reverse),
+      *[_address(t) for t in tables_c],
+      *[_address(t) for t in tables_b],
+      flag,
+      0,
+      0,
+      len(patches),
+    ]
     assert len(d) == FIRST_PATCH
     self.row_words = []  # (word index, which row array) for each patch's base
     for p, (table, slot, which, stride) in enumerate(patches):
@@ -236,6 +263,7 @@ def run_while(cond: Executable, body: Executable, consts_c, consts_b, carry):
     tables_b = [state.table(body, n_b, sets[t], sets[1 - t], const_base=n_c) for t in (0, 1)]
     state.finish(tables_c, tables_b, _address(flag), [])
     return state
+
   state = _prepared(key, build)
   try:
     return [np.array(x) for x in state.sets[state.run(consts, carry)]]
@@ -250,32 +278,40 @@ def run_scan(body: Executable, consts, carry, xs, length: int, reverse: bool):
     return None
   n_consts, n_carry = len(consts), len(carry)
   in_avals, out_avals = body.plan.in_avals, body.plan.out_avals
-  x_avals = in_avals[n_consts + n_carry:]
+  x_avals = in_avals[n_consts + n_carry :]
   consts = _arrays(consts, in_avals[:n_consts])
-  carry = _arrays(carry, in_avals[n_consts:n_consts + n_carry])
+  carry = _arrays(carry, in_avals[n_consts : n_consts + n_carry])
   rows = [np.asarray(x, np.dtype(a.dtype), order="C") for x, a in zip(xs, x_avals, strict=True)]
-  if consts is None or carry is None or any(
-      x.shape != (length, *a.shape) for x, a in zip(rows, x_avals)):
+  if (
+    consts is None
+    or carry is None
+    or any(x.shape != (length, *a.shape) for x, a in zip(rows, x_avals))
+  ):
     return None
   ys = [np.empty((length, *a.shape), np.dtype(a.dtype)) for a in out_avals[n_carry:]]
   key = (SCAN, id(body), n_consts, n_carry, length, reverse)
 
   def build():
-    state = _Prepared(SCAN, (body, body), in_avals[n_consts:n_consts + n_carry], length,
-                      reverse)
+    state = _Prepared(SCAN, (body, body), in_avals[n_consts : n_consts + n_carry], length, reverse)
     row = lambda a: np.empty(a.shape, np.dtype(a.dtype))  # stand-ins: patched every step
     x0, y0 = [row(a) for a in x_avals], [row(a) for a in out_avals[n_carry:]]
-    tables = [state.table(body, n_consts, state.sets[t] + x0, state.sets[1 - t] + y0)
-              for t in (0, 1)]
+    tables = [
+      state.table(body, n_consts, state.sets[t] + x0, state.sets[1 - t] + y0) for t in (0, 1)
+    ]
     itemsize = lambda a: int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
     patches = []
     for table in tables:
-      patches += [(table, body.input_slot(n_consts + n_carry + j), j, itemsize(a))
-                  for j, a in enumerate(x_avals)]
-      patches += [(table, body.output_slot(n_carry + j), len(x_avals) + j, itemsize(a))
-                  for j, a in enumerate(out_avals[n_carry:])]
+      patches += [
+        (table, body.input_slot(n_consts + n_carry + j), j, itemsize(a))
+        for j, a in enumerate(x_avals)
+      ]
+      patches += [
+        (table, body.output_slot(n_carry + j), len(x_avals) + j, itemsize(a))
+        for j, a in enumerate(out_avals[n_carry:])
+      ]
     state.finish(tables, tables, 0, patches)
     return state
+
   state = _prepared(key, build)
   try:
     t = state.run(consts, carry, [*rows, *ys])

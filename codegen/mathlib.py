@@ -12,6 +12,7 @@ sin/cos use Cody-Waite reduction, valid for |x| <= 8192 (float32) and 1e6 (float
 a kernel that uses them counts larger arguments in its loop and, if there are any, runs a
 second version of the loop with libm's sin/cos (scalar, rare).
 """
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,9 @@ def _bitcast(src, dst, dst_ir):
   def cast(typingctx, x):
     def codegen(context, builder, signature, args):
       return builder.bitcast(args[0], dst_ir)
+
     return dst(src), codegen
+
   return cast
 
 
@@ -51,11 +54,14 @@ D = np.float64
 def NONNEG(typingctx, x):
   """`x`, with LLVM told that it is >= 0 (`llvm.assume`): kernels mark loop indices that
   start at a run-time row, so numba's wrap-around of negative indices folds away."""
+
   def codegen(context, builder, signature, args):
     assume = builder.module.declare_intrinsic(
-        "llvm.assume", fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(1)]))
+      "llvm.assume", fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(1)])
+    )
     builder.call(assume, [builder.icmp_signed(">=", args[0], ir.Constant(args[0].type, 0))])
     return args[0]
+
   return x(x), codegen
 
 
@@ -65,12 +71,14 @@ def NONNEG(typingctx, x):
 # indexing, which numba types and lowers at many times the cost (a dot kernel with a
 # ten-operation epilogue: 0.60 s -> 0.25 s to compile), with the same machine code.
 
+
 def _element_pointer(context, builder, ty, signature, args):
   """The address of element `offset` of the array at `ptr` (a pointer, or an address)."""
   (ptr, offset), (ptr_ty, offset_ty) = args[:2], signature.args[:2]
   data = context.get_data_type(ty).as_pointer()
-  base = (builder.inttoptr(ptr, data) if isinstance(ptr_ty, types.Integer)
-          else builder.bitcast(ptr, data))
+  base = (
+    builder.inttoptr(ptr, data) if isinstance(ptr_ty, types.Integer) else builder.bitcast(ptr, data)
+  )
   index = context.cast(builder, offset, offset_ty, types.intp)
   return builder.gep(base, [index], inbounds=True)
 
@@ -83,6 +91,7 @@ def LOAD(typingctx, ptr, offset, dtype):
   def codegen(context, builder, signature, args):
     at = _element_pointer(context, builder, ty, signature, args)
     return context.data_model_manager[ty].from_data(builder, builder.load(at))
+
   return ty(ptr, offset, dtype), codegen
 
 
@@ -97,14 +106,17 @@ def STORE(typingctx, ptr, offset, value, dtype):
     converted = context.cast(builder, args[2], signature.args[2], ty)
     builder.store(context.data_model_manager[ty].as_data(builder, converted), at)
     return context.get_dummy_value()
+
   return types.none(ptr, offset, value, dtype), codegen
 
 
 @intrinsic
 def ADDRESS(typingctx, ptr):
   """A pointer's address as an int64 (for the products' calls)."""
+
   def codegen(context, builder, signature, args):
     return builder.ptrtoint(args[0], ir.IntType(64))
+
   return types.int64(ptr), codegen
 
 
@@ -112,19 +124,26 @@ def ADDRESS(typingctx, ptr):
 # exp and expm1: x = n*ln2 + r, |r| <= ln2/2, e^r by its Taylor polynomial, 2^n by bits
 # (as two factors, so results down to the denormal range and up to overflow are right).
 
+
 @njit(**_OPTS)
 def _scale_f32(y, n):
   """y * 2^n, as two factors so that neither over- nor underflows on its own."""
   n1 = n >> np.int32(1)
-  return (y * f32_from_bits((n1 + np.int32(127)) << np.int32(23))
-          * f32_from_bits((n - n1 + np.int32(127)) << np.int32(23)))
+  return (
+    y
+    * f32_from_bits((n1 + np.int32(127)) << np.int32(23))
+    * f32_from_bits((n - n1 + np.int32(127)) << np.int32(23))
+  )
 
 
 @njit(**_OPTS)
 def _scale_f64(y, n):
   n1 = n >> np.int64(1)
-  return (y * f64_from_bits((n1 + np.int64(1023)) << np.int64(52))
-          * f64_from_bits((n - n1 + np.int64(1023)) << np.int64(52)))
+  return (
+    y
+    * f64_from_bits((n1 + np.int64(1023)) << np.int64(52))
+    * f64_from_bits((n - n1 + np.int64(1023)) << np.int64(52))
+  )
 
 
 @njit(**_OPTS)
@@ -158,7 +177,7 @@ def _expm1_poly_f64(r):  # degree 13: error < 1e-17 relative
 @njit(**_OPTS)
 def _reduce_ln2_f32(x):
   n = np.floor(x * F(1.4426950408889634) + F(0.5))
-  r = x - n * F(0.693145751953125)        # ln2 split: 16 high bits exact in n * hi
+  r = x - n * F(0.693145751953125)  # ln2 split: 16 high bits exact in n * hi
   r = r - n * F(1.428606765330187e-06)
   return n, r
 
@@ -166,7 +185,7 @@ def _reduce_ln2_f32(x):
 @njit(**_OPTS)
 def _reduce_ln2_f64(x):
   n = np.floor(x * D(1.4426950408889634) + D(0.5))
-  r = x - n * D(6.93147180369123816490e-01)   # fdlibm's ln2_hi / ln2_lo
+  r = x - n * D(6.93147180369123816490e-01)  # fdlibm's ln2_hi / ln2_lo
   r = r - n * D(1.90821492927058770002e-10)
   return n, r
 
@@ -203,7 +222,7 @@ def _expm1_pos_f64(y):  # e^y - 1 for 0 <= y <= 40
 
 @njit(**_OPTS)
 def tanh_f32(x):
-  a = min(abs(x), F(9.5))             # tanh(9.5) rounds to 1 in float32
+  a = min(abs(x), F(9.5))  # tanh(9.5) rounds to 1 in float32
   u = _expm1_pos_f32(F(2.0) * a)
   t = u / (u + F(2.0))
   return x if x != x else math.copysign(t, x)
@@ -211,7 +230,7 @@ def tanh_f32(x):
 
 @njit(**_OPTS)
 def tanh_f64(x):
-  a = min(abs(x), D(19.5))            # tanh(19.5) rounds to 1 in float64
+  a = min(abs(x), D(19.5))  # tanh(19.5) rounds to 1 in float64
   u = _expm1_pos_f64(D(2.0) * a)
   t = u / (u + D(2.0))
   return x if x != x else math.copysign(t, x)
@@ -220,10 +239,11 @@ def tanh_f64(x):
 # ---------------------------------------------------------------------------------------
 # log: x = m * 2^e with m in [sqrt(1/2), sqrt(2)); log(m) = 2 atanh(s), s = (m-1)/(m+1).
 
+
 @njit(**_OPTS)
 def log_f32(x):
   tiny = x < F(1.1754944e-38)
-  xs = x * F(8388608.0) if tiny else x          # denormals: scale by 2^23 first
+  xs = x * F(8388608.0) if tiny else x  # denormals: scale by 2^23 first
   bits = f32_to_bits(xs)
   e = ((bits >> np.int32(23)) & np.int32(0xFF)) - np.int32(127)
   m = f32_from_bits((bits & np.int32(0x7FFFFF)) | np.int32(0x3F800000))
@@ -239,7 +259,7 @@ def log_f32(x):
   p = p * z + F(2 / 7)
   p = p * z + F(2 / 5)
   p = p * z + F(2 / 3)
-  logm = f - s * (f - p * z)                 # = 2s + s*z*p, written around f for accuracy
+  logm = f - s * (f - p * z)  # = 2s + s*z*p, written around f for accuracy
   ef = F(e)
   y = ef * F(0.693145751953125) + (ef * F(1.428606765330187e-06) + logm)
   y = F(np.inf) if x == F(np.inf) else y
@@ -250,7 +270,7 @@ def log_f32(x):
 @njit(**_OPTS)
 def log_f64(x):
   tiny = x < D(2.2250738585072014e-308)
-  xs = x * D(18014398509481984.0) if tiny else x   # 2^54
+  xs = x * D(18014398509481984.0) if tiny else x  # 2^54
   bits = f64_to_bits(xs)
   e = ((bits >> np.int64(52)) & np.int64(0x7FF)) - np.int64(1023)
   m = f64_from_bits((bits & np.int64(0xFFFFFFFFFFFFF)) | np.int64(0x3FF0000000000000))
@@ -283,6 +303,7 @@ def log_f64(x):
 # sin and cos: k = round(x * 2/pi), r = x - k*pi/2 (Cody-Waite, three parts), then the
 # quadrant picks ±sin(r) or ±cos(r), both evaluated by Taylor polynomials on |r| <= pi/4.
 
+
 @njit(**_OPTS)
 def _sin_poly(r):
   z = r * r
@@ -313,7 +334,7 @@ def _cos_poly(r):
 def _sincos_f64(x, shift):
   """sin(x) for shift=0, cos(x) for shift=1 (|x| <= SINCOS_LIMIT)."""
   k = np.floor(x * D(0.6366197723675814) + D(0.5))
-  r = x - k * D(1.57079632673412561417e+00)   # fdlibm pio2_1, pio2_2, pio2_3
+  r = x - k * D(1.57079632673412561417e00)  # fdlibm pio2_1, pio2_2, pio2_3
   r = r - k * D(6.07710050630396597660e-11)
   r = r - k * D(2.02226624871116645580e-21)
   q = (np.int64(k) + shift) & np.int64(3)
@@ -361,7 +382,7 @@ def _cos_poly_f32(r):
 def _sincos_f32(x, shift):
   """float32 arithmetic throughout (16 lanes per AVX-512 vector): |x| <= SINCOS_LIMIT."""
   k = np.floor(x * F(0.63661975) + F(0.5))
-  r = x - k * F(1.5703125)                  # pi/2 in three parts (8 + 11 + 24 bits)
+  r = x - k * F(1.5703125)  # pi/2 in three parts (8 + 11 + 24 bits)
   r = r - k * F(4.837512969970703125e-4)
   r = r - k * F(7.549789948768648e-8)
   q = (np.int32(k) + shift) & np.int32(3)
@@ -382,6 +403,7 @@ def cos_f32(x):
 
 
 FUNCTIONS = {  # (primitive name, dtype) -> function name in this module
-    (name, dtype): f"{name}_{'f32' if dtype == 'float32' else 'f64'}"
-    for name in ("exp", "log", "tanh", "sin", "cos") for dtype in ("float32", "float64")
+  (name, dtype): f"{name}_{'f32' if dtype == 'float32' else 'f64'}"
+  for name in ("exp", "log", "tanh", "sin", "cos")
+  for dtype in ("float32", "float64")
 }

@@ -20,6 +20,7 @@ numpy's C API through its table (indices fixed by numpy's ABI). `available()` ch
 offsets against a probe array once per process; where they differ the executor calls the
 driver through ctypes instead (slower, same results).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -48,15 +49,16 @@ class EntrySpec:
   """What one entry does, all of it fixed when the plan is compiled. Its `layout` decides
   the machine code (shared by every spec of that layout); the rest (shapes, addresses,
   offsets) is data the code reads from `words()` at run time."""
+
   inputs: tuple[tuple[np.dtype, tuple[int, ...]], ...]  # (dtype, shape)
-  consts: tuple[int, ...]                             # data addresses of the constants
+  consts: tuple[int, ...]  # data addresses of the constants
   outputs: tuple[tuple[bool, tuple[int, ...], int], ...]  # (allocated here, shape, descr address)
-  buffers: tuple[int, ...]                            # arena buffer sizes in bytes
-  stack_arena: bool                                   # the arena on the stack, else arguments
-  views: tuple[tuple[int, int], ...]                  # (buffer, byte offset) per arena view
-  sizes: int                                          # data address of the sizes array
-  driver: int                                         # the runner's address
-  result: str                                         # "leaf" | "tuple" | "list" | "ok"
+  buffers: tuple[int, ...]  # arena buffer sizes in bytes
+  stack_arena: bool  # the arena on the stack, else arguments
+  views: tuple[tuple[int, int], ...]  # (buffer, byte offset) per arena view
+  sizes: int  # data address of the sizes array
+  driver: int  # the runner's address
+  result: str  # "leaf" | "tuple" | "list" | "ok"
   on_error: int = 0  # address of a callable(site, index, size) that raises the index error
 
   def __post_init__(self):
@@ -74,9 +76,15 @@ class EntrySpec:
   def layout(self) -> tuple:
     """Everything the entry's code depends on: counts, dtypes, ranks, which buffer each
     view is in, where outputs and the arena come from, the result's form."""
-    return (tuple((dtype.num, len(shape)) for dtype, shape in self.inputs), len(self.consts),
-            tuple((alloc, len(shape)) for alloc, shape, _ in self.outputs),
-            len(self.buffers), tuple(b for b, _ in self.views), self.stack_arena, self.result)
+    return (
+      tuple((dtype.num, len(shape)) for dtype, shape in self.inputs),
+      len(self.consts),
+      tuple((alloc, len(shape)) for alloc, shape, _ in self.outputs),
+      len(self.buffers),
+      tuple(b for b, _ in self.views),
+      self.stack_arena,
+      self.result,
+    )
 
   def words(self) -> np.ndarray:
     """The entry's data, in the order `entry_ir` reads it (see `_Words`)."""
@@ -114,21 +122,30 @@ def _capi() -> dict[str, int]:
   except ImportError:  # numpy 1
     from numpy.core import _multiarray_umath
   table = (ctypes.c_void_p * (API_ARRAY_EMPTY + 1)).from_address(
-      get(_multiarray_umath._ARRAY_API, None))
+    get(_multiarray_umath._ARRAY_API, None)
+  )
   fn = lambda name: ctypes.cast(getattr(api, name), ctypes.c_void_p).value
-  return {"array_type": table[API_ARRAY_TYPE], "empty": table[API_ARRAY_EMPTY],
-          "incref": fn("Py_IncRef"), "decref": fn("Py_DecRef"), "tuple_new": fn("PyTuple_New"),
-          "tuple_set": fn("PyTuple_SetItem"), "list_new": fn("PyList_New"),
-          "list_set": fn("PyList_SetItem"), "set_string": fn("PyErr_SetString"),
-          "runtime_error": ctypes.c_void_p.in_dll(api, "PyExc_RuntimeError").value,
-          "call_function": fn("PyObject_CallFunction"),
-          "none": id(None), "true": id(True)}
+  return {
+    "array_type": table[API_ARRAY_TYPE],
+    "empty": table[API_ARRAY_EMPTY],
+    "incref": fn("Py_IncRef"),
+    "decref": fn("Py_DecRef"),
+    "tuple_new": fn("PyTuple_New"),
+    "tuple_set": fn("PyTuple_SetItem"),
+    "list_new": fn("PyList_New"),
+    "list_set": fn("PyList_SetItem"),
+    "set_string": fn("PyErr_SetString"),
+    "runtime_error": ctypes.c_void_p.in_dll(api, "PyExc_RuntimeError").value,
+    "call_function": fn("PyObject_CallFunction"),
+    "none": id(None),
+    "true": id(True),
+  }
 
 
 @functools.cache
 def available() -> bool:
   """Whether this process's CPython and numpy lay arrays out as the entries read them."""
-  if sys.implementation.name != "cpython" or sys.maxsize < 2 ** 62:
+  if sys.implementation.name != "cpython" or sys.maxsize < 2**62:
     return False
   try:
     capi = _capi()
@@ -139,14 +156,18 @@ def available() -> bool:
     descr = word(a, DESCR, ctypes.c_void_p)
     flags = word(a, FLAGS, ctypes.c_int32)
     odd = np.zeros((5, 3), np.float32).T  # not C-contiguous
-    return (capi["array_type"] == id(np.ndarray) and word(a, 8, ctypes.c_void_p) == id(np.ndarray)
-            and word(a, DATA, ctypes.c_void_p) == probe.ctypes.data
-            and word(a, NDIM, ctypes.c_int32) == 2 and (dims[0], dims[1]) == (3, 5)
-            and descr == id(probe.dtype)
-            and word(descr, DESCR_TYPE_NUM, ctypes.c_int32) == np.dtype(np.float32).num
-            and word(descr, DESCR_BYTEORDER, ctypes.c_char) == b"="
-            and flags & C_CONTIGUOUS_ALIGNED == C_CONTIGUOUS_ALIGNED
-            and word(id(odd), FLAGS, ctypes.c_int32) & 1 == 0)
+    return (
+      capi["array_type"] == id(np.ndarray)
+      and word(a, 8, ctypes.c_void_p) == id(np.ndarray)
+      and word(a, DATA, ctypes.c_void_p) == probe.ctypes.data
+      and word(a, NDIM, ctypes.c_int32) == 2
+      and (dims[0], dims[1]) == (3, 5)
+      and descr == id(probe.dtype)
+      and word(descr, DESCR_TYPE_NUM, ctypes.c_int32) == np.dtype(np.float32).num
+      and word(descr, DESCR_BYTEORDER, ctypes.c_char) == b"="
+      and flags & C_CONTIGUOUS_ALIGNED == C_CONTIGUOUS_ALIGNED
+      and word(id(odd), FLAGS, ctypes.c_int32) & 1 == 0
+    )
   except Exception:  # any surprise: the ctypes path
     return False
 
@@ -160,6 +181,7 @@ def _jit(ir_text: str, name: str) -> int:
   """Compiles one IR module into this process's engine (one MCJIT engine, shared; its
   code stays for the process's life, a few kB per layout); the function's address."""
   import llvmlite.binding as llvm
+
   global _engine
   if _engine is None:
     llvm.initialize_native_target()
@@ -205,8 +227,12 @@ def _address(spec: EntrySpec) -> int:
 
 
 class _MethodDef(ctypes.Structure):
-  _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
-              ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
+  _fields_ = [
+    ("ml_name", ctypes.c_char_p),
+    ("ml_meth", ctypes.c_void_p),
+    ("ml_flags", ctypes.c_int),
+    ("ml_doc", ctypes.c_char_p),
+  ]
 
 
 class _Words(np.ndarray):
@@ -220,8 +246,7 @@ def entry(spec: EntrySpec, keep_alive) -> object:
   words = spec.words().view(_Words)
   words.keep = (_MethodDef(b"primc_entry", _address(spec), METH_FASTCALL, None), keep_alive)
   new = ctypes.pythonapi.PyCFunction_NewEx
-  new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object,
-                                                 ctypes.c_void_p]
+  new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
   return new(ctypes.addressof(words.keep[0]), words, None)
 
 
@@ -249,8 +274,13 @@ def entry_ir(spec: EntrySpec, name: str) -> str:
   outs = [e.output(alloc, len(shape), given) for alloc, shape, _ in spec.outputs]
   bases = e.arena(arena_bytes, given)
   err = e.b.alloca(I64, _i64(4))  # the driver's error record (see codegen.module)
-  table = ([sizes, e.b.bitcast(err, PTR)] + data + consts + [e.field(o, DATA, PTR) for o in outs]
-           + [e.b.gep(bases[buf], [e.word()]) for buf, _ in spec.views])
+  table = (
+    [sizes, e.b.bitcast(err, PTR)]
+    + data
+    + consts
+    + [e.field(o, DATA, PTR) for o in outs]
+    + [e.b.gep(bases[buf], [e.word()]) for buf, _ in spec.views]
+  )
   e.call_driver(driver, table, err, on_error)
   e.result(outs)
   e.miss_returns_none()
@@ -326,8 +356,12 @@ class _EntryWriter:
     for o in self.owned:
       self.call("decref", VOID, o)
     if message is not None:
-      self.call("set_string", VOID, self.const_ptr(self.capi["runtime_error"]),
-                self.string(message.encode(), f"msg{len(self.mod.globals)}"))
+      self.call(
+        "set_string",
+        VOID,
+        self.const_ptr(self.capi["runtime_error"]),
+        self.string(message.encode(), f"msg{len(self.mod.globals)}"),
+      )
     self.b.ret(ir.Constant(PTR, None))
 
   def check_not_null(self, obj):
@@ -341,22 +375,26 @@ class _EntryWriter:
     """Argument `k`'s data pointer, after checking it is exactly an ndarray, C-contiguous
     and aligned, native-endian, of `dtype` and of the shape in the next `ndim` words."""
     b, obj = self.b, self.arg(k)
-    self.require(b.icmp_unsigned("==", b.ptrtoint(self.field(obj, 8, PTR), I64),
-                                 _i64(self.capi["array_type"])))
+    self.require(
+      b.icmp_unsigned("==", b.ptrtoint(self.field(obj, 8, PTR), I64), _i64(self.capi["array_type"]))
+    )
     flags, descr = self.field(obj, FLAGS, I32), self.field(obj, DESCR, PTR)
     aligned = ir.Constant(I32, C_CONTIGUOUS_ALIGNED)
-    conds = [b.icmp_unsigned("==", b.and_(flags, aligned), aligned),
-             b.icmp_signed("==", self.field(obj, NDIM, I32), ir.Constant(I32, ndim)),
-             b.icmp_signed("==", self.field(descr, DESCR_TYPE_NUM, I32),
-                           ir.Constant(I32, dtype.num)),
-             b.icmp_unsigned("!=", self.field(descr, DESCR_BYTEORDER, I8),
-                             ir.Constant(I8, ord(">")))]
+    conds = [
+      b.icmp_unsigned("==", b.and_(flags, aligned), aligned),
+      b.icmp_signed("==", self.field(obj, NDIM, I32), ir.Constant(I32, ndim)),
+      b.icmp_signed("==", self.field(descr, DESCR_TYPE_NUM, I32), ir.Constant(I32, dtype.num)),
+      b.icmp_unsigned("!=", self.field(descr, DESCR_BYTEORDER, I8), ir.Constant(I8, ord(">"))),
+    ]
     self.require(functools.reduce(b.and_, conds))
     if ndim:  # read only once the rank matches (a 0-d array may have no dims at all)
       dims = b.bitcast(self.field(obj, DIMS, PTR), I64.as_pointer())
-      self.require(functools.reduce(b.and_, [
-          b.icmp_signed("==", b.load(b.gep(dims, [_i64(d)])), self.word())
-          for d in range(ndim)]))
+      self.require(
+        functools.reduce(
+          b.and_,
+          [b.icmp_signed("==", b.load(b.gep(dims, [_i64(d)])), self.word()) for d in range(ndim)],
+        )
+      )
     return self.field(obj, DATA, PTR)
 
   def output(self, alloc: bool, ndim: int, given):
@@ -396,8 +434,10 @@ class _EntryWriter:
     b.position_at_end(bad_index)  # the handler raises the IndexError (it returns NULL)
     record = [b.load(b.gep(err, [_i64(k)])) for k in range(3)]
     call_ty = ir.FunctionType(PTR, [PTR, PTR], var_arg=True)
-    b.call(b.inttoptr(_i64(self.capi["call_function"]), call_ty.as_pointer()),
-           [on_error, self.string(b"LLL", "fmt_lll")] + record)
+    b.call(
+      b.inttoptr(_i64(self.capi["call_function"]), call_ty.as_pointer()),
+      [on_error, self.string(b"LLL", "fmt_lll")] + record,
+    )
     self.fail()
     b.position_at_end(crashed)
     self.fail("a compiled primc program failed (numba printed its error above)")
@@ -434,18 +474,32 @@ def ctypes_entry(spec: EntrySpec, keep_alive, driver, on_error):
   call = ctypes.PYFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(driver)  # holding the GIL
   n_in, n_out = len(spec.inputs), len(spec.outputs)
   table_type = ctypes.c_void_p * (2 + n_in + len(spec.consts) + n_out + len(spec.views))
+
   def run(*args):
     if len(args) != spec.n_args:
       return None
     for x, (dtype, shape) in zip(args, spec.inputs):
-      if (type(x) is not np.ndarray or x.dtype != dtype or x.shape != shape
-          or not (x.flags.c_contiguous and x.flags.aligned)):
+      if (
+        type(x) is not np.ndarray
+        or x.dtype != dtype
+        or x.shape != shape
+        or not (x.flags.c_contiguous and x.flags.aligned)
+      ):
         return None
     data = [a.ctypes.data for a in args]
-    bases = data[n_in + n_out:]
+    bases = data[n_in + n_out :]
     err = np.zeros(4, np.int64)
-    table = table_type(*pointer_table(spec.sizes, err.ctypes.data, data[:n_in], spec.consts,
-                                      data[n_in:n_in + n_out], bases, spec.views))
+    table = table_type(
+      *pointer_table(
+        spec.sizes,
+        err.ctypes.data,
+        data[:n_in],
+        spec.consts,
+        data[n_in : n_in + n_out],
+        bases,
+        spec.views,
+      )
+    )
     status = call(table)
     if status == 2:
       on_error(*err[:3].tolist())

@@ -16,6 +16,7 @@ state: numpy and scipy keep their threads. Where that distribution is not instal
 primc calls numpy's own OpenBLAS (which may thread large calls) or scipy's through
 numba (`codegen.translate.link_blas`).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -74,8 +75,9 @@ def gemm_addresses() -> dict[str, int] | None:
   found = library()
   if found is None:
     return None
-  return {kind: ctypes.cast(getattr(found[1], name), ctypes.c_void_p).value
-          for kind, name in GEMM.items()}
+  return {
+    kind: ctypes.cast(getattr(found[1], name), ctypes.c_void_p).value for kind, name in GEMM.items()
+  }
 
 
 def threads() -> int | None:

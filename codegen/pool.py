@@ -33,6 +33,7 @@ The pool is one block of memory, each field group on its own cache line (`FIELDS
 functions that use it are LLVM IR (`define`), compiled when threads first start
 (`codegen.runner.the_pool`).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -46,16 +47,18 @@ from llvmlite import ir
 LINE = 64
 # byte offsets of the fields (groups written by different threads on separate lines)
 FIELDS = {
-    "state": (0, 64),       # step number << 32 | next task: every claim
-    "done": (64, 32),       # tasks finished in this step: the caller's futex
-    "caller_sleeps": (68, 32),  # the caller asleep on it (0 or 1)
-    "epoch": (128, 32),     # the step number: the workers' futex
-    "sleepers": (132, 32),  # workers asleep on it
-    "kernel": (192, 64), "table": (200, 64), "ntasks": (208, 64),  # the step
-    "status": (216, 64),    # the least result of its tasks (1: all ran)
-    "spin": (224, 64),      # rounds of pause before sleeping
-    "workers": (232, 64),   # worker threads running
-    "busy": (256, 32),      # a caller owns the pool
+  "state": (0, 64),  # step number << 32 | next task: every claim
+  "done": (64, 32),  # tasks finished in this step: the caller's futex
+  "caller_sleeps": (68, 32),  # the caller asleep on it (0 or 1)
+  "epoch": (128, 32),  # the step number: the workers' futex
+  "sleepers": (132, 32),  # workers asleep on it
+  "kernel": (192, 64),
+  "table": (200, 64),
+  "ntasks": (208, 64),  # the step
+  "status": (216, 64),  # the least result of its tasks (1: all ran)
+  "spin": (224, 64),  # rounds of pause before sleeping
+  "workers": (232, 64),  # worker threads running
+  "busy": (256, 32),  # a caller owns the pool
 }
 SIZE = 320
 SERIAL = 2  # pool_run's answer when the caller must run the tasks itself
@@ -64,8 +67,15 @@ SPIN_US = 30.0  # how long a thread spins for more work before it sleeps
 # (a task is a few microseconds: a claim per task made two threads trade the claim's
 # cache line more than they computed; a long claim is what a descheduled worker holds)
 CHUNK_SHARE, CHUNK = 4, 8
-SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98,
-             "ppc64le": 221, "s390x": 238}
+SYS_FUTEX = {
+  "x86_64": 202,
+  "amd64": 202,
+  "aarch64": 98,
+  "arm64": 98,
+  "riscv64": 98,
+  "ppc64le": 221,
+  "s390x": 238,
+}
 FUTEX_WAIT, FUTEX_WAKE = 128, 129  # the _PRIVATE forms
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -129,8 +139,16 @@ class _Builder:
 
   def futex(self, name: str, op: int, value):
     syscall = self._declare("syscall", [I64], I64, var_arg=True)
-    self.b.call(syscall, [_c(SYS_FUTEX[platform.machine().lower()]), self.field(name),
-                          _c(op, I32), value, ir.Constant(PTR, None)])
+    self.b.call(
+      syscall,
+      [
+        _c(SYS_FUTEX[platform.machine().lower()]),
+        self.field(name),
+        _c(op, I32),
+        value,
+        ir.Constant(PTR, None),
+      ],
+    )
 
 
 def _spin_wait(w: _Builder, name: str, unchanged, sleepers: str, done_block) -> None:
@@ -235,8 +253,13 @@ def _run(mod: ir.Module, work: ir.Function) -> None:
     w.futex("epoch", FUTEX_WAKE, b.trunc(w.load("workers"), I32))
   b.call(work, [pool, epoch])
   done = w.block("done")
-  _spin_wait(w, "done", lambda w: w.b.icmp_signed(
-      "!=", w.b.sext(w.load("done"), I64), ntasks), "caller_sleeps", done)
+  _spin_wait(
+    w,
+    "done",
+    lambda w: w.b.icmp_signed("!=", w.b.sext(w.load("done"), I64), ntasks),
+    "caller_sleeps",
+    done,
+  )
   b.position_at_end(done)
   status = w.load("status")
   w.store("busy", 0)
@@ -255,8 +278,9 @@ def _worker(mod: ir.Module, work: ir.Function) -> None:
   wait, got = w.block("wait"), w.block("got")
   b.branch(wait)
   b.position_at_end(wait)
-  _spin_wait(w, "epoch", lambda w: w.b.icmp_unsigned("==", w.load("epoch"), w.b.load(seen)),
-             "sleepers", got)
+  _spin_wait(
+    w, "epoch", lambda w: w.b.icmp_unsigned("==", w.load("epoch"), w.b.load(seen)), "sleepers", got
+  )
   b.position_at_end(got)
   epoch = w.load("epoch")
   b.store(epoch, seen)
@@ -322,8 +346,12 @@ class Pool:
       libc = ctypes.CDLL(None, use_errno=True)
       for k in range(count):
         tid = ctypes.c_ulong()
-        if libc.pthread_create(ctypes.byref(tid), None, ctypes.c_void_p(self._worker),
-                               ctypes.c_void_p(self.address)) != 0:
+        if (
+          libc.pthread_create(
+            ctypes.byref(tid), None, ctypes.c_void_p(self._worker), ctypes.c_void_p(self.address)
+          )
+          != 0
+        ):
           break
         libc.pthread_detach(tid)
         if hasattr(libc, "pthread_setname_np"):

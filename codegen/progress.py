@@ -9,6 +9,7 @@ and ends it with the total. Nothing is written to pipes or files (logs and captu
 output stay clean); the start and the end are logged (logger `primc.compile`, INFO)
 either way. `PRIMC_PROGRESS=0` turns the line off.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,12 @@ def _after() -> float:
 
 def _shown() -> bool:
   stream = sys.stderr
-  return (os.environ.get("PRIMC_PROGRESS", "1") != "0" and stream is not None
-          and hasattr(stream, "isatty") and stream.isatty())
+  return (
+    os.environ.get("PRIMC_PROGRESS", "1") != "0"
+    and stream is not None
+    and hasattr(stream, "isatty")
+    and stream.isatty()
+  )
 
 
 class Progress:
@@ -50,7 +55,7 @@ class Progress:
     log.info("compiling %s: %d kernels", self.what, self.total)
     if self.total and _shown():
       if _after() <= 0:  # shown from the start (else a compile shorter than one tick of
-        self._show()     # the thread would show nothing)
+        self._show()  # the thread would show nothing)
       self._thread = threading.Thread(target=self._run, name="primc-progress", daemon=True)
       self._thread.start()
     return self

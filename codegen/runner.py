@@ -27,6 +27,7 @@ It is called holding the GIL and lets it go while tasks run on the pool. It retu
 or 3 when a kernel failed (numba printed its error). Kernels are numba `cfunc`s of
 `int64(int64, int64, int64, CPointer(voidptr))`: a kernel failing returns 0.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -38,16 +39,15 @@ from llvmlite import ir
 from primc.codegen import native, pool, threads
 
 THREADED, FINISH = 1, 2  # step flags
-HEADER = 3               # words before the first step
-STEP = 5                 # words of a step before its table indices
+HEADER = 3  # words before the first step
+STEP = 5  # words of a step before its table indices
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 PTR = ir.IntType(8).as_pointer()
 KERNEL = ir.FunctionType(I64, [I64, I64, I64, PTR.as_pointer()])
 SAVE = ir.FunctionType(PTR, [])
 RESTORE = ir.FunctionType(ir.VoidType(), [PTR])
-GUFUNC = ir.FunctionType(ir.VoidType(), [PTR.as_pointer(), I64.as_pointer(),
-                                         I64.as_pointer(), PTR])
+GUFUNC = ir.FunctionType(ir.VoidType(), [PTR.as_pointer(), I64.as_pointer(), I64.as_pointer(), PTR])
 
 
 def _c(n: int):
@@ -91,8 +91,9 @@ def enable_threads() -> None:
     threads.prepare_numba_layer()  # numba's own parallel code beside it: on TBB
     return
   numba_pool = threads.pool()
-  for name, address in zip(THREAD_POOL, (numba_pool.parallel_for, numba_pool.get_num_threads),
-                           strict=True):
+  for name, address in zip(
+    THREAD_POOL, (numba_pool.parallel_for, numba_pool.get_num_threads), strict=True
+  ):
     _set_global(name, address)
 
 
@@ -102,8 +103,9 @@ def the_pool() -> pool.Pool:
   `enable_threads`: a process that runs no threaded step compiles neither)."""
   mod = ir.Module(name="primc_pool")
   pool.define(mod)
-  found = pool.Pool(*native.jit_functions(
-      str(mod), ["primc_pool_run", "primc_pool_worker", "primc_pool_pauses"]))
+  found = pool.Pool(
+    *native.jit_functions(str(mod), ["primc_pool_run", "primc_pool_worker", "primc_pool_pauses"])
+  )
   os.register_at_fork(after_in_child=found.after_fork)
   return found
 
@@ -148,8 +150,21 @@ class _RunnerWriter:
   """Writes `primc_run` block by block; a step's values (loaded in `load_step`, the task
   count in `setup`) are kept here for the blocks after them."""
 
-  BLOCKS = ("entry", "step", "load", "fill", "filled", "tasks", "threads", "serial",
-            "finish", "next", "index_error", "failed", "done")
+  BLOCKS = (
+    "entry",
+    "step",
+    "load",
+    "fill",
+    "filled",
+    "tasks",
+    "threads",
+    "serial",
+    "finish",
+    "next",
+    "index_error",
+    "failed",
+    "done",
+  )
 
   def __init__(self, mod: ir.Module):
     self.parallel_for = mod.globals["primc_numba_parallel_for"]
@@ -164,8 +179,8 @@ class _RunnerWriter:
     self.err = b.load(b.gep(self.p, [_c(1)]))
     self.nsteps, self.trampoline, longest = (self.word(_c(k)) for k in range(3))
     self.table = b.alloca(PTR, longest)
-    self.ctx = b.alloca(I64, _c(3))     # {kernel, &table, failed}: the trampoline's data
-    self.first = b.alloca(PTR)          # parallel_for's args[0]: task 0 (null), step 1
+    self.ctx = b.alloca(I64, _c(3))  # {kernel, &table, failed}: the trampoline's data
+    self.first = b.alloca(PTR)  # parallel_for's args[0]: task 0 (null), step 1
     self.count, self.stride = b.alloca(I64), b.alloca(I64)
     self.table_slot = b.alloca(PTR.as_pointer())
     b.store(ir.Constant(PTR, None), self.first)
@@ -185,8 +200,9 @@ class _RunnerWriter:
 
   def next_step(self) -> None:
     b = self.at("step")
-    b.cbranch(b.icmp_signed("<", b.load(self.step_i), self.nsteps), self.blocks["load"],
-              self.blocks["done"])
+    b.cbranch(
+      b.icmp_signed("<", b.load(self.step_i), self.nsteps), self.blocks["load"], self.blocks["done"]
+    )
 
   def load_step(self) -> None:
     """The step's kernel, flags, site, words and table size; the table's first entries."""
@@ -220,13 +236,14 @@ class _RunnerWriter:
     with b.if_then(b.icmp_signed("==", r, _c(0)), likely=False):
       b.branch(self.blocks["failed"])
     self.ntasks = b.sub(r, _c(1))
-    b.cbranch(b.icmp_signed(">", self.ntasks, _c(0)), self.blocks["tasks"],
-              self.blocks["finish"])
+    b.cbranch(b.icmp_signed(">", self.ntasks, _c(0)), self.blocks["tasks"], self.blocks["finish"])
 
   def tasks(self) -> None:
     b = self.at("tasks")
-    threaded = b.and_(b.icmp_unsigned("!=", b.and_(self.flags, _c(THREADED)), _c(0)),
-                      b.icmp_signed(">", self.ntasks, _c(1)))
+    threaded = b.and_(
+      b.icmp_unsigned("!=", b.and_(self.flags, _c(THREADED)), _c(0)),
+      b.icmp_signed(">", self.ntasks, _c(1)),
+    )
     b.cbranch(threaded, self.blocks["threads"], self.blocks["serial"])
 
   def threads(self) -> None:
@@ -244,14 +261,14 @@ class _RunnerWriter:
         b.branch(self.blocks["serial"])
       with b.if_then(b.icmp_signed("<", status, _c(0)), likely=False):
         b.branch(self.blocks["index_error"])
-      b.cbranch(b.icmp_signed("==", status, _c(0)), self.blocks["failed"],
-                self.blocks["finish"])
+      b.cbranch(b.icmp_signed("==", status, _c(0)), self.blocks["failed"], self.blocks["finish"])
     parallel_for = b.load(self.parallel_for)
     with b.if_then(b.icmp_unsigned("==", parallel_for, ir.Constant(PTR, None)), likely=False):
       b.branch(self.blocks["serial"])  # no thread pool (yet): see enable_threads
     num_threads = b.bitcast(b.load(self.num_threads), ir.FunctionType(I32, []).as_pointer())
-    parallel_for = b.bitcast(parallel_for, ir.FunctionType(
-        ir.VoidType(), [PTR] * 5 + [I64] * 3).as_pointer())
+    parallel_for = b.bitcast(
+      parallel_for, ir.FunctionType(ir.VoidType(), [PTR] * 5 + [I64] * 3).as_pointer()
+    )
     nthreads = b.sext(b.call(num_threads, []), I64)
     with b.if_then(b.icmp_signed("<", nthreads, _c(2))):
       b.branch(self.blocks["serial"])
@@ -260,12 +277,21 @@ class _RunnerWriter:
     b.store(_c(0), b.gep(self.ctx, [_c(2)]))
     b.store(self.ntasks, self.count)
     state = b.call(b.inttoptr(_c(_capi("PyEval_SaveThread")), SAVE.as_pointer()), [])
-    b.call(parallel_for, [b.inttoptr(self.trampoline, PTR), b.bitcast(self.first, PTR),
-                               b.bitcast(self.count, PTR), b.bitcast(self.stride, PTR),
-                               b.bitcast(self.ctx, PTR), _c(0), _c(1), nthreads])
+    b.call(
+      parallel_for,
+      [
+        b.inttoptr(self.trampoline, PTR),
+        b.bitcast(self.first, PTR),
+        b.bitcast(self.count, PTR),
+        b.bitcast(self.stride, PTR),
+        b.bitcast(self.ctx, PTR),
+        _c(0),
+        _c(1),
+        nthreads,
+      ],
+    )
     b.call(b.inttoptr(_c(_capi("PyEval_RestoreThread")), RESTORE.as_pointer()), [state])
-    with b.if_then(b.icmp_signed("!=", b.load(b.gep(self.ctx, [_c(2)])), _c(0)),
-                   likely=False):
+    with b.if_then(b.icmp_signed("!=", b.load(b.gep(self.ctx, [_c(2)])), _c(0)), likely=False):
       b.branch(self.blocks["failed"])
     b.branch(self.blocks["finish"])
 

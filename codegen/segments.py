@@ -26,6 +26,7 @@ The rewritten loop keeps the plain one for what it does not cover: rows shorter 
 `SEGMENT_MIN` elements per breakpoint (where evaluating the body once per stretch costs
 more than the vectorized loop) and the rest of a row whose check failed.
 """
+
 from __future__ import annotations
 
 import ast
@@ -40,7 +41,7 @@ from primc.codegen import target
 # (16 breakpoints: 8 per breakpoint); without (AVX2, NEON) LLVM keeps them scalar, and
 # the stretches win from 2 per breakpoint (Hessian n = 100 on AVX2: 44-78 -> 15 us).
 SEGMENT_MIN = 8 if target.vector_int64_minmax() else 2
-INT32_END = 2 ** 31
+INT32_END = 2**31
 
 
 class _Varies(Exception):
@@ -55,6 +56,7 @@ class _Form:
   `slope * j + offset` (slope ±1, offset an expression the loop does not change): so it
   crosses a value only where one of its lines does. Anything else is constant between
   its `breaks`."""
+
   breaks: tuple[str, ...] = ()
   lines: tuple[tuple[int, str], ...] = ()
 
@@ -211,13 +213,16 @@ def _analyze(index: str, body: tuple[str, ...]):
   kept, stores, breaks = [], [], []
   try:
     for s in tree.body:
-      if (isinstance(s, ast.Assign) and len(s.targets) == 1
-          and isinstance(s.targets[0], ast.Name)):
+      if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
         form = forms.of(s.value)
         forms.forms[s.targets[0].id] = form
         kept.append(ast.unparse(s))
-      elif (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
-            and ast.unparse(s.value.func) == "STORE" and len(s.value.args) == 4):
+      elif (
+        isinstance(s, ast.Expr)
+        and isinstance(s.value, ast.Call)
+        and ast.unparse(s.value.func) == "STORE"
+        and len(s.value.args) == 4
+      ):
         ptr, offset, value, dtype = s.value.args
         where, what = forms.of(offset), forms.of(value)
         if forms.of(ptr) is not None or forms.of(dtype) is not None:
@@ -227,8 +232,9 @@ def _analyze(index: str, body: tuple[str, ...]):
         if what is not None and what.lines:
           raise _Varies
         breaks += what.breaks if what is not None else []
-        stores.append(_Store(ast.unparse(ptr), where.lines[0][1], ast.unparse(value),
-                             ast.unparse(dtype)))
+        stores.append(
+          _Store(ast.unparse(ptr), where.lines[0][1], ast.unparse(value), ast.unparse(dtype))
+        )
       else:
         return None
   except _Varies:
@@ -249,8 +255,12 @@ def segmented_loop(index: str, start: str, stop: str, body: list[str], fresh) ->
   kept, stores, breaks, guards = found
   at, end, point = fresh("sj"), fresh("se"), fresh("sb")
   values = [fresh("sv") for _ in stores]
-  lines = [f"{at} = {start}", f"if {stop} - {at} >= {SEGMENT_MIN * (len(breaks) + 1)}:",
-           f"  while {at} < {stop}:", f"    {index} = {at}"]
+  lines = [
+    f"{at} = {start}",
+    f"if {stop} - {at} >= {SEGMENT_MIN * (len(breaks) + 1)}:",
+    f"  while {at} < {stop}:",
+    f"    {index} = {at}",
+  ]
   lines += [f"    {line}" for line in kept]
   lines += [f"    {v} = {s.value}" for v, s in zip(values, stores)]
   lines.append(f"    {end} = {stop}")
@@ -260,8 +270,10 @@ def segmented_loop(index: str, start: str, stop: str, body: list[str], fresh) ->
     fits = " and ".join(f"abs({g}) + {stop} < {INT32_END}" for g in guards)
     lines += [f"    if not ({fits}):", "      break"]
   lines.append(f"    for {index} in range({at}, {end}):")
-  lines += [f"      STORE({s.pointer}, {_plus(s.offset, index)}, {v}, {s.dtype})"
-            for v, s in zip(values, stores)]
+  lines += [
+    f"      STORE({s.pointer}, {_plus(s.offset, index)}, {v}, {s.dtype})"
+    for v, s in zip(values, stores)
+  ]
   lines.append(f"    {at} = {end}")
   lines.append(f"for {index} in range({at}, {stop}):")
   lines += [f"  {line}" for line in body]

@@ -11,6 +11,7 @@ checkout of another primc there would be found first), and `primc` is made from 
 unexecuted: its `__init__` imports the front ends (~60 ms of a worker's ~0.25 s start),
 which a worker never uses.
 """
+
 from __future__ import annotations
 
 import functools

@@ -6,6 +6,7 @@ and the inverse error functions (scalar float64; kernels round the result for fl
 Like `mathlib`, this file runs as a module of the cache (`codegen.loader.LIBRARY`), so
 numba keeps the machine code of what kernels call.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,7 +37,7 @@ def _polygamma_large(n, x):
     return s
   # (-1)^(n+1) [(n-1)!/x^n + n!/(2 x^(n+1)) + sum_k B_2k (2k+n-1)!/(2k)! / x^(2k+n)]
   fact = math.gamma(n)  # (n-1)!
-  xn = x ** n
+  xn = x**n
   s = fact / xn + fact * n / (2.0 * xn * x)
   ratio = fact * n * (n + 1) / 2.0  # (2k+n-1)!/(2k)! for k = 1
   p = xn * x * x
@@ -98,8 +99,7 @@ def polygamma_f64(n, x):
   r = x - math.floor(x + 0.5)  # cot(pi x) = cot(pi r), r in [-1/2, 1/2], exactly
   c = math.cos(math.pi * r) / math.sin(math.pi * r)
   mirrored = _polygamma_positive(n, 1.0 - x)
-  return ((1.0 if n % 2 == 0 else -1.0) * mirrored
-          - math.pi ** (n + 1) * _cot_derivative(n, c))
+  return (1.0 if n % 2 == 0 else -1.0) * mirrored - math.pi ** (n + 1) * _cot_derivative(n, c)
 
 
 @njit(**_OPTS)
@@ -227,4 +227,5 @@ def erfcinv_f64(c):
 # symbols: codegen.kernels.FOREIGN).
 for _name, _arity in SPECIAL_ARITY.items():
   globals()[f"SP_{_name.upper()}"] = types.ExternalFunction(
-      f"primc_scipy_{_name}", types.float64(*[types.float64] * _arity, types.int32))
+    f"primc_scipy_{_name}", types.float64(*[types.float64] * _arity, types.int32)
+  )

@@ -10,6 +10,7 @@ symbol with its signature, and any other name of numba a placeholder. Nothing he
 code: what the translator refuses is compiled by numba from the module run for real
 (`codegen.loader.executed`).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -77,10 +78,26 @@ def intrinsic(fn):
   return Placeholder()
 
 
-_NAMES = ("boolean", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-          "uint64", "intp", "float32", "float64")
-TYPES = pytypes.SimpleNamespace(**{n: Type(n) for n in _NAMES}, void=Type("none"),
-                                none=Type("none"), ExternalFunction=ExternalFunction)
+_NAMES = (
+  "boolean",
+  "int8",
+  "int16",
+  "int32",
+  "int64",
+  "uint8",
+  "uint16",
+  "uint32",
+  "uint64",
+  "intp",
+  "float32",
+  "float64",
+)
+TYPES = pytypes.SimpleNamespace(
+  **{n: Type(n) for n in _NAMES},
+  void=Type("none"),
+  none=Type("none"),
+  ExternalFunction=ExternalFunction,
+)
 
 
 class _Module(pytypes.ModuleType):
@@ -97,10 +114,10 @@ def _module(name: str, **names) -> _Module:
 
 
 MODULES = {
-    "numba": _module("numba", njit=njit, jit=njit, types=TYPES, carray=Placeholder()),
-    "numba.extending": _module("numba.extending", intrinsic=intrinsic),
-    "numba.core": _module("numba.core"),
-    "numba.types": _module("numba.types", **vars(TYPES)),
+  "numba": _module("numba", njit=njit, jit=njit, types=TYPES, carray=Placeholder()),
+  "numba.extending": _module("numba.extending", intrinsic=intrinsic),
+  "numba.core": _module("numba.core"),
+  "numba.types": _module("numba.types", **vars(TYPES)),
 }
 
 
@@ -111,6 +128,7 @@ def _importer(modules: dict):
     if level == 0 and (name == "numba" or name.startswith("numba.")):
       return MODULES.get(name if fromlist else "numba") or _module(name)
     return builtins.__import__(name, globals, locals, fromlist, level)
+
   return importer
 
 

@@ -45,6 +45,7 @@ What is guaranteed:
   scans only when the last scan is older than SCAN_INTERVAL or found it past half the
   cap; then every twentieth of the cap written scans again.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -140,6 +141,7 @@ def default_root() -> str:
   path = os.environ.get("PRIMC_CACHE_DIR")
   if not path:
     import platformdirs
+
     path = platformdirs.user_cache_dir("primc")
   return os.path.abspath(path)
 
@@ -162,10 +164,10 @@ class Store:
     self.write_dir: str | None = None
     self._lock = threading.Lock()
     self._warned: set = set()
-    self._written = 0          # bytes written since the last size check
+    self._written = 0  # bytes written since the last size check
     self._checked_size = False
-    self.not_removed = 0       # entries the last `prune` could not remove
-    self.in_use = 0            # modules it left because a process has them loaded
+    self.not_removed = 0  # entries the last `prune` could not remove
+    self.in_use = 0  # modules it left because a process has them loaded
     self._open()
 
   # -- opening -------------------------------------------------------------------------
@@ -174,25 +176,34 @@ class Store:
     try:
       make_private_dir(root)
     except OSError as e:
-      self.warn(("root", root), f"primc cache directory {root} cannot be created "
-                f"({e.strerror}): compiling in memory in this process")
+      self.warn(
+        ("root", root),
+        f"primc cache directory {root} cannot be created "
+        f"({e.strerror}): compiling in memory in this process",
+      )
       return
     why = unsafe(root)
     if why is None and os.path.isdir(os.path.join(root, "__pycache__")):
       why = unsafe(os.path.join(root, "__pycache__"))
       why = why and f"its __pycache__ {why}"
     if why:
-      self.warn(("root", root), f"refusing primc cache directory {root}: it {why}, and "
-                f"primc executes the files in it (chmod 700 it, or set PRIMC_CACHE_DIR); "
-                f"compiling in memory in this process")
+      self.warn(
+        ("root", root),
+        f"refusing primc cache directory {root}: it {why}, and "
+        f"primc executes the files in it (chmod 700 it, or set PRIMC_CACHE_DIR); "
+        f"compiling in memory in this process",
+      )
       return
     self.read_dirs = [root]
     if writable(root):
       self.write_dir = root
       self._prepare(root)
     else:
-      self.warn(("root", root), f"primc cache directory {root} is read-only: loading from "
-                f"it, compiling anything new in a private directory")
+      self.warn(
+        ("root", root),
+        f"primc cache directory {root} is read-only: loading from "
+        f"it, compiling anything new in a private directory",
+      )
       self.write_dir = _private_dir()
       if self.write_dir:
         self._prepare(self.write_dir)
@@ -202,9 +213,10 @@ class Store:
       numba_dir = self.numba_dir(directory)
       for path in sorted({os.path.join(directory, "__pycache__"), numba_dir}, key=len):
         if os.path.lexists(path) and not os.path.isdir(path):  # a file in its place:
-          self.warn(("not-a-dir", path), f"primc cache: {path} was a file, not a "
-                    f"directory: replaced")       # repaired, as a directory in a file's
-          remove(path)                            # place is (else no process could save)
+          self.warn(
+            ("not-a-dir", path), f"primc cache: {path} was a file, not a directory: replaced"
+          )  # repaired, as a directory in a file's
+          remove(path)  # place is (else no process could save)
         make_private_dir(path)
       why = unsafe(numba_dir)
       if why:
@@ -222,10 +234,12 @@ class Store:
 
   def write_failed(self, error: OSError, path: str) -> None:
     """A failed write: warned once; a full or read-only disk stops all writes."""
-    stop = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EROFS,
-                                              errno.EPERM)
-    self.warn(("write", stop or path), f"primc cache: cannot write {path} ({error}): "
-              f"{'compiling in memory from now on' if stop else 'going on without it'}")
+    stop = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EPERM)
+    self.warn(
+      ("write", stop or path),
+      f"primc cache: cannot write {path} ({error}): "
+      f"{'compiling in memory from now on' if stop else 'going on without it'}",
+    )
     cache.count("write_failures", f"{type(error).__name__}")
     if stop:
       self.write_dir = None
@@ -246,8 +260,13 @@ class Store:
 
   @staticmethod
   def path(directory: str, kind: str, key: str) -> str:
-    name = {"module": f"m_{key}.py", "seal": f"m_{key}.seal", "lock": f"m_{key}.lock",
-            "log": f"m_{key}.log", "plan": f"p_{key}.plan"}[kind]
+    name = {
+      "module": f"m_{key}.py",
+      "seal": f"m_{key}.seal",
+      "lock": f"m_{key}.lock",
+      "log": f"m_{key}.log",
+      "plan": f"p_{key}.plan",
+    }[kind]
     if key == "library":  # the library's lock: no entry of its own
       name = "library.lock"
     return os.path.join(directory, name)
@@ -280,8 +299,14 @@ class Store:
   def write_entry(self, kind: str, key: str, payload: bytes) -> bool:
     """An entry bound to its key: a header (format, kind, key, environment, digest of the
     payload), then the payload."""
-    header = {"format": FORMAT, "kind": kind, "key": key, "env": cache.env_hash(),
-              "sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload)}
+    header = {
+      "format": FORMAT,
+      "kind": kind,
+      "key": key,
+      "env": cache.env_hash(),
+      "sha256": hashlib.sha256(payload).hexdigest(),
+      "bytes": len(payload),
+    }
     return self.write(kind, key, MAGIC + json.dumps(header).encode() + b"\n" + payload)
 
   # -- reading -------------------------------------------------------------------------
@@ -340,8 +365,7 @@ class Store:
     if read_bytes(path) != source.encode():
       if os.path.lexists(path):
         cache.count("module_rebuilds", "corrupt module file")
-        self.warn(("bad", path), f"primc module file {path} does not match its key: "
-                  "rewriting it")
+        self.warn(("bad", path), f"primc module file {path} does not match its key: rewriting it")
         remove(path)
       for other in self.read_dirs:
         if other != directory and self.copy_sealed(other, directory, source):
@@ -363,8 +387,9 @@ class Store:
       return False
     try:
       for name in self.numba_files(src, key):
-        shutil.copyfile(os.path.join(self.numba_dir(src), name),
-                        os.path.join(self.numba_dir(dst), name))
+        shutil.copyfile(
+          os.path.join(self.numba_dir(src), name), os.path.join(self.numba_dir(dst), name)
+        )
       shutil.copyfile(self.path(src, "seal", key), self.path(dst, "seal", key))
       write_atomic(self.path(dst, "module", key), source.encode())
     except OSError as e:
@@ -389,8 +414,7 @@ class Store:
       raise Bad("its seal belongs to another module or environment")
     listed = seal.get("files") or {}
     if set(files) != set(listed):
-      raise Bad(f"compiled files differ from its seal ({len(files)} present, "
-                f"{len(listed)} sealed)")
+      raise Bad(f"compiled files differ from its seal ({len(files)} present, {len(listed)} sealed)")
     numba_dir = self.numba_dir(directory)
     for name in files:
       try:
@@ -409,8 +433,10 @@ class Store:
       sealed = self.verify_numba(directory, key)
     except Bad as e:
       cache.count("compiled_file_rebuilds", str(e))
-      self.warn(("bad", directory, key), f"primc cache: module {key}: {e}; purging its "
-                "compiled files and compiling it again")
+      self.warn(
+        ("bad", directory, key),
+        f"primc cache: module {key}: {e}; purging its compiled files and compiling it again",
+      )
       self.purge_numba(directory, key)
       return False
     if sealed:
@@ -426,8 +452,7 @@ class Store:
     seal = self._seal(directory, key)
     valid = _current(seal, key)
     if isinstance(seal, dict) and not valid:  # files of an older primc or numba: stale
-      log.info("primc cache: the library's numba files in %s are stale: removing them",
-               numba_dir)
+      log.info("primc cache: the library's numba files in %s are stale: removing them", numba_dir)
       for name in self.numba_files(directory, key):
         remove(os.path.join(numba_dir, name))
     listed = (seal.get("files") or {}) if valid else {}
@@ -440,15 +465,21 @@ class Store:
       except OSError:
         ok = False
       if not ok:
-        why = "library cache file not in its seal" if name not in listed else \
-            "library cache file that does not match its seal"
+        why = (
+          "library cache file not in its seal"
+          if name not in listed
+          else "library cache file that does not match its seal"
+        )
         cache.count("compiled_file_rebuilds", why)
         removed.append(f"{name} ({why})")
         remove(path)
     if removed:
-      self.warn(("bad", directory, key), f"primc cache: removed {len(removed)} files of the "
-                f"library module {key} in {numba_dir}: {', '.join(removed[:3])}"
-                + (", ..." if len(removed) > 3 else ""))
+      self.warn(
+        ("bad", directory, key),
+        f"primc cache: removed {len(removed)} files of the "
+        f"library module {key} in {numba_dir}: {', '.join(removed[:3])}"
+        + (", ..." if len(removed) > 3 else ""),
+      )
 
   def _seal(self, directory: str, key: str):
     """Module `key`'s seal as read (None when missing or unreadable)."""
@@ -509,6 +540,7 @@ class Store:
       yield True
       return
     import filelock
+
     lock = filelock.FileLock(self.path(directory, "lock", key), mode=0o600)
     try:
       lock.acquire(timeout=lock_wait() if wait else 0)
@@ -518,14 +550,19 @@ class Store:
         return
       # held longer than any compile takes (another user's process, or one stopped):
       # compiling without it is safe (writes are atomic), waiting forever is not
-      self.warn(("lock-wait", directory), f"primc cache: {lock.lock_file} was held for "
-                f"{lock_wait():.0f} s by another process: compiling without it "
-                f"(PRIMC_LOCK_TIMEOUT sets the wait)")
+      self.warn(
+        ("lock-wait", directory),
+        f"primc cache: {lock.lock_file} was held for "
+        f"{lock_wait():.0f} s by another process: compiling without it "
+        f"(PRIMC_LOCK_TIMEOUT sets the wait)",
+      )
       yield True
       return
     except OSError as e:
-      self.warn(("lock", directory), f"primc cache: cannot take the lock "
-                f"{lock.lock_file} ({e}): compiling without it")
+      self.warn(
+        ("lock", directory),
+        f"primc cache: cannot take the lock {lock.lock_file} ({e}): compiling without it",
+      )
       yield True
       return
     try:
@@ -544,8 +581,7 @@ class Store:
         st = os.lstat(path)
       except OSError:
         return
-      e = out.setdefault(group, {"kind": kind, "key": key, "files": [], "bytes": 0,
-                                 "used": 0.0})
+      e = out.setdefault(group, {"kind": kind, "key": key, "files": [], "bytes": 0, "used": 0.0})
       e["files"].append(path)
       e["bytes"] += st.st_size
       e["used"] = max(e["used"], st.st_mtime)
@@ -598,6 +634,7 @@ class Store:
     removed; `self.not_removed` counts the entries it tried and could not remove (a
     read-only directory), `self.in_use` the modules it left as a process has them loaded."""
     import filelock
+
     entries = self.entries() if entries is None else entries
     total = sum(e["bytes"] for e in entries)
     removed = freed = 0
@@ -656,8 +693,9 @@ class Store:
       try:
         self.verify_numba(root, key)
       except Bad as err:
-        bad += [(os.path.join(self.numba_dir(root), n), str(err))
-                for n in self.numba_files(root, key)]
+        bad += [
+          (os.path.join(self.numba_dir(root), n), str(err)) for n in self.numba_files(root, key)
+        ]
         if os.path.lexists(self.path(root, "seal", key)):
           bad.append((self.path(root, "seal", key), str(err)))
     return bad
@@ -668,9 +706,9 @@ def check_entry(path: str, kind: str, key: str) -> bytes:
   data = read_bytes(path)
   if data is None:
     raise Bad("unreadable")
-  if not data.startswith(MAGIC) or b"\n" not in data[len(MAGIC):]:
+  if not data.startswith(MAGIC) or b"\n" not in data[len(MAGIC) :]:
     raise Bad("corrupt entry (no header)")
-  line, payload = data[len(MAGIC):].split(b"\n", 1)
+  line, payload = data[len(MAGIC) :].split(b"\n", 1)
   try:
     header = json.loads(line)
   except ValueError:
@@ -681,16 +719,21 @@ def check_entry(path: str, kind: str, key: str) -> bytes:
     raise Bad("entry bound to another key")
   if header.get("env") != cache.env_hash():
     raise Bad("entry of another environment")
-  if header.get("bytes") != len(payload) or \
-      header.get("sha256") != hashlib.sha256(payload).hexdigest():
+  if (
+    header.get("bytes") != len(payload)
+    or header.get("sha256") != hashlib.sha256(payload).hexdigest()
+  ):
     raise Bad("corrupt entry (payload does not match its digest)")
   return payload
 
 
 def _current(seal, key: str) -> bool:
   """Whether `seal` is module `key`'s, of this format and environment."""
-  return isinstance(seal, dict) and (seal.get("format"), seal.get("key"), seal.get(
-      "env")) == (FORMAT, key, cache.env_hash())
+  return isinstance(seal, dict) and (seal.get("format"), seal.get("key"), seal.get("env")) == (
+    FORMAT,
+    key,
+    cache.env_hash(),
+  )
 
 
 def read_bytes(path: str) -> bytes | None:

@@ -8,6 +8,7 @@ measures what an AVX2 machine runs (`make bench-peers`). A kernel compiled for a
 this machine lacks cannot run here: the name must be this machine's or an older one.
 The name is part of every cache key.
 """
+
 from __future__ import annotations
 
 import functools
@@ -16,11 +17,24 @@ import os
 # OpenBLAS's kernels for an LLVM CPU name (OPENBLAS_CORETYPE): its Haswell kernels are
 # its AVX2 ones, SkylakeX its AVX-512 ones
 OPENBLAS_CORES = {
-    **dict.fromkeys(("haswell", "broadwell", "skylake", "alderlake", "znver1", "znver2",
-                     "znver3", "x86-64-v3"), "Haswell"),
-    **dict.fromkeys(("skylake-avx512", "cascadelake", "cooperlake", "icelake-server",
-                     "icelake-client", "sapphirerapids", "znver4", "x86-64-v4"), "SkylakeX"),
-    **dict.fromkeys(("sandybridge", "ivybridge", "x86-64-v2"), "Sandybridge"),
+  **dict.fromkeys(
+    ("haswell", "broadwell", "skylake", "alderlake", "znver1", "znver2", "znver3", "x86-64-v3"),
+    "Haswell",
+  ),
+  **dict.fromkeys(
+    (
+      "skylake-avx512",
+      "cascadelake",
+      "cooperlake",
+      "icelake-server",
+      "icelake-client",
+      "sapphirerapids",
+      "znver4",
+      "x86-64-v4",
+    ),
+    "SkylakeX",
+  ),
+  **dict.fromkeys(("sandybridge", "ivybridge", "x86-64-v2"), "Sandybridge"),
 }
 
 
@@ -34,6 +48,7 @@ def cpu() -> tuple[str, str]:
   """(LLVM CPU name, features) kernels are compiled for; features "" for a named CPU
   (its defaults)."""
   from llvmlite import binding  # LLVM's library, loaded at the first compile
+
   name = named()
   if name:
     return name, ""

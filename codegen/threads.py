@@ -22,6 +22,7 @@ already running. Where that fails, or where the user chose a layer or numba's po
 already runs, numba starts (or keeps) its pool its own way; where TBB is missing,
 OpenMP runs with a bounded GOMP_SPINCOUNT.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -46,6 +47,7 @@ class Pool:
   """A running thread pool: its layer's name and the addresses of its C functions
   `parallel_for(fn, args, dims, steps, data, inner_ndim, array_count, num_threads)` and
   `get_num_threads()` (numba's gufunc-style interface)."""
+
   layer: str
   parallel_for: int
   get_num_threads: int
@@ -133,14 +135,15 @@ def cgroup_cpu_quota(read, root: str = "/sys/fs/cgroup") -> int | None:
     elif "cpu" in controllers.split(","):
       for mount in (f"{root}/{controllers}", f"{root}/cpu", f"{root}/cpu,cpuacct"):
         for d in _ancestors(path):
-          limits.append(_v1_quota(read(f"{mount}{d}/cpu.cfs_quota_us"),
-                                  read(f"{mount}{d}/cpu.cfs_period_us")))
+          limits.append(
+            _v1_quota(read(f"{mount}{d}/cpu.cfs_quota_us"), read(f"{mount}{d}/cpu.cfs_period_us"))
+          )
   limits = [n for n in limits if n]
   return min(limits) if limits else None
 
 
 def _ancestors(path: str) -> list[str]:
-  """"/a/b" -> ["/a/b", "/a", ""]: the group and its parents, as path suffixes."""
+  """ "/a/b" -> ["/a/b", "/a", ""]: the group and its parents, as path suffixes."""
   parts = [p for p in path.split("/") if p]
   return ["/" + "/".join(parts[:k]) if k else "" for k in range(len(parts), -1, -1)]
 
@@ -219,8 +222,10 @@ def prepare_numba_layer() -> None:
 def _numba_pool() -> Pool:
   """numba's pool started by numba (its own choice of layer, `prepare_numba_layer`)."""
   from llvmlite import binding
+
   prepare_numba_layer()
   import numba
+
   numba.get_num_threads()  # starts the pool
   addresses = [binding.address_of_symbol(s) for s in ("numba_parallel_for", "get_num_threads")]
   if not all(addresses):

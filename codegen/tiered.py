@@ -30,6 +30,7 @@ The worker outlives its parent if the parent exits first, so the cache is comple
 the next process. Results of the first tier are the interpreter's: the same program, but
 numpy's math instead of primc's (they agree to a few ulps, not bit for bit).
 """
+
 from __future__ import annotations
 
 import logging
@@ -89,11 +90,17 @@ def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
     if job is None or job.poll() is not None:
       with open(worker_log(plan_key), "wb") as err:
         # its own compile workers leave this process a core (it interprets meanwhile)
-        env = dict(spawn.environment(directory), PRIMC_COMPILE_WORKERS=str(
-            max(1, kernel_workers.workers() - 1)))
+        env = dict(
+          spawn.environment(directory),
+          PRIMC_COMPILE_WORKERS=str(max(1, kernel_workers.workers() - 1)),
+        )
         job = _jobs[job_key] = subprocess.Popen(
-            spawn.command("primc.codegen.tiered", plan_key), env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+          spawn.command("primc.codegen.tiered", plan_key),
+          env=env,
+          stdin=subprocess.DEVNULL,
+          stdout=subprocess.DEVNULL,
+          stderr=err,
+        )
       log.info("compiling the kernels of plan %s in the background (pid %d)", plan_key, job.pid)
   return job
 
@@ -114,6 +121,7 @@ def _blas_limit():
   global _controller
   if _controller is None:
     from threadpoolctl import ThreadpoolController
+
     _controller = ThreadpoolController()
   return _controller.limit(limits=1, user_api="blas")
 
@@ -123,8 +131,14 @@ class Tiered:
   or for exactly `calls` calls (then compiles what is left and waits); with no worker
   (numba's JIT disabled), for good."""
 
-  def __init__(self, plan: Plan, program: Program, job: subprocess.Popen | None,
-               plan_key: str = "", calls: int | None = None):
+  def __init__(
+    self,
+    plan: Plan,
+    program: Program,
+    job: subprocess.Popen | None,
+    plan_key: str = "",
+    calls: int | None = None,
+  ):
     self.plan = plan
     self.plan_key = plan_key
     self.program = program
@@ -140,9 +154,12 @@ class Tiered:
     with self._lock:
       if self.native is None:
         if self.job.returncode != 0:
-          log.warning("background compile of a primc module failed (exit %s, see %s): "
-                      "compiling it in this process", self.job.returncode,
-                      worker_log(self.plan_key))
+          log.warning(
+            "background compile of a primc module failed (exit %s, see %s): "
+            "compiling it in this process",
+            self.job.returncode,
+            worker_log(self.plan_key),
+          )
         self.native = Executable.load(self.plan)
 
   def compile(self) -> None:
@@ -198,8 +215,13 @@ class Tiered:
   def _owned_array(self, r: np.ndarray, inputs) -> np.ndarray:
     """`r` as the native executable returns outputs: C-contiguous, writeable and the
     caller's own (not a view of an input or of a constant of the program)."""
-    if (r.base is not None or not r.flags.c_contiguous or not r.flags.writeable
-        or id(r) in self._owned or any(r is x for x in inputs)):
+    if (
+      r.base is not None
+      or not r.flags.c_contiguous
+      or not r.flags.writeable
+      or id(r) in self._owned
+      or any(r is x for x in inputs)
+    ):
       return np.array(r, order="C")
     return r
 
@@ -224,8 +246,12 @@ def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
       v = eqn.outputs[0]
       key = (v.aval.shape, v.aval.dtype)
       ufunc, pool = ufunc_rules.get(eqn.prim), spare.get(key)
-      if ufunc and pool and v.aval.dtype in ("float32", "float64") and all(
-          x.dtype == v.aval.dtype and x.shape == v.aval.shape for x in xs):
+      if (
+        ufunc
+        and pool
+        and v.aval.dtype in ("float32", "float64")
+        and all(x.dtype == v.aval.dtype and x.shape == v.aval.shape for x in xs)
+      ):
         env[v] = ufunc(*xs, out=pool.pop())
       else:
         out = impl_rules[eqn.prim](*xs, **eqn.kw)

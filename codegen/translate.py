@@ -26,6 +26,7 @@ A kernel compiles to an object file, kept by the cache beside its module (one of
 module's files that its seal lists and loading verifies), and loaded into one MCJIT engine
 of this process.
 """
+
 from __future__ import annotations
 
 import ast
@@ -45,37 +46,92 @@ from primc.codegen import installed, openblas, standins, target
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
 I8P = I8.as_pointer()
-LL = {"bool": I1, "int32": I32, "int64": I64, "float32": F32, "float64": F64, "ptr": I8P,
-      "table": I8P.as_pointer()}
+LL = {
+  "bool": I1,
+  "int32": I32,
+  "int64": I64,
+  "float32": F32,
+  "float64": F64,
+  "ptr": I8P,
+  "table": I8P.as_pointer(),
+}
 INTS = ("bool", "int32", "int64")
 FLOATS = ("float32", "float64")
-NUMPY_TYPES = {np.float32: "float32", np.float64: "float64", np.int32: "int32",
-               np.int64: "int64", np.bool_: "bool", float: "float64", int: "int64",
-               bool: "bool"}
+NUMPY_TYPES = {
+  np.float32: "float32",
+  np.float64: "float64",
+  np.int32: "int32",
+  np.int64: "int64",
+  np.bool_: "bool",
+  float: "float64",
+  int: "int64",
+  bool: "bool",
+}
 FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
-INT_OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.BitAnd: "and_",
-           ast.BitOr: "or_", ast.BitXor: "xor", ast.LShift: "shl", ast.RShift: "ashr"}
-COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
-           ast.GtE: ">="}
+INT_OPS = {
+  ast.Add: "add",
+  ast.Sub: "sub",
+  ast.Mult: "mul",
+  ast.BitAnd: "and_",
+  ast.BitOr: "or_",
+  ast.BitXor: "xor",
+  ast.LShift: "shl",
+  ast.RShift: "ashr",
+}
+COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 # math functions: (float32 symbol, float64 symbol) of libm, or an LLVM intrinsic ("llvm.")
-MATH = {"exp": "llvm.exp", "log": "llvm.log", "log10": "llvm.log10", "sin": "llvm.sin",
-        "cos": "llvm.cos", "sqrt": "llvm.sqrt", "fabs": "llvm.fabs",
-        "log2": ("log2f", "log2"), "log1p": ("log1pf", "log1p"), "expm1": ("expm1f", "expm1"),
-        "erf": ("erff", "erf"), "erfc": ("erfcf", "erfc"), "tan": ("tanf", "tan"),
-        "asin": ("asinf", "asin"), "acos": ("acosf", "acos"), "atan": ("atanf", "atan"),
-        "asinh": ("asinhf", "asinh"), "acosh": ("acoshf", "acosh"),
-        "atanh": ("atanhf", "atanh"), "sinh": ("sinhf", "sinh"), "cosh": ("coshf", "cosh"),
-        "tanh": ("tanhf", "tanh"), "gamma": ("tgammaf", "tgamma"),
-        "lgamma": ("lgammaf", "lgamma"), "atan2": ("atan2f", "atan2"),
-        "hypot": ("hypotf", "hypot"), "copysign": "llvm.copysign",
-        "floor": "llvm.floor", "ceil": "llvm.ceil", "trunc": "llvm.trunc", "pow": "llvm.pow"}
+MATH = {
+  "exp": "llvm.exp",
+  "log": "llvm.log",
+  "log10": "llvm.log10",
+  "sin": "llvm.sin",
+  "cos": "llvm.cos",
+  "sqrt": "llvm.sqrt",
+  "fabs": "llvm.fabs",
+  "log2": ("log2f", "log2"),
+  "log1p": ("log1pf", "log1p"),
+  "expm1": ("expm1f", "expm1"),
+  "erf": ("erff", "erf"),
+  "erfc": ("erfcf", "erfc"),
+  "tan": ("tanf", "tan"),
+  "asin": ("asinf", "asin"),
+  "acos": ("acosf", "acos"),
+  "atan": ("atanf", "atan"),
+  "asinh": ("asinhf", "asinh"),
+  "acosh": ("acoshf", "acosh"),
+  "atanh": ("atanhf", "atanh"),
+  "sinh": ("sinhf", "sinh"),
+  "cosh": ("coshf", "cosh"),
+  "tanh": ("tanhf", "tanh"),
+  "gamma": ("tgammaf", "tgamma"),
+  "lgamma": ("lgammaf", "lgamma"),
+  "atan2": ("atan2f", "atan2"),
+  "hypot": ("hypotf", "hypot"),
+  "copysign": "llvm.copysign",
+  "floor": "llvm.floor",
+  "ceil": "llvm.ceil",
+  "trunc": "llvm.trunc",
+  "pow": "llvm.pow",
+}
 FLOAT_TYPES = {"float32": np.float32, "float64": np.float64}
-NUMPY = {"nextafter": ("nextafterf", "nextafter"), "sqrt": "llvm.sqrt", "floor": "llvm.floor",
-         "ceil": "llvm.ceil",
-         "trunc": "llvm.trunc", "rint": "llvm.rint", "abs": "llvm.fabs",
-         "absolute": "llvm.fabs", "fabs": "llvm.fabs", "copysign": "llvm.copysign"}
-BITCASTS = {"f32_from_bits": ("int32", "float32"), "f32_to_bits": ("float32", "int32"),
-            "f64_from_bits": ("int64", "float64"), "f64_to_bits": ("float64", "int64")}
+NUMPY = {
+  "nextafter": ("nextafterf", "nextafter"),
+  "sqrt": "llvm.sqrt",
+  "floor": "llvm.floor",
+  "ceil": "llvm.ceil",
+  "trunc": "llvm.trunc",
+  "rint": "llvm.rint",
+  "abs": "llvm.fabs",
+  "absolute": "llvm.fabs",
+  "fabs": "llvm.fabs",
+  "copysign": "llvm.copysign",
+}
+BITCASTS = {
+  "f32_from_bits": ("int32", "float32"),
+  "f32_to_bits": ("float32", "int32"),
+  "f64_from_bits": ("int64", "float64"),
+  "f64_to_bits": ("float64", "int64"),
+}
 
 
 class Unsupported(Exception):
@@ -92,7 +148,7 @@ class _Retype(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Val:
-  ty: str          # a scalar type (LL), "ptr" or "table"
+  ty: str  # a scalar type (LL), "ptr" or "table"
   v: ir.Value
 
 
@@ -102,14 +158,14 @@ class Tup:
 
 
 @dataclasses.dataclass(frozen=True)
-class View:      # carray(pointer, shape, dtype): elements by index, as numba's arrays
+class View:  # carray(pointer, shape, dtype): elements by index, as numba's arrays
   ptr: ir.Value
   dtype: str
-  shape: tuple   # i64 values
+  shape: tuple  # i64 values
 
 
 @dataclasses.dataclass(frozen=True)
-class Static:    # a Python object the source names (a module, a function, a constant)
+class Static:  # a Python object the source names (a module, a function, a constant)
   obj: object
 
 
@@ -135,9 +191,19 @@ class Function:
   `arg_types`: returning `ret` (an LLVM type), or, when `ret` is None, a probe that only
   collects the types of what it returns (`returned`)."""
 
-  def __init__(self, compiler: "Compiler", key, fn_ast: ast.FunctionDef, globals_: dict,
-               arg_types: tuple, name: str, ret=None, linkage: str = "internal",
-               fastmath=("contract",), params=None):
+  def __init__(
+    self,
+    compiler: "Compiler",
+    key,
+    fn_ast: ast.FunctionDef,
+    globals_: dict,
+    arg_types: tuple,
+    name: str,
+    ret=None,
+    linkage: str = "internal",
+    fastmath=("contract",),
+    params=None,
+  ):
     self.c, self.key, self.ast, self.globals = compiler, key, fn_ast, globals_
     self.var_types = compiler.var_types.setdefault(key, {})
     self.arg_types, self.name, self.ret, self.linkage = arg_types, name, ret, linkage
@@ -147,8 +213,9 @@ class Function:
 
   def build(self) -> ir.Function:
     ret = ir.VoidType() if self.ret is None else self.ret
-    fn = ir.Function(self.c.module, ir.FunctionType(ret, [LL[t] for t in self.arg_types]),
-                     self.name)
+    fn = ir.Function(
+      self.c.module, ir.FunctionType(ret, [LL[t] for t in self.arg_types]), self.name
+    )
     fn.linkage = self.linkage
     if self.linkage == "internal":
       fn.attributes.add("alwaysinline")
@@ -188,8 +255,11 @@ class Function:
     if isinstance(value, View):
       rank = len(value.shape)
       if slot is None or slot[0] != ("view", value.dtype, rank):
-        slot = self.slots[name] = (("view", value.dtype, rank), self.alloca(I8P),
-                                   tuple(self.alloca(I64) for _ in range(rank)))
+        slot = self.slots[name] = (
+          ("view", value.dtype, rank),
+          self.alloca(I8P),
+          tuple(self.alloca(I64) for _ in range(rank)),
+        )
       _, ptr, dims = slot
       self.b.store(value.ptr, ptr)
       for d, v in zip(dims, value.shape):
@@ -288,8 +358,14 @@ class Function:
 
   def for_(self, s) -> None:
     it = s.iter
-    if (s.orelse or not isinstance(s.target, ast.Name) or not isinstance(it, ast.Call)
-        or self.static(it.func) is not range or it.keywords or not 1 <= len(it.args) <= 3):
+    if (
+      s.orelse
+      or not isinstance(s.target, ast.Name)
+      or not isinstance(it, ast.Call)
+      or self.static(it.func) is not range
+      or it.keywords
+      or not 1 <= len(it.args) <= 3
+    ):
       raise Unsupported("a for loop other than over range(...)")
     args = [self.cast(self.expr(a), "int64").v for a in it.args]
     if len(args) == 1:
@@ -302,8 +378,10 @@ class Function:
       if self.key != "kernel":  # (numba raises; a kernel reports a failure by returning 0)
         raise
       sign = None
-      zero, fail, go = ir.Constant(I64, 0), *(self.fn.append_basic_block(n)
-                                               for n in ("step0", "stepok"))
+      zero, fail, go = (
+        ir.Constant(I64, 0),
+        *(self.fn.append_basic_block(n) for n in ("step0", "stepok")),
+      )
       self.b.cbranch(self.b.icmp_signed("==", step, zero), fail, go)
       self.b.position_at_end(fail)
       self.b.store(zero, self.ret_slot)
@@ -313,14 +391,18 @@ class Function:
       raise Unsupported("range with step 0")
     counter = self.alloca(I64)
     self.b.store(start, counter)
-    head, body, step_block, after = (self.fn.append_basic_block(n)
-                                     for n in ("for", "body", "step", "endfor"))
+    head, body, step_block, after = (
+      self.fn.append_basic_block(n) for n in ("for", "body", "step", "endfor")
+    )
     self.b.branch(head)
     self.b.position_at_end(head)
     i = self.b.load(counter)
     if sign is None:
-      going = self.b.select(self.b.icmp_signed(">", step, ir.Constant(I64, 0)),
-                            self.b.icmp_signed("<", i, stop), self.b.icmp_signed(">", i, stop))
+      going = self.b.select(
+        self.b.icmp_signed(">", step, ir.Constant(I64, 0)),
+        self.b.icmp_signed("<", i, stop),
+        self.b.icmp_signed(">", i, stop),
+      )
     else:
       going = self.b.icmp_signed(">" if sign < 0 else "<", i, stop)
     self.b.cbranch(going, body, after)
@@ -375,7 +457,7 @@ class Function:
       return out
     if not isinstance(value, Val):
       raise Unsupported("returns a Python object")
-    target = next((t for t, l in LL.items() if l == lltype and t != "table"), None)
+    target = next((t for t, ll in LL.items() if ll == lltype and t != "table"), None)
     if target is None:
       raise Unsupported("returns of different shapes")
     return self.cast(value, target).v
@@ -407,8 +489,11 @@ class Function:
         raise Unsupported("numpy scalars in a constant expression")  # numpy's rules differ
       if isinstance(node.op, ast.Div) and b == 0:
         raise Unsupported("a constant division by zero")
-      return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(node.op)) \
-          if not isinstance(node.op, ast.Div) else a / b
+      return (
+        {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(node.op))
+        if not isinstance(node.op, ast.Div)
+        else a / b
+      )
     obj = self.static(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
     if isinstance(obj, (bool, int, float, np.floating, np.integer, np.bool_)):
       return obj
@@ -421,7 +506,7 @@ class Function:
       ty = NUMPY_TYPES.get(type(value), "int64")
       if ty not in INTS:
         raise Unsupported(f"an integer constant of type {type(value).__name__}")
-      if not -2 ** 63 <= int(value) < 2 ** 63:
+      if not -(2**63) <= int(value) < 2**63:
         raise Unsupported("an integer constant beyond int64")
       return Val(ty, ir.Constant(LL[ty], int(value)))
     if isinstance(value, (float, np.floating)):
@@ -438,7 +523,8 @@ class Function:
     if kind is ast.Name:
       value = self.lookup(node.id)
       if isinstance(value, Static) and isinstance(
-          value.obj, (bool, int, float, np.floating, np.integer, np.bool_)):
+        value.obj, (bool, int, float, np.floating, np.integer, np.bool_)
+      ):
         return self.literal(value.obj)
       return value
     if kind is ast.Attribute:
@@ -476,7 +562,8 @@ class Function:
 
   def scalar(self, value) -> Val:
     if isinstance(value, Static) and isinstance(
-        value.obj, (bool, int, float, np.floating, np.integer, np.bool_)):
+      value.obj, (bool, int, float, np.floating, np.integer, np.bool_)
+    ):
       return self.literal(value.obj)
     if not isinstance(value, Val) or value.ty not in INTS + FLOATS:
       raise Unsupported("arithmetic on a non-number")
@@ -553,11 +640,11 @@ class Function:
     if y.ty not in ("int32", "int64") or x.ty not in ("int32", "int64") + FLOATS:
       raise Unsupported(f"a power of {x.ty} and {y.ty}")
     if x.ty in FLOATS:
-      fn = self.c.function_for(_plain(_float_power, self.fastmath), (x.ty, y.ty),
-                               (("tp", FLOAT_TYPES[x.ty]),), ["a", "b"])
+      fn = self.c.function_for(
+        _plain(_float_power, self.fastmath), (x.ty, y.ty), (("tp", FLOAT_TYPES[x.ty]),), ["a", "b"]
+      )
     else:
-      fn = self.c.function_for(_plain(_int_power, self.fastmath), (x.ty, y.ty), (),
-                               ["a", "b"])
+      fn = self.c.function_for(_plain(_int_power, self.fastmath), (x.ty, y.ty), (), ["a", "b"])
     result = self.b.call(fn, [x.v, y.v])
     return Val(x.ty if x.ty in FLOATS else "int64", result)
 
@@ -579,10 +666,11 @@ class Function:
       inverse = self.flags(self.b.fdiv(ir.Constant(F64, 1.0), self.cast(Val(ty, res), "float64").v))
       return self.cast(Val("float64", inverse), ty)
     b, zero = self.b, ir.Constant(I64, 0)
-    unit = b.or_(b.icmp_signed("==", res, ir.Constant(I64, 1)),
-                 b.icmp_signed("==", res, ir.Constant(I64, -1)))
+    unit = b.or_(
+      b.icmp_signed("==", res, ir.Constant(I64, 1)), b.icmp_signed("==", res, ir.Constant(I64, -1))
+    )
     out = b.select(unit, res, zero)
-    return Val("int64", b.select(b.icmp_signed("==", res, zero), ir.Constant(I64, -2 ** 63), out))
+    return Val("int64", b.select(b.icmp_signed("==", res, zero), ir.Constant(I64, -(2**63)), out))
 
   def int_divmod(self, x, y, mod: bool) -> ir.Value:
     """Python's x // y or x % y (signs of the divisor's side), 0 for y == 0."""
@@ -590,14 +678,15 @@ class Function:
     is_zero = b.icmp_signed("==", y, zero)
     safe = b.select(is_zero, one, y)
     # INT64_MIN // -1 overflows sdiv: numba's result wraps; avoid the trap with y = 1
-    overflow = b.and_(b.icmp_signed("==", x, ir.Constant(I64, -2 ** 63)),
-                      b.icmp_signed("==", safe, ir.Constant(I64, -1)))
+    overflow = b.and_(
+      b.icmp_signed("==", x, ir.Constant(I64, -(2**63))),
+      b.icmp_signed("==", safe, ir.Constant(I64, -1)),
+    )
     safe = b.select(overflow, one, safe)
     q, r = b.sdiv(x, safe), b.srem(x, safe)
     q = b.select(overflow, b.sub(zero, x), q)
     r = b.select(overflow, zero, r)
-    adjust = b.and_(b.icmp_signed("!=", r, zero),
-                    b.icmp_signed("<", b.xor(r, safe), zero))
+    adjust = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, safe), zero))
     q = b.select(adjust, b.sub(q, one), q)
     r = b.select(adjust, b.add(r, safe), r)
     return b.select(is_zero, zero, r if mod else q)
@@ -741,7 +830,7 @@ class Function:
       flat = b.add(b.mul(flat, n), i)
     count = None
     if len(indices) < len(view.shape):
-      count = self.product(view.shape[len(indices):])
+      count = self.product(view.shape[len(indices) :])
       flat = b.mul(flat, count)
     base = b.bitcast(view.ptr, LL[view.dtype].as_pointer())
     return b.gep(base, [flat], inbounds=True), count
@@ -785,15 +874,19 @@ class Function:
     if len(values) == 1 and isinstance(values[0], Tup):
       values = list(values[0].items)
     dims = list(self.dims(Tup(tuple(values))))
-    unknown = [k for k, a in enumerate(values) if isinstance(a.v, ir.Constant)
-               and a.v.constant == -1]
+    unknown = [
+      k for k, a in enumerate(values) if isinstance(a.v, ir.Constant) and a.v.constant == -1
+    ]
     if len(unknown) > 1:
       raise Unsupported("reshape with two -1")
     if unknown:
       rest = self.product([d for k, d in enumerate(dims) if k != unknown[0]])
-      dims[unknown[0]] = self.b.sdiv(self.product(view.shape),
-                                     self.b.select(self.b.icmp_signed("==", rest, ir.Constant(
-                                         I64, 0)), ir.Constant(I64, 1), rest))
+      dims[unknown[0]] = self.b.sdiv(
+        self.product(view.shape),
+        self.b.select(
+          self.b.icmp_signed("==", rest, ir.Constant(I64, 0)), ir.Constant(I64, 1), rest
+        ),
+      )
     return View(view.ptr, view.dtype, tuple(dims))
 
   def full(self, node, args) -> View:
@@ -813,8 +906,10 @@ class Function:
     b, count = self.b, self.product(dims)
     b.call(self.c.libc("free"), [b.load(slot)])
     size = b.mul(count, ir.Constant(I64, np.dtype(dtype).itemsize))
-    data = b.call(self.c.libc("malloc"), [b.select(b.icmp_signed(
-        "<", size, ir.Constant(I64, 1)), ir.Constant(I64, 1), size)])
+    data = b.call(
+      self.c.libc("malloc"),
+      [b.select(b.icmp_signed("<", size, ir.Constant(I64, 1)), ir.Constant(I64, 1), size)],
+    )
     b.store(data, slot)
     self.fill(b.bitcast(data, LL[dtype].as_pointer()), count, self.cast(value, dtype).v)
     return View(data, dtype, dims)
@@ -846,8 +941,12 @@ class Function:
       if name in BITCASTS:
         return self.bitcast(name, args)
       return getattr(self, f"call_{name}")(args)
-    if isinstance(fn_node, ast.Attribute) and isinstance(fn_node.value, ast.Name) and \
-        fn_node.value.id in self.slots and fn_node.attr == "reshape":
+    if (
+      isinstance(fn_node, ast.Attribute)
+      and isinstance(fn_node.value, ast.Name)
+      and fn_node.value.id in self.slots
+      and fn_node.attr == "reshape"
+    ):
       view = self.lookup(fn_node.value.id)
       if isinstance(view, View):
         return self.reshape(view, args)
@@ -955,8 +1054,9 @@ class Function:
         statics.append((name, value.obj))
       else:
         values.append((name, self.scalar(value)))
-    fn = self.c.function_for(dispatcher, tuple(v.ty for _, v in values), tuple(statics),
-                             [n for n, _ in values])
+    fn = self.c.function_for(
+      dispatcher, tuple(v.ty for _, v in values), tuple(statics), [n for n, _ in values]
+    )
     result = self.b.call(fn, [v.v for _, v in values])
     if isinstance(fn.function_type.return_type, ir.VoidType):
       return Val("int64", ir.Constant(I64, 0))
@@ -990,8 +1090,9 @@ class Function:
     x = self.scalar(self.expr(x))
     if x.ty not in ("int32", "int64"):
       raise Unsupported("NONNEG of a non-integer")
-    assume = self.c.module.declare_intrinsic("llvm.assume", fnty=ir.FunctionType(
-        ir.VoidType(), [I1]))
+    assume = self.c.module.declare_intrinsic(
+      "llvm.assume", fnty=ir.FunctionType(ir.VoidType(), [I1])
+    )
     self.b.call(assume, [self.b.icmp_signed(">=", x.v, ir.Constant(x.v.type, 0))])
     return x
 
@@ -1021,8 +1122,9 @@ class Function:
     if ty not in FLOATS:
       raise Unsupported("_blas_gemm of integers")
     ta, m, n, k, a, b, c, beta = (self.cast(self.expr(x), "int64").v for x in args[1:])
-    xxgemm_call(self.b, LL[ty], self.alloca(LL[ty]), self.alloca(LL[ty]),
-                ta, m, n, k, a, b, c, beta)
+    xxgemm_call(
+      self.b, LL[ty], self.alloca(LL[ty]), self.alloca(LL[ty]), ta, m, n, k, a, b, c, beta
+    )
     return Val("int64", ir.Constant(I64, 0))
 
 
@@ -1036,20 +1138,40 @@ def xxgemm_call(b: ir.IRBuilder, fl, one, scale, ta, m, n, k, a, b_, c, beta) ->
   type `fl` (the helper takes alpha and beta by address). For codegen.blas's numba
   intrinsic and its translation alike."""
   char, i64 = I8, I64
-  fn = b.module.globals.get(GEMM_SYMBOL) or ir.Function(b.module, ir.FunctionType(
-      I32, [char] * 3 + [i64] * 3 + [I8P, I8P, i64, I8P, i64, I8P, I8P, i64]), GEMM_SYMBOL)
+  fn = b.module.globals.get(GEMM_SYMBOL) or ir.Function(
+    b.module,
+    ir.FunctionType(I32, [char] * 3 + [i64] * 3 + [I8P, I8P, i64, I8P, i64, I8P, I8P, i64]),
+    GEMM_SYMBOL,
+  )
   b.store(ir.Constant(fl, 1.0), one)
   b.store(b.sitofp(beta, fl), scale)
   transposed = b.icmp_signed("!=", ta, ir.Constant(i64, 0))
   transb = b.select(transposed, ir.Constant(char, ord("t")), ir.Constant(char, ord("n")))
   ldb = b.select(transposed, m, k)
-  at_least_1 = lambda v: b.select(b.icmp_signed("<", v, ir.Constant(i64, 1)),
-                                  ir.Constant(i64, 1), v)
+  at_least_1 = lambda v: b.select(
+    b.icmp_signed("<", v, ir.Constant(i64, 1)), ir.Constant(i64, 1), v
+  )
   ptr = lambda v: b.inttoptr(v, I8P)
   kind = ir.Constant(char, ord("s" if isinstance(fl, ir.FloatType) else "d"))
-  b.call(fn, [kind, ir.Constant(char, ord("n")), transb, n, m, k, b.bitcast(one, I8P),
-              ptr(b_), at_least_1(n), ptr(a), at_least_1(ldb), b.bitcast(scale, I8P), ptr(c),
-              at_least_1(n)])
+  b.call(
+    fn,
+    [
+      kind,
+      ir.Constant(char, ord("n")),
+      transb,
+      n,
+      m,
+      k,
+      b.bitcast(one, I8P),
+      ptr(b_),
+      at_least_1(n),
+      ptr(a),
+      at_least_1(ldb),
+      b.bitcast(scale, I8P),
+      ptr(c),
+      at_least_1(n),
+    ],
+  )
 
 
 def _plain(fn, fastmath) -> standins.Dispatcher:
@@ -1107,8 +1229,9 @@ class Compiler:
   def libc(self, name: str) -> ir.Function:
     fn = self.module.globals.get(name)
     if fn is None:
-      fnty = (ir.FunctionType(I8P, [I64]) if name == "malloc" else
-              ir.FunctionType(ir.VoidType(), [I8P]))
+      fnty = (
+        ir.FunctionType(I8P, [I64]) if name == "malloc" else ir.FunctionType(ir.VoidType(), [I8P])
+      )
       fn = ir.Function(self.module, fnty, name)
     return fn
 
@@ -1117,8 +1240,9 @@ class Compiler:
     if isinstance(first, Tup):
       if any(not isinstance(v, Tup) or len(v.items) != len(first.items) for v in values):
         raise Unsupported("returns of different shapes")
-      return ir.LiteralStructType([self.lltype_of([v.items[k] for v in values])
-                                   for k in range(len(first.items))])
+      return ir.LiteralStructType(
+        [self.lltype_of([v.items[k] for v in values]) for k in range(len(first.items))]
+      )
     if any(not isinstance(v, Val) or v.ty not in INTS + FLOATS for v in values):
       raise Unsupported("returns something other than numbers")
     ty = values[0].ty
@@ -1128,9 +1252,10 @@ class Compiler:
 
   def unpacked(self, value, lltype, b):
     if isinstance(lltype, ir.LiteralStructType):
-      return Tup(tuple(self.unpacked(b.extract_value(value, k), t, b)
-                       for k, t in enumerate(lltype.elements)))
-    ty = next(t for t, l in LL.items() if l == lltype)
+      return Tup(
+        tuple(self.unpacked(b.extract_value(value, k), t, b) for k, t in enumerate(lltype.elements))
+      )
+    ty = next(t for t, ll in LL.items() if ll == lltype)
     return Val(ty, value)
 
   def function_for(self, dispatcher, arg_types: tuple, statics=(), params=None):
@@ -1148,8 +1273,9 @@ class Compiler:
     if fn is None:
       fn_ast, globals_ = parsed(py_func)
       globals_ = {**globals_, **dict(statics)}
-      make = lambda c, name, ret=None: Function(c, key, fn_ast, globals_, arg_types, name, ret,
-                                                fastmath=fastmath, params=params)
+      make = lambda c, name, ret=None: Function(
+        c, key, fn_ast, globals_, arg_types, name, ret, fastmath=fastmath, params=params
+      )
       if key not in self.returns:
         f = make(Compiler("probe", self.var_types, self.returns), py_func.__name__)
         f.build()
@@ -1175,8 +1301,15 @@ def parsed(py_func):
     except (OSError, TypeError) as e:
       raise Unsupported(f"no source for {py_func.__name__}") from e
   fn = _functions(source).get(py_func.__name__)
-  if fn is None or fn.args.vararg or fn.args.kwarg or fn.args.defaults or \
-      fn.args.kwonlyargs or fn.decorator_list and len(fn.decorator_list) != 1:
+  if (
+    fn is None
+    or fn.args.vararg
+    or fn.args.kwarg
+    or fn.args.defaults
+    or fn.args.kwonlyargs
+    or fn.decorator_list
+    and len(fn.decorator_list) != 1
+  ):
     raise Unsupported(f"function {py_func.__name__}")
   return fn, globals_
 
@@ -1186,22 +1319,40 @@ def kernel_ir(source: str, globals_: dict, symbol: str) -> str:
   (`int64 symbol(int64 phase, int64 lo, int64 hi, void **p)`); raises Unsupported."""
   tree = ast.parse(source)
   defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-  kernel = next((n.value.id for n in tree.body if isinstance(n, ast.Assign)
-                 and [t.id for t in n.targets if isinstance(t, ast.Name)] == ["KERNEL"]
-                 and isinstance(n.value, ast.Name)), None)
+  kernel = next(
+    (
+      n.value.id
+      for n in tree.body
+      if isinstance(n, ast.Assign)
+      and [t.id for t in n.targets if isinstance(t, ast.Name)] == ["KERNEL"]
+      and isinstance(n.value, ast.Name)
+    ),
+    None,
+  )
   if kernel not in defs or len(defs) != 1:
     raise Unsupported("a module other than one kernel function")
   for n in tree.body:
     if not isinstance(n, (ast.FunctionDef, ast.Assign, ast.Import, ast.ImportFrom, ast.Expr)):
       raise Unsupported(f"module statement {type(n).__name__}")
   names = {**globals_, "math": math, "np": np}
-  return _module(symbol, lambda c: Function(
-      c, "kernel", defs[kernel], names, ("int64", "int64", "int64", "table"), symbol, I64,
-      linkage="external").build())
+  return _module(
+    symbol,
+    lambda c: Function(
+      c,
+      "kernel",
+      defs[kernel],
+      names,
+      ("int64", "int64", "int64", "table"),
+      symbol,
+      I64,
+      linkage="external",
+    ).build(),
+  )
 
 
-def function_ir(source: str, name: str, arg_types: tuple, globals_: dict, symbol: str,
-                fastmath=("contract",)) -> tuple[str, str | None]:
+def function_ir(
+  source: str, name: str, arg_types: tuple, globals_: dict, symbol: str, fastmath=("contract",)
+) -> tuple[str, str | None]:
   """The LLVM IR of the function `name` of `source` for scalar arguments `arg_types`, as
   the C function `symbol`, and its return type (numba's for the same arguments; None: it
   returns nothing); raises Unsupported. (The library's C entries, and tests holding the
@@ -1212,14 +1363,24 @@ def function_ir(source: str, name: str, arg_types: tuple, globals_: dict, symbol
   ret = []
 
   def build(c):
-    probe = Function(Compiler("probe", c.var_types, c.returns), "f", fn_ast, globals_,
-                     arg_types, name, linkage="external", fastmath=fastmath)
+    probe = Function(
+      Compiler("probe", c.var_types, c.returns),
+      "f",
+      fn_ast,
+      globals_,
+      arg_types,
+      name,
+      linkage="external",
+      fastmath=fastmath,
+    )
     probe.build()
     ret[:] = [c.lltype_of(probe.returned) if probe.returned else ir.VoidType()]
-    Function(c, "f", fn_ast, globals_, arg_types, symbol, ret[0], linkage="external",
-             fastmath=fastmath).build()
+    Function(
+      c, "f", fn_ast, globals_, arg_types, symbol, ret[0], linkage="external", fastmath=fastmath
+    ).build()
+
   text = _module(symbol, build)
-  return text, next((t for t, l in LL.items() if l == ret[0]), None)
+  return text, next((t for t, ll in LL.items() if ll == ret[0]), None)
 
 
 def _module(symbol: str, build) -> str:
@@ -1250,11 +1411,13 @@ def target_machine():
   runs one LLVM call at a time in a process: kernels compile in parallel in processes,
   see codegen.kernel_workers.)"""
   import llvmlite.binding as llvm
+
   llvm.initialize_native_target()
   llvm.initialize_native_asmprinter()
   name, features = target.cpu()
   return llvm.Target.from_default_triple().create_target_machine(
-      cpu=name, features=features, opt=3, reloc="default", codemodel="jitdefault", jit=True)
+    cpu=name, features=features, opt=3, reloc="default", codemodel="jitdefault", jit=True
+  )
 
 
 def cross_machine(triple: str, cpu: str, features: str = ""):
@@ -1262,16 +1425,17 @@ def cross_machine(triple: str, cpu: str, features: str = ""):
   "aarch64-unknown-linux-gnu"), to read what kernels become there (`optimized(..., tm)`,
   `emit_assembly`): nothing compiled for it runs here."""
   import llvmlite.binding as llvm
+
   llvm.initialize_all_targets()
   llvm.initialize_all_asmprinters()
-  return llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features,
-                                                               opt=3)
+  return llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=3)
 
 
 def optimized(ir_text: str, tm=None):
   """A module of IR parsed, verified and optimized for this machine (or target machine
   `tm`; llvmlite's module)."""
   import llvmlite.binding as llvm
+
   tm = tm or target_machine()
   mod = llvm.parse_assembly(ir_text)
   mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
@@ -1319,6 +1483,7 @@ def link_blas() -> None:
   numba's helper (from numba's C extension `_helperlib`, loaded by itself when numba is
   not imported), which imports scipy's BLAS on its first call (~0.12 s here)."""
   from llvmlite import binding
+
   with _blas_lock:
     if binding.address_of_symbol(GEMM_SYMBOL):
       return
@@ -1342,8 +1507,11 @@ def _gemm_wrapper(targets: dict[str, int]) -> ir.Module:
   64-bit), and the lengths of its two one-character arguments last."""
   char, i64 = I8, I64
   module = ir.Module(name="primc_blas")
-  fn = ir.Function(module, ir.FunctionType(
-      I32, [char] * 3 + [i64] * 3 + [I8P, I8P, i64, I8P, i64, I8P, I8P, i64]), GEMM_SYMBOL)
+  fn = ir.Function(
+    module,
+    ir.FunctionType(I32, [char] * 3 + [i64] * 3 + [I8P, I8P, i64, I8P, i64, I8P, I8P, i64]),
+    GEMM_SYMBOL,
+  )
   kind, ta, tb, m, n, k, alpha, a, lda, b_, ldb, beta, c, ldc = fn.args
   b = ir.IRBuilder(fn.append_basic_block("entry"))
   by_address = []
@@ -1353,15 +1521,34 @@ def _gemm_wrapper(targets: dict[str, int]) -> ir.Module:
     by_address.append(slot)
   pta, ptb, pm, pn, pk, plda, pldb, pldc = by_address
   i64p = i64.as_pointer()
-  fortran = ir.FunctionType(ir.VoidType(), [I8P, I8P, i64p, i64p, i64p, I8P, I8P, i64p, I8P,
-                                            i64p, I8P, I8P, i64p, i64, i64])
+  fortran = ir.FunctionType(
+    ir.VoidType(), [I8P, I8P, i64p, i64p, i64p, I8P, I8P, i64p, I8P, i64p, I8P, I8P, i64p, i64, i64]
+  )
   blocks = {which: fn.append_basic_block(which) for which in targets}
   b.cbranch(b.icmp_unsigned("==", kind, ir.Constant(char, ord("s"))), blocks["s"], blocks["d"])
   for which, block in blocks.items():
     b.position_at_end(block)
     callee = b.inttoptr(ir.Constant(i64, targets[which]), fortran.as_pointer())
-    b.call(callee, [pta, ptb, pm, pn, pk, alpha, a, plda, b_, pldb, beta, c, pldc,
-                    ir.Constant(i64, 1), ir.Constant(i64, 1)])
+    b.call(
+      callee,
+      [
+        pta,
+        ptb,
+        pm,
+        pn,
+        pk,
+        alpha,
+        a,
+        plda,
+        b_,
+        pldb,
+        beta,
+        c,
+        pldc,
+        ir.Constant(i64, 1),
+        ir.Constant(i64, 1),
+      ],
+    )
     b.ret(ir.Constant(I32, 0))
   return module
 
@@ -1369,6 +1556,7 @@ def _gemm_wrapper(targets: dict[str, int]) -> ir.Module:
 def load(obj: bytes, symbol: str) -> int:
   """Loads an object file into this process's engine; the address of `symbol`."""
   import llvmlite.binding as llvm
+
   global _engine
   with _lock:
     if _engine is None:

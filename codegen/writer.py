@@ -1,4 +1,5 @@
 """Generated source is built as lines at an indentation depth, never patched as text."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """Seed 002 (Paddle dynamic graph), eager tensors with a tape on primc."""
+
 import numpy as np
 
 import primc
@@ -18,7 +19,7 @@ def stop_gradient_defaults():
 def backward_example():
   x = to_tensor([1.0, 2.0, 3.0], stop_gradient=False)
   y = to_tensor([4.0, 5.0, 6.0], stop_gradient=False)
-  z = x ** 2 + 4 * y
+  z = x**2 + 4 * y
   z.backward()
   print("Tensor x's grad is: {}".format(x.grad.numpy()))
   print("Tensor y's grad is: {}".format(y.grad.numpy()))
@@ -88,6 +89,7 @@ def higher_order():
 def training_loop(steps=20):
   """An eager training loop: the backward program is compiled once and cached."""
   from primc import nn, optimizer
+
   rng = np.random.default_rng(0)
   layer = nn.Linear(3, 1)
   opt = optimizer.SGD(0.1, parameters=layer.parameters())

@@ -1,4 +1,5 @@
 """Seed 003 (MindSpore functional autodiff) on primc.functional."""
+
 import numpy as np
 
 import primc.numpy as pnp
@@ -8,7 +9,7 @@ from primc import nn
 
 def setup(seed=0):
   rng = np.random.default_rng(seed)
-  x = pnp.ones(5, "float32")   # input tensor
+  x = pnp.ones(5, "float32")  # input tensor
   y = pnp.zeros(3, "float32")  # expected output
   w = nn.Parameter(rng.standard_normal((5, 3)).astype(np.float32), name="w")
   b = nn.Parameter(rng.standard_normal((3,)).astype(np.float32), name="b")
@@ -64,9 +65,16 @@ def main():
   grad_fn = F.value_and_grad(forward_fn, None, weights=model.trainable_params())
   loss_value, weight_grads = grad_fn(x, y)
   print("network loss", loss_value.numpy(), "grads", [g.numpy() for g in weight_grads])
-  return {"loss": loss.numpy(), "grads": grads, "grads_logits": grads_logits,
-          "grads_stop": grads_stop, "grads_aux": grads_aux, "z": z,
-          "network": (loss_value, weight_grads), "params": (w, b)}
+  return {
+    "loss": loss.numpy(),
+    "grads": grads,
+    "grads_logits": grads_logits,
+    "grads_stop": grads_stop,
+    "grads_aux": grads_aux,
+    "z": z,
+    "network": (loss_value, weight_grads),
+    "params": (w, b),
+  }
 
 
 if __name__ == "__main__":

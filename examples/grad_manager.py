@@ -1,4 +1,5 @@
 """Seed 004 (MegEngine GradManager) on primc.GradManager."""
+
 import numpy as np
 
 import primc.numpy as F
@@ -7,9 +8,9 @@ from primc import GradManager, to_tensor
 
 def second_order(x_np):
   x = to_tensor(x_np)
-  gm = GradManager().attach([x])    # outer: the second derivative
-  gm2 = GradManager().attach([x])   # inner: the first derivative
-  with gm:                          # gm outside gm2, so gm sees gm2's backward
+  gm = GradManager().attach([x])  # outer: the second derivative
+  gm2 = GradManager().attach([x])  # inner: the first derivative
+  with gm:  # gm outside gm2, so gm sees gm2's backward
     with gm2:
       y = F.cos(x)
       gm2.backward(y)
@@ -25,7 +26,7 @@ def second_order_wrong_nesting(x_np):
   gm = GradManager().attach([x])
   gm2 = GradManager().attach([x])
   with gm2:
-    with gm:        # gm inside: it cannot see gm2's backward
+    with gm:  # gm inside: it cannot see gm2's backward
       y = F.cos(x)
       x_grad = gm2.backward(y)
       x.grad = None

@@ -1,4 +1,5 @@
 """The seeds' first programs, written with primc.numpy (used by the demo and the tests)."""
+
 import primc
 import primc.numpy as pnp
 
@@ -36,15 +37,16 @@ def adam_update(param, grad, m, v, step, lr=0.01, beta1=0.9, beta2=0.999, eps=1e
   """One Adam step (Kingma & Ba), as in Paddle's Adam: returns (param, m, v)."""
   m = beta1 * m + (1 - beta1) * grad
   v = beta2 * v + (1 - beta2) * grad * grad
-  m_hat = m / (1 - beta1 ** step)
-  v_hat = v / (1 - beta2 ** step)
+  m_hat = m / (1 - beta1**step)
+  v_hat = v / (1 - beta2**step)
   return param - lr * m_hat / (pnp.sqrt(v_hat) + eps), m, v
 
 
 def mynet_train_step(x, weight, bias, m_w, v_w, m_b, v_b, step):
   """The seed's training step: loss, its gradient wrt (W, b), and an Adam update."""
-  loss, (g_w, g_b) = primc.value_and_grad(
-      lambda w, b: mynet_loss(x, w, b), argnums=(0, 1))(weight, bias)
+  loss, (g_w, g_b) = primc.value_and_grad(lambda w, b: mynet_loss(x, w, b), argnums=(0, 1))(
+    weight, bias
+  )
   weight, m_w, v_w = adam_update(weight, g_w, m_w, v_w, step)
   bias, m_b, v_b = adam_update(bias, g_b, m_b, v_b, step)
   return loss, weight, bias, m_w, v_w, m_b, v_b
@@ -60,7 +62,6 @@ def mlp_loss(params, x):
 
 
 # Declared for ahead-of-time compilation: `primc warmup examples/seed_programs.py`.
-mynet_step_compiled = primc.jit(mynet_train_step, warmup=[
-    ("f32[2,2]",) * 7 + ("f32[]",)])
+mynet_step_compiled = primc.jit(mynet_train_step, warmup=[("f32[2,2]",) * 7 + ("f32[]",)])
 tanh_derivatives_compiled = primc.jit(tanh_derivatives, warmup=[("f32[1]",), ("f32[1000]",)])
 mynet_forward_compiled = primc.jit(mynet_forward, warmup=[("f32[2,2]", "f32[2,2]", "f32[2]")])

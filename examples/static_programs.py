@@ -1,5 +1,6 @@
 """Seed 000/001 (Paddle incubate.autograd), static programs on primc: build a program on
 `data` variables, differentiate it at any order, run it with an Executor."""
+
 import numpy as np
 
 import primc.numpy as pnp
@@ -34,7 +35,7 @@ def recommended_usage(data):
   exe.run(static.default_startup_program())
   losses = []
   for i, xv in enumerate(data):
-    loss_val, = exe.run(feed={"x": xv}, fetch_list=[loss])
+    (loss_val,) = exe.run(feed={"x": xv}, fetch_list=[loss])
     print("iter: ", i + 1, " loss: ", loss_val)
     losses.append(float(loss_val))
   return losses
@@ -73,9 +74,9 @@ def jacobian(xv, yv):
   x = static.data("x", shape=(2, 8), dtype="float32")
   y = static.data("y", shape=(2, 8), dtype="float32")
   J = autograd.Jacobian(pnp.multiply, (x, y), is_batched=True)  # nothing computed yet
-  row = J[:, 0, :]     # the first row, cached
-  col = J[:, 0:3, :]   # the first three rows: row 0 comes from the cache
-  all_ = J[:]          # everything: rows 0-2 come from the cache
+  row = J[:, 0, :]  # the first row, cached
+  col = J[:, 0:3, :]  # the first three rows: row 0 comes from the cache
+  all_ = J[:]  # everything: rows 0-2 come from the cache
   feed = {"x": xv, "y": yv}
   row, col, all_ = static.Executor().run(feed=feed, fetch_list=[row, col, all_])
   print("Jacobian shapes", row.shape, col.shape, all_.shape, "rows computed:", J.evaluations)
@@ -130,8 +131,9 @@ def main():
   print("== seed 000: forward_grad")
   forward_mode(rng.random(1).astype(np.float32))
   print("== seed 000: lazy Jacobian")
-  jacobian(rng.standard_normal((2, 8)).astype(np.float32),
-           rng.standard_normal((2, 8)).astype(np.float32))
+  jacobian(
+    rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 8)).astype(np.float32)
+  )
   print("== seed 000 appendix: variable shapes (None dimension)")
   variable_shapes([rng.random((n, 2)).astype(np.float32) for n in (3, 4, 5)])
   static.disable_static()

@@ -5,9 +5,16 @@
 
 Passes depend only on `primc`'s IR and rule tables; they never mutate their input.
 """
+
 from primc.passes.cse import cse
 from primc.passes.dce import dce
-from primc.passes.fusion import (FusedProgram, fuse, fusion_blocker, fusion_blockers, region_p,
-                                 unprofitable)
+from primc.passes.fusion import (
+  FusedProgram,
+  fuse,
+  fusion_blocker,
+  fusion_blockers,
+  region_p,
+  unprofitable,
+)
 from primc.passes.pipeline import PIPELINE, equation_counts, optimize, print_after_names
 from primc.passes.simplify import simplify

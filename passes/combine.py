@@ -20,6 +20,7 @@ which results are NaN and which are ±inf; values may differ by rounding.
     (`2x - x` is NaN for x = inf, `x` is not).
 `fast=True` distributes and drops cancelled terms regardless (exact only for finite values).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,23 +47,31 @@ def _mul_bounds(*bs):
 # are unbounded; a sized literal is too): a program is rewritten alike at every size, so
 # a new batch size gives the structure, and the kernels, of the last one.
 bound_rules = {
-    P.tanh_p: lambda e, b: 1.0, P.sin_p: lambda e, b: 1.0, P.cos_p: lambda e, b: 1.0,
-    P.sign_p: lambda e, b: 1.0,
-    P.sqrt_p: lambda e, b: None if b is None else math.sqrt(b),
-    P.exp_p: lambda e, b: None if b is None or b > 80 else math.exp(b),
-    P.neg_p: lambda e, b: b, P.abs_p: lambda e, b: b, P.stop_gradient_p: lambda e, b: b,
-    P.convert_p: lambda e, b: b, P.reduce_max_p: lambda e, b: b,
-    P.broadcast_in_dim_p: lambda e, b: b, P.reshape_p: lambda e, b: b,
-    P.transpose_p: lambda e, b: b, P.slice_p: lambda e, b: b, P.pad_p: lambda e, b: b,
-    P.rev_p: lambda e, b: b,
-    P.gather_p: lambda e, b, i: b,
-    P.concatenate_p: lambda e, *bs: None if None in bs else max(bs),
-    P.max_p: lambda e, a, b: None if None in (a, b) else max(a, b),
-    P.min_p: lambda e, a, b: None if None in (a, b) else max(a, b),
-    P.select_p: lambda e, p, a, b: None if None in (a, b) else max(a, b),
-    P.add_p: lambda e, a, b: None if None in (a, b) else a + b,
-    P.sub_p: lambda e, a, b: None if None in (a, b) else a + b,
-    P.mul_p: lambda e, a, b: _mul_bounds(a, b),
+  P.tanh_p: lambda e, b: 1.0,
+  P.sin_p: lambda e, b: 1.0,
+  P.cos_p: lambda e, b: 1.0,
+  P.sign_p: lambda e, b: 1.0,
+  P.sqrt_p: lambda e, b: None if b is None else math.sqrt(b),
+  P.exp_p: lambda e, b: None if b is None or b > 80 else math.exp(b),
+  P.neg_p: lambda e, b: b,
+  P.abs_p: lambda e, b: b,
+  P.stop_gradient_p: lambda e, b: b,
+  P.convert_p: lambda e, b: b,
+  P.reduce_max_p: lambda e, b: b,
+  P.broadcast_in_dim_p: lambda e, b: b,
+  P.reshape_p: lambda e, b: b,
+  P.transpose_p: lambda e, b: b,
+  P.slice_p: lambda e, b: b,
+  P.pad_p: lambda e, b: b,
+  P.rev_p: lambda e, b: b,
+  P.gather_p: lambda e, b, i: b,
+  P.concatenate_p: lambda e, *bs: None if None in bs else max(bs),
+  P.max_p: lambda e, a, b: None if None in (a, b) else max(a, b),
+  P.min_p: lambda e, a, b: None if None in (a, b) else max(a, b),
+  P.select_p: lambda e, p, a, b: None if None in (a, b) else max(a, b),
+  P.add_p: lambda e, a, b: None if None in (a, b) else a + b,
+  P.sub_p: lambda e, a, b: None if None in (a, b) else a + b,
+  P.mul_p: lambda e, a, b: _mul_bounds(a, b),
 }
 
 
@@ -181,8 +190,9 @@ class _Combiner:
 
   def emit_form(self, form, aval):
     terms = []
-    for m, (c, mixed) in sorted(form.items(), key=lambda t: (len(t[0]),
-                                                              [self.key(v) for v in t[0]])):
+    for m, (c, mixed) in sorted(
+      form.items(), key=lambda t: (len(t[0]), [self.key(v) for v in t[0]])
+    ):
       if c != 0 or (m and not self.fast):
         terms.append((m, c))  # a cancelled term stays as 0 * m: NaN where m is NaN/inf
       if mixed and m and c != 0 and not self.fast:

@@ -1,4 +1,5 @@
 """cse: merges equations that compute the same thing (commutative operands canonicalized)."""
+
 from __future__ import annotations
 
 from primc import prims as P

@@ -1,5 +1,6 @@
 """dce: removes equations whose outputs are never used, and unused outputs of multi-output
 equations that can drop them (`dce_rules`)."""
+
 from __future__ import annotations
 
 from typing import Callable

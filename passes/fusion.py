@@ -27,14 +27,24 @@ constants (splats, `full`, `iota`), which are recomputed in each region that rea
 Every region boundary keeps the reasons of every region it could not join
 (`FusedProgram.reasons`; logged at DEBUG on `primc.fusion`; `primc show --stage fusion`).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import logging
 
 from primc import prims as P
-from primc.core import (Eqn, Lit, Primitive, Program, Var, abstract_rules, impl_rules,
-                        make_params, without_gc)
+from primc.core import (
+  Eqn,
+  Lit,
+  Primitive,
+  Program,
+  Var,
+  abstract_rules,
+  impl_rules,
+  make_params,
+  without_gc,
+)
 from primc.interpreter import interpret
 from primc.passes.dce import dce, dce_rules
 
@@ -52,9 +62,13 @@ def _prune_region(eqn: Eqn, used: list[bool]) -> Eqn:
   live = {a for e in sub.eqns for a in e.inputs} | set(outs)
   keep = [i for i, v in enumerate(sub.inputs) if v in live]
   sub = Program(tuple(sub.inputs[i] for i in keep), sub.eqns, sub.outputs)
-  return Eqn(region_p, tuple(eqn.inputs[i] for i in keep),
-             make_params({"program": sub, "kind": eqn.kw["kind"]}),
-             tuple(v for v, u in zip(eqn.outputs, used) if u), eqn.source)
+  return Eqn(
+    region_p,
+    tuple(eqn.inputs[i] for i in keep),
+    make_params({"program": sub, "kind": eqn.kw["kind"]}),
+    tuple(v for v, u in zip(eqn.outputs, used) if u),
+    eqn.source,
+  )
 
 
 dce_rules[region_p] = _prune_region
@@ -63,10 +77,12 @@ GENERATORS = P.with_trait("generator")
 INDEX_MAPS = P.with_trait("index_map")
 REDUCTIONS = P.with_trait("reduction")
 # primitives with a region (and a kernel emitter) of their own
-OPAQUE = {**{p: "dot" for p in P.with_trait("contraction")},
-          **{p: "gather" for p in P.with_trait("indexing")},
-          **{p: "sort" for p in P.with_trait("sorting")},
-          **{p: "linalg" for p in P.with_trait("linalg")}}
+OPAQUE = {
+  **{p: "dot" for p in P.with_trait("contraction")},
+  **{p: "gather" for p in P.with_trait("indexing")},
+  **{p: "sort" for p in P.with_trait("sorting")},
+  **{p: "linalg" for p in P.with_trait("linalg")},
+}
 MAX_REGION_EQNS = 400  # profitability: very large kernels compile slowly
 
 
@@ -96,8 +112,9 @@ def fusion_blockers(region: _Region, eqn: Eqn) -> list[str]:
     return [f"a {region.eqns[0].prim.name} region holds nothing else"]
   reasons = []
   if domain(eqn) != region.domain:
-    reasons.append(f"{name} iterates over {list(domain(eqn))}, the region over "
-                   f"{list(region.domain)}")
+    reasons.append(
+      f"{name} iterates over {list(domain(eqn))}, the region over {list(region.domain)}"
+    )
   inside = [a for a in eqn.inputs if isinstance(a, Var) and a in region.defined]
   if region.kind == "dot":
     if "elementwise" not in eqn.prim.traits and eqn.prim not in REDUCTIONS:
@@ -107,8 +124,7 @@ def fusion_blockers(region: _Region, eqn: Eqn) -> list[str]:
   if any(a in region.reduced for a in inside):
     reasons.append(f"{name} reads a reduction computed in the region: reductions end a region")
   if inside and eqn.prim in INDEX_MAPS:
-    reasons.append(f"{name} of a value computed in the region would recompute it at other "
-                   f"indices")
+    reasons.append(f"{name} of a value computed in the region would recompute it at other indices")
   return reasons
 
 
@@ -121,8 +137,9 @@ def fusion_blocker(region: _Region, eqn: Eqn) -> str | None:
 def unprofitable(region: _Region, eqn: Eqn) -> list[str]:
   """Profitability (for legal fusions): why joining would not pay."""
   if len(region.eqns) >= MAX_REGION_EQNS:
-    return [f"region is at its size limit ({MAX_REGION_EQNS} equations: larger kernels "
-            f"compile slowly)"]
+    return [
+      f"region is at its size limit ({MAX_REGION_EQNS} equations: larger kernels compile slowly)"
+    ]
   return []
 
 
@@ -151,18 +168,25 @@ def lazy_eqns(program: Program) -> set[Eqn]:
   lazy: set[Eqn] = set()
   for e in reversed(program.eqns):
     uses = [u for v in e.outputs for u in users.get(v, ())]
-    if (uses and not outs.intersection(e.outputs) and e.prim not in REDUCTIONS
-        and e.prim not in OPAQUE and e.prim is not P.dot_general_p
-        and all(u in lazy or (u.prim in INDEX_MAPS and u.prim is not P.reshape_p)
-                for u in uses)):
+    if (
+      uses
+      and not outs.intersection(e.outputs)
+      and e.prim not in REDUCTIONS
+      and e.prim not in OPAQUE
+      and e.prim is not P.dot_general_p
+      and all(u in lazy or (u.prim in INDEX_MAPS and u.prim is not P.reshape_p) for u in uses)
+    ):
       lazy.add(e)
   return lazy
 
 
 def _work(eqn: Eqn) -> int:
   """Rough cost of one element of `eqn`: index arithmetic and constants are free."""
-  if eqn.prim in CHEAP or _is_constant(eqn) or (
-      eqn.prim in INDEX_ARITHMETIC and not eqn.outputs[0].aval.is_float):
+  if (
+    eqn.prim in CHEAP
+    or _is_constant(eqn)
+    or (eqn.prim in INDEX_ARITHMETIC and not eqn.outputs[0].aval.is_float)
+  ):
     return 0
   return 1 if eqn.prim.linear is not None else 4
 
@@ -172,8 +196,9 @@ def _recomputed_work(eqns: list[Eqn]) -> tuple[int, int] | None:
   each is computed once per distinct chain of index maps that reads it. None when an
   index map would read a lazy value it cannot (a reshape)."""
   read = {a for e in eqns for a in e.inputs}  # values no equation reads: the outputs
-  lazy = lazy_eqns(Program((), tuple(eqns), tuple(v for e in eqns for v in e.outputs
-                                                  if v not in read)))
+  lazy = lazy_eqns(
+    Program((), tuple(eqns), tuple(v for e in eqns for v in e.outputs if v not in read))
+  )
   producer = {v: e for e in lazy for v in e.outputs}
   seen: set = set()
 
@@ -210,23 +235,34 @@ def _recompute_in_consumers(regions: list[_Region], reasons: list[str], outputs)
   why = {id(r): text for r, text in zip(regions, reasons)}
   readers_of = _readers(regions)  # var -> the regions that read it (kept as they merge)
   for r in regions:
-    if (r.kind != "loop" or r.reduced or set(outputs) & r.defined
-        or any(e.prim in OPAQUE or e.prim is P.dot_general_p for e in r.eqns)
-        or all(e.prim is P.reshape_p for e in r.eqns)):  # a view: costs nothing
+    if (
+      r.kind != "loop"
+      or r.reduced
+      or set(outputs) & r.defined
+      or any(e.prim in OPAQUE or e.prim is P.dot_general_p for e in r.eqns)
+      or all(e.prim is P.reshape_p for e in r.eqns)
+    ):  # a view: costs nothing
       continue
     readers = {id(c): c for v in r.defined for c in readers_of.get(v, ()) if c is not r}
     readers = list(readers.values())
     if len(readers) != 1 or readers[0].kind != "loop":
       continue
     c = readers[0]
-    if not all(e.prim in INDEX_MAPS and e.prim is not P.reshape_p for e in c.eqns
-               if any(a in r.defined for a in e.inputs)):
+    if not all(
+      e.prim in INDEX_MAPS and e.prim is not P.reshape_p
+      for e in c.eqns
+      if any(a in r.defined for a in e.inputs)
+    ):
       continue
     before = _recomputed_work(c.eqns)
     after = _recomputed_work(r.eqns + c.eqns)
     own = sum(_work(e) for e in r.eqns) * _size(r.domain)
-    if (before is None or after is None or after[1] > MAX_RECOMPUTED
-        or (after[0] - before[0]) * _size(c.domain) > RECOMPUTE_FACTOR * own):
+    if (
+      before is None
+      or after is None
+      or after[1] > MAX_RECOMPUTED
+      or (after[0] - before[0]) * _size(c.domain) > RECOMPUTE_FACTOR * own
+    ):
       continue
     c.eqns[:0] = r.eqns
     c.defined |= r.defined
@@ -235,8 +271,9 @@ def _recompute_in_consumers(regions: list[_Region], reasons: list[str], outputs)
         if isinstance(a, Var):
           readers_of[a] = [x for x in readers_of[a] if x is not r and x is not c] + [c]
     alive.remove(r)
-    why[id(c)] += (f" | recomputes {why.pop(id(r)).split(':')[0]}, which it reads only "
-                   f"through index maps")
+    why[id(c)] += (
+      f" | recomputes {why.pop(id(r)).split(':')[0]}, which it reads only through index maps"
+    )
   for k, r in enumerate(alive):
     r.index = k
   return alive, [why[id(r)] for r in alive]
@@ -257,12 +294,14 @@ def _readers(regions: list[_Region]) -> dict:
 
 def _is_constant(eqn: Eqn) -> bool:
   return eqn.prim in GENERATORS or (
-      eqn.prim is P.broadcast_in_dim_p and isinstance(eqn.inputs[0], Lit))
+    eqn.prim is P.broadcast_in_dim_p and isinstance(eqn.inputs[0], Lit)
+  )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FusedProgram(Program):
   """A program whose equations are `region` equations; prints its regions as programs."""
+
   reasons: tuple[str, ...] = ()
 
   @property
@@ -296,8 +335,10 @@ def _place(program: Program) -> tuple[list[_Region], list[str]]:
     if chosen is None:
       chosen = _Region(len(regions), OPAQUE.get(eqn.prim, "loop"), domain(eqn), [], set(), set())
       regions.append(chosen)
-      reasons.append(f"region {chosen.index} ({eqn.prim.name} over {list(chosen.domain)}): "
-                     + (" | ".join(why) if why else "the first region"))
+      reasons.append(
+        f"region {chosen.index} ({eqn.prim.name} over {list(chosen.domain)}): "
+        + (" | ".join(why) if why else "the first region")
+      )
       log.debug(reasons[-1])
     chosen.eqns.append(eqn)
     chosen.defined.update(eqn.outputs)
@@ -331,8 +372,12 @@ def fuse(program: Program) -> FusedProgram:
         if not isinstance(a, Var) or a in r.defined or a in copied or a in imported:
           continue
         producer = defs.get(a)
-        if (producer is not None and _is_constant(producer) and e.prim not in INDEX_MAPS
-            and e.prim not in OPAQUE):  # dot/gather kernels read operands from memory
+        if (
+          producer is not None
+          and _is_constant(producer)
+          and e.prim not in INDEX_MAPS
+          and e.prim not in OPAQUE
+        ):  # dot/gather kernels read operands from memory
           body.append(producer)  # recompute constants instead of reading them from memory
           copied.add(a)
         else:
@@ -340,7 +385,6 @@ def fuse(program: Program) -> FusedProgram:
       body.append(e)
     outs = tuple(v for e in r.eqns for v in e.outputs if v in used_later)
     sub = dce(Program(tuple(imported), tuple(body), outs))
-    eqns.append(Eqn(region_p, tuple(imported), make_params({"program": sub, "kind": r.kind}),
-                    outs))
+    eqns.append(Eqn(region_p, tuple(imported), make_params({"program": sub, "kind": r.kind}), outs))
   fused = dce(Program(program.inputs, tuple(eqns), program.outputs))
   return FusedProgram(fused.inputs, fused.eqns, fused.outputs, tuple(reasons))

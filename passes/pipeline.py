@@ -8,6 +8,7 @@ or makes an ill-typed program, is named in the error (`PassError`).
 prints the IR after the named passes (to stderr); `after:fuse` and `after:codegen` print
 the regions and the generated source.
 """
+
 from __future__ import annotations
 
 import collections
@@ -17,8 +18,15 @@ import sys
 import threading
 from typing import Callable
 
-from primc.core import (PrimcError, Program, TypeCheckError, alpha_equal, shape_free_key,
-                        typecheck, without_gc)
+from primc.core import (
+  PrimcError,
+  Program,
+  TypeCheckError,
+  alpha_equal,
+  shape_free_key,
+  typecheck,
+  without_gc,
+)
 from primc.passes.combine import combine
 from primc.passes.cse import cse
 from primc.passes.dce import dce
@@ -38,13 +46,13 @@ class Pass:
 
 
 PIPELINE = [
-    Pass("simplify", simplify, "constant folding and algebraic identities (IEEE-safe)", True),
-    # CSE before combine too: operands it merges (x + y with y equal to x) are terms
-    # combine then joins (2 x) in this round, not the next (W3: three rounds -> two)
-    Pass("merge", cse, "CSE before combine: equal operands merged into one"),
-    Pass("combine", combine, "sums and products of terms in canonical form", True),
-    Pass("cse", cse, "merge equal equations, commutative operands canonicalized"),
-    Pass("dce", dce, "drop equations and region outputs nothing uses"),
+  Pass("simplify", simplify, "constant folding and algebraic identities (IEEE-safe)", True),
+  # CSE before combine too: operands it merges (x + y with y equal to x) are terms
+  # combine then joins (2 x) in this round, not the next (W3: three rounds -> two)
+  Pass("merge", cse, "CSE before combine: equal operands merged into one"),
+  Pass("combine", combine, "sums and products of terms in canonical form", True),
+  Pass("cse", cse, "merge equal equations, commutative operands canonicalized"),
+  Pass("dce", dce, "drop equations and region outputs nothing uses"),
 ]
 MAX_ROUNDS = 10
 
@@ -61,8 +69,10 @@ def print_after_names(print_after=None) -> set[str]:
   """The stages whose output to print: `print_after` (names, or a comma-separated
   string), else PRIMC_DUMP (`after:cse,after:fuse`) and PRIMC_PRINT_AFTER (`cse,fuse`)."""
   if print_after is None:
-    print_after = ",".join(n.strip().removeprefix("after:") for n in (
-        os.environ.get("PRIMC_DUMP", ""), os.environ.get("PRIMC_PRINT_AFTER", "")))
+    print_after = ",".join(
+      n.strip().removeprefix("after:")
+      for n in (os.environ.get("PRIMC_DUMP", ""), os.environ.get("PRIMC_PRINT_AFTER", ""))
+    )
   if isinstance(print_after, str):
     print_after = [n.strip() for n in print_after.split(",")]
   return {n for n in print_after if n}
@@ -79,8 +89,9 @@ def run_pass(p: Pass, program: Program, *, check: bool, show: set[str], fast: bo
   try:
     out = p(program, fast)
   except Exception as e:
-    raise PassError(f"pass {p.name} failed on a program of {len(program.eqns)} equations: "
-                    f"{type(e).__name__}: {e}") from e
+    raise PassError(
+      f"pass {p.name} failed on a program of {len(program.eqns)} equations: {type(e).__name__}: {e}"
+    ) from e
   if check:
     try:
       typecheck(out)
@@ -92,8 +103,14 @@ def run_pass(p: Pass, program: Program, *, check: bool, show: set[str], fast: bo
 
 
 @without_gc
-def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
-             print_after=None, rounds: int = MAX_ROUNDS) -> Program:
+def optimize(
+  program: Program,
+  *,
+  fast: bool = False,
+  check: bool | None = None,
+  print_after=None,
+  rounds: int = MAX_ROUNDS,
+) -> Program:
   """Runs the pipeline (simplify, CSE, combine, CSE, DCE) until no pass changes the program
   (or for `rounds` rounds).
 
@@ -117,7 +134,7 @@ def optimize(program: Program, *, fast: bool = False, check: bool | None = None,
     for p in PIPELINE:
       program = run_pass(p, program, check=check, show=show, fast=fast)
     if not changed(start, program):  # a round that rewrote nothing (passes may undo
-      if k:                          # each other's spelling within a round: combine, cse)
+      if k:  # each other's spelling within a round: combine, cse)
         _known_fixpoint(shape_free_key(program), fast)
       break
     if rounds > 1 and _known_fixpoint(shape_free_key(program), fast, add=False):

@@ -4,6 +4,7 @@ A pass walks the input program once, re-emitting equations into a `Rewriter`; an
 can be replaced by an existing atom (`replace`) or by new equations (`emit`). Inputs are
 substituted as it goes, so rewrites see already-simplified operands.
 """
+
 from __future__ import annotations
 
 import collections
@@ -11,7 +12,7 @@ import functools
 
 import numpy as np
 
-from primc.core import (Atom, Eqn, Lit, Primitive, Program, Var, abstract_rules, make_params)
+from primc.core import Atom, Eqn, Lit, Primitive, Program, Var, abstract_rules, make_params
 
 
 class Rewriter:
@@ -51,8 +52,9 @@ class Rewriter:
   def uses(self) -> collections.Counter:
     """How often the input program reads each of its variables (an output counts once)."""
     return collections.Counter(
-        [a for e in self.program.eqns for a in e.inputs if type(a) is Var]
-        + [a for a in self.program.outputs if type(a) is Var])
+      [a for e in self.program.eqns for a in e.inputs if type(a) is Var]
+      + [a for a in self.program.outputs if type(a) is Var]
+    )
 
   def replace(self, v: Var, a: Atom) -> None:
     self.subst[v] = a
@@ -84,8 +86,9 @@ class Rewriter:
     return eqn if eqn is not None and eqn.prim.name == prim_name else None
 
   def finish(self) -> Program:
-    return Program(self.program.inputs, tuple(self.eqns),
-                   tuple(self.read(a) for a in self.program.outputs))
+    return Program(
+      self.program.inputs, tuple(self.eqns), tuple(self.read(a) for a in self.program.outputs)
+    )
 
 
 _SPLAT_PRESERVING = frozenset({"broadcast_in_dim", "reshape", "transpose", "convert"})

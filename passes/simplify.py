@@ -8,6 +8,7 @@ NaN/inf policy: by default no rewrite changes a NaN or inf result (IEEE-safe); t
 a zero result may change (`x + 0 -> x` maps -0 + 0 = +0 to -0). `fast=True` also allows
 rewrites that are wrong only for NaN/inf operands: `x * 0 -> 0`, `x - x -> 0`.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,11 @@ def splat(r: Rewriter, value, aval, sized: bool = False):
 
 def splat_like(r: Rewriter, lit: Lit, shape):
   """The scalar literal `lit` spread over `shape`."""
-  return lit if shape == () else r.emit(P.broadcast_in_dim_p, [lit], shape=shape,
-                                        broadcast_dimensions=())
+  return (
+    lit
+    if shape == ()
+    else r.emit(P.broadcast_in_dim_p, [lit], shape=shape, broadcast_dimensions=())
+  )
 
 
 def compose_broadcast(r, x, *, shape, broadcast_dimensions):
@@ -72,8 +76,9 @@ def broadcast_of_iota(r, x, *, shape, broadcast_dimensions):
   d = inner.kw["dimension"]
   if inner.kw["shape"][d] != shape[broadcast_dimensions[d]]:
     return None
-  return r.emit(P.iota_p, [], shape=shape, dimension=broadcast_dimensions[d],
-                dtype=inner.kw["dtype"])
+  return r.emit(
+    P.iota_p, [], shape=shape, dimension=broadcast_dimensions[d], dtype=inner.kw["dtype"]
+  )
 
 
 def reshape_of_constant(r, x, *, new_sizes):
@@ -85,8 +90,9 @@ def reshape_of_constant(r, x, *, new_sizes):
   moves = None if inner is None else unit_moves(inner.kw["shape"], new_sizes)
   if moves is None or moves[inner.kw["dimension"]] is None:
     return None
-  return r.emit(P.iota_p, [], shape=new_sizes, dimension=moves[inner.kw["dimension"]],
-                dtype=inner.kw["dtype"])
+  return r.emit(
+    P.iota_p, [], shape=new_sizes, dimension=moves[inner.kw["dimension"]], dtype=inner.kw["dtype"]
+  )
 
 
 def reshape_of_elementwise(r, x, *, new_sizes):
@@ -97,8 +103,12 @@ def reshape_of_elementwise(r, x, *, new_sizes):
   reshape of a computed value ending a fused region."""
   x = r.read(x)
   eqn = r.defs.get(x) if type(x) is Var else None
-  if eqn is None or eqn.prim not in ELEMENTWISE or eqn.prim.multiple_results or (
-      r.uses[x] != 1 or not eqn.inputs):
+  if (
+    eqn is None
+    or eqn.prim not in ELEMENTWISE
+    or eqn.prim.multiple_results
+    or (r.uses[x] != 1 or not eqn.inputs)
+  ):
     return None
   shape = x.aval.shape
   operands = [r.read(a) for a in eqn.inputs]
@@ -151,8 +161,11 @@ def sum_of_broadcast(r, x, *, axes):
   kept = [d for d in range(len(shape)) if d not in axes]
   dims = tuple(kept.index(d) for d in inner.kw["broadcast_dimensions"])
   out_shape = tuple(shape[d] for d in kept)
-  y = operand if r.read(operand).aval.shape == out_shape and dims == tuple(range(len(dims))) \
-      else r.emit(P.broadcast_in_dim_p, [operand], shape=out_shape, broadcast_dimensions=dims)
+  y = (
+    operand
+    if r.read(operand).aval.shape == out_shape and dims == tuple(range(len(dims)))
+    else r.emit(P.broadcast_in_dim_p, [operand], shape=out_shape, broadcast_dimensions=dims)
+  )
   count = math.prod([shape[a] for a in axes])
   return r.emit(P.mul_p, [y, splat(r, count, r.read(y).aval, sized=True)])
 
@@ -241,16 +254,18 @@ def fold_literals(r, eqn):
   if not all(isinstance(r.read(a), Lit) for a in eqn.inputs):
     return None
   out = eqn.outputs[0].aval
-  if out.size > FOLD_LIMIT or max(out.shape, default=0) >= SMALL_INT or (
-      eqn.prim.multiple_results):  # (a size decides nothing: see core.SMALL_INT)
+  if (
+    out.size > FOLD_LIMIT or max(out.shape, default=0) >= SMALL_INT or (eqn.prim.multiple_results)
+  ):  # (a size decides nothing: see core.SMALL_INT)
     return None
   if eqn.outputs[0].aval.size > 1 and all(r.read(a).aval.ndim == 0 for a in eqn.inputs):
     return None  # scalars spread over a shape stay a splat: else small sizes fold, large
-                 # ones do not, and a new size changes the program
+    # ones do not, and a new size changes the program
   with np.errstate(all="ignore"):
     value = impl_rules[eqn.prim](*(r.read(a).value for a in eqn.inputs), **eqn.kw)
-  return Lit.of(np.asarray(value, eqn.outputs[0].aval.dtype),
-                sized=any(r.read(a).sized for a in eqn.inputs))
+  return Lit.of(
+    np.asarray(value, eqn.outputs[0].aval.dtype), sized=any(r.read(a).sized for a in eqn.inputs)
+  )
 
 
 def _neg_of(r, a):
@@ -258,57 +273,82 @@ def _neg_of(r, a):
   return None if e is None else e.inputs[0]
 
 
-_RESHAPES = (lambda r, x, *, new_sizes: x if r.read(x).aval.shape == new_sizes else None,
-             compose_reshape, reshape_of_constant, reshape_of_elementwise)
+_RESHAPES = (
+  lambda r, x, *, new_sizes: x if r.read(x).aval.shape == new_sizes else None,
+  compose_reshape,
+  reshape_of_constant,
+  reshape_of_elementwise,
+)
 
 # (primitive, rule): rule(rewriter, *inputs, **params) -> replacement atom or None.
 RULES = [
-    (P.add_p, lambda r, x, y: x if r.is_splat(y, 0) else None),
-    (P.add_p, lambda r, x, y: y if r.is_splat(x, 0) else None),
-    (P.add_p, lambda r, x, y: r.emit(P.sub_p, [x, _neg_of(r, y)]) if _neg_of(r, y) else None),
-    (P.add_p, lambda r, x, y: r.emit(P.sub_p, [y, _neg_of(r, x)]) if _neg_of(r, x) else None),
-    (P.sub_p, lambda r, x, y: x if r.is_splat(y, 0) else None),
-    (P.sub_p, lambda r, x, y: r.emit(P.neg_p, [y]) if r.is_splat(x, 0) else None),
-    (P.sub_p, lambda r, x, y: r.emit(P.add_p, [x, _neg_of(r, y)]) if _neg_of(r, y) else None),
-    (P.mul_p, lambda r, x, y: x if r.is_splat(y, 1) else None),
-    (P.mul_p, lambda r, x, y: y if r.is_splat(x, 1) else None),
-    (P.mul_p, lambda r, x, y: r.emit(P.neg_p, [x]) if r.is_splat(y, -1) else None),
-    (P.mul_p, lambda r, x, y: r.emit(P.neg_p, [y]) if r.is_splat(x, -1) else None),
-    (P.mul_p, lambda r, x, y: r.emit(P.mul_p, [_neg_of(r, x), _neg_of(r, y)])
-     if _neg_of(r, x) and _neg_of(r, y) else None),
-    (P.div_p, lambda r, x, y: x if r.is_splat(y, 1) else None),
-    (P.neg_p, lambda r, x: _neg_of(r, x)),
-    (P.pow_p, int_pow),
-    (P.convert_p, lambda r, x, *, new_dtype: x if r.read(x).aval.dtype == new_dtype else None),
-    (P.select_p, lambda r, p, x, y: x if r.read(x) is r.read(y) else None),
-    (P.select_p, lambda r, p, x, y: {True: x, False: y}.get(_bool(r.splat(p)))),
-    (P.broadcast_in_dim_p, lambda r, x, *, shape, broadcast_dimensions:
-     x if r.read(x).aval.shape == shape else None),
-    (P.broadcast_in_dim_p, compose_broadcast),
-    (P.broadcast_in_dim_p, broadcast_of_iota),
-    *((P.reshape_p, rule) for rule in _RESHAPES),
-    (P.transpose_p, lambda r, x, *, permutation:
-     x if permutation == tuple(range(len(permutation))) else None),
-    (P.transpose_p, compose_transpose),
-    (P.transpose_p, transpose_of_dot),
-    (P.dot_general_p, dot_of_transpose),
-    (P.dot_general_p, dot_of_scalar),
-    (P.rev_p, lambda r, x, *, dimensions:
-     x if all(r.read(x).aval.shape[d] <= 1 for d in dimensions) else None),
-    (P.rev_p, compose_rev),
-    (P.slice_p, lambda r, x, *, start_indices, limit_indices, strides:
-     x if r.read(x).aval.shape == tuple(limit_indices) and not any(start_indices)
-     and set(strides) <= {1} else None),
-    (P.reduce_sum_p, lambda r, x, *, axes: x if not axes else None),
-    (P.reduce_prod_p, lambda r, x, *, axes: x if not axes else None),
-    (P.reduce_sum_p, sum_of_broadcast),
+  (P.add_p, lambda r, x, y: x if r.is_splat(y, 0) else None),
+  (P.add_p, lambda r, x, y: y if r.is_splat(x, 0) else None),
+  (P.add_p, lambda r, x, y: r.emit(P.sub_p, [x, _neg_of(r, y)]) if _neg_of(r, y) else None),
+  (P.add_p, lambda r, x, y: r.emit(P.sub_p, [y, _neg_of(r, x)]) if _neg_of(r, x) else None),
+  (P.sub_p, lambda r, x, y: x if r.is_splat(y, 0) else None),
+  (P.sub_p, lambda r, x, y: r.emit(P.neg_p, [y]) if r.is_splat(x, 0) else None),
+  (P.sub_p, lambda r, x, y: r.emit(P.add_p, [x, _neg_of(r, y)]) if _neg_of(r, y) else None),
+  (P.mul_p, lambda r, x, y: x if r.is_splat(y, 1) else None),
+  (P.mul_p, lambda r, x, y: y if r.is_splat(x, 1) else None),
+  (P.mul_p, lambda r, x, y: r.emit(P.neg_p, [x]) if r.is_splat(y, -1) else None),
+  (P.mul_p, lambda r, x, y: r.emit(P.neg_p, [y]) if r.is_splat(x, -1) else None),
+  (
+    P.mul_p,
+    lambda r, x, y: (
+      r.emit(P.mul_p, [_neg_of(r, x), _neg_of(r, y)]) if _neg_of(r, x) and _neg_of(r, y) else None
+    ),
+  ),
+  (P.div_p, lambda r, x, y: x if r.is_splat(y, 1) else None),
+  (P.neg_p, lambda r, x: _neg_of(r, x)),
+  (P.pow_p, int_pow),
+  (P.convert_p, lambda r, x, *, new_dtype: x if r.read(x).aval.dtype == new_dtype else None),
+  (P.select_p, lambda r, p, x, y: x if r.read(x) is r.read(y) else None),
+  (P.select_p, lambda r, p, x, y: {True: x, False: y}.get(_bool(r.splat(p)))),
+  (
+    P.broadcast_in_dim_p,
+    lambda r, x, *, shape, broadcast_dimensions: x if r.read(x).aval.shape == shape else None,
+  ),
+  (P.broadcast_in_dim_p, compose_broadcast),
+  (P.broadcast_in_dim_p, broadcast_of_iota),
+  *((P.reshape_p, rule) for rule in _RESHAPES),
+  (
+    P.transpose_p,
+    lambda r, x, *, permutation: x if permutation == tuple(range(len(permutation))) else None,
+  ),
+  (P.transpose_p, compose_transpose),
+  (P.transpose_p, transpose_of_dot),
+  (P.dot_general_p, dot_of_transpose),
+  (P.dot_general_p, dot_of_scalar),
+  (
+    P.rev_p,
+    lambda r, x, *, dimensions: (
+      x if all(r.read(x).aval.shape[d] <= 1 for d in dimensions) else None
+    ),
+  ),
+  (P.rev_p, compose_rev),
+  (
+    P.slice_p,
+    lambda r, x, *, start_indices, limit_indices, strides: (
+      x
+      if r.read(x).aval.shape == tuple(limit_indices)
+      and not any(start_indices)
+      and set(strides) <= {1}
+      else None
+    ),
+  ),
+  (P.reduce_sum_p, lambda r, x, *, axes: x if not axes else None),
+  (P.reduce_prod_p, lambda r, x, *, axes: x if not axes else None),
+  (P.reduce_sum_p, sum_of_broadcast),
 ]
 
 # Allowed only with fast=True: wrong when an operand is NaN or inf.
 FAST_RULES = [
-    (P.mul_p, lambda r, x, y: splat(r, 0, r.read(x).aval)
-     if r.is_splat(x, 0) or r.is_splat(y, 0) else None),
-    (P.sub_p, lambda r, x, y: splat(r, 0, r.read(x).aval) if r.read(x) is r.read(y) else None),
+  (
+    P.mul_p,
+    lambda r, x, y: splat(r, 0, r.read(x).aval) if r.is_splat(x, 0) or r.is_splat(y, 0) else None,
+  ),
+  (P.sub_p, lambda r, x, y: splat(r, 0, r.read(x).aval) if r.read(x) is r.read(y) else None),
 ]
 
 
@@ -328,8 +368,11 @@ _FAST = _table(RULES + FAST_RULES)
 
 
 def _is_splat_eqn(r, eqn):
-  return eqn.prim is P.broadcast_in_dim_p and isinstance(r.read(eqn.inputs[0]), Lit) \
-      and r.read(eqn.inputs[0]).aval.shape == ()
+  return (
+    eqn.prim is P.broadcast_in_dim_p
+    and isinstance(r.read(eqn.inputs[0]), Lit)
+    and r.read(eqn.inputs[0]).aval.shape == ()
+  )
 
 
 def simplify(program: Program, fast: bool = False) -> Program:

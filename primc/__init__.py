@@ -12,37 +12,99 @@ unpickles pays for what it uses. A front end registers with `primc.numpy` when i
 loads, which is before any of its values exist. numba is imported when something is
 first compiled (`primc.compile.backend`).
 """
+
 import importlib
 
 from primc import core
 from primc.core import VERSION as __version__
-from primc.core import (ConcretizationError, Eqn, Lit, PrimcError, PrimcIndexError,
-                        PrimcTypeError, Primitive, Program, ShapedArray, ShapeError,
-                        TypeCheckError, Var, pp_program, typecheck)
+from primc.core import (
+  ConcretizationError,
+  Eqn,
+  Lit,
+  PrimcError,
+  PrimcIndexError,
+  PrimcTypeError,
+  Primitive,
+  Program,
+  ShapedArray,
+  ShapeError,
+  TypeCheckError,
+  Var,
+  pp_program,
+  typecheck,
+)
 
 # submodules that are names of the package, and the other names with their modules
-_SUBMODULES = ("numpy", "lax", "eager", "autograd", "functional", "nn", "optimizer", "static",
-               "tree_util")
+_SUBMODULES = (
+  "numpy",
+  "lax",
+  "eager",
+  "autograd",
+  "functional",
+  "nn",
+  "optimizer",
+  "static",
+  "tree_util",
+)
 _NAMES = {
-    "interpreter": ["interpret"],
-    "trace": ["make_program"],
-    "api": ["check_grads", "grad", "hessian", "hvp", "jacfwd", "jacrev", "jvp", "linearize",
-            "stop_gradient", "value_and_grad", "vjp", "vmap", "checkpoint", "deriv",
-            "elementwise_grad", "grad_and_aux", "hessian_tensor_product",
-            "hessian_vector_product", "jacobian", "make_ggnvp", "make_hvp", "make_jvp",
-            "make_vjp", "tensor_jacobian_product", "vector_jacobian_product"],
-    "ad": ["jvp_program", "linearize_program", "transpose_program", "vjp_program"],
-    "batching": ["batch_program"],
-    "settings": ["config", "raw_transforms"],
-    "custom": ["custom_jvp", "custom_vjp"],
-    "compile": ["cache_stats", "jit"],
-    "eager": ["GradManager", "PyLayer", "PyLayerContext", "Tensor", "to_tensor"],
-    "nn": ["seed"],
+  "interpreter": ["interpret"],
+  "trace": ["make_program"],
+  "api": [
+    "check_grads",
+    "grad",
+    "hessian",
+    "hvp",
+    "jacfwd",
+    "jacrev",
+    "jvp",
+    "linearize",
+    "stop_gradient",
+    "value_and_grad",
+    "vjp",
+    "vmap",
+    "checkpoint",
+    "deriv",
+    "elementwise_grad",
+    "grad_and_aux",
+    "hessian_tensor_product",
+    "hessian_vector_product",
+    "jacobian",
+    "make_ggnvp",
+    "make_hvp",
+    "make_jvp",
+    "make_vjp",
+    "tensor_jacobian_product",
+    "vector_jacobian_product",
+  ],
+  "ad": ["jvp_program", "linearize_program", "transpose_program", "vjp_program"],
+  "batching": ["batch_program"],
+  "settings": ["config", "raw_transforms"],
+  "custom": ["custom_jvp", "custom_vjp"],
+  "compile": ["cache_stats", "jit"],
+  "eager": ["GradManager", "PyLayer", "PyLayerContext", "Tensor", "to_tensor"],
+  "nn": ["seed"],
 }
 _HOME = {name: module for module, names in _NAMES.items() for name in names}
-__all__ = sorted([*_SUBMODULES, *_HOME, "ConcretizationError", "Eqn", "Lit", "PrimcError",
-                  "PrimcIndexError", "PrimcTypeError", "Primitive", "Program", "ShapedArray",
-                  "ShapeError", "TypeCheckError", "Var", "pp_program", "typecheck"])
+__all__ = sorted(
+  [
+    *_SUBMODULES,
+    *_HOME,
+    "ConcretizationError",
+    "Eqn",
+    "Lit",
+    "PrimcError",
+    "PrimcIndexError",
+    "PrimcTypeError",
+    "Primitive",
+    "Program",
+    "ShapedArray",
+    "ShapeError",
+    "TypeCheckError",
+    "Var",
+    "pp_program",
+    "typecheck",
+  ]
+)
 
 
 def _load_all() -> None:

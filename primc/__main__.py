@@ -1,4 +1,5 @@
 """`python -m primc`: the command line (`primc --help`)."""
+
 import sys
 
 from primc.cli import main

@@ -11,6 +11,7 @@ Missing tangents and cotangents are symbolic (`Zero`): they cost nothing and are
 materialized only at a program boundary. Non-differentiable primitives (comparisons,
 `sign`, `stop_gradient`, `iota`, `full`) have zero derivative by definition.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,17 +20,28 @@ from typing import Callable, Sequence
 import numpy as np
 
 from primc import prims as P
-from primc.core import (Eqn, Lit, Primitive, PrimcError, Program, ShapedArray, Var, results,
-                        run, without_gc)
+from primc.core import (
+  Eqn,
+  Lit,
+  Primitive,
+  PrimcError,
+  Program,
+  ShapedArray,
+  Var,
+  results,
+  run,
+  without_gc,
+)
 from primc.trace import aval_of, eval_program, literal, trace_flat
 
-jvp_rules: dict[Primitive, Callable] = {}        # (primals, tangents, **params) -> (out, t_out)
+jvp_rules: dict[Primitive, Callable] = {}  # (primals, tangents, **params) -> (out, t_out)
 transpose_rules: dict[Primitive, Callable] = {}  # (ct, *invals, **params) -> [ct | None, ...]
 
 
 @dataclasses.dataclass(frozen=True)
 class Zero:
   """A symbolic zero tangent or cotangent."""
+
   __pytree_leaf__ = True
   aval: ShapedArray
 
@@ -37,6 +49,7 @@ class Zero:
 @dataclasses.dataclass(frozen=True)
 class UndefinedPrimal:
   """A linear input of an equation being transposed."""
+
   __pytree_leaf__ = True
   aval: ShapedArray
 
@@ -60,9 +73,11 @@ def is_undefined(x) -> bool:
 # ---------------------------------------------------------------------------------------
 # Rule helpers: one per rule shape.
 
+
 def defjvp(prim: Primitive, *fns):
   """Per-argument JVP: `fns[i](t_i, out, *primals, **params)` is the contribution of
   argument i's tangent (None: not differentiable in that argument); they are summed."""
+
   def rule(primals, tangents, **params):
     out = prim.bind(*primals, **params)
     t_out = Zero(aval_of(out))
@@ -72,6 +87,7 @@ def defjvp(prim: Primitive, *fns):
       if fn is not None and not isinstance(t, Zero):
         t_out = add_tangents(t_out, fn(t, out, *primals, **params))
     return out, t_out
+
   jvp_rules[prim] = rule
 
 
@@ -87,6 +103,7 @@ def deflinear(prim: Primitive, transpose_rule):
       return out, Zero(aval_of(out))
     args = [instantiate(tangents[i]) if i in lin else primals[i] for i in range(len(primals))]
     return out, prim.bind(*args, **params)
+
   jvp_rules[prim] = rule
   transpose_rules[prim] = transpose_rule
 
@@ -94,8 +111,11 @@ def deflinear(prim: Primitive, transpose_rule):
 def defbilinear(prim: Primitive, lhs_rule, rhs_rule):
   """`prim(x, y)` linear in each argument: JVP is `prim(tx, y) + prim(x, ty)`; the transpose
   takes the cotangent to whichever argument is the linear one."""
-  defjvp(prim, lambda t, out, x, y, **p: prim.bind(t, y, **p),
-         lambda t, out, x, y, **p: prim.bind(x, t, **p))
+  defjvp(
+    prim,
+    lambda t, out, x, y, **p: prim.bind(t, y, **p),
+    lambda t, out, x, y, **p: prim.bind(x, t, **p),
+  )
 
   def transpose(ct, x, y, **params):
     if is_undefined(x) and is_undefined(y):
@@ -103,6 +123,7 @@ def defbilinear(prim: Primitive, lhs_rule, rhs_rule):
     if is_undefined(x):
       return [lhs_rule(ct, x, y, **params), None]
     return [None, rhs_rule(ct, x, y, **params)]
+
   transpose_rules[prim] = transpose
 
 
@@ -133,8 +154,7 @@ defjvp(P.arcsin_p, lambda t, out, x: P.div(t, P.sqrt(_one_minus_sq(x))))
 defjvp(P.arccos_p, lambda t, out, x: P.neg(P.div(t, P.sqrt(_one_minus_sq(x)))))
 defjvp(P.arctan_p, lambda t, out, x: P.div(t, P.add(_one(x), P.mul(x, x))))
 defjvp(P.arcsinh_p, lambda t, out, x: P.div(t, P.sqrt(P.add(_one(x), P.mul(x, x)))))
-defjvp(P.arccosh_p, lambda t, out, x: P.div(
-    t, P.sqrt(P.mul(P.sub(x, _one(x)), P.add(x, _one(x))))))
+defjvp(P.arccosh_p, lambda t, out, x: P.div(t, P.sqrt(P.mul(P.sub(x, _one(x)), P.add(x, _one(x))))))
 defjvp(P.arctanh_p, lambda t, out, x: P.div(t, _one_minus_sq(x)))
 defjvp(P.log1p_p, lambda t, out, x: P.div(t, P.add(_one(x), x)))
 defjvp(P.expm1_p, lambda t, out, x: P.mul(t, P.add(out, _one(out))))
@@ -176,54 +196,60 @@ def _log_power_density(a, x):  # x^(a-1) e^(-x) / Gamma(a), in logs
 
 def _log_beta_density(a, b, x):  # x^(a-1) (1-x)^(b-1) / B(a, b), in logs
   betaln = P.sub(P.add(P.gammaln_p.bind(a), P.gammaln_p.bind(b)), P.gammaln_p.bind(P.add(a, b)))
-  return P.sub(P.add(P.mul(_shift(a, -1), P.log(x)), P.mul(_shift(b, -1), P.log1p_p.bind(
-      P.neg(x)))), betaln)
+  return P.sub(
+    P.add(P.mul(_shift(a, -1), P.log(x)), P.mul(_shift(b, -1), P.log1p_p.bind(P.neg(x)))), betaln
+  )
 
 
 def _recurrence(name, sign):  # (f(v-1, x) + sign f(v+1, x)) / 2
-  return lambda out, v, x: _half((P.add if sign > 0 else P.sub)(
-      _sp(name, _shift(v, -1), x), _sp(name, _shift(v, 1), x)))
+  return lambda out, v, x: _half(
+    (P.add if sign > 0 else P.sub)(_sp(name, _shift(v, -1), x), _sp(name, _shift(v, 1), x))
+  )
 
 
 _SPECIAL_DERIVATIVES = {  # name -> (out, *operands) -> d out / d (last operand)
-    "j0": lambda out, x: P.neg(_sp("j1", x)),
-    "j1": lambda out, x: _half(P.sub(_sp("j0", x), _sp("jv", _one(x, 2), x))),
-    "y0": lambda out, x: P.neg(_sp("y1", x)),
-    "y1": lambda out, x: _half(P.sub(_sp("y0", x), _sp("yv", _one(x, 2), x))),
-    "i0": lambda out, x: _sp("i1", x),
-    "i1": lambda out, x: _half(P.add(_sp("i0", x), _sp("iv", _one(x, 2), x))),
-    "i0e": lambda out, x: P.sub(_sp("i1e", x), P.mul(P.sign(x), out)),
-    "i1e": lambda out, x: P.sub(_half(P.add(_sp("i0e", x), _sp("ive", _one(x, 2), x))),
-                                P.mul(P.sign(x), out)),
-    "k0": lambda out, x: P.neg(_sp("k1", x)),
-    "k1": lambda out, x: P.neg(_half(P.add(_sp("k0", x), _sp("kv", _one(x, 2), x)))),
-    "k0e": lambda out, x: P.sub(out, _sp("k1e", x)),
-    "k1e": lambda out, x: P.sub(out, _half(P.add(_sp("k0e", x), _sp("kve", _one(x, 2), x)))),
-    "jv": _recurrence("jv", -1),
-    "yv": _recurrence("yv", -1),
-    "iv": _recurrence("iv", 1),
-    "ive": lambda out, v, x: P.sub(_recurrence("ive", 1)(out, v, x), P.mul(P.sign(x), out)),
-    "kv": lambda out, v, x: P.neg(_recurrence("kv", 1)(out, v, x)),
-    "kve": lambda out, v, x: P.sub(out, _recurrence("kve", 1)(out, v, x)),
-    "gammasgn": lambda out, x: P.zeros(aval_of(out)),  # piecewise constant
-    "exp1": lambda out, x: P.neg(P.div(P.exp(P.neg(x)), x)),
-    "expi": lambda out, x: P.div(P.exp(x), x),
-    "dawsn": lambda out, x: P.sub(_one(x), P.mul(_one(x, 2), P.mul(x, out))),
-    "gammainc": lambda out, a, x: P.exp(_log_power_density(a, x)),
-    "gammaincc": lambda out, a, x: P.neg(P.exp(_log_power_density(a, x))),
-    "gammaincinv": lambda out, a, y: P.exp(P.neg(_log_power_density(a, out))),
-    "gammainccinv": lambda out, a, y: P.neg(P.exp(P.neg(_log_power_density(a, out)))),
-    "betainc": lambda out, a, b, x: P.exp(_log_beta_density(a, b, x)),
-    "betaincinv": lambda out, a, b, y: P.exp(P.neg(_log_beta_density(a, b, out))),
+  "j0": lambda out, x: P.neg(_sp("j1", x)),
+  "j1": lambda out, x: _half(P.sub(_sp("j0", x), _sp("jv", _one(x, 2), x))),
+  "y0": lambda out, x: P.neg(_sp("y1", x)),
+  "y1": lambda out, x: _half(P.sub(_sp("y0", x), _sp("yv", _one(x, 2), x))),
+  "i0": lambda out, x: _sp("i1", x),
+  "i1": lambda out, x: _half(P.add(_sp("i0", x), _sp("iv", _one(x, 2), x))),
+  "i0e": lambda out, x: P.sub(_sp("i1e", x), P.mul(P.sign(x), out)),
+  "i1e": lambda out, x: P.sub(
+    _half(P.add(_sp("i0e", x), _sp("ive", _one(x, 2), x))), P.mul(P.sign(x), out)
+  ),
+  "k0": lambda out, x: P.neg(_sp("k1", x)),
+  "k1": lambda out, x: P.neg(_half(P.add(_sp("k0", x), _sp("kv", _one(x, 2), x)))),
+  "k0e": lambda out, x: P.sub(out, _sp("k1e", x)),
+  "k1e": lambda out, x: P.sub(out, _half(P.add(_sp("k0e", x), _sp("kve", _one(x, 2), x)))),
+  "jv": _recurrence("jv", -1),
+  "yv": _recurrence("yv", -1),
+  "iv": _recurrence("iv", 1),
+  "ive": lambda out, v, x: P.sub(_recurrence("ive", 1)(out, v, x), P.mul(P.sign(x), out)),
+  "kv": lambda out, v, x: P.neg(_recurrence("kv", 1)(out, v, x)),
+  "kve": lambda out, v, x: P.sub(out, _recurrence("kve", 1)(out, v, x)),
+  "gammasgn": lambda out, x: P.zeros(aval_of(out)),  # piecewise constant
+  "exp1": lambda out, x: P.neg(P.div(P.exp(P.neg(x)), x)),
+  "expi": lambda out, x: P.div(P.exp(x), x),
+  "dawsn": lambda out, x: P.sub(_one(x), P.mul(_one(x, 2), P.mul(x, out))),
+  "gammainc": lambda out, a, x: P.exp(_log_power_density(a, x)),
+  "gammaincc": lambda out, a, x: P.neg(P.exp(_log_power_density(a, x))),
+  "gammaincinv": lambda out, a, y: P.exp(P.neg(_log_power_density(a, out))),
+  "gammainccinv": lambda out, a, y: P.neg(P.exp(P.neg(_log_power_density(a, out)))),
+  "betainc": lambda out, a, b, x: P.exp(_log_beta_density(a, b, x)),
+  "betaincinv": lambda out, a, b, y: P.exp(P.neg(_log_beta_density(a, b, out))),
 }
 
 
 def _special_operand(i):
   def rule(t, out, *xs, name):
     if i != len(xs) - 1:
-      raise PrimcError(f"scipy.special.{name}: the derivative with respect to operand {i} "
-                       f"(of {len(xs)}) is not supported, only in the last one")
+      raise PrimcError(
+        f"scipy.special.{name}: the derivative with respect to operand {i} "
+        f"(of {len(xs)}) is not supported, only in the last one"
+      )
     return P.mul(t, _SPECIAL_DERIVATIVES[name](out, *xs))
+
   return rule
 
 
@@ -234,21 +260,32 @@ def _sum_of_squares(x, y):
   return P.add(P.mul(x, x), P.mul(y, y))
 
 
-defjvp(P.arctan2_p, lambda t, out, y, x: P.mul(t, P.div(x, _sum_of_squares(x, y))),
-       lambda t, out, y, x: P.neg(P.mul(t, P.div(y, _sum_of_squares(x, y)))))
+defjvp(
+  P.arctan2_p,
+  lambda t, out, y, x: P.mul(t, P.div(x, _sum_of_squares(x, y))),
+  lambda t, out, y, x: P.neg(P.mul(t, P.div(y, _sum_of_squares(x, y)))),
+)
 # fmod(x, y) = x - q y with q = trunc(x / y) piecewise constant: d/dx = 1, d/dy = -q
-defjvp(P.fmod_p, lambda t, out, x, y: t,
-       lambda t, out, x, y: P.neg(P.mul(t, P.div(P.sub(x, out), y))))
-defjvp(P.hypot_p, lambda t, out, x, y: P.mul(t, P.div(x, out)),
-       lambda t, out, x, y: P.mul(t, P.div(y, out)))
-defjvp(P.logaddexp_p, lambda t, out, x, y: P.mul(t, P.exp(P.sub(x, out))),
-       lambda t, out, x, y: P.mul(t, P.exp(P.sub(y, out))))
+defjvp(
+  P.fmod_p, lambda t, out, x, y: t, lambda t, out, x, y: P.neg(P.mul(t, P.div(P.sub(x, out), y)))
+)
+defjvp(
+  P.hypot_p,
+  lambda t, out, x, y: P.mul(t, P.div(x, out)),
+  lambda t, out, x, y: P.mul(t, P.div(y, out)),
+)
+defjvp(
+  P.logaddexp_p,
+  lambda t, out, x, y: P.mul(t, P.exp(P.sub(x, out))),
+  lambda t, out, x, y: P.mul(t, P.exp(P.sub(y, out))),
+)
 # nextafter(x, y) moves x by one ulp towards y: d/dx = 1, y only chooses the direction
 defjvp(P.nextafter_p, lambda t, out, x, y: t, None)
 defjvp(P.add_p, lambda t, out, x, y: t, lambda t, out, x, y: t)
 defjvp(P.sub_p, lambda t, out, x, y: t, lambda t, out, x, y: P.neg(t))
-defjvp(P.div_p, lambda t, out, x, y: P.div(t, y),
-       lambda t, out, x, y: P.neg(P.mul(t, P.div(out, y))))
+defjvp(
+  P.div_p, lambda t, out, x, y: P.div(t, y), lambda t, out, x, y: P.neg(P.mul(t, P.div(out, y)))
+)
 
 
 def _pow_dx(t, out, x, y):
@@ -272,10 +309,16 @@ def _max_weight(x, y, strict_cmp):
   return P.add(win, P.mul(tie, _one(x, 0.5)))
 
 
-defjvp(P.max_p, lambda t, out, x, y: P.mul(t, _max_weight(x, y, P.gt)),
-       lambda t, out, x, y: P.mul(t, _max_weight(y, x, P.gt)))
-defjvp(P.min_p, lambda t, out, x, y: P.mul(t, _max_weight(x, y, P.lt)),
-       lambda t, out, x, y: P.mul(t, _max_weight(y, x, P.lt)))
+defjvp(
+  P.max_p,
+  lambda t, out, x, y: P.mul(t, _max_weight(x, y, P.gt)),
+  lambda t, out, x, y: P.mul(t, _max_weight(y, x, P.gt)),
+)
+defjvp(
+  P.min_p,
+  lambda t, out, x, y: P.mul(t, _max_weight(x, y, P.lt)),
+  lambda t, out, x, y: P.mul(t, _max_weight(y, x, P.lt)),
+)
 
 for _p in P.with_trait("nondifferentiable"):
   defjvp(_p)  # zero derivative by definition
@@ -284,6 +327,7 @@ for _p in P.with_trait("nondifferentiable"):
 # Linear algebra: d inv = -inv da inv; d solve(a, b) = solve(a, db - da x);
 # d log|det a| = trace(solve(a, da)); d det = det * that. The rules are written in the
 # primitives themselves, so every order follows.
+
 
 def _bmm(x, y):
   """Batched matrix product over the last two axes."""
@@ -325,8 +369,9 @@ def _inverse_gaps(w, shape):
   wj = _along_columns(w, shape)
   gap = P.sub(wj, _mT(wj))
   diagonal = _on_diagonal(gap)
-  return P.select(diagonal, P.zeros(aval_of(gap)),
-                  P.div(_one(gap), P.select(diagonal, _one(gap), gap)))
+  return P.select(
+    diagonal, P.zeros(aval_of(gap)), P.div(_one(gap), P.select(diagonal, _one(gap), gap))
+  )
 
 
 def _trace_last2(x):
@@ -339,8 +384,11 @@ def _dlogdet(t, a):
 
 
 defjvp(P.inv_p, lambda t, out, a: P.neg(_bmm(_bmm(out, t), out)))
-defjvp(P.solve_p, lambda t, out, a, b: P.neg(P.solve_p.bind(a, _bmm(t, out))),
-       lambda t, out, a, b: P.solve_p.bind(a, t))
+defjvp(
+  P.solve_p,
+  lambda t, out, a, b: P.neg(P.solve_p.bind(a, _bmm(t, out))),
+  lambda t, out, a, b: P.solve_p.bind(a, t),
+)
 defjvp(P.det_p, lambda t, out, a: P.mul(out, _dlogdet(t, a)))
 
 
@@ -357,8 +405,10 @@ transpose_rules[P.solve_p] = _solve_transpose
 def _slogdet_jvp(t, out, a):
   d = _dlogdet(t, a)  # the sign's derivative is zero
   shape = aval_of(out).shape
-  return P.concatenate([P.full(shape[:-1] + (1,), 0, aval_of(out).dtype),
-                        P.reshape(d, shape[:-1] + (1,))], len(shape) - 1)
+  return P.concatenate(
+    [P.full(shape[:-1] + (1,), 0, aval_of(out).dtype), P.reshape(d, shape[:-1] + (1,))],
+    len(shape) - 1,
+  )
 
 
 defjvp(P.slogdet_p, _slogdet_jvp)
@@ -372,14 +422,16 @@ defjvp(P.slogdet_p, _slogdet_jvp)
 # framework); QR (m >= n): C = Q^T dA R^-1, O = tril(C, -1) - tril(C, -1)^T,
 # dQ = Q (O - C) + dA R^-1, dR = (C - O) R.
 
+
 def _trisolve(a, b, lower, transpose_a=False):
   return P.triangular_solve_p.bind(a, b, lower=lower, transpose_a=transpose_a)
 
 
 def _cholesky_jvp(t, out, a):
   x = _trisolve(out, _mT(_trisolve(out, t, True)), True)  # L^-1 dA L^-T
-  phi = P.add(_triangle(x, lower=True, strict=True),
-              _where(_on_diagonal(x), P.mul(x, _one(x, 0.5))))
+  phi = P.add(
+    _triangle(x, lower=True, strict=True), _where(_on_diagonal(x), P.mul(x, _one(x, 0.5)))
+  )
   return _bmm(out, phi)
 
 
@@ -387,7 +439,7 @@ def _eigh_jvp(t, out, a):
   shape = aval_of(out).shape
   nd, n = len(shape), shape[-1]
   w = P.reshape(P.slice_(out, (0,) * nd, shape[:-2] + (1, n)), shape[:-2] + (n,))
-  v = P.slice_(out, (0,) * (nd - 2) + (1, 0), shape)           # (..., n, n)
+  v = P.slice_(out, (0,) * (nd - 2) + (1, 0), shape)  # (..., n, n)
   m = _bmm(_mT(v), _bmm(t, v))
   dw = P.reduce_sum(_where(_on_diagonal(m), m), (nd - 2,))
   dv = _bmm(v, P.mul(_inverse_gaps(w, aval_of(m).shape), m))
@@ -398,8 +450,9 @@ def _qr_jvp(t, out, a):
   shape = aval_of(a).shape
   nd, (m, n) = len(shape), shape[-2:]
   if m < n:
-    raise PrimcError(f"the derivative of qr needs a matrix with at least as many rows as "
-                     f"columns, got {shape}")
+    raise PrimcError(
+      f"the derivative of qr needs a matrix with at least as many rows as columns, got {shape}"
+    )
   start = (0,) * nd
   q = P.slice_(out, start, shape[:-2] + (m, n))
   r = P.slice_(out, start[:-2] + (m, 0), shape[:-2] + (m + n, n))
@@ -453,10 +506,13 @@ def _svd_jvp(t, out, a):
   f = _inverse_gaps(P.mul(s, s), aval_of(dp).shape)
   dp_s, s_dp = _scale_columns(dp, s), _mT(_scale_columns(_mT(dp), s))  # dP S, S dP
   inv_s = P.div(_one(s), s)
-  du = P.add(_bmm(u, P.mul(f, P.add(dp_s, _mT(dp_s)))),
-             _scale_columns(P.sub(_bmm(t, v), _bmm(u, dp)), inv_s))
-  dv = P.add(_bmm(v, P.mul(f, P.add(s_dp, _mT(s_dp)))),
-             _scale_columns(P.sub(_bmm(_mT(t), u), _bmm(v, _mT(dp))), inv_s))
+  du = P.add(
+    _bmm(u, P.mul(f, P.add(dp_s, _mT(dp_s)))), _scale_columns(P.sub(_bmm(t, v), _bmm(u, dp)), inv_s)
+  )
+  dv = P.add(
+    _bmm(v, P.mul(f, P.add(s_dp, _mT(s_dp)))),
+    _scale_columns(P.sub(_bmm(_mT(t), u), _bmm(v, _mT(dp))), inv_s),
+  )
   return P.concatenate([du, P.reshape(ds, lead + (1, k)), dv], nd - 2)
 
 
@@ -476,16 +532,21 @@ defjvp(P.pinv_p, _pinv_jvp)
 defjvp(P.cholesky_p, _cholesky_jvp)
 defjvp(P.eigh_p, _eigh_jvp)
 defjvp(P.qr_p, _qr_jvp)
-defjvp(P.triangular_solve_p, _trisolve_da,
-       lambda t, out, a, b, **p: P.triangular_solve_p.bind(a, t, **p))
+defjvp(
+  P.triangular_solve_p, _trisolve_da, lambda t, out, a, b, **p: P.triangular_solve_p.bind(a, t, **p)
+)
 transpose_rules[P.triangular_solve_p] = _trisolve_transpose
 
 
 deflinear(P.neg_p, lambda ct, x: [P.neg(ct)])
-transpose_rules[P.add_p] = lambda ct, x, y: [ct if is_undefined(x) else None,
-                                             ct if is_undefined(y) else None]
-transpose_rules[P.sub_p] = lambda ct, x, y: [ct if is_undefined(x) else None,
-                                             P.neg(ct) if is_undefined(y) else None]
+transpose_rules[P.add_p] = lambda ct, x, y: [
+  ct if is_undefined(x) else None,
+  ct if is_undefined(y) else None,
+]
+transpose_rules[P.sub_p] = lambda ct, x, y: [
+  ct if is_undefined(x) else None,
+  P.neg(ct) if is_undefined(y) else None,
+]
 defbilinear(P.mul_p, lambda ct, x, y: P.mul(ct, y), lambda ct, x, y: P.mul(x, ct))
 
 
@@ -512,8 +573,11 @@ transpose_rules[P.convert_p] = lambda ct, x, *, new_dtype: [P.convert(ct, x.aval
 
 def _select_transpose(ct, pred, on_true, on_false):
   zeros = P.zeros(aval_of(ct))
-  return [None, P.select(pred, ct, zeros) if is_undefined(on_true) else None,
-          P.select(pred, zeros, ct) if is_undefined(on_false) else None]
+  return [
+    None,
+    P.select(pred, ct, zeros) if is_undefined(on_true) else None,
+    P.select(pred, zeros, ct) if is_undefined(on_false) else None,
+  ]
 
 
 deflinear(P.select_p, _select_transpose)
@@ -531,8 +595,7 @@ def _broadcast_transpose(ct, x, *, shape, broadcast_dimensions):
 
 deflinear(P.broadcast_in_dim_p, _broadcast_transpose)
 deflinear(P.reshape_p, lambda ct, x, *, new_sizes: [P.reshape(ct, x.aval.shape)])
-deflinear(P.transpose_p,
-          lambda ct, x, *, permutation: [P.transpose(ct, np.argsort(permutation))])
+deflinear(P.transpose_p, lambda ct, x, *, permutation: [P.transpose(ct, np.argsort(permutation))])
 
 
 def _slice_transpose(ct, x, *, start_indices, limit_indices, strides):
@@ -545,8 +608,9 @@ def _slice_transpose(ct, x, *, start_indices, limit_indices, strides):
 
 def _pad_transpose(ct, x, *, padding_config):
   start = [lo for lo, _, _ in padding_config]
-  limit = [lo + max(0, (n - 1) * (it + 1) + 1) for (lo, _, it), n in
-           zip(padding_config, x.aval.shape)]
+  limit = [
+    lo + max(0, (n - 1) * (it + 1) + 1) for (lo, _, it), n in zip(padding_config, x.aval.shape)
+  ]
   return [P.slice_(ct, start, limit, [it + 1 for _, _, it in padding_config])]
 
 
@@ -571,11 +635,21 @@ def _concatenate_transpose(ct, *xs, dimension):
 
 
 deflinear(P.concatenate_p, _concatenate_transpose)
-deflinear(P.gather_p, lambda ct, x, idx, *, axis, batch_dims: [
-    P.scatter_add(P.zeros(x.aval), idx, ct, axis, batch_dims), None])
-deflinear(P.scatter_add_p, lambda ct, x, idx, upd, *, axis, batch_dims: [
-    ct if is_undefined(x) else None, None,
-    P.gather(ct, idx, axis, batch_dims) if is_undefined(upd) else None])
+deflinear(
+  P.gather_p,
+  lambda ct, x, idx, *, axis, batch_dims: [
+    P.scatter_add(P.zeros(x.aval), idx, ct, axis, batch_dims),
+    None,
+  ],
+)
+deflinear(
+  P.scatter_add_p,
+  lambda ct, x, idx, upd, *, axis, batch_dims: [
+    ct if is_undefined(x) else None,
+    None,
+    P.gather(ct, idx, axis, batch_dims) if is_undefined(upd) else None,
+  ],
+)
 deflinear(P.rev_p, lambda ct, x, *, dimensions: [P.rev(ct, dimensions)])
 
 # ---------------------------------------------------------------------------------------
@@ -676,11 +750,11 @@ def _dot_transpose_rhs(ct, x, y_aval, dimension_numbers):
   return P.transpose(out, perm) if perm != sorted(perm) else out
 
 
-defbilinear(P.dot_general_p,
-            lambda ct, x, y, *, dimension_numbers: _dot_transpose_lhs(
-                ct, x.aval, y, dimension_numbers),
-            lambda ct, x, y, *, dimension_numbers: _dot_transpose_rhs(
-                ct, x, y.aval, dimension_numbers))
+defbilinear(
+  P.dot_general_p,
+  lambda ct, x, y, *, dimension_numbers: _dot_transpose_lhs(ct, x.aval, y, dimension_numbers),
+  lambda ct, x, y, *, dimension_numbers: _dot_transpose_rhs(ct, x, y.aval, dimension_numbers),
+)
 
 # Primitives that are linear in some argument: each must have a transpose rule.
 LINEAR_PRIMITIVES = tuple(p for p in P.ALL_PRIMITIVES if p.linear is not None)
@@ -689,6 +763,7 @@ LINEAR_PRIMITIVES = tuple(p for p in P.ALL_PRIMITIVES if p.linear is not None)
 # ---------------------------------------------------------------------------------------
 # Program transforms
 
+
 def _wrt_mask(program: Program, wrt) -> tuple[bool, ...]:
   if wrt is None:
     return tuple(v.aval.is_float for v in program.inputs)
@@ -696,13 +771,16 @@ def _wrt_mask(program: Program, wrt) -> tuple[bool, ...]:
   assert len(wrt) == len(program.inputs)
   for w, v in zip(wrt, program.inputs):
     if w and not v.aval.is_float:
-      raise PrimcError(f"cannot differentiate with respect to an input of dtype {v.aval.dtype} "
-                       f"(only float32/float64 inputs have derivatives)")
+      raise PrimcError(
+        f"cannot differentiate with respect to an input of dtype {v.aval.dtype} "
+        f"(only float32/float64 inputs have derivatives)"
+      )
   return wrt
 
 
 def jvp_eval(program: Program, primals: Sequence, tangents: Sequence) -> tuple[list, list]:
   """Evaluates `program` on (primal, tangent) pairs with `jvp_rules`; tangents may be Zero."""
+
   def apply(eqn, pairs):
     xs, ts = zip(*pairs) if pairs else ((), ())
     if eqn.prim not in jvp_rules:
@@ -710,8 +788,12 @@ def jvp_eval(program: Program, primals: Sequence, tangents: Sequence) -> tuple[l
     out, t_out = jvp_rules[eqn.prim](xs, ts, **eqn.kw)
     return list(zip(out, t_out, strict=True)) if eqn.prim.multiple_results else [(out, t_out)]
 
-  outs = run(program, list(zip(primals, tangents, strict=True)), apply,
-             lit=lambda a: (literal(a), Zero(a.aval)))
+  outs = run(
+    program,
+    list(zip(primals, tangents, strict=True)),
+    apply,
+    lit=lambda a: (literal(a), Zero(a.aval)),
+  )
   return [x for x, _ in outs], [t for _, t in outs]
 
 
@@ -733,8 +815,7 @@ def jvp_program(program: Program, wrt=None) -> Program:
     it = iter(args[n:])
     tangents = [next(it) if w else Zero(v.aval) for w, v in zip(wrt, program.inputs)]
     outs, t_outs = jvp_eval(program, args[:n], tangents)
-    return list(outs) + [instantiate(t) for t, a in zip(t_outs, program.out_avals)
-                         if a.is_float]
+    return list(outs) + [instantiate(t) for t, a in zip(t_outs, program.out_avals) if a.is_float]
 
   avals = list(program.in_avals) + [v.aval for w, v in zip(wrt, program.inputs) if w]
   return trace_flat(fn, avals)[0]
@@ -773,8 +854,9 @@ def linearize_program(program: Program, wrt=None) -> tuple[Program, Program]:
   primal = Program(jvp.inputs[:n_in], tuple(primal_eqns), jvp.outputs[:n_out] + res)
   # Residuals get fresh variables in the linear program so the two programs share none.
   fresh = {v: Var(v.aval) for v in res}
-  linear = _rename(Program(res + tuple(tangent_ins), tuple(linear_eqns), jvp.outputs[n_out:]),
-                   fresh)
+  linear = _rename(
+    Program(res + tuple(tangent_ins), tuple(linear_eqns), jvp.outputs[n_out:]), fresh
+  )
   return primal, linear
 
 
@@ -786,10 +868,12 @@ def _check_split(primal_outputs, linear_eqns, linear_vars) -> None:
   if needed:
     eqn = _mixed_origin(needed, linear_eqns)
     where = f" (from {eqn.source})" if eqn.source else ""
-    raise PrimcError(f"reverse-mode differentiation through {eqn.prim.name}{where} is not "
-                     f"supported: its forward-mode rule computes the primal values and the "
-                     f"tangents in one equation, which cannot be transposed; use scan, or "
-                     f"fori_loop with constant bounds, or forward mode (jvp, jacfwd)")
+    raise PrimcError(
+      f"reverse-mode differentiation through {eqn.prim.name}{where} is not "
+      f"supported: its forward-mode rule computes the primal values and the "
+      f"tangents in one equation, which cannot be transposed; use scan, or "
+      f"fori_loop with constant bounds, or forward mode (jvp, jacfwd)"
+    )
 
 
 def _mixed_origin(needed: set, linear_eqns) -> Eqn:
@@ -807,8 +891,9 @@ def _mixed_origin(needed: set, linear_eqns) -> Eqn:
 
 def _rename(program: Program, mapping: dict[Var, Var]) -> Program:
   sub = lambda a: mapping.get(a, a) if isinstance(a, Var) else a
-  eqns = tuple(Eqn(e.prim, tuple(map(sub, e.inputs)), e.params, e.outputs, e.source)
-               for e in program.eqns)
+  eqns = tuple(
+    Eqn(e.prim, tuple(map(sub, e.inputs)), e.params, e.outputs, e.source) for e in program.eqns
+  )
   return Program(tuple(map(sub, program.inputs)), eqns, tuple(map(sub, program.outputs)))
 
 
@@ -830,7 +915,7 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
   out_cts_avals = [a.aval for a in program.outputs]
 
   def fn(*args):
-    consts = dict(zip(const_in, args[:len(const_in)], strict=True))
+    consts = dict(zip(const_in, args[: len(const_in)], strict=True))
     read = lambda a: literal(a) if isinstance(a, Lit) else consts[a]
     linear_eqns = []
     for eqn in program.eqns:
@@ -844,7 +929,7 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
     def accum(v, ct):
       cts[v] = add_tangents(cts[v], ct) if v in cts else ct
 
-    for a, ct in zip(program.outputs, args[len(const_in):], strict=True):
+    for a, ct in zip(program.outputs, args[len(const_in) :], strict=True):
       if isinstance(a, Var) and a in linear_vars:
         accum(a, ct)
     for eqn in reversed(linear_eqns):
@@ -857,8 +942,10 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
         ct = cts.pop(eqn.outputs[0], None)
         if ct is None:
           continue
-      invals = [UndefinedPrimal(a.aval) if isinstance(a, Var) and a in linear_vars else read(a)
-                for a in eqn.inputs]
+      invals = [
+        UndefinedPrimal(a.aval) if isinstance(a, Var) and a in linear_vars else read(a)
+        for a in eqn.inputs
+      ]
       if eqn.prim not in transpose_rules:
         raise PrimcError(f"primitive {eqn.prim.name} is not linear: it has no transpose rule")
       in_cts = transpose_rules[eqn.prim](ct, *invals, **eqn.kw)

@@ -6,6 +6,7 @@ Each call traces the user's function into a `Program`, transforms the program
 numpy arrays, or staged into an enclosing trace, so every transform composes with every
 other and `make_program` prints the derivative program at any order.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,10 +18,18 @@ from primc import ad, batching, kept, passes
 from primc import numpy as pnp
 from primc.settings import config
 from primc import prims as P
-from primc.core import (ConcretizationError, PrimcError, PrimcTypeError, Program,
-                        ShapedArray)
-from primc.trace import (Tracer, as_array, aval_of, eval_program, trace_flat, trace_path,
-                         tracing, user_source, weak_leaves)
+from primc.core import ConcretizationError, PrimcError, PrimcTypeError, Program, ShapedArray
+from primc.trace import (
+  Tracer,
+  as_array,
+  aval_of,
+  eval_program,
+  trace_flat,
+  trace_path,
+  tracing,
+  user_source,
+  weak_leaves,
+)
 from primc.tree import tree_flatten, tree_unflatten
 
 stop_gradient = pnp.stop_gradient
@@ -84,6 +93,7 @@ def _kept(differentiates: bool = False, replayable: bool = True):
   `_python_values_bound` binds them). `replayable`: it calls the function on arguments
   of the arguments' own shapes (not `vmap`), so a function's trace may stand in for it
   (`primc.replayed`)."""
+
   def decorate(transform):
     @functools.wraps(transform)
     def make(fun, *params, **options):
@@ -102,11 +112,14 @@ def _kept(differentiates: bool = False, replayable: bool = True):
         if not plain:
           plain.append(remake(fun))
         return plain[0](*args, **kwargs)
+
       kept_fn.__qualname__ = kept_fn.__name__ = f"{transform.__name__}({_name_of(fun)})"
       kept_fn.__wrapped__ = fun
       kept_fn._primc_transform = True
       return kept_fn
+
     return make
+
   return decorate
 
 
@@ -124,9 +137,11 @@ def _hashable(x):
 def _differentiated(argnums):
   """`traced_scalars` of a transform in `argnums`: Python scalars are traced there only
   (elsewhere they are Python values, as `_python_values_bound` binds them)."""
+
   def at(args):
     nums, owners = _argnums(argnums, len(args)), _leaf_owners(args)
     return lambda k: k < len(owners) and owners[k] in nums
+
   return at
 
 
@@ -145,13 +160,17 @@ def _python_values_bound(fun: Callable, args: tuple, nums) -> tuple[Callable, tu
   number or bool, a type, a string, a function, None) bound as Python values, as autograd
   passes them (`if flag:` works on them); in `args` each becomes an empty tuple (no
   leaves), so argument positions stay."""
-  fixed = {i: a for i, a in enumerate(args)
-           if i not in nums and not all(map(_is_array, tree_flatten(a)[0]))}
+  fixed = {
+    i: a
+    for i, a in enumerate(args)
+    if i not in nums and not all(map(_is_array, tree_flatten(a)[0]))
+  }
   if not fixed:
     return fun, args
 
   def bound(*a):
     return fun(*[fixed[i] if i in fixed else x for i, x in enumerate(a)])
+
   return bound, tuple(() if i in fixed else a for i, a in enumerate(args))
 
 
@@ -171,8 +190,7 @@ def _split_aux(out_tree, has_aux, what):
   idx = tree_unflatten(out_tree, list(range(out_tree.num_leaves)))
   if has_aux:
     if not isinstance(idx, (tuple, list)) or len(idx) != 2:
-      raise PrimcError(f"{what}(has_aux=True) needs the function to return a pair "
-                       "(output, aux)")
+      raise PrimcError(f"{what}(has_aux=True) needs the function to return a pair (output, aux)")
     return idx[0], idx[1]
   return idx, None
 
@@ -183,8 +201,7 @@ def _pick(values, idx_tree):
 
 
 @_kept(differentiates=True)
-def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, *,
-                   argnum=None) -> Callable:
+def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, *, argnum=None) -> Callable:
   """Returns a function computing `(fun(*args), gradient of fun wrt args[argnums])`.
 
   Args:
@@ -198,6 +215,7 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, *,
     argnums).
   """
   argnums = argnums if argnum is None else argnum
+
   def value_and_grad_fn(*args, **kwargs):
     nums = _argnums(argnums, len(args))
     f, args = _python_values_bound(_keywords(fun, kwargs), args, nums)
@@ -206,22 +224,26 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, *,
     wrt = [o in nums for o in owners] + [False] * len(captured)
     for o, leaf in zip(owners, leaves):
       if o in nums and not aval_of(leaf).is_float:
-        raise PrimcTypeError(f"grad with respect to argument {o} of dtype "
-                             f"{aval_of(leaf).dtype}: only float inputs can be "
-                             f"differentiated, at {user_source()}")
+        raise PrimcTypeError(
+          f"grad with respect to argument {o} of dtype "
+          f"{aval_of(leaf).dtype}: only float inputs can be "
+          f"differentiated, at {user_source()}"
+        )
     value_idx, aux_idx = _split_aux(out_tree, has_aux, "grad")
     if not isinstance(value_idx, int):
       raise PrimcError("grad needs a function with one array output (use jacrev for several)")
     value_aval = program.out_avals[value_idx]
     if value_aval.size != 1 or not value_aval.is_float:
-      raise PrimcTypeError(f"grad needs a function with a one-element float output, got "
-                           f"{value_aval} (use vjp, jacrev or primc.autograd.grad), at "
-                           f"{user_source()}")
+      raise PrimcTypeError(
+        f"grad needs a function with a one-element float output, got "
+        f"{value_aval} (use vjp, jacrev or primc.autograd.grad), at "
+        f"{user_source()}"
+      )
     ct_mask = [i == value_idx for i in range(len(program.outputs))]
     vjp_p = _to_evaluate(ad.vjp_program(program, wrt, ct_mask))
     one = np.ones(value_aval.shape, value_aval.dtype)
     res = eval_program(vjp_p, *leaves, *captured, one)
-    outs, cts = res[:len(program.outputs)], iter(res[len(program.outputs):])
+    outs, cts = res[: len(program.outputs)], iter(res[len(program.outputs) :])
     by_arg = {}  # the cotangents come in argument order, whatever the order of argnums
     for i in sorted(set(nums)):
       n = len(tree_flatten(args[i])[0])
@@ -229,6 +251,7 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, *,
     g = by_arg[nums[0]] if isinstance(argnums, int) else tuple(by_arg[i] for i in nums)
     value = outs[value_idx]
     return ((value, _pick(outs, aux_idx)) if has_aux else value), g
+
   return _named("value_and_grad", fun, value_and_grad_fn)
 
 
@@ -247,6 +270,7 @@ def grad(fun: Callable, argnums=0, has_aux: bool = False, *, argnum=None) -> Cal
   def grad_fn(*args, **kwargs):
     (value_aux, g) = vg(*args, **kwargs)
     return (g, value_aux[1]) if has_aux else g
+
   return _named("grad", fun, grad_fn)
 
 
@@ -255,8 +279,13 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
   integer primals take (ignored) integer tangents; non-float outputs get zero tangents.
   With `has_aux`, fun returns `(output, aux)` and jvp `(output, tangent, aux)`."""
   if kept.wanted():
-    return kept.call(lambda f: lambda p, t: jvp(f, p, t, has_aux), ("jvp", has_aux), fun,
-                     (tuple(primals), tuple(tangents)), {})
+    return kept.call(
+      lambda f: lambda p, t: jvp(f, p, t, has_aux),
+      ("jvp", has_aux),
+      fun,
+      (tuple(primals), tuple(tangents)),
+      {},
+    )
   if has_aux:
     (out, aux), (t_out, _) = jvp(lambda *a: _checked_pair(fun(*a), "jvp"), primals, tangents)
     return out, t_out, aux
@@ -293,28 +322,35 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
   """Reverse mode: returns `(fun(*primals), vjp_fn)` (and aux if has_aux), where
   `vjp_fn(ct)` gives the cotangents of the primals (a tuple, None for integer inputs)."""
   program, leaves, in_tree, out_idx, aux_idx, outs, res, linear_p = _linearized(
-      fun, primals, has_aux, "vjp")
+    fun, primals, has_aux, "vjp"
+  )
   out_leaves, out_td = tree_flatten(out_idx)
   float_outs = [a.is_float for a in program.out_avals]
   lin_pos = {i: k for k, i in enumerate(j for j, f in enumerate(float_outs) if f)}
   chosen = [i for i in out_leaves if float_outs[i]]
-  linear = Program(linear_p.inputs, linear_p.eqns, tuple(linear_p.outputs[lin_pos[i]]
-                                                         for i in chosen))
+  linear = Program(
+    linear_p.inputs, linear_p.eqns, tuple(linear_p.outputs[lin_pos[i]] for i in chosen)
+  )
   n_res = len(res)
-  transposed = optimize(ad.transpose_program(linear, [False] * n_res + [True] * (
-      len(linear.inputs) - n_res)))
+  transposed = optimize(
+    ad.transpose_program(linear, [False] * n_res + [True] * (len(linear.inputs) - n_res))
+  )
   float_in = [aval_of(x).is_float for x in leaves]
 
   def vjp_fn(ct):
     ct_leaves, ct_td = tree_flatten(ct)
     if ct_td != out_td:
       raise PrimcError("vjp_fn: the cotangent must have the structure of the output")
-    cts = [pnp.asarray(c, program.out_avals[i].dtype) for c, i in zip(ct_leaves, out_leaves)
-           if float_outs[i]]
+    cts = [
+      pnp.asarray(c, program.out_avals[i].dtype)
+      for c, i in zip(ct_leaves, out_leaves)
+      if float_outs[i]
+    ]
     for c, i in zip(cts, chosen):
       if aval_of(c).shape != program.out_avals[i].shape:
-        raise PrimcError(f"vjp_fn: cotangent {aval_of(c)} does not match output "
-                         f"{program.out_avals[i]}")
+        raise PrimcError(
+          f"vjp_fn: cotangent {aval_of(c)} does not match output {program.out_avals[i]}"
+        )
     in_cts = iter(eval_program(transposed, *res, *cts))
     flat = [next(in_cts) if f else None for f in float_in]
     return tuple(tree_unflatten(in_tree, flat))
@@ -327,7 +363,8 @@ def linearize(fun: Callable, *primals):
   """Returns `(fun(*primals), f_jvp)` where `f_jvp(*tangents)` evaluates the linear map
   (the linear program, with residuals computed once)."""
   program, leaves, in_tree, out_idx, _, outs, res, linear_p = _linearized(
-      fun, primals, False, "linearize")
+    fun, primals, False, "linearize"
+  )
   float_in = [aval_of(x).is_float for x in leaves]
   float_outs = [a.is_float for a in program.out_avals]
 
@@ -337,8 +374,9 @@ def linearize(fun: Callable, *primals):
       raise PrimcError("linearize: tangents must have the same structure as primals")
     ts = [pnp.asarray(t, aval_of(x).dtype) for t, x, f in zip(t_leaves, leaves, float_in) if f]
     t_it = iter(eval_program(linear_p, *res, *ts))
-    t_outs = [next(t_it) if f else np.zeros(a.shape, a.dtype)
-              for f, a in zip(float_outs, program.out_avals)]
+    t_outs = [
+      next(t_it) if f else np.zeros(a.shape, a.dtype) for f, a in zip(float_outs, program.out_avals)
+    ]
     return _pick(t_outs, out_idx)
 
   return _pick(outs, out_idx), f_jvp
@@ -355,6 +393,7 @@ def vmap(fun: Callable, in_axes=0, out_axes=0) -> Callable:
     out_axes: where the batch axis goes: an int for every output, or a pytree prefix of
       the output; an axis outside the output's dimensions is an error (as in JAX).
   """
+
   def vmapped(*args):
     axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
     if len(axes) != len(args):
@@ -379,26 +418,32 @@ def vmap(fun: Callable, in_axes=0, out_axes=0) -> Callable:
       moved.append(tree_unflatten(td, new))
     if size is None:
       raise PrimcError("vmap needs at least one mapped argument")
-    avals = [ShapedArray(aval_of(x).shape[1:] if d else aval_of(x).shape, aval_of(x).dtype)
-             for x, d in zip(tree_flatten(moved)[0], dims)]
+    avals = [
+      ShapedArray(aval_of(x).shape[1:] if d else aval_of(x).shape, aval_of(x).dtype)
+      for x, d in zip(tree_flatten(moved)[0], dims)
+    ]
     leaves, in_tree = tree_flatten(moved)
 
     def flat_fn(*xs):
       return fun(*tree_unflatten(in_tree, xs))
 
     program, captured, out_tree = trace_flat(flat_fn, avals)
-    batched = _to_evaluate(batching.batch_program(optimize(program), list(dims) + [False] * len(
-        captured), size))
+    batched = _to_evaluate(
+      batching.batch_program(optimize(program), list(dims) + [False] * len(captured), size)
+    )
     outs = eval_program(batched, *leaves, *captured)
     shaped = tree_unflatten(out_tree, outs)
     moved_out = []
     for o, ax in zip(outs, _leaf_axes(out_axes, shaped, "out_axes")):
       ndim = aval_of(o).ndim
       if ax is None or not isinstance(ax, (int, np.integer)) or not -ndim <= ax < ndim:
-        raise PrimcError(f"vmap: out_axes {ax!r} for an output of {ndim - 1} dimensions "
-                         f"(batched: {ndim}); it must be an int in [{-ndim}, {ndim})")
+        raise PrimcError(
+          f"vmap: out_axes {ax!r} for an output of {ndim - 1} dimensions "
+          f"(batched: {ndim}); it must be an int in [{-ndim}, {ndim})"
+        )
       moved_out.append(batching.moveaxis(o, 0, ax % ndim))
     return tree_unflatten(out_tree, moved_out)
+
   return _named("vmap", fun, vmapped)
 
 
@@ -408,24 +453,24 @@ def _leaf_axes(spec, tree, what: str) -> list:
   and `out_axes`."""
   if spec is None or isinstance(spec, (int, np.integer)):
     return [spec] * len(tree_flatten(tree)[0])
-  if isinstance(spec, (tuple, list)) and isinstance(tree, (tuple, list)) and len(
-      spec) == len(tree):
+  if isinstance(spec, (tuple, list)) and isinstance(tree, (tuple, list)) and len(spec) == len(tree):
     return [ax for s, t in zip(spec, tree) for ax in _leaf_axes(s, t, what)]
   if isinstance(spec, dict) and isinstance(tree, dict) and set(spec) == set(tree):
     return [ax for k in sorted(tree) for ax in _leaf_axes(spec[k], tree[k], what)]
-  raise PrimcError(f"vmap: {what} {spec!r} does not match the structure of {type(tree).__name__}"
-                   f" {tree_flatten(tree)[1]}: give an int, None, or a tuple, list or dict "
-                   f"with the same structure")
+  raise PrimcError(
+    f"vmap: {what} {spec!r} does not match the structure of {type(tree).__name__}"
+    f" {tree_flatten(tree)[1]}: give an int, None, or a tuple, list or dict "
+    f"with the same structure"
+  )
 
 
 def _with_arg(fun, args, i):
-  return lambda x: fun(*args[:i], x, *args[i + 1:])
+  return lambda x: fun(*args[:i], x, *args[i + 1 :])
 
 
 def _checked_pair(out, what):
   if not isinstance(out, (tuple, list)) or len(out) != 2:
-    raise PrimcError(f"{what}(has_aux=True) needs the function to return a pair "
-                     "(output, aux)")
+    raise PrimcError(f"{what}(has_aux=True) needs the function to return a pair (output, aux)")
   return tuple(out)
 
 
@@ -442,9 +487,10 @@ def ravel_pytree(tree):
   def unravel(flat):
     parts, start = [], 0
     for shape, size in zip(shapes, sizes):
-      parts.append(pnp.reshape(flat[start:start + size], shape))
+      parts.append(pnp.reshape(flat[start : start + size], shape))
       start += size
     return tree_unflatten(treedef, parts)
+
   return flat, unravel
 
 
@@ -461,6 +507,7 @@ def _tree_jacobian(jac_one, f, x):
     leaves, tree = tree_flatten(out)
     out_info[:] = [tree, [aval_of(as_array(y)).shape for y in leaves]]
     return ravel_pytree(out)[0]
+
   jac = jac_one(flat_f, flat_in)  # (output size, input size)
   out_tree, out_shapes = out_info
   in_shapes = [aval_of(as_array(y)).shape for y in in_leaves]
@@ -470,7 +517,7 @@ def _tree_jacobian(jac_one, f, x):
     blocks, c = [], 0
     for ishape in in_shapes:
       n = int(np.prod(ishape, dtype=np.int64))
-      blocks.append(pnp.reshape(jac[r:r + m, c:c + n], tuple(oshape) + tuple(ishape)))
+      blocks.append(pnp.reshape(jac[r : r + m, c : c + n], tuple(oshape) + tuple(ishape)))
       c += n
     rows.append(tree_unflatten(in_tree, blocks))
     r += m
@@ -495,6 +542,7 @@ def _per_argnum(jac_one, argnums, name, has_aux=False):
   """The Jacobians of `jac_one.fun` for `argnums`; with `has_aux` the function returns
   `(output, aux)`: the Jacobians are of the output, and `(jacobians, aux)` is returned
   (aux from the function's value at the arguments)."""
+
   def jac(*args, **kwargs):
     nums = _argnums(argnums, len(args))
     base = _keywords(jac_one.fun, kwargs)
@@ -502,6 +550,7 @@ def _per_argnum(jac_one, argnums, name, has_aux=False):
     jacs = [_one_jacobian(jac_one, _with_arg(fun, args, i), args[i]) for i in nums]
     out = jacs[0] if isinstance(argnums, int) else tuple(jacs)
     return (out, _checked_pair(base(*args), name)[1]) if has_aux else out
+
   return _named(name, jac_one.fun, jac)
 
 
@@ -510,17 +559,24 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   """The Jacobian by forward mode, all basis tangents pushed through one batched program.
   Shape: output shape + input shape (a tuple of Jacobians for tuple argnums); with
   `has_aux`, fun returns `(output, aux)` and so does the Jacobian function."""
+
   def one(f, x):
     n = aval_of(x).size
     shape = aval_of(x).shape
 
     def pushfwd(t):
       return jvp(f, (x,), (P.reshape(t, shape),))[1]
+
     basis = pnp.eye(n, dtype=aval_of(x).dtype)
     ys = vmap(pushfwd)(basis)
-    return tree_unflatten(tree_flatten(ys)[1], [
+    return tree_unflatten(
+      tree_flatten(ys)[1],
+      [
         pnp.reshape(pnp.moveaxis(y, 0, -1), aval_of(y).shape[1:] + shape)
-        for y in tree_flatten(ys)[0]])
+        for y in tree_flatten(ys)[0]
+      ],
+    )
+
   one.fun = fun
   return _per_argnum(one, argnums, "jacfwd", has_aux)
 
@@ -530,6 +586,7 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   """The Jacobian by reverse mode, all basis cotangents pulled back in one batched program.
   Shape: output shape + input shape (single-array outputs); with `has_aux`, fun returns
   `(output, aux)` and so does the Jacobian function."""
+
   def one(f, x):
     y, pullback = vjp(f, x)
     if not isinstance(y, (Tracer, np.ndarray)):
@@ -539,11 +596,13 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
 
     def pullrow(ct):
       return pullback(P.reshape(ct, yshape))[0]
+
     if m == 1:  # a single cotangent: pulled back as it is, with no batch dimension
       rows = pullrow(pnp.ones((1,), dtype=aval_of(y).dtype))
     else:
       rows = vmap(pullrow)(pnp.eye(m, dtype=aval_of(y).dtype))
     return pnp.reshape(rows, yshape + aval_of(x).shape)
+
   one.fun = fun
   return _per_argnum(one, argnums, "jacrev", has_aux)
 
@@ -562,9 +621,11 @@ def hvp(fun: Callable, primals: Sequence, tangents: Sequence):
 # ---------------------------------------------------------------------------------------
 # Finite-difference checking
 
+
 def _float_leaves(tree):
-  return [np.asarray(x, np.float64) for x in tree_flatten(tree)[0]
-          if np.asarray(x).dtype.kind == "f"]
+  return [
+    np.asarray(x, np.float64) for x in tree_flatten(tree)[0] if np.asarray(x).dtype.kind == "f"
+  ]
 
 
 def _fd_jvp(f, args, tangents, eps):
@@ -579,17 +640,28 @@ def _close(what, got, want, atol, rtol):
     bad = ~np.isclose(g, w, atol=atol, rtol=rtol, equal_nan=True)
     if bad.any():
       err = np.max(np.abs(g - w)[bad])
-      rows = "\n".join(f"  at {tuple(int(i) for i in at)}: got {g[tuple(at)]:.9g}, want "
-                       f"{w[tuple(at)]:.9g} (error {abs(g[tuple(at)] - w[tuple(at)]):.3g})"
-                       for at in np.argwhere(bad)[:5])
-      raise AssertionError(f"{what} mismatch in output {k} (shape {g.shape}): {int(bad.sum())} "
-                           f"of {g.size} entries differ, max abs error {err:.3g}; the first:\n"
-                           f"{rows}")
+      rows = "\n".join(
+        f"  at {tuple(int(i) for i in at)}: got {g[tuple(at)]:.9g}, want "
+        f"{w[tuple(at)]:.9g} (error {abs(g[tuple(at)] - w[tuple(at)]):.3g})"
+        for at in np.argwhere(bad)[:5]
+      )
+      raise AssertionError(
+        f"{what} mismatch in output {k} (shape {g.shape}): {int(bad.sum())} "
+        f"of {g.size} entries differ, max abs error {err:.3g}; the first:\n"
+        f"{rows}"
+      )
 
 
-def check_grads(f: Callable, args: Sequence, order: int = 1, modes=("fwd", "rev"),
-                eps: float | None = None, atol: float | None = None,
-                rtol: float | None = None, seed: int = 0) -> None:
+def check_grads(
+  f: Callable,
+  args: Sequence,
+  order: int = 1,
+  modes=("fwd", "rev"),
+  eps: float | None = None,
+  atol: float | None = None,
+  rtol: float | None = None,
+  seed: int = 0,
+) -> None:
   """Checks derivatives of `f` at `args` against central finite differences.
 
   `fwd` compares `jvp` with finite differences along a random direction; `rev` checks the
@@ -604,19 +676,24 @@ def check_grads(f: Callable, args: Sequence, order: int = 1, modes=("fwd", "rev"
   """
   rng = np.random.default_rng(seed)
   leaves, in_tree = tree_flatten(list(args))
-  low = any(np.asarray(x).dtype.kind == "f" and np.asarray(x).dtype.itemsize < 8
-            for x in leaves)
+  low = any(np.asarray(x).dtype.kind == "f" and np.asarray(x).dtype.itemsize < 8 for x in leaves)
   eps = (1e-3 if low else 1e-6) if eps is None else eps
   atol = (2e-2 if low else 1e-5) if atol is None else atol
   rtol = (2e-2 if low else 1e-5) if rtol is None else rtol
-  if len(leaves) != len(args) or in_tree.kind != "list" or any(
-      c.kind != "leaf" for c in in_tree.children):  # pytree arguments: check the flat function
+  if (
+    len(leaves) != len(args)
+    or in_tree.kind != "list"
+    or any(c.kind != "leaf" for c in in_tree.children)
+  ):  # pytree arguments: check the flat function
+
     def flat_f(*xs):
       return f(*tree_unflatten(in_tree, list(xs)))
+
     return check_grads(flat_f, leaves, order, modes, eps, atol, rtol, seed)
   args = tuple(np.asarray(a) for a in args)
-  tangents = [rng.standard_normal(a.shape).astype(a.dtype) if a.dtype.kind == "f" else None
-              for a in args]
+  tangents = [
+    rng.standard_normal(a.shape).astype(a.dtype) if a.dtype.kind == "f" else None for a in args
+  ]
   tan_args = [t if t is not None else np.zeros_like(a) for a, t in zip(args, tangents)]
   fd = _fd_jvp(f, args, tangents, eps)
   if "fwd" in modes:
@@ -628,23 +705,38 @@ def check_grads(f: Callable, args: Sequence, order: int = 1, modes=("fwd", "rev"
   if "rev" in modes:
     _, pullback = vjp(f, *args)
     in_cts = pullback(tree_unflatten(out_td, cts))
-    lhs = sum(float(np.sum(np.asarray(c, np.float64) * w)) for c, w in zip(
-        [c for c, o in zip(cts, out_leaves) if np.asarray(o).dtype.kind == "f"], fd))
-    rhs = sum(float(np.sum(np.asarray(c, np.float64) * t)) for c, t in zip(in_cts, tangents)
-              if c is not None)
+    lhs = sum(
+      float(np.sum(np.asarray(c, np.float64) * w))
+      for c, w in zip([c for c, o in zip(cts, out_leaves) if np.asarray(o).dtype.kind == "f"], fd)
+    )
+    rhs = sum(
+      float(np.sum(np.asarray(c, np.float64) * t))
+      for c, t in zip(in_cts, tangents)
+      if c is not None
+    )
     _close(f"order-{order} reverse mode <ct, J v> vs <J^T ct, v>", [rhs], [lhs], atol, rtol)
   if order > 1:
     if "fwd" in modes:
-      check_grads(lambda *a: jvp(f, a, tan_args)[1], args, order - 1, ("fwd",), eps, atol,
-                  rtol, seed + 1)
+      check_grads(
+        lambda *a: jvp(f, a, tan_args)[1], args, order - 1, ("fwd",), eps, atol, rtol, seed + 1
+      )
     if "rev" in modes:
       ct_tree = tree_unflatten(out_td, cts)
-      check_grads(lambda *a: [c for c in vjp(f, *a)[1](ct_tree) if c is not None], args,
-                  order - 1, ("rev",), eps, atol, rtol, seed + 1)
+      check_grads(
+        lambda *a: [c for c in vjp(f, *a)[1](ct_tree) if c is not None],
+        args,
+        order - 1,
+        ("rev",),
+        eps,
+        atol,
+        rtol,
+        seed + 1,
+      )
 
 
 # ---------------------------------------------------------------------------------------
 # autograd's spellings (`argnum`: one positional argument), over the transforms above
+
 
 def _at_argnum(fun: Callable, args, argnum: int, kwargs=None):
   """`fun` as a function of its argument `argnum` alone (the others and the keyword
@@ -653,7 +745,8 @@ def _at_argnum(fun: Callable, args, argnum: int, kwargs=None):
   kwargs = kwargs or {}
 
   def of_one(x):
-    return fun(*args[:argnum], x, *args[argnum + 1:], **kwargs)
+    return fun(*args[:argnum], x, *args[argnum + 1 :], **kwargs)
+
   return of_one, args[argnum]
 
 
@@ -666,9 +759,11 @@ def jacobian(fun: Callable, argnum: int = 0) -> Callable:
 def elementwise_grad(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.elementwise_grad (and `deriv`): the vector-Jacobian product with ones, the
   sum of each column of the Jacobian; the derivative itself for elementwise functions."""
+
   def grad_fn(*args, **kwargs):
     pullback, out = make_vjp(fun, argnum)(*args, **kwargs)
     return pullback(pnp.ones_like(out))
+
   return _named("elementwise_grad", fun, grad_fn)
 
 
@@ -677,27 +772,33 @@ deriv = elementwise_grad
 
 def grad_and_aux(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.grad_and_aux: fun returns (value, aux); gives (gradient, aux)."""
+
   def grad_fn(*args, **kwargs):
     (_, aux), g = value_and_grad(fun, argnums=argnum, has_aux=True)(*args, **kwargs)
     return g, aux
+
   return grad_fn
 
 
 def make_vjp(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.make_vjp: `make_vjp(f)(x)` is `(vjp_fn, f(x))`, vjp_fn(v) the cotangent of
   argument `argnum`."""
+
   def at(*args, **kwargs):
     f, x = _at_argnum(fun, args, argnum, kwargs)
     out, pullback = vjp(f, x)
     return (lambda v: pullback(v)[0]), out
+
   return at
 
 
 def make_jvp(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.make_jvp: `make_jvp(f)(x)(v)` is `(f(x), J v)` in argument `argnum`."""
+
   def at(*args, **kwargs):
     f, x = _at_argnum(fun, args, argnum, kwargs)
     return lambda v: jvp(f, (x,), (v,))
+
   return at
 
 
@@ -705,13 +806,16 @@ def tensor_jacobian_product(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.tensor_jacobian_product (and `vector_jacobian_product`): `(*args, v)` ->
   v contracted with the Jacobian's leading output axes, `tensordot(v, J, v.ndim)`: shape
   the output's remaining axes + the input's (the vjp when v has the output's shape)."""
+
   def product(*args_and_v, **kwargs):
     *args, v = args_and_v
     v = as_array(v)
 
     def v_dot_fun(*a):
       return pnp.tensordot(v, fun(*a, **kwargs), axes=aval_of(v).ndim)
+
     return jacobian(v_dot_fun, argnum)(*args)
+
   return product
 
 
@@ -721,10 +825,12 @@ vector_jacobian_product = tensor_jacobian_product
 def hessian_tensor_product(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.hessian_tensor_product (and `hessian_vector_product`): `(*args, v)` -> the
   Hessian in argument `argnum` contracted with v (forward over reverse: `hvp`)."""
+
   def product(*args_and_v, **kwargs):
     *args, v = args_and_v
     f, x = _at_argnum(fun, args, argnum, kwargs)
     return hvp(f, (x,), (v,))[0]
+
   return product
 
 
@@ -733,9 +839,13 @@ hessian_vector_product = hessian_tensor_product
 
 def make_hvp(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.make_hvp: `make_hvp(f)(x)` is `(hvp_fn, f(x))`."""
+
   def at(*args, **kwargs):
-    return ((lambda v: hessian_tensor_product(fun, argnum)(*args, v, **kwargs)),
-            fun(*args, **kwargs))
+    return (
+      (lambda v: hessian_tensor_product(fun, argnum)(*args, v, **kwargs)),
+      fun(*args, **kwargs),
+    )
+
   return at
 
 
@@ -752,7 +862,9 @@ def make_ggnvp(f: Callable, g: Callable = None, f_argnum: int = 0) -> Callable:
       _, jv = jvp(f_x, (x,), (v,))
       hjv = hessian_tensor_product(g)(y, jv)
       return pull_f(hjv)[0]
+
     return product
+
   return at
 
 

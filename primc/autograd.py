@@ -10,6 +10,7 @@ prim mode is on by default. With it disabled, only first-order reverse mode is s
 (as in Paddle without prim): a gradient of a gradient, or `forward_grad`, raises an
 error instead of silently giving a wrong answer.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,6 +49,7 @@ def _depends_on_grad(outputs) -> bool:
       return False
     seen.add(v.id)
     return getattr(v.node, "is_grad", False) or any(visit(i) for i in v.node.inputs)
+
   return any(visit(v) for v in outputs)
 
 
@@ -59,7 +61,7 @@ def _transform_node(outputs, inputs, extra, compute, kind):
   in_ids = [v.id for v in inputs]
 
   def fn(*values):
-    leaf_vals, extra_vals = values[:len(leaves)], values[len(leaves):]
+    leaf_vals, extra_vals = values[: len(leaves)], values[len(leaves) :]
     env = dict(zip(leaf_ids, leaf_vals))
     for v in inputs:
       if v.id not in env:
@@ -69,6 +71,7 @@ def _transform_node(outputs, inputs, extra, compute, kind):
       env2 = {k: val for k, val in env.items() if k in leaf_ids}
       env2.update(zip(in_ids, xs))
       return static.evaluate(outputs, env2)
+
     return compute(f, [env[i] for i in in_ids], list(extra_vals))
 
   node = static.Node(fn, leaves + extra)
@@ -85,15 +88,18 @@ def grad(outputs, inputs, grad_outputs=None):
   cts = [None] * len(outs) if grad_outputs is None else _as_list(grad_outputs)
   if any(isinstance(v, Variable) for v in outs + ins):
     if not prim_enabled() and _depends_on_grad(outs):
-      raise PrimcError("a gradient of a gradient needs primitive autodiff: call "
-                       "primc.autograd.enable_prim() first")
+      raise PrimcError(
+        "a gradient of a gradient needs primitive autodiff: call primc.autograd.enable_prim() first"
+      )
     ct_vars = [c for c in cts if isinstance(c, Variable)]
 
     def compute(f, xs, ct_vals):
       it = iter(ct_vals)
       values = f(*xs)
-      cs = [next(it) if isinstance(c, Variable) else
-            (pnp.ones_like(v) if c is None else pnp.asarray(c)) for c, v in zip(cts, values)]
+      cs = [
+        next(it) if isinstance(c, Variable) else (pnp.ones_like(v) if c is None else pnp.asarray(c))
+        for c, v in zip(cts, values)
+      ]
       return list(api.vjp(lambda *a: f(*a), *xs)[1](cs))
 
     result = _transform_node(outs, ins, ct_vars, compute, "grad")
@@ -106,8 +112,9 @@ def forward_grad(outputs, inputs, grad_inputs=None):
   """Forward mode: the directional derivative of the outputs along `grad_inputs` (ones
   where None). Returns one tangent per output (a single value for a single output)."""
   if not prim_enabled():
-    raise PrimcError("forward_grad needs primitive autodiff: call "
-                     "primc.autograd.enable_prim() first")
+    raise PrimcError(
+      "forward_grad needs primitive autodiff: call primc.autograd.enable_prim() first"
+    )
   single = not isinstance(outputs, (list, tuple))
   outs, ins = _as_list(outputs), _as_list(inputs)
   tans = [None] * len(ins) if grad_inputs is None else _as_list(grad_inputs)
@@ -115,14 +122,17 @@ def forward_grad(outputs, inputs, grad_inputs=None):
     if all(isinstance(v, eager.Tensor) for v in outs + ins):
       result = eager.forward_grad(outs, ins, grad_inputs)
       return result[0] if single else result
-    raise PrimcError("forward_grad takes static variables or eager tensors; use primc.jvp "
-                     "on functions of arrays")
+    raise PrimcError(
+      "forward_grad takes static variables or eager tensors; use primc.jvp on functions of arrays"
+    )
   tan_vars = [t for t in tans if isinstance(t, Variable)]
 
   def compute(f, xs, tan_vals):
     it = iter(tan_vals)
-    ts = [next(it) if isinstance(t, Variable) else
-          (pnp.ones_like(x) if t is None else pnp.asarray(t)) for t, x in zip(tans, xs)]
+    ts = [
+      next(it) if isinstance(t, Variable) else (pnp.ones_like(x) if t is None else pnp.asarray(t))
+      for t, x in zip(tans, xs)
+    ]
     return list(api.jvp(lambda *a: f(*a), xs, ts)[1])
 
   result = _transform_node(outs, ins, tan_vars, compute, "forward_grad")
@@ -131,6 +141,7 @@ def forward_grad(outputs, inputs, grad_inputs=None):
 
 # ---------------------------------------------------------------------------------------
 # Lazy Jacobian and Hessian
+
 
 class Jacobian:
   """The Jacobian of `func` at `xs`, computed lazily one row at a time.
@@ -174,9 +185,10 @@ class Jacobian:
     def row(*xs):
       flat_f = lambda *a: self._flat(_as_list(self.func(*a)))
       out, pull = api.vjp(flat_f, *xs)
-      ct = (pnp.astype(pnp.equal(pnp.arange(self.m), i), out.dtype))
+      ct = pnp.astype(pnp.equal(pnp.arange(self.m), i), out.dtype)
       ct = pnp.broadcast_to(ct, out.shape)
       return self._flat(list(pull(ct)))
+
     return row
 
   def _row(self, i):
@@ -206,8 +218,7 @@ class Jacobian:
       rows = wrap_indices(np.asarray(sel), self.m, row_axis).reshape(1).tolist()
       entries[at] = 0
     if not rows:  # nothing to compute: an empty selection of the right shape
-      empty = np.zeros(self.shape[:row_axis] + (0,) + self.shape[row_axis + 1:],
-                       self.xs[0].dtype)
+      empty = np.zeros(self.shape[:row_axis] + (0,) + self.shape[row_axis + 1 :], self.xs[0].dtype)
       return empty[tuple(entries)]
     stacked = pnp.stack([self._row(i) for i in rows], axis=row_axis)
     return stacked[tuple(entries)]
@@ -222,4 +233,5 @@ class Hessian(Jacobian):
 
     def gradient(*a):
       return list(api.grad(lambda *b: pnp.sum(func(*b)), argnums=tuple(range(len(a))))(*a))
+
     super().__init__(gradient, xs, is_batched)

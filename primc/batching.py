@@ -5,6 +5,7 @@ where each dim is 0 (batched along its leading axis) or None (unbatched). Values
 batched at axis 0, so every rule only handles the leading-axis case. An equation none of
 whose inputs is batched is re-bound unchanged.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -46,6 +47,7 @@ def elementwise(prim):
   def rule(args, dims, **params):
     n = _size(args, dims)
     return prim.bind(*(materialize(x, d, n) for x, d in zip(args, dims)), **params), 0
+
   batch_rules[prim] = rule
 
 
@@ -53,25 +55,45 @@ for _p in P.with_trait("elementwise"):
   elementwise(_p)
 
 batch_rules[P.broadcast_in_dim_p] = lambda args, dims, *, shape, broadcast_dimensions: (
-    P.broadcast_in_dim(args[0], (aval_of(args[0]).shape[0],) + shape,
-                       (0,) + tuple(d + 1 for d in broadcast_dimensions)), 0)
+  P.broadcast_in_dim(
+    args[0], (aval_of(args[0]).shape[0],) + shape, (0,) + tuple(d + 1 for d in broadcast_dimensions)
+  ),
+  0,
+)
 batch_rules[P.reshape_p] = lambda args, dims, *, new_sizes: (
-    P.reshape(args[0], (aval_of(args[0]).shape[0],) + new_sizes), 0)
+  P.reshape(args[0], (aval_of(args[0]).shape[0],) + new_sizes),
+  0,
+)
 batch_rules[P.transpose_p] = lambda args, dims, *, permutation: (
-    P.transpose(args[0], (0,) + tuple(p + 1 for p in permutation)), 0)
+  P.transpose(args[0], (0,) + tuple(p + 1 for p in permutation)),
+  0,
+)
 batch_rules[P.slice_p] = lambda args, dims, *, start_indices, limit_indices, strides: (
-    P.slice_(args[0], (0,) + start_indices, (aval_of(args[0]).shape[0],) + limit_indices,
-             (1,) + strides), 0)
+  P.slice_(
+    args[0], (0,) + start_indices, (aval_of(args[0]).shape[0],) + limit_indices, (1,) + strides
+  ),
+  0,
+)
 batch_rules[P.rev_p] = lambda args, dims, *, dimensions: (
-    P.rev(args[0], tuple(d + 1 for d in dimensions)), 0)
+  P.rev(args[0], tuple(d + 1 for d in dimensions)),
+  0,
+)
 batch_rules[P.pad_p] = lambda args, dims, *, padding_config: (
-    P.pad(args[0], ((0, 0, 0),) + padding_config), 0)
+  P.pad(args[0], ((0, 0, 0),) + padding_config),
+  0,
+)
 batch_rules[P.reduce_sum_p] = lambda args, dims, *, axes: (
-    P.reduce_sum(args[0], tuple(a + 1 for a in axes)), 0)
+  P.reduce_sum(args[0], tuple(a + 1 for a in axes)),
+  0,
+)
 batch_rules[P.reduce_max_p] = lambda args, dims, *, axes: (
-    P.reduce_max(args[0], tuple(a + 1 for a in axes)), 0)
+  P.reduce_max(args[0], tuple(a + 1 for a in axes)),
+  0,
+)
 batch_rules[P.reduce_prod_p] = lambda args, dims, *, axes: (
-    P.reduce_prod(args[0], tuple(a + 1 for a in axes)), 0)
+  P.reduce_prod(args[0], tuple(a + 1 for a in axes)),
+  0,
+)
 
 
 # No operands, so never batched: the rule just re-binds (the registry asks every primitive).
@@ -148,10 +170,11 @@ def batch_program(program: Program, batched: Sequence[bool], size: int) -> Progr
     outs = run(program, pairs, apply, lit=lambda a: (literal(a), None))
     return [materialize(x, d, size) for x, d in outs]
 
-  avals = [((size,) + v.aval.shape if b else v.aval.shape, v.aval.dtype)
-           for v, b in zip(program.inputs, batched)]
+  avals = [
+    ((size,) + v.aval.shape if b else v.aval.shape, v.aval.dtype)
+    for v, b in zip(program.inputs, batched)
+  ]
   return trace_flat(fn, [ShapedArray(*a) for a in avals])[0]
-
 
 
 # linear algebra (leading axes are a batch already): the elementwise rule's shape

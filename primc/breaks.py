@@ -18,6 +18,7 @@ path, and the check of TorchDynamo's guards made on the computed values.
 `jit(fullgraph=True)` makes a break an error, as torch.compile spells it; each break's
 source line is logged once per function.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,19 +56,19 @@ class Paths:
       if not _agree(guards, known):
         continue
       flat = exe(leaves, None)
-      got = flat[len(flat) - len(guards):]
+      got = flat[len(flat) - len(guards) :]
       k = _first_difference(got, guards)
       if k is None:
         self._taken(path)
         self.last = path
-        return flat[:len(flat) - len(guards)], out_tree
-      known = list(got[:k + 1])
+        return flat[: len(flat) - len(guards)], out_tree
+      known = list(got[: k + 1])
     path = self.make(leaves)
     self.add(path)
     self.last = path
     exe, guards, out_tree = path
     flat = exe(leaves, None)
-    return flat[:len(flat) - len(guards)], out_tree
+    return flat[: len(flat) - len(guards)], out_tree
 
   def _taken(self, path) -> None:
     with self._lock:
@@ -98,6 +99,10 @@ def log_breaks(name: str, sources) -> None:
   for source in dict.fromkeys(sources):
     if (name, source) not in _logged:
       _logged.add((name, source))
-      log.warning("jit(%s): graph break at %s (Python reads a traced value there); the "
-                  "program is compiled per path taken (jit(fullgraph=True) makes this an "
-                  "error)", name, source)
+      log.warning(
+        "jit(%s): graph break at %s (Python reads a traced value there); the "
+        "program is compiled per path taken (jit(fullgraph=True) makes this an "
+        "error)",
+        name,
+        source,
+      )

@@ -9,6 +9,7 @@ Functions declare warm-up signatures with `@primc.jit(warmup=[("f32[2,2]", "f32[
 `warmup` compiles every such signature of every jitted function in the target into the
 cache (`--arg` specs give the signature for `show` of a plain function).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,6 @@ import importlib
 import importlib.util
 import inspect
 import os
-import re
 import sys
 import textwrap
 import time
@@ -103,6 +103,7 @@ def _jitted(objects):
 # ---------------------------------------------------------------------------------------
 # warmup
 
+
 def _warmup(args) -> int:
   jobs = []
   for target in args.targets:
@@ -110,8 +111,10 @@ def _warmup(args) -> int:
     for name, fn in _jitted(objects):
       jobs += [(f"{target.split(':')[0]}:{name}", fn, sig) for sig in fn.warmup]
   if not jobs:
-    print("primc warmup: no functions declared for warm-up (use @primc.jit(warmup=[...]))",
-          file=sys.stderr)
+    print(
+      "primc warmup: no functions declared for warm-up (use @primc.jit(warmup=[...]))",
+      file=sys.stderr,
+    )
     return 1
   rows = []
   start = time.perf_counter()
@@ -141,13 +144,18 @@ def _warmup(args) -> int:
   for name, sig, status, dt in rows:
     print(f"{name:<{width}}  {sig:<28} {status:<10} {dt:.2f}s")
   counts = {k: sum(r[2].startswith(k) for r in rows) for k in ("compiled", "cached", "failed")}
-  print(f"compiled {counts['compiled']}, already cached {counts['cached']}, failed "
-        f"{counts['failed']} in {time.perf_counter() - start:.2f}s")
+  print(
+    f"compiled {counts['compiled']}, already cached {counts['cached']}, failed "
+    f"{counts['failed']} in {time.perf_counter() - start:.2f}s"
+  )
   st = store.current()
   if counts["compiled"] and st.write_dir != st.root:
-    print(f"primc warmup: nothing was saved: the cache directory {st.root} is "
-          f"{'read-only' if st.read_dirs else 'unusable'} (see `primc cache info`; "
-          f"PRIMC_CACHE_DIR chooses another)", file=sys.stderr)
+    print(
+      f"primc warmup: nothing was saved: the cache directory {st.root} is "
+      f"{'read-only' if st.read_dirs else 'unusable'} (see `primc cache info`; "
+      f"PRIMC_CACHE_DIR chooses another)",
+      file=sys.stderr,
+    )
     return 1
   return 1 if counts["failed"] else 0
 
@@ -155,13 +163,19 @@ def _warmup(args) -> int:
 # ---------------------------------------------------------------------------------------
 # cache
 
+
 def _cache(args) -> int:
   st = store.current()
   root = st.root
   entries = st.entries(root)
   if args.action == "info":
-    state = ("read-write" if st.write_dir == root else
-             "read-only" if st.read_dirs else "refused (compiling in memory)")
+    state = (
+      "read-write"
+      if st.write_dir == root
+      else "read-only"
+      if st.read_dirs
+      else "refused (compiling in memory)"
+    )
     print(f"cache directory: {root} ({state})")
     print("environment (a cached entry is used only in the same one):")
     for part in cache.environment().split(" "):
@@ -169,13 +183,18 @@ def _cache(args) -> int:
       if key == "cpu":  # the name, then its features, wrapped
         name, _, features = value.partition(":")
         print(f"  cpu: {name}")
-        print(textwrap.fill(" ".join(features.split(":")), 88, initial_indent="    ",
-                            subsequent_indent="    "))
+        print(
+          textwrap.fill(
+            " ".join(features.split(":")), 88, initial_indent="    ", subsequent_indent="    "
+          )
+        )
       else:
         print(f"  {key}: {value}" if value else f"  {part}")
     for kind in ("module", "plan"):
       chosen = [e for e in entries if e["kind"] == kind]
-      print(f"{kind + 's':8s} {len(chosen):5d} entries {sum(e['bytes'] for e in chosen) / 1e6:9.2f} MB")
+      print(
+        f"{kind + 's':8s} {len(chosen):5d} entries {sum(e['bytes'] for e in chosen) / 1e6:9.2f} MB"
+      )
     print(f"size cap {store.max_bytes() / 1e6:.0f} MB (PRIMC_CACHE_MAX_BYTES)")
     return 0
   if args.action == "list":
@@ -184,16 +203,24 @@ def _cache(args) -> int:
       print(f"{e['kind']:7s} {e['bytes']:10d}  {stamp}  {e['key']}  ({len(e['files'])} files)")
     return 0
   if args.action in ("clear", "prune"):
-    target = 0 if args.action == "clear" else (
-        store.max_bytes() if args.max_bytes is None else args.max_bytes)
+    target = (
+      0
+      if args.action == "clear"
+      else (store.max_bytes() if args.max_bytes is None else args.max_bytes)
+    )
     removed, freed = st.prune(target, entries)
     print(f"removed {removed} cache entries ({freed / 1e6:.2f} MB) from {root}")
     if st.in_use:  # left on purpose: a process has them loaded (clear did not clear them)
-      print(f"primc cache {args.action}: {st.in_use} modules in use by a running process "
-            f"were left", file=sys.stderr)
+      print(
+        f"primc cache {args.action}: {st.in_use} modules in use by a running process were left",
+        file=sys.stderr,
+      )
     if st.not_removed:
-      print(f"primc cache {args.action}: {st.not_removed} entries could not be removed "
-            f"(is the directory read-only?)", file=sys.stderr)
+      print(
+        f"primc cache {args.action}: {st.not_removed} entries could not be removed "
+        f"(is the directory read-only?)",
+        file=sys.stderr,
+      )
     return 1 if st.not_removed or (args.action == "clear" and st.in_use) else 0
   bad = st.check_all()
   kept = 0
@@ -210,14 +237,16 @@ def _cache(args) -> int:
 # ---------------------------------------------------------------------------------------
 # show
 
+
 def _show(args) -> int:
   _, objects = load_target(args.target)
   if len(objects) != 1:
     raise UsageError("name one function (TARGET:function)")
   name, fn = objects[0]
   fun = fn.fun if isinstance(fn, Jitted) else fn
-  call_args = args.arg or (example_args(fn.warmup[0]) if isinstance(fn, Jitted) and fn.warmup
-                           else None)
+  call_args = args.arg or (
+    example_args(fn.warmup[0]) if isinstance(fn, Jitted) and fn.warmup else None
+  )
   if call_args is None:
     raise UsageError("give the argument shapes with --arg f32[2,2] ...")
   try:
@@ -228,16 +257,23 @@ def _show(args) -> int:
     pass
   program = primc.make_program(fun)(*call_args)
   if args.stage in ("traced", "jvp", "linearized", "grad"):
-    text = {"traced": lambda: program, "jvp": lambda: ad.jvp_program(program),
-            "linearized": lambda: "\n".join(map(str, ad.linearize_program(program))),
-            "grad": lambda: ad.vjp_program(program)}[args.stage]()
+    text = {
+      "traced": lambda: program,
+      "jvp": lambda: ad.jvp_program(program),
+      "linearized": lambda: "\n".join(map(str, ad.linearize_program(program))),
+      "grad": lambda: ad.vjp_program(program),
+    }[args.stage]()
   elif args.stage == "optimized":  # whole, control flow included
     text = passes.optimize(inline_calls(program))
   else:
     optimized, fused, plan = build_plan(program)
-    text = {"optimized": optimized, "fused": fused, "source": plan.source,
-            "fusion": "why each region starts (every region it could not join, and why):\n"
-                      + "\n".join(fused.reasons)}[args.stage]
+    text = {
+      "optimized": optimized,
+      "fused": fused,
+      "source": plan.source,
+      "fusion": "why each region starts (every region it could not join, and why):\n"
+      + "\n".join(fused.reasons),
+    }[args.stage]
   print(text)
   return 0
 
@@ -267,29 +303,48 @@ def _size(text: str) -> int:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(
-      prog="primc", description="primc's command line: warm up, inspect and print.",
-      epilog=CACHE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    prog="primc",
+    description="primc's command line: warm up, inspect and print.",
+    epilog=CACHE_HELP,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+  )
   parser.add_argument("--version", action="store_true", help="print versions and exit")
   sub = parser.add_subparsers(dest="command")
-  warm = sub.add_parser("warmup", help="compile declared functions into the cache",
-                        description="Compiles every signature declared with "
-                        "@primc.jit(warmup=[...]) in the targets into the cache, from the "
-                        "signatures alone (nothing runs). Exit 1 if one failed or the cache "
-                        "could not be written.", epilog=CACHE_HELP,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+  warm = sub.add_parser(
+    "warmup",
+    help="compile declared functions into the cache",
+    description="Compiles every signature declared with "
+    "@primc.jit(warmup=[...]) in the targets into the cache, from the "
+    "signatures alone (nothing runs). Exit 1 if one failed or the cache "
+    "could not be written.",
+    epilog=CACHE_HELP,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+  )
   warm.add_argument("targets", nargs="+", help="module, module:function, file.py[:function]")
-  cached = sub.add_parser("cache", help="inspect, clear, verify or shrink the cache directory",
-                          description=CACHE_ACTIONS, epilog=CACHE_HELP,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+  cached = sub.add_parser(
+    "cache",
+    help="inspect, clear, verify or shrink the cache directory",
+    description=CACHE_ACTIONS,
+    epilog=CACHE_HELP,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+  )
   cached.add_argument("action", choices=["info", "list", "clear", "verify", "prune"])
   cached.add_argument("--fix", action="store_true", help="verify: remove bad files")
-  cached.add_argument("--max-bytes", type=_size, default=None,
-                      help="prune: the size to evict down to, in bytes (default "
-                           "PRIMC_CACHE_MAX_BYTES)")
+  cached.add_argument(
+    "--max-bytes",
+    type=_size,
+    default=None,
+    help="prune: the size to evict down to, in bytes (default PRIMC_CACHE_MAX_BYTES)",
+  )
   show = sub.add_parser("show", help="print a stage of a function's program")
   show.add_argument("target", help="module:function or file.py:function")
-  show.add_argument("--arg", type=arg_spec, action="append", default=[],
-                    help="an argument's dtype and shape, e.g. f32[2,2] (repeat per argument)")
+  show.add_argument(
+    "--arg",
+    type=arg_spec,
+    action="append",
+    default=[],
+    help="an argument's dtype and shape, e.g. f32[2,2] (repeat per argument)",
+  )
   show.add_argument("--stage", choices=STAGES, default="traced")
   args = parser.parse_args(argv)
   if args.version:
@@ -321,8 +376,10 @@ def main(argv=None) -> int:
     if os.environ.get("PRIMC_TRACEBACK") == "1":
       raise
     first = str(e).splitlines()[0] if str(e) else ""
-    print(f"primc {args.command}: {type(e).__name__}: {first} (PRIMC_TRACEBACK=1 shows "
-          f"where)", file=sys.stderr)
+    print(
+      f"primc {args.command}: {type(e).__name__}: {first} (PRIMC_TRACEBACK=1 shows where)",
+      file=sys.stderr,
+    )
     return 1
 
 

@@ -3,6 +3,7 @@ code generation. It is the one module of `primc` that reaches `primc.codegen`, a
 does so on first use (`backend`), because codegen imports numba (~0.3 s), which
 tracing, the transforms and the interpreter never need.
 """
+
 from __future__ import annotations
 
 import collections
@@ -20,18 +21,33 @@ import numpy as np
 
 from primc import breaks, kept, passes
 from primc.settings import config
-from primc.core import (NATIVE_DTYPES, NO_GC, ConcretizationError, PrimcError, PrimcIndexError,
-                        Program, without_gc)
+from primc.core import (
+  NATIVE_DTYPES,
+  NO_GC,
+  ConcretizationError,
+  PrimcError,
+  PrimcIndexError,
+  Program,
+  without_gc,
+)
 from primc.custom import inline_calls
 from primc.segmented import Segmented, has_control_flow
-from primc.trace import (SCALAR_ARRAYS, Tracer, aval_of, as_array, eval_program, trace_flat,
-                         tracing, weak_leaves)
+from primc.trace import (
+  SCALAR_ARRAYS,
+  Tracer,
+  aval_of,
+  as_array,
+  eval_program,
+  trace_flat,
+  tracing,
+  weak_leaves,
+)
 from primc.tree import tree_flatten, tree_unflatten
 
 log = logging.getLogger("primc")
 
 SIGNATURES_KEPT = 64  # compiled signatures per jitted function (least recently used go)
-PROGRAMS_KEPT = 256   # executables by program key (the tapes' backward programs)
+PROGRAMS_KEPT = 256  # executables by program key (the tapes' backward programs)
 
 
 @functools.cache
@@ -45,6 +61,7 @@ def backend():
   LLVM compiles (codegen.translate) never need it; numba readies it when it first compiles
   or loads a kernel or a library function."""
   from primc.codegen import backend as codegen  # numba: at the first compile, not before
+
   if os.environ.get("PRIMC_GC_FREEZE") != "0":
     gc.freeze()
   return codegen
@@ -64,17 +81,25 @@ def cache_stats() -> dict:
 # ---------------------------------------------------------------------------------------
 # Compile and run
 
+
 @dataclasses.dataclass(frozen=True)
 class Lowered:
   """Every stage of one compiled signature, for inspection."""
+
   traced: Program
   optimized: Program
   fused: Program
   source: str
 
   def stage(self, name: str) -> str:
-    return str({"traced": self.traced, "optimized": self.optimized, "fused": self.fused,
-                "source": self.source}[name])
+    return str(
+      {
+        "traced": self.traced,
+        "optimized": self.optimized,
+        "fused": self.fused,
+        "source": self.source,
+      }[name]
+    )
 
 
 # argument types the fast path takes: arrays, and scalars (as `as_array` converts them)
@@ -98,12 +123,12 @@ class Jitted:
     # SIGNATURES_KEPT (a loop over ever-new shapes must not grow without bound)
     self._compiled: collections.OrderedDict = collections.OrderedDict()
     self._fast: dict = {}  # (shape, strides, dtype) per flat ndarray argument ->
-                           # (executable, output builder)
-    self._hot = None       # the runner of the last fast call (see Executable.runner)
+    # (executable, output builder)
+    self._hot = None  # the runner of the last fast call (see Executable.runner)
     self._hot_weak = None  # which of its arguments were Python scalars (None: none)
     self._kernels: set[str] = set()  # kernel sources its programs ran (their variants)
     self._programs: dict = {}  # signature -> (traced program, out tree): what pickles
-                               # (the signatures of `_compiled`, and a received one's)
+    # (the signatures of `_compiled`, and a received one's)
     functools.update_wrapper(self, fun)
 
   def __reduce__(self):
@@ -116,8 +141,12 @@ class Jitted:
       fun = pickle.dumps(self.fun)
     except Exception:
       fun = None
-    return _received, (fun, getattr(self.fun, "__qualname__", "a function"),
-                       self.static_argnums, dict(self._programs))
+    return _received, (
+      fun,
+      getattr(self.fun, "__qualname__", "a function"),
+      self.static_argnums,
+      dict(self._programs),
+    )
 
   def _split(self, args):
     static = tuple((i, args[i]) for i in self.static_argnums)
@@ -149,16 +178,18 @@ class Jitted:
         full.append(static_map[i] if i in static_map else next(dyn))
       return self.fun(*full)
 
-    traced, captured, out_tree = trace_flat(flat_fn, [aval_of(x) for x in leaves], weak,
-                                            None if guards is None else leaves, guards)
+    traced, captured, out_tree = trace_flat(
+      flat_fn, [aval_of(x) for x in leaves], weak, None if guards is None else leaves, guards
+    )
     assert not captured
     return traced, out_tree
 
   def _trace_path(self, static, leaves, tree, error):
     """(program, guard values, out tree) of the path these inputs take (`primc.breaks`)."""
     if self.fullgraph:
-      raise ConcretizationError(f"{error} (jit(fullgraph=True): a graph break is an "
-                                "error)") from None
+      raise ConcretizationError(
+        f"{error} (jit(fullgraph=True): a graph break is an error)"
+      ) from None
     guards = []
     traced, out_tree = self._trace(static, leaves, tree, guards)
     breaks.log_breaks(self._label(), [source for _, source in guards])
@@ -179,8 +210,10 @@ class Jitted:
       raise PrimcError(f"{getattr(self.fun, '__qualname__', 'a jitted function')}: {e}") from None
     bound.apply_defaults()
     if bound.kwargs:
-      raise PrimcError("jit: keyword-only or **kwargs parameters are not supported; pass "
-                       f"{sorted(bound.kwargs)} positionally")
+      raise PrimcError(
+        "jit: keyword-only or **kwargs parameters are not supported; pass "
+        f"{sorted(bound.kwargs)} positionally"
+      )
     return bound.args
 
   def _call_positional(self, args, out):
@@ -206,8 +239,7 @@ class Jitted:
           weak = weak_leaves(args)
           if not any(weak):
             weak = None
-          arrays = tuple([a if type(a) is np.ndarray else SCALAR_ARRAYS[type(a)](a)
-                          for a in args])
+          arrays = tuple([a if type(a) is np.ndarray else SCALAR_ARRAYS[type(a)](a) for a in args])
           if hot is not None and self._hot_weak == weak:
             result = hot(*arrays)
             if result is not None:
@@ -313,8 +345,7 @@ class Jitted:
   def wait_compiled(self, timeout: float | None = None) -> bool:
     """Waits (at most `timeout` seconds each) for the background compiles of this
     function's signatures (see `jit(tiered=True)`); True when every one runs native code."""
-    return all(exe.wait(timeout) for exe, _ in self._compiled.values()
-               if hasattr(exe, "wait"))
+    return all(exe.wait(timeout) for exe, _ in self._compiled.values() if hasattr(exe, "wait"))
 
 
 def _received(fun_bytes, name, static_argnums, programs):
@@ -326,9 +357,13 @@ def _received(fun_bytes, name, static_argnums, programs):
     except Exception:  # its module is not importable here: the programs still serve
       fun = None
   if fun is None:
+
     def fun(*args):
-      raise PrimcError(f"{name} was received compiled for {len(programs)} signature(s), "
-                       f"without its Python code; it cannot trace a new signature here")
+      raise PrimcError(
+        f"{name} was received compiled for {len(programs)} signature(s), "
+        f"without its Python code; it cannot trace a new signature here"
+      )
+
     fun.__qualname__ = fun.__name__ = name
     fun._primc_received = True
   jitted = Jitted(fun, static_argnums)
@@ -340,9 +375,11 @@ def _received(fun_bytes, name, static_argnums, programs):
 def build_plan(traced, prefer=frozenset()):
   optimized = passes.optimize(inline_calls(traced))
   if has_control_flow(optimized):
-    raise PrimcError("this program has control flow (cond, while, scan): it is compiled as "
-                     "straight-line segments and bodies, one plan each, not one plan; the "
-                     "optimized and traced stages show it whole")
+    raise PrimcError(
+      "this program has control flow (cond, while, scan): it is compiled as "
+      "straight-line segments and bodies, one plan each, not one plan; the "
+      "optimized and traced stages show it whole"
+    )
   fused = passes.fuse(optimized)
   plan = backend().module.build(fused, prefer)
   show = passes.print_after_names()
@@ -352,8 +389,9 @@ def build_plan(traced, prefer=frozenset()):
   return optimized, fused, plan
 
 
-def load_executable(traced: Program, tiered: bool | None = None, prefer=frozenset(),
-                    label: str = "a program"):
+def load_executable(
+  traced: Program, tiered: bool | None = None, prefer=frozenset(), label: str = "a program"
+):
   """The executable of a traced program, its run plan from the plan cache if this program
   (and this environment) was compiled before, else built by the passes, fusion and
   codegen: its compiled kernels; or, while a kernel was never compiled into the cache
@@ -371,9 +409,11 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
     program = passes.optimize(traced)
     return codegen.tiered.Tiered(codegen.module.interpreted(program), program, None)
   if has_control_flow(traced):  # straight-line segments and bodies compiled one by one
-    return Segmented(passes.optimize(traced),
-                     lambda program: load_executable(program, tiered, prefer, label),
-                     None if config.interpret or codegen.jit_disabled() else codegen.loops)
+    return Segmented(
+      passes.optimize(traced),
+      lambda program: load_executable(program, tiered, prefer, label),
+      None if config.interpret or codegen.jit_disabled() else codegen.loops,
+    )
   key = codegen.cache.program_key(traced)
   plan, optimized = st.read_entry("plan", key, codegen.plan.Plan.from_bytes), None
   interpret_only = config.interpret or codegen.jit_disabled()
@@ -387,12 +427,14 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
       codegen.kernel_workers.prestart()
     optimized, _, plan = build_plan(traced, prefer)
     st.write_entry("plan", key, plan.to_bytes())
-  new = 0 if interpret_only or tiered is False else sum(
-      not st.sealed(k) for k in plan.kernels)
+  new = 0 if interpret_only or tiered is False else sum(not st.sealed(k) for k in plan.kernels)
   if interpret_only or new:
     program = passes.optimize(traced) if optimized is None else optimized
-    calls = None if interpret_only or tiered else codegen.tiered.interpreted_calls(
-        program, new, codegen.kernel_workers.workers())
+    calls = (
+      None
+      if interpret_only or tiered
+      else codegen.tiered.interpreted_calls(program, new, codegen.kernel_workers.workers())
+    )
     if calls != 0:
       job = None if interpret_only else codegen.tiered.start(key, plan)
       if job is not None or interpret_only:
@@ -403,8 +445,10 @@ def load_executable(traced: Program, tiered: bool | None = None, prefer=frozense
 @functools.cache
 def _interpreted_dtypes(dtypes: frozenset) -> None:
   log.warning(
-      "programs of %s run on the interpreter, in numpy's own loops (native code is "
-      "float32/float64/int32/int64/bool)", ", ".join(sorted(dtypes)))
+    "programs of %s run on the interpreter, in numpy's own loops (native code is "
+    "float32/float64/int32/int64/bool)",
+    ", ".join(sorted(dtypes)),
+  )
 
 
 _executables: "collections.OrderedDict[str, object]" = collections.OrderedDict()
@@ -439,8 +483,11 @@ def _located_in(error, fun):
 def _out_leaves(out, executable):
   leaves = tree_flatten(out)[0]
   kinds = executable.plan.program_outputs
-  if len(leaves) != len(kinds) or any(kind != "out" for kind, _ in kinds) or len(
-      {k for _, k in kinds}) != len(kinds):
+  if (
+    len(leaves) != len(kinds)
+    or any(kind != "out" for kind, _ in kinds)
+    or len({k for _, k in kinds}) != len(kinds)
+  ):
     raise PrimcError("out= needs one array per output, each computed by the program")
   ordered = [None] * len(leaves)
   for leaf, (_, k) in zip(leaves, kinds):
@@ -455,8 +502,9 @@ def parse_arg_spec(spec: str) -> np.ndarray:
   """An example array for a spec like "f32[2,2]" (zeros of that dtype and shape)."""
   m = re.fullmatch(r"(\w+)\[([\d,\s]*)\]", spec.strip())
   if not m or m.group(1) not in _DTYPES:
-    raise ValueError(f"bad argument spec {spec!r}: expected like f32[2,2] "
-                     f"(dtypes: {', '.join(_DTYPES)})")
+    raise ValueError(
+      f"bad argument spec {spec!r}: expected like f32[2,2] (dtypes: {', '.join(_DTYPES)})"
+    )
   shape = tuple(int(d) for d in m.group(2).split(",") if d.strip())
   return np.zeros(shape, _DTYPES[m.group(1)])
 
@@ -476,8 +524,9 @@ kept.compiler[0] = _compile_kept
 kept.IDENTITY_TYPES += (Jitted,)  # a jitted function keeps what it closed over itself
 
 
-def jit(fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=None,
-        fullgraph=False):
+def jit(
+  fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=None, fullgraph=False
+):
   """Compiles `fun` to native code per input signature.
 
   Each new signature (pytree structure, shapes, dtypes, static arguments) traces `fun`,
@@ -509,10 +558,17 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=No
     like the outputs) to write results into existing arrays.
   """
   if fun is None:
-    return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
-                         warmup=warmup, tiered=tiered, fullgraph=fullgraph)
-  return Jitted(fun, _static_positions(fun, static_argnums, static_argnames), warmup, tiered,
-                fullgraph)
+    return lambda f: jit(
+      f,
+      static_argnums=static_argnums,
+      static_argnames=static_argnames,
+      warmup=warmup,
+      tiered=tiered,
+      fullgraph=fullgraph,
+    )
+  return Jitted(
+    fun, _static_positions(fun, static_argnums, static_argnames), warmup, tiered, fullgraph
+  )
 
 
 def _static_positions(fun, static_argnums, static_argnames) -> tuple[int, ...]:
@@ -523,6 +579,8 @@ def _static_positions(fun, static_argnums, static_argnames) -> tuple[int, ...]:
   params = list(inspect.signature(fun).parameters)
   missing = [n for n in names if n not in params]
   if missing:
-    raise PrimcError(f"jit: static_argnames {missing} are not parameters of "
-                     f"{getattr(fun, '__qualname__', fun)} ({', '.join(params)})")
+    raise PrimcError(
+      f"jit: static_argnames {missing} are not parameters of "
+      f"{getattr(fun, '__qualname__', fun)} ({', '.join(params)})"
+    )
   return tuple(sorted(set(nums) | {params.index(n) for n in names}))

@@ -5,6 +5,7 @@ JAX's jaxpr. Variables are compared by identity; their printed names are made on
 program is printed, so printouts are stable and diffable. `typecheck` verifies a program
 against the primitives' shape rules.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,9 +30,21 @@ ALL_INT_DTYPES = INT_DTYPES + OTHER_INT_DTYPES
 NATIVE_DTYPES = ("float32", "float64") + INT_DTYPES + ("bool",)
 FLOAT_DTYPES = tuple(dict.fromkeys(("float16", "float32", "float64", np.dtype(np.longdouble).name)))
 SUPPORTED_DTYPES = FLOAT_DTYPES + ALL_INT_DTYPES + ("bool",)
-_SHORT_DTYPE = {"float16": "f16", "float32": "f32", "float64": "f64", "float128": "f128",
-                "int32": "i32", "int64": "i64", "bool": "bool", "int8": "i8", "int16": "i16",
-                "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64"}
+_SHORT_DTYPE = {
+  "float16": "f16",
+  "float32": "f32",
+  "float64": "f64",
+  "float128": "f128",
+  "int32": "i32",
+  "int64": "i64",
+  "bool": "bool",
+  "int8": "i8",
+  "int16": "i16",
+  "uint8": "u8",
+  "uint16": "u16",
+  "uint32": "u32",
+  "uint64": "u64",
+}
 
 
 class PrimcError(Exception):
@@ -90,6 +103,7 @@ def dtype_name(dtype) -> str:
 @dataclasses.dataclass(frozen=True)
 class ShapedArray:
   """The abstract value of an array: a static shape and a dtype name."""
+
   __pytree_leaf__ = True  # a value of the IR, never a container of values
   shape: tuple[int, ...]
   dtype: str
@@ -123,6 +137,7 @@ class ShapedArray:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Var:
   """A program variable. Identity is the variable; the name is made at print time."""
+
   __pytree_leaf__ = True  # a value of the IR, never a container of values
   aval: ShapedArray
 
@@ -134,6 +149,7 @@ class Lit:
   `sized`: a value computed from the program's sizes (a mean's 1/n): its value never
   decides a rewrite (`x * 1/n` stays a product at n = 1), so a program's structure, and
   its kernels, are the same at every size."""
+
   __pytree_leaf__ = True  # a value of the IR, never a container of values
   value: np.ndarray
   aval: ShapedArray
@@ -171,18 +187,18 @@ Atom = Union[Var, Lit]
 # What a primitive is, declared where it is created; the stages read it instead of keeping
 # their own lists:
 TRAITS = {
-    "elementwise": "maps operands of one shape element by element",
-    "comparison": "an elementwise predicate (bool result)",
-    "commutative": "operands may be swapped",
-    "index_map": "reads its operand at indices computed from the output's (structural)",
-    "reduction": "accumulates its operand over axes",
-    "contraction": "a sum of products over contracted dims (dot_general)",
-    "indexing": "reads or writes at indices held in an array (gather, scatter)",
-    "generator": "makes an array from its parameters alone",
-    "sorting": "orders its operand along its last axis (argsort)",
-    "linalg": "a LAPACK routine on the matrices of its last two axes (batched)",
-    "nondifferentiable": "zero derivative by definition",
-    "integer": "takes integer (or bool) operands only (bitwise operations)",
+  "elementwise": "maps operands of one shape element by element",
+  "comparison": "an elementwise predicate (bool result)",
+  "commutative": "operands may be swapped",
+  "index_map": "reads its operand at indices computed from the output's (structural)",
+  "reduction": "accumulates its operand over axes",
+  "contraction": "a sum of products over contracted dims (dot_general)",
+  "indexing": "reads or writes at indices held in an array (gather, scatter)",
+  "generator": "makes an array from its parameters alone",
+  "sorting": "orders its operand along its last axis (argsort)",
+  "linalg": "a LAPACK routine on the matrices of its last two axes (batched)",
+  "nondifferentiable": "zero derivative by definition",
+  "integer": "takes integer (or bool) operands only (bitwise operations)",
 }
 
 
@@ -247,10 +263,12 @@ NO_GC = _NoCycleCollection()
 
 def without_gc(fn):
   """`fn` run with the cycle collector paused (`NO_GC`)."""
+
   @functools.wraps(fn)
   def paused(*args, **kwargs):
     with NO_GC:
       return fn(*args, **kwargs)
+
   return paused
 
 
@@ -306,6 +324,7 @@ ufunc_rules: dict[Primitive, np.ufunc] = {}
 @dataclasses.dataclass(frozen=True, eq=False)
 class Eqn:
   """`outputs = prim[params](*inputs)`; params are a sorted tuple of hashable items."""
+
   __pytree_leaf__ = True  # a value of the IR, never a container of values
   prim: Primitive
   inputs: tuple[Atom, ...]
@@ -327,6 +346,7 @@ def make_params(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Program:
   """A closed SSA program: `inputs`, `eqns` in order, and `outputs` (vars or literals)."""
+
   __pytree_leaf__ = True  # a value of the IR, never a container of values
   inputs: tuple[Var, ...]
   eqns: tuple[Eqn, ...]
@@ -359,6 +379,7 @@ class Program:
 
 # ---------------------------------------------------------------------------------------
 # The evaluator
+
 
 def run(program: Program, args: Sequence, apply: Callable, lit: Callable | None = None) -> list:
   """Runs `program` on `args`: each equation's outputs are `apply(eqn, its inputs' values)`
@@ -415,8 +436,11 @@ def shape_free_key(program: Program) -> str:
 
   def atom(a):
     if type(a) is Lit:
-      value = f"#{order.setdefault(('s', a.value.tobytes()), len(order))}" if a.sized \
-          else a.value.tobytes()
+      value = (
+        f"#{order.setdefault(('s', a.value.tobytes()), len(order))}"
+        if a.sized
+        else a.value.tobytes()
+      )
       return ("L", aval(a.aval), value)
     return ids[a]
 
@@ -424,9 +448,14 @@ def shape_free_key(program: Program) -> str:
   for v in program.inputs:
     ids[v] = len(ids)
   for e in program.eqns:
-    parts.append((e.prim.name, tuple(atom(a) for a in e.inputs),
-                   tuple((k, param(v)) for k, v in e.params),
-                   tuple(aval(v.aval) for v in e.outputs)))
+    parts.append(
+      (
+        e.prim.name,
+        tuple(atom(a) for a in e.inputs),
+        tuple((k, param(v)) for k, v in e.params),
+        tuple(aval(v.aval) for v in e.outputs),
+      )
+    )
     for v in e.outputs:
       ids[v] = len(ids)
   parts.append(tuple(atom(a) for a in program.outputs))
@@ -444,13 +473,16 @@ def alpha_equal(a: Program, b: Program) -> bool:
     if e is f:
       names.update(zip(e.outputs, f.outputs))
       continue
-    if (e.prim is not f.prim or e.params != f.params or len(e.inputs) != len(f.inputs)
-        or len(e.outputs) != len(f.outputs)
-        or not all(same(x, y) for x, y in zip(e.inputs, f.inputs))):
+    if (
+      e.prim is not f.prim
+      or e.params != f.params
+      or len(e.inputs) != len(f.inputs)
+      or len(e.outputs) != len(f.outputs)
+      or not all(same(x, y) for x, y in zip(e.inputs, f.inputs))
+    ):
       return False
     names.update(zip(e.outputs, f.outputs))
-  return len(a.outputs) == len(b.outputs) and all(same(x, y) for x, y in zip(a.outputs,
-                                                                             b.outputs))
+  return len(a.outputs) == len(b.outputs) and all(same(x, y) for x, y in zip(a.outputs, b.outputs))
 
 
 def results(eqn: Eqn, out) -> Sequence:
@@ -460,6 +492,7 @@ def results(eqn: Eqn, out) -> Sequence:
 
 # ---------------------------------------------------------------------------------------
 # Printer
+
 
 def _names():
   letters = "abcdefghijklmnopqrstuvwxyz"
@@ -485,6 +518,7 @@ def pp_param(v) -> str:
 class Printer:
   """How a program prints: literals, abstract values and parameters (the default prints
   everything; kernels print their region with sizes and float constants as `?`)."""
+
   lit: Callable = pp_lit
   aval: Callable = str
   param: Callable = lambda name, value: pp_param(value)
@@ -508,8 +542,9 @@ def pp_program(program: Program, indent: int = 0, printer: Printer = Printer()) 
   lines = [f"{pad}{{ lambda {ins} ."]
   for i, eqn in enumerate(program.eqns):
     outs = " ".join(f"{name(v)}:{printer.aval(v.aval)}" for v in eqn.outputs)
-    params = ", ".join(f"{k}={printer.param(k, v)}" for k, v in eqn.params
-                       if not isinstance(v, Program))
+    params = ", ".join(
+      f"{k}={printer.param(k, v)}" for k, v in eqn.params if not isinstance(v, Program)
+    )
     head = f"{eqn.prim.name}[{params}]" if params else eqn.prim.name
     args = " ".join(atom(a) for a in eqn.inputs)
     kw = "let " if i == 0 else "    "
@@ -524,6 +559,7 @@ def pp_program(program: Program, indent: int = 0, printer: Printer = Printer()) 
 
 # ---------------------------------------------------------------------------------------
 # Typechecker
+
 
 def typecheck(program: Program) -> None:
   """Checks SSA form and every equation's output avals against its primitive's shape rule.
@@ -562,8 +598,9 @@ def typecheck(program: Program) -> None:
     got = tuple(v.aval for v in eqn.outputs)
     if got != expected:
       raise TypeCheckError(
-          f"{where}: outputs {', '.join(map(str, got))} but the shape rule gives "
-          f"{', '.join(map(str, expected))}")
+        f"{where}: outputs {', '.join(map(str, got))} but the shape rule gives "
+        f"{', '.join(map(str, expected))}"
+      )
     for v in eqn.outputs:
       define(v, where)
   for a in program.outputs:

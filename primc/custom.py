@@ -18,6 +18,7 @@ Batching batches the function's program and the rules (traced over one example, 
 like any program). Codegen never sees these equations: `inline_calls` replaces each by its
 function's program before a program is compiled or keyed in the cache.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,11 +28,27 @@ import numpy as np
 
 from primc import ad, batching, breaks, lax
 from primc import numpy as pnp
-from primc.core import (ConcretizationError, NamedFunction, Primitive, PrimcError, Program,
-                        ShapedArray, results, run)
+from primc.core import (
+  ConcretizationError,
+  NamedFunction,
+  Primitive,
+  PrimcError,
+  Program,
+  ShapedArray,
+  results,
+  run,
+)
 from primc.prims import abstract_rules, impl_rules
-from primc.trace import (Tracer, as_array, aval_of, eval_program, literal,
-                         trace_flat, trace_path, user_source)
+from primc.trace import (
+  Tracer,
+  as_array,
+  aval_of,
+  eval_program,
+  literal,
+  trace_flat,
+  trace_path,
+  user_source,
+)
 from primc.tree import tree_flatten, tree_unflatten
 
 custom_jvp_call_p = Primitive("custom_jvp_call", multiple_results=True)
@@ -55,11 +72,13 @@ def _batched(rule: Rule, in_avals: Sequence[ShapedArray], size: int) -> Rule:
       program = trace_flat(lambda *a: list(rule(*a)), list(in_avals))[0]
       batched.append(batching.batch_program(program, [True] * len(in_avals), size))
     return eval_program(batched[0], *xs)
+
   return Rule(run, f"vmap({rule.name})")
 
 
 # ---------------------------------------------------------------------------------------
 # Shape rules and evaluation (the function's program)
+
 
 def _out_avals(fun: Program) -> tuple[ShapedArray, ...]:
   return tuple(a.aval for a in fun.outputs)
@@ -73,9 +92,11 @@ impl_rules[custom_vjp_call_p] = lambda *args, fun, **_: eval_program(fun, *args)
 
 
 def _no_forward_mode(*args, bwd, **_):
-  raise PrimcError(f"forward mode (jvp, jacfwd, hessian's inner jvp) reached a custom_vjp "
-                   f"function ({bwd.name}): it has a reverse-mode rule only; define a "
-                   f"custom_jvp rule, or differentiate it in reverse mode")
+  raise PrimcError(
+    f"forward mode (jvp, jacfwd, hessian's inner jvp) reached a custom_vjp "
+    f"function ({bwd.name}): it has a reverse-mode rule only; define a "
+    f"custom_jvp rule, or differentiate it in reverse mode"
+  )
 
 
 impl_rules[custom_lin_p] = _no_forward_mode
@@ -84,10 +105,13 @@ impl_rules[custom_lin_p] = _no_forward_mode
 # ---------------------------------------------------------------------------------------
 # Derivative rules
 
+
 def _check_closure(tangents, n_args: int, name: str):
   if any(not isinstance(t, ad.Zero) for t in tangents[n_args:]):
-    raise PrimcError(f"{name} reads a value being differentiated from its enclosing scope "
-                     f"(a closure): pass it as an argument, so its rule sees it")
+    raise PrimcError(
+      f"{name} reads a value being differentiated from its enclosing scope "
+      f"(a closure): pass it as an argument, so its rule sees it"
+    )
 
 
 def _custom_jvp_jvp(primals, tangents, *, fun, rule, n_args):
@@ -101,8 +125,10 @@ def _custom_jvp_jvp(primals, tangents, *, fun, rule, n_args):
   outs, t_outs = both[:n_out], both[n_out:]
   for o, t, want in zip(outs, t_outs, _out_avals(fun)):
     if aval_of(o) != want or aval_of(t) != want:
-      raise PrimcError(f"the custom_jvp rule {rule.name} returned a primal {aval_of(o)} and "
-                       f"a tangent {aval_of(t)} for an output {want}")
+      raise PrimcError(
+        f"the custom_jvp rule {rule.name} returned a primal {aval_of(o)} and "
+        f"a tangent {aval_of(t)} for an output {want}"
+      )
   return outs, t_outs
 
 
@@ -115,8 +141,9 @@ def _custom_vjp_jvp(primals, tangents, *, fun, fwd, bwd, n_args):
   both = fwd(*primals[:n_args])
   outs, residuals = both[:n_out], both[n_out:]
   ts = [ad.instantiate(t) for t in tangents[:n_args]]
-  t_outs = custom_lin_p.bind(*residuals, *ts, bwd=bwd, n_res=len(residuals),
-                             out_avals=tuple(_out_avals(fun)))
+  t_outs = custom_lin_p.bind(
+    *residuals, *ts, bwd=bwd, n_res=len(residuals), out_avals=tuple(_out_avals(fun))
+  )
   return outs, t_outs
 
 
@@ -127,8 +154,7 @@ def _custom_lin_transpose(cts, *invals, bwd, n_res, out_avals):
     in_cts = bwd(*args)
   except ConcretizationError:  # bwd loops on values (a fixed point's adjoint): it runs
     # on the values each call brings, between compiled segments
-    in_cts = lax.python_call(_bwd_on_values(bwd), args, [x.aval for x in invals[n_res:]],
-                             bwd.name)
+    in_cts = lax.python_call(_bwd_on_values(bwd), args, [x.aval for x in invals[n_res:]], bwd.name)
   return [None] * n_res + list(in_cts)
 
 
@@ -140,8 +166,9 @@ def _bwd_on_values(bwd: Rule) -> Callable:
 
   def make(arrays):
     guards: list = []
-    program, captured, _ = trace_flat(lambda *xs: list(bwd(*xs)), _avals(arrays), (),
-                                      arrays, guards)
+    program, captured, _ = trace_flat(
+      lambda *xs: list(bwd(*xs)), _avals(arrays), (), arrays, guards
+    )
     run = lambda leaves, out: eval_program(program, *leaves, *captured)
     return run, [value for value, _ in guards], None
 
@@ -151,6 +178,7 @@ def _bwd_on_values(bwd: Rule) -> Callable:
     if key not in paths:
       paths[key] = breaks.Paths(make)
     return paths[key].run(arrays)[0]
+
   return run
 
 
@@ -161,6 +189,7 @@ ad.transpose_rules[custom_lin_p] = _custom_lin_transpose
 
 # ---------------------------------------------------------------------------------------
 # Batching: every input batched (unbatched ones broadcast), the programs and rules batched
+
 
 def _unbatched(avals):
   return [ShapedArray(aval_of(a).shape[1:], aval_of(a).dtype) for a in avals]
@@ -180,7 +209,7 @@ def _batch_vjp_call(args, dims, *, fun, fwd, bwd, n_args):
   one = _unbatched(args)
   fun_b = batching.batch_program(fun, [True] * len(args), size)
   fwd_b = _batched(fwd, one[:n_args], size)
-  res = trace_flat(lambda *xs: list(fwd(*xs)), one[:n_args])[0].out_avals[len(fun.outputs):]
+  res = trace_flat(lambda *xs: list(fwd(*xs)), one[:n_args])[0].out_avals[len(fun.outputs) :]
   bwd_b = _batched(bwd, list(res) + list(_out_avals(fun)), size)
   outs = custom_vjp_call_p.bind(*args, fun=fun_b, fwd=fwd_b, bwd=bwd_b, n_args=n_args)
   return [(o, 0) for o in outs]
@@ -202,6 +231,7 @@ batching.batch_rules[custom_lin_p] = _batch_lin
 
 # ---------------------------------------------------------------------------------------
 # Before codegen
+
 
 def inline_calls(program: Program) -> Program:
   """`program` with every custom call replaced by its function's program (recursively);
@@ -228,6 +258,7 @@ _CALLS = (custom_jvp_call_p, custom_vjp_call_p, custom_lin_p)
 # ---------------------------------------------------------------------------------------
 # The decorators
 
+
 def _avals(values) -> list[ShapedArray]:
   return [aval_of(v) for v in values]
 
@@ -242,9 +273,11 @@ def _values_of(leaves) -> list:
   again: the values are not known)."""
   values = [x.concrete if isinstance(x, Tracer) else x for x in leaves]
   if any(v is None for v in values):
-    raise ConcretizationError("a custom rule's function reads traced values (a Python `if` "
-                              "or loop on them) where their values are not known (under "
-                              f"vmap or a trace of types), at {user_source()}")
+    raise ConcretizationError(
+      "a custom rule's function reads traced values (a Python `if` "
+      "or loop on them) where their values are not known (under "
+      f"vmap or a trace of types), at {user_source()}"
+    )
   return values
 
 
@@ -252,9 +285,11 @@ def _on_values(rule: Callable, values) -> Callable:
   """A rule of a function traced on values (`trace_path`): the rule's path for the same
   values, run on its arguments (it is called by a transform of that same path, whose
   guards the function's trace recorded: its own are the same reads)."""
+
   def run(*xs):
     program, captured, _ = trace_flat(lambda *a: list(rule(*a)), _avals(xs), (), values)
     return eval_program(program, *xs, *captured)
+
   return run
 
 
@@ -285,14 +320,12 @@ class _CustomFunction:
     except ConcretizationError:  # Python reads values (a loop to convergence): their path
       values = _values_of(leaves)
       program, captured, out_tree = trace_path(fun, leaves, values)
-    return (name, leaves, in_tree, program, captured, out_tree, [args[i] for i in nondiff],
-            values)
+    return (name, leaves, in_tree, program, captured, out_tree, [args[i] for i in nondiff], values)
 
   def __call__(self, *args):
     missing = self._missing_rule()
     if missing:
-      raise PrimcError(f"{type(self).__name__} function {self.__name__} has no rule: "
-                       f"{missing}")
+      raise PrimcError(f"{type(self).__name__} function {self.__name__} has no rule: {missing}")
     return pnp.on_front_ends(self._bind, args, {})
 
 
@@ -336,12 +369,15 @@ class custom_jvp(_CustomFunction):
       outs, tree = tree_flatten(out)
       t_outs, t_tree = tree_flatten(t_out)
       if tree != out_tree or t_tree != out_tree:
-        raise PrimcError(f"the custom_jvp rule of {name} returned outputs shaped {tree} and "
-                         f"tangents {t_tree}; the function returns {out_tree}")
+        raise PrimcError(
+          f"the custom_jvp rule of {name} returned outputs shaped {tree} and "
+          f"tangents {t_tree}; the function returns {out_tree}"
+        )
       return [as_array(o) for o in outs] + [as_array(t) for t in t_outs]
 
-    outs = custom_jvp_call_p.bind(*leaves, *captured, fun=program,
-                                  rule=Rule(rule, f"{name}'s jvp"), n_args=len(leaves))
+    outs = custom_jvp_call_p.bind(
+      *leaves, *captured, fun=program, rule=Rule(rule, f"{name}'s jvp"), n_args=len(leaves)
+    )
     return tree_unflatten(out_tree, outs)
 
 
@@ -386,8 +422,10 @@ class custom_vjp(_CustomFunction):
       out, res = self.fwd(*_full_args(args, self.nondiff_argnums, in_tree, xs))
       outs, tree = tree_flatten(out)
       if tree != out_tree:
-        raise PrimcError(f"the custom_vjp fwd of {name} returned outputs shaped {tree}; the "
-                         f"function returns {out_tree}")
+        raise PrimcError(
+          f"the custom_vjp fwd of {name} returned outputs shaped {tree}; the "
+          f"function returns {out_tree}"
+        )
       res_leaves, res_tree = tree_flatten(res)
       res_trees.append(res_tree)
       return [as_array(o) for o in outs] + [as_array(r) for r in res_leaves]
@@ -398,23 +436,35 @@ class custom_vjp(_CustomFunction):
       cts = tree_unflatten(out_tree, list(xs[n_res:]))
       in_cts = self.bwd(*nondiff, res, cts)
       if not isinstance(in_cts, (tuple, list)) or len(in_cts) != len(arg_avals):
-        raise PrimcError(f"the custom_vjp bwd of {name} must return a tuple of one "
-                         f"cotangent per argument ({len(arg_avals)}), got "
-                         f"{type(in_cts).__name__}")
+        raise PrimcError(
+          f"the custom_vjp bwd of {name} must return a tuple of one "
+          f"cotangent per argument ({len(arg_avals)}), got "
+          f"{type(in_cts).__name__}"
+        )
       flat = []
       for ct, avals in zip(in_cts, arg_avals):
         ct_leaves = [None] * len(avals) if ct is None else tree_flatten(ct)[0]
         if len(ct_leaves) != len(avals):
-          raise PrimcError(f"the custom_vjp bwd of {name} returned a cotangent of another "
-                           f"structure than its argument")
+          raise PrimcError(
+            f"the custom_vjp bwd of {name} returned a cotangent of another "
+            f"structure than its argument"
+          )
         for c, a in zip(ct_leaves, avals):
-          flat.append(pnp.zeros(a.shape, a.dtype) if c is None else
-                      pnp.broadcast_to(pnp.asarray(c, a.dtype), a.shape))
+          flat.append(
+            pnp.zeros(a.shape, a.dtype)
+            if c is None
+            else pnp.broadcast_to(pnp.asarray(c, a.dtype), a.shape)
+          )
       return flat
 
     if values is not None:  # fwd loops on values as the function did
       fwd = _on_values(fwd, values)
-    outs = custom_vjp_call_p.bind(*leaves, *captured, fun=program,
-                                  fwd=Rule(fwd, f"{name}'s fwd"),
-                                  bwd=Rule(bwd, f"{name}'s bwd"), n_args=len(leaves))
+    outs = custom_vjp_call_p.bind(
+      *leaves,
+      *captured,
+      fun=program,
+      fwd=Rule(fwd, f"{name}'s fwd"),
+      bwd=Rule(bwd, f"{name}'s bwd"),
+      n_args=len(leaves),
+    )
     return tree_unflatten(out_tree, outs)

@@ -12,6 +12,7 @@ Tasks carry `primc.jit` functions, which pickle as their traced programs (not th
 function), and workers load the compiled kernels from the cache (a directory the
 processes share, PRIMC_CACHE_DIR) rather than compile them where one process already did.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -39,8 +40,9 @@ def _jitted(fn) -> Jitted:
 def _out_aval(fn, shape, dtype):
   program = make_program(fn)(np.empty(shape, dtype))
   if len(program.outputs) != 1:
-    raise PrimcError(f"map_blocks needs a function of one array to one array, got "
-                     f"{len(program.outputs)} outputs")
+    raise PrimcError(
+      f"map_blocks needs a function of one array to one array, got {len(program.outputs)} outputs"
+    )
   return program.outputs[0].aval
 
 
@@ -59,8 +61,10 @@ def map_blocks(fn: Callable, x, dtype=None):
     f.precompile(np.zeros(shape, x.dtype))
   first = next(iter(shapes.values()))
   if len(first.shape) != x.ndim:
-    raise PrimcError(f"map_blocks: {getattr(fn, '__name__', 'the function')} maps a chunk of "
-                     f"rank {x.ndim} to rank {len(first.shape)}; it must keep the rank")
+    raise PrimcError(
+      f"map_blocks: {getattr(fn, '__name__', 'the function')} maps a chunk of "
+      f"rank {x.ndim} to rank {len(first.shape)}; it must keep the rank"
+    )
   chunks = []
   for axis, sizes in enumerate(x.chunks):
     out = []
@@ -69,8 +73,14 @@ def map_blocks(fn: Callable, x, dtype=None):
       out.append(shapes[block_shape].shape[axis])
     chunks.append(tuple(out))
   out_dtype = np.dtype(dtype or first.dtype)
-  return da.map_blocks(_call_block, x, fn=f, dtype=out_dtype, chunks=tuple(chunks),
-                       meta=np.empty((0,) * x.ndim, out_dtype))
+  return da.map_blocks(
+    _call_block,
+    x,
+    fn=f,
+    dtype=out_dtype,
+    chunks=tuple(chunks),
+    meta=np.empty((0,) * x.ndim, out_dtype),
+  )
 
 
 def _call_block(block, fn):
@@ -89,8 +99,7 @@ def _add(a, b):
 
 def _tree_sum(parts: list, fan_in: int = 4):
   while len(parts) > 1:
-    parts = [dask.delayed(_sum_group)(*parts[i:i + fan_in])
-             for i in range(0, len(parts), fan_in)]
+    parts = [dask.delayed(_sum_group)(*parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)]
   return parts[0]
 
 
@@ -114,8 +123,7 @@ def value_and_grad(loss: Callable, params, data, reduce: str = "mean", compute: 
   vg = _compiled_value_and_grad(loss)
   rows = data.shape[0]
   if any(len(c) != 1 for c in data.chunks[1:]):
-    raise PrimcError("value_and_grad: chunk the data along axis 0 only (one chunk per row "
-                     "block)")
+    raise PrimcError("value_and_grad: chunk the data along axis 0 only (one chunk per row block)")
   blocks = data.to_delayed().reshape(-1)  # one per row block
   for n in set(data.chunks[0]):  # compiled here once per chunk shape (see map_blocks)
     vg.precompile(params, np.zeros((n,) + data.shape[1:], data.dtype))
@@ -151,8 +159,7 @@ def train(loss: Callable, params, data, optimizer, steps: int, reduce: str = "me
   history = []
   for _ in range(int(steps)):
     value, grads = value_and_grad(loss, tree_unflatten(tree, leaves), data, reduce)
-    stepped = [optimizer.update(p, g, s) for p, g, s in
-               zip(leaves, tree_flatten(grads)[0], states)]
+    stepped = [optimizer.update(p, g, s) for p, g, s in zip(leaves, tree_flatten(grads)[0], states)]
     leaves, states = [p for p, _ in stepped], [s for _, s in stepped]
     history.append(float(value))
   return tree_unflatten(tree, leaves), history

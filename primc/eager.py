@@ -16,6 +16,7 @@ tensors it `attach`ed; its `backward` is recorded only by managers entered outsi
 (so the nesting order matters), and `gm | gm2` makes two peers that cannot see each
 other's backward.
 """
+
 from __future__ import annotations
 
 import collections
@@ -37,8 +38,8 @@ from primc.tree import partial_over_leaves, tree_flatten, tree_unflatten
 
 class _State(threading.local):
   def __init__(self):
-    self.levels: list[list["GradManager"]] = []   # active GradManager scopes, outermost first
-    self.recording = True                          # False while an unobserved backward runs
+    self.levels: list[list["GradManager"]] = []  # active GradManager scopes, outermost first
+    self.recording = True  # False while an unobserved backward runs
 
 
 _state = _State()
@@ -46,6 +47,7 @@ _state = _State()
 
 class Node:
   """A recorded op: `fn(*input_values)` recomputes its output(s) with primc ops."""
+
   __slots__ = ("fn", "inputs", "n_out", "freed", "multi")
 
   def __init__(self, fn, inputs, n_out, multi):
@@ -55,6 +57,7 @@ class Node:
 
 class Tensor:
   """An eager array that can record the ops applied to it (see the module docstring)."""
+
   __array_priority__ = 1000
 
   def __init__(self, value, stop_gradient: bool = True, node: Node | None = None, index=0):
@@ -108,8 +111,9 @@ class Tensor:
     has it attached."""
     if self.node is not None and self.stop_gradient:
       return any(m.active() for m in self.managers)
-    return (not self.stop_gradient) or self.node is not None or any(
-        m.active() for m in self.managers)
+    return (
+      (not self.stop_gradient) or self.node is not None or any(m.active() for m in self.managers)
+    )
 
   @property
   def requires_grad(self) -> bool:
@@ -125,8 +129,9 @@ class Tensor:
     `stop_gradient=False` (leaves and intermediates); frees the graph unless
     `retain_graph`."""
     if not self.tracks_grad():
-      raise PrimcError("backward() of a tensor that does not require a gradient (no input "
-                       "had stop_gradient=False)")
+      raise PrimcError(
+        "backward() of a tensor that does not require a gradient (no input had stop_gradient=False)"
+      )
     nodes = _collect([self], lambda t: False)
     targets = [t for t in _graph_tensors([self], nodes) if not t.stop_gradient or t is self]
     grads = _vjp([self], targets, [grad_tensor], nodes, record=False)
@@ -150,8 +155,11 @@ def to_tensor(data, dtype=None, stop_gradient: bool = True) -> Tensor:
   """A tensor from data (Python floats become float32, ints int32, as in primc.numpy)."""
   if isinstance(data, np.ndarray) and type(data) is not np.ndarray:
     data = plain_array(data)
-  value = np.asarray(data, dtype) if dtype is not None else np.asarray(as_array(
-      np.asarray(data) if isinstance(data, (list, tuple)) else data))
+  value = (
+    np.asarray(data, dtype)
+    if dtype is not None
+    else np.asarray(as_array(np.asarray(data) if isinstance(data, (list, tuple)) else data))
+  )
   if value.dtype == np.float64 and dtype is None and not isinstance(data, np.ndarray):
     value = value.astype(np.float32)
   return Tensor(value, stop_gradient=stop_gradient)
@@ -160,14 +168,17 @@ def to_tensor(data, dtype=None, stop_gradient: bool = True) -> Tensor:
 # ---------------------------------------------------------------------------------------
 # Applying ops
 
+
 def on_values(func, args, kwargs):
   """A numpy function primc.numpy lacks, applied to tensors' values: allowed only where no
   gradient is lost (no tensor among the arguments requires one); returns numpy arrays."""
   leaves = tree_flatten((list(args), kwargs))[0]
   if any(isinstance(t, Tensor) and t.tracks_grad() for t in leaves):
     name = getattr(func, "__name__", repr(func))
-    raise PrimcError(f"numpy.{name} of a tensor that requires a gradient would lose it: "
-                     f"use primc.numpy's ops, or .detach() / .numpy() first")
+    raise PrimcError(
+      f"numpy.{name} of a tensor that requires a gradient would lose it: "
+      f"use primc.numpy's ops, or .detach() / .numpy() first"
+    )
   unwrap = lambda x: x.numpy() if isinstance(x, Tensor) else x
   args, kwargs = tree_unflatten(tree_flatten((list(args), kwargs))[1], list(map(unwrap, leaves)))
   return func(*args, **kwargs)
@@ -178,22 +189,30 @@ def apply(fn: Callable, args, kwargs):
   replay, tensors = partial_over_leaves(fn, args, kwargs, lambda x: isinstance(x, Tensor))
   values = [t.value for t in tensors]
   out = replay(*values)
-  record = (_state.recording and any(t.tracks_grad() for t in tensors)
-            and not any(isinstance(v, Tracer) for v in values))
+  record = (
+    _state.recording
+    and any(t.tracks_grad() for t in tensors)
+    and not any(isinstance(v, Tracer) for v in values)
+  )
   out_leaves, out_tree = tree_flatten(out)
-  node = Node(replay, tensors, len(out_leaves), not (len(out_leaves) == 1 and
-                                                    out_tree.kind == "leaf")) if record else None
+  node = (
+    Node(replay, tensors, len(out_leaves), not (len(out_leaves) == 1 and out_tree.kind == "leaf"))
+    if record
+    else None
+  )
   # an integer or bool result (a comparison, an argmax) has no gradient: a constant of
   # the graph from there on (Paddle's stop_gradient=True), never a tensor backward must
   # differentiate
-  wrapped = [Tensor(v, stop_gradient=not record or np.asarray(v).dtype.kind != "f",
-                    node=node, index=k)
-             for k, v in enumerate(out_leaves)]
+  wrapped = [
+    Tensor(v, stop_gradient=not record or np.asarray(v).dtype.kind != "f", node=node, index=k)
+    for k, v in enumerate(out_leaves)
+  ]
   return tree_unflatten(out_tree, wrapped)
 
 
 # ---------------------------------------------------------------------------------------
 # Backward: replay the recorded subgraph, vjp, compiled
+
 
 def _collect(outputs: Sequence[Tensor], is_leaf) -> list[Node]:
   """Nodes between `outputs` and the leaves, in topological order."""
@@ -205,8 +224,10 @@ def _collect(outputs: Sequence[Tensor], is_leaf) -> list[Node]:
       return
     seen.add(id(node))
     if node.freed:
-      raise PrimcError("backward through a graph that was already freed: call "
-                       "backward(retain_graph=True) the first time to keep it")
+      raise PrimcError(
+        "backward through a graph that was already freed: call "
+        "backward(retain_graph=True) the first time to keep it"
+      )
     for i in node.inputs:
       visit(i)
     order.append(node)
@@ -225,15 +246,22 @@ def _read(outputs, nodes, exclude_ids) -> list[Tensor]:
   """The tensors a replay of `nodes` reads (not recomputes), besides those in
   `exclude_ids`."""
   replayed = {id(n) for n in nodes}
-  return [t for t in _graph_tensors(outputs, nodes) if id(t) not in exclude_ids
-          and not (t.node is not None and not _cut(t) and id(t.node) in replayed)]
+  return [
+    t
+    for t in _graph_tensors(outputs, nodes)
+    if id(t) not in exclude_ids
+    and not (t.node is not None and not _cut(t) and id(t.node) in replayed)
+  ]
 
 
 def _other_leaves(outputs, nodes, exclude_ids) -> list[Tensor]:
   """The float tensors a replay reads that track a gradient: a recorded transform takes
   them as inputs."""
-  return [t for t in _read(outputs, nodes, exclude_ids)
-          if t.tracks_grad() and np.dtype(t.dtype).kind == "f"]
+  return [
+    t
+    for t in _read(outputs, nodes, exclude_ids)
+    if t.tracks_grad() and np.dtype(t.dtype).kind == "f"
+  ]
 
 
 def _constants(outputs, nodes, exclude_ids) -> list[Tensor]:
@@ -260,7 +288,7 @@ def _replay_fn(outputs, leaves, perturbed, nodes):
   pert_ids = {(id(t.node), t.index): k for k, t in enumerate(perturbed)}
 
   def replay(*vals):
-    leaf_vals, perts = vals[:len(leaves)], vals[len(leaves):]
+    leaf_vals, perts = vals[: len(leaves)], vals[len(leaves) :]
     results: dict[int, Any] = {}
 
     def value(t):
@@ -276,6 +304,7 @@ def _replay_fn(outputs, leaves, perturbed, nodes):
     for node in nodes:
       results[id(node)] = node.fn(*[value(i) for i in node.inputs])
     return [value(o) for o in outputs]
+
   return replay
 
 
@@ -362,12 +391,18 @@ def _tape_key(outputs, leaves, perturbed, nodes, ct_vals):
       fn, tree, positions, static = node.fn.parts
       if id(fn) not in stable:
         raise _Unkeyable
-      parts.append((fn, tree, positions, tuple(map(_value_key, static)),
-                    tuple(map(ref, node.inputs))))
+      parts.append(
+        (fn, tree, positions, tuple(map(_value_key, static)), tuple(map(ref, node.inputs)))
+      )
     aval = lambda t: (tuple(t.shape), np.dtype(t.dtype).str)
-    return (tuple(parts), tuple(map(ref, outputs)), tuple(map(aval, leaves)),
-            tuple(map(aval, perturbed)), tuple(map(aval, ct_vals)),
-            config.optimize_transforms)
+    return (
+      tuple(parts),
+      tuple(map(ref, outputs)),
+      tuple(map(aval, leaves)),
+      tuple(map(aval, perturbed)),
+      tuple(map(aval, ct_vals)),
+      config.optimize_transforms,
+    )
   except (_Unkeyable, AttributeError):  # AttributeError: a node not made by `apply`
     return None
 
@@ -386,22 +421,23 @@ def _vjp(outputs, targets, cts, nodes, record: bool) -> list[Tensor | None]:
   leaves = [t for t in targets if not inner(t) and id(t) not in root_ids]
   perturbed = [t for t in targets if inner(t) and id(t) not in out_ids]
   extra = _other_leaves(outputs, nodes, {id(t) for t in targets}) if record else []
-  ct_vals = [np.ones(o.shape, o.dtype) if c is None else
-             (c.value if isinstance(c, Tensor) else np.asarray(c, o.dtype))
-             for o, c in zip(outputs, cts)]
+  ct_vals = [
+    np.ones(o.shape, o.dtype)
+    if c is None
+    else (c.value if isinstance(c, Tensor) else np.asarray(c, o.dtype))
+    for o, c in zip(outputs, cts)
+  ]
   n_in = len(leaves) + len(perturbed)
   float_ok = all(np.dtype(t.dtype).kind == "f" for t in leaves + perturbed)
   if not float_ok:
-    raise PrimcError("gradients need float tensors; got an integer tensor with "
-                     "stop_gradient=False")
+    raise PrimcError("gradients need float tensors; got an integer tensor with stop_gradient=False")
   if not n_in:
     result = []
   else:
     known = {id(t) for t in targets} | {id(t) for t in extra}
     consts = _constants(outputs, nodes, known)
     try:
-      result = _backward(outputs, leaves, extra + consts, perturbed, nodes, cts, ct_vals,
-                         record)
+      result = _backward(outputs, leaves, extra + consts, perturbed, nodes, cts, ct_vals, record)
     except PrimcError:  # an op that needs a constant's value while traced: baked in
       if not consts:
         raise
@@ -421,8 +457,8 @@ def _backward(outputs, leaves, extra, perturbed, nodes, cts, ct_vals, record):
   n_t, n_e = len(leaves), len(extra)
 
   def grads_fn(*args):
-    ins = args[:n_t] + args[n_t + n_e:n_t + n_e + len(perturbed)]
-    others, cs = args[n_t:n_t + n_e], args[n_t + n_e + len(perturbed):]
+    ins = args[:n_t] + args[n_t + n_e : n_t + n_e + len(perturbed)]
+    others, cs = args[n_t : n_t + n_e], args[n_t + n_e + len(perturbed) :]
     _, pull = api.vjp(lambda *v: replay(*v[:n_t], *others, *v[n_t:]), *ins)
     return list(pull(list(cs)))
 
@@ -449,12 +485,21 @@ def _accumulate(t: Tensor, g: Tensor | None) -> None:
   if t.grad is None:
     t.grad = g
   else:
-    t.grad = pnp.add(t.grad, g) if g.node is not None or t.grad.node is not None else \
-        Tensor(t.grad.numpy() + g.numpy())
+    t.grad = (
+      pnp.add(t.grad, g)
+      if g.node is not None or t.grad.node is not None
+      else Tensor(t.grad.numpy() + g.numpy())
+    )
 
 
-def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False,
-         retain_graph: bool | None = None, allow_unused: bool = False):
+def grad(
+  outputs,
+  inputs,
+  grad_outputs=None,
+  create_graph: bool = False,
+  retain_graph: bool | None = None,
+  allow_unused: bool = False,
+):
   """Gradients of `outputs` wrt `inputs`, returned (not accumulated), Paddle's
   `paddle.grad`. With `create_graph=True` the result is recorded, so it can be
   differentiated again.
@@ -465,8 +510,11 @@ def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False,
   single = isinstance(inputs, Tensor)
   outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
   inputs = [inputs] if single else list(inputs)
-  cts = [None] * len(outputs) if grad_outputs is None else (
-      [grad_outputs] if isinstance(grad_outputs, Tensor) else list(grad_outputs))
+  cts = (
+    [None] * len(outputs)
+    if grad_outputs is None
+    else ([grad_outputs] if isinstance(grad_outputs, Tensor) else list(grad_outputs))
+  )
   input_ids = {id(t) for t in inputs}
   nodes = _collect(outputs, lambda t: id(t) in input_ids)
   grads = _vjp(outputs, inputs, cts, nodes, record=create_graph)
@@ -493,8 +541,10 @@ def _check_used(outputs, inputs, nodes=None) -> None:
     nodes = _collect(outputs, lambda t: id(t) in ids)
   reachable = _reachable(outputs, nodes)
   if any(id(t) not in reachable for t in inputs):
-    raise PrimcError("an input is not used by the outputs (pass allow_unused=True; a "
-                     "tensor with stop_gradient=True is not recorded)")
+    raise PrimcError(
+      "an input is not used by the outputs (pass allow_unused=True; a "
+      "tensor with stop_gradient=True is not recorded)"
+    )
 
 
 def forward_grad(outputs, inputs, grad_inputs=None, allow_unused: bool = False):
@@ -506,11 +556,17 @@ def forward_grad(outputs, inputs, grad_inputs=None, allow_unused: bool = False):
   inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
   if not allow_unused:
     _check_used(outputs, inputs)
-  tans = [None] * len(inputs) if grad_inputs is None else (
-      [grad_inputs] if isinstance(grad_inputs, Tensor) else list(grad_inputs))
-  tans = [Tensor(np.ones(x.shape, x.dtype)) if t is None else
-          (t if isinstance(t, Tensor) else Tensor(np.asarray(t, x.dtype)))
-          for t, x in zip(tans, inputs, strict=True)]
+  tans = (
+    [None] * len(inputs)
+    if grad_inputs is None
+    else ([grad_inputs] if isinstance(grad_inputs, Tensor) else list(grad_inputs))
+  )
+  tans = [
+    Tensor(np.ones(x.shape, x.dtype))
+    if t is None
+    else (t if isinstance(t, Tensor) else Tensor(np.asarray(t, x.dtype)))
+    for t, x in zip(tans, inputs, strict=True)
+  ]
   input_ids = {id(t) for t in inputs}
   nodes = _collect(outputs, lambda t: id(t) in input_ids)
   extra = _other_leaves(outputs, nodes, input_ids)
@@ -518,7 +574,7 @@ def forward_grad(outputs, inputs, grad_inputs=None, allow_unused: bool = False):
   n, n_e = len(inputs), len(extra)
 
   def tangents_fn(*args):
-    ins, others, ts = args[:n], args[n:n + n_e], args[n + n_e:]
+    ins, others, ts = args[:n], args[n : n + n_e], args[n + n_e :]
     return list(api.jvp(lambda *v: replay(*v, *others), ins, ts)[1])
 
   return apply(tangents_fn, [*inputs, *extra, *tans], {})
@@ -526,6 +582,7 @@ def forward_grad(outputs, inputs, grad_inputs=None, allow_unused: bool = False):
 
 # ---------------------------------------------------------------------------------------
 # Paddle's PyLayer: a function with its own backward (a `custom_vjp`)
+
 
 class PyLayerContext:
   """What `forward` leaves for `backward`: `save_for_backward(*tensors)` /
@@ -591,8 +648,10 @@ class PyLayer:
       got = cls.backward(ctx, *(grads if isinstance(grads, (tuple, list)) else (grads,)))
       got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
       if len(got) != len(arrays):
-        raise PrimcError(f"{cls.__name__}.backward returned {len(got)} gradients for "
-                         f"{len(arrays)} tensor arguments")
+        raise PrimcError(
+          f"{cls.__name__}.backward returned {len(got)} gradients for "
+          f"{len(arrays)} tensor arguments"
+        )
       return got
 
     def forward(*full):
@@ -606,6 +665,7 @@ class PyLayer:
 
 # ---------------------------------------------------------------------------------------
 # MegEngine's GradManager
+
 
 class GradManager:
   """Records the ops run inside `with gm:` on the tensors it `attach`es; `backward(y, dy)`

@@ -11,11 +11,11 @@ has_aux)` and `value_and_grad(...)` (seed 003's keywords; `primc.grad` is JAX-st
 Returns the gradients of the positions (a single one for an int), then of the weights:
 `grads`, `weight_grads` or `(grads, weight_grads)`; with `has_aux`, `(grads, aux)`.
 """
+
 from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 
 from primc import api
 from primc import numpy as pnp
@@ -52,8 +52,11 @@ def value_and_grad(fn, grad_position=0, weights=None, has_aux=False):
     raise PrimcError("value_and_grad needs grad_position or weights")
 
   def run(*args):
-    positions = () if grad_position is None else (
-        (grad_position,) if isinstance(grad_position, int) else tuple(grad_position))
+    positions = (
+      ()
+      if grad_position is None
+      else ((grad_position,) if isinstance(grad_position, int) else tuple(grad_position))
+    )
     raw_args = [_raw(a) for a in args]
 
     def pure(pos_vals, weight_vals):
@@ -78,7 +81,8 @@ def value_and_grad(fn, grad_position=0, weights=None, has_aux=False):
     pos_vals = [raw_args[p] for p in positions]
     weight_vals = [w.numpy() for w in weights]
     (_, out), (g_pos, g_w) = api.value_and_grad(pure, argnums=(0, 1), has_aux=True)(
-        pos_vals, weight_vals)
+      pos_vals, weight_vals
+    )
     wrap = lambda x: x if isinstance(x, Tracer) else Tensor(x)  # traced (jit): arrays
     g_pos = [wrap(g) for g in g_pos]
     g_w = tuple(wrap(g) for g in g_w)
@@ -86,6 +90,7 @@ def value_and_grad(fn, grad_position=0, weights=None, has_aux=False):
     grads = g_w if grad_position is None else (pos_out if not weights else (pos_out, g_w))
     value = tree_unflatten(tree_flatten(out)[1], [wrap(x) for x in tree_flatten(out)[0]])
     return value, grads
+
   return run
 
 
@@ -96,4 +101,5 @@ def grad(fn, grad_position=0, weights=None, has_aux=False):
   def run(*args):
     value, grads = vg(*args)
     return (grads, tuple(value[1:])) if has_aux else grads
+
   return run

@@ -4,6 +4,7 @@ It is the oracle for every later stage (passes, codegen), so it is deliberately 
 and checks as it goes: single assignment, and every result's shape and dtype against the
 equation's declared output.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,7 +32,8 @@ def interpret(program: Program, *args) -> list[np.ndarray]:
     outs = [np.asarray(o) for o in results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw))]
     for v, o in zip(eqn.outputs, outs, strict=True):
       assert o.shape == v.aval.shape and o.dtype.name == v.aval.dtype, (
-          f"{eqn.prim.name}: impl gave {o.dtype.name}{list(o.shape)}, expected {v.aval}")
+        f"{eqn.prim.name}: impl gave {o.dtype.name}{list(o.shape)}, expected {v.aval}"
+      )
     return outs
 
   return [np.asarray(o) for o in run(program, [np.asarray(x) for x in args], apply)]

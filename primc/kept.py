@@ -34,6 +34,7 @@ then on, once per call, and that is logged once. Calls that
 cannot be kept (outputs that are not arrays, a walk past `MAX_NODES`) run the transform
 as before, at every call. `primc.config.keep_transforms = False` turns keeping off.
 """
+
 from __future__ import annotations
 
 import collections
@@ -52,18 +53,16 @@ import numpy as np
 
 from primc import breaks, core, passes, replayed
 from primc.settings import config
-from primc.core import (ConcretizationError, Lit, PrimcError, impl_rules, ufunc_rules,
-                        without_gc)
-from primc.trace import (as_array, aval_of, eval_program, trace_flat, tracing,
-                         weak_leaves)
+from primc.core import ConcretizationError, Lit, PrimcError, impl_rules, ufunc_rules, without_gc
+from primc.trace import as_array, aval_of, eval_program, trace_flat, tracing, weak_leaves
 from primc.tree import _node_of, tree_flatten, tree_unflatten
 
 log = logging.getLogger("primc")
 
-KEPT = 256         # kept programs (least recently used go first)
-MAX_DEPTH = 8      # functions reached through functions, at most
-MAX_NODES = 4096   # objects a walk visits, at most (beyond: the call is not kept)
-HOT_CALLS = 64     # calls of one kept program before it is compiled
+KEPT = 256  # kept programs (least recently used go first)
+MAX_DEPTH = 8  # functions reached through functions, at most
+MAX_NODES = 4096  # objects a walk visits, at most (beyond: the call is not kept)
+HOT_CALLS = 64  # calls of one kept program before it is compiled
 HOT_SECONDS = 0.02  # ... and interpreted time spent in it (s): compiling must pay
 OPTIMIZE_SECONDS = 8e-5  # a round of the passes, per equation (interpreted: optimize then)
 
@@ -74,15 +73,28 @@ _stats = collections.Counter()
 _miss_reasons = collections.Counter()
 
 # compared by identity (what they are does not change; `jit`'s functions are added)
-IDENTITY_TYPES: tuple = (type, types.BuiltinFunctionType, types.BuiltinMethodType,
-                         types.MethodWrapperType, types.WrapperDescriptorType,
-                         types.MethodDescriptorType, types.ModuleType, np.ufunc,
-                         property, staticmethod, classmethod, type(np.sum))
+IDENTITY_TYPES: tuple = (
+  type,
+  types.BuiltinFunctionType,
+  types.BuiltinMethodType,
+  types.MethodWrapperType,
+  types.WrapperDescriptorType,
+  types.MethodDescriptorType,
+  types.ModuleType,
+  np.ufunc,
+  property,
+  staticmethod,
+  classmethod,
+  type(np.sum),
+)
 _VALUES = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), np.dtype)
-_LIBRARY = tuple(p + os.sep for p in {sysconfig.get_paths()[k] for k in (
-    "stdlib", "platstdlib", "purelib", "platlib")}) + tuple(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d + os.sep
-        for d in ("primc", "passes", "codegen"))
+_LIBRARY = tuple(
+  p + os.sep
+  for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+) + tuple(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d + os.sep
+  for d in ("primc", "passes", "codegen")
+)
 
 
 class _Local(threading.local):
@@ -141,8 +153,12 @@ def _plain_object(obj) -> bool:
   """An instance of a class with a plain `__dict__` and no `__new__` of its own: its
   attributes are walked, and it is made again by `object.__new__`."""
   cls = type(obj)
-  return (cls.__new__ is object.__new__ and type(getattr(obj, "__dict__", None)) is dict
-          and not hasattr(cls, "__slots__") and cls.__module__ != "builtins")
+  return (
+    cls.__new__ is object.__new__
+    and type(getattr(obj, "__dict__", None)) is dict
+    and not hasattr(cls, "__slots__")
+    and cls.__module__ != "builtins"
+  )
 
 
 class _Walk:
@@ -153,8 +169,8 @@ class _Walk:
     self.leaves: list = []
     self.holders = set(holders)  # ids of the objects with arrays beneath (made again)
     self.held = 0  # arrays found, and references to holders seen before
-    self.refs: list = []   # objects compared by identity (kept alive with the key)
-    self.seen: dict = {}   # id(function or object) -> its index (or its copy)
+    self.refs: list = []  # objects compared by identity (kept alive with the key)
+    self.seen: dict = {}  # id(function or object) -> its index (or its copy)
     self.nodes = 0
     self.tracers = tracers  # an iterator: rebuilding
 
@@ -197,8 +213,9 @@ class _Walk:
       return self._function(obj, depth)  # the user's, or primc's (a transform's closure)
     if t is functools.partial:
       parts = (self(obj.func, depth), self(obj.args, depth), self(obj.keywords, depth))
-      return functools.partial(parts[0], *parts[1], **parts[2]) if self.tracers else (
-          "partial", parts)
+      return (
+        functools.partial(parts[0], *parts[1], **parts[2]) if self.tracers else ("partial", parts)
+      )
     if t is types.MethodType:
       parts = (self(obj.__func__, depth), self(obj.__self__, depth + 1))
       return types.MethodType(*parts) if self.tracers else ("method", parts)
@@ -206,14 +223,14 @@ class _Walk:
     if node is not None:
       children, aux = node[0](obj)
       parts = [self(c, depth) for c in children]
-      return node[1](aux, parts) if self.tracers else ("node", t, self._ident(aux),
-                                                       tuple(parts))
+      return node[1](aux, parts) if self.tracers else ("node", t, self._ident(aux), tuple(parts))
     if isinstance(obj, IDENTITY_TYPES) or t is types.FunctionType:
       return obj if self.tracers else self._ident(obj)
     if depth < MAX_DEPTH and _plain_object(obj):
       return self._object(obj, depth)
-    raise NotKept(f"it reads a {t.__qualname__}, which is neither an array nor a value "
-                  "nor a container")
+    raise NotKept(
+      f"it reads a {t.__qualname__}, which is neither an array nor a value nor a container"
+    )
 
   def _ident(self, obj):
     """A key for an object compared by identity (a value, if it is one)."""
@@ -232,15 +249,27 @@ class _Walk:
     if id(fn) in self.seen:
       return self._seen(fn)
     code, g = fn.__code__, fn.__globals__
-    names = [n for n in _global_names(code) if n in g and type(g[n]) is not types.ModuleType
-             ] if _user_code(code) else []  # a library's globals are its own
+    names = (
+      [n for n in _global_names(code) if n in g and type(g[n]) is not types.ModuleType]
+      if _user_code(code)
+      else []
+    )  # a library's globals are its own
     if not self.tracers:
       self.seen[id(fn)] = ("seen", len(self.seen))
-      cells = tuple(self(c.cell_contents, depth + 1) if _filled(c) else ("empty",)
-                    for c in fn.__closure__ or ())
-      return ("fn", code, id(g), cells, self(fn.__defaults__, depth + 1),
-              self(fn.__kwdefaults__, depth + 1), tuple(names),
-              tuple(self(g[n], depth + 1) for n in names), self(fn.__dict__, depth + 1))
+      cells = tuple(
+        self(c.cell_contents, depth + 1) if _filled(c) else ("empty",) for c in fn.__closure__ or ()
+      )
+      return (
+        "fn",
+        code,
+        id(g),
+        cells,
+        self(fn.__defaults__, depth + 1),
+        self(fn.__kwdefaults__, depth + 1),
+        tuple(names),
+        tuple(self(g[n], depth + 1) for n in names),
+        self(fn.__dict__, depth + 1),
+      )
     new_globals = dict(g)
     cells = tuple(types.CellType() for _ in fn.__closure__ or ())
     copy = types.FunctionType(code, new_globals, fn.__name__, None, cells or None)
@@ -315,8 +344,13 @@ def runner(program) -> Callable[[list], list]:
   for e in program.eqns:
     floats = all(a.aval.dtype in ("float32", "float64") for a in (*e.inputs, *e.outputs))
     impl = ufunc_rules.get(e.prim) if floats else None  # (a ufunc keeps float dtypes)
-    step = (impl or impl_rules[e.prim], tuple(map(slot, e.inputs)), e.kw,
-            tuple(map(slot, e.outputs)), e.prim.multiple_results)
+    step = (
+      impl or impl_rules[e.prim],
+      tuple(map(slot, e.inputs)),
+      e.kw,
+      tuple(map(slot, e.outputs)),
+      e.prim.multiple_results,
+    )
     if known.issuperset(step[1]):
       with np.errstate(all="ignore"):
         _step(template, *step)
@@ -336,6 +370,7 @@ def runner(program) -> Callable[[list], list]:
     except Exception:  # the reference path raises it, located (or agrees it was none)
       return eval_program(program, *values)
     return [env[k] for k in outputs]
+
   return run
 
 
@@ -347,8 +382,21 @@ def _step(env, impl, ins, kw, outs, multiple) -> None:
 
 class _Entry:
   """A kept program: its inputs are the arguments' leaves, then the lifted arrays."""
-  __slots__ = ("program", "run", "out_tree", "refs", "calls", "seconds", "digest",
-               "executable", "fast", "forward", "traced_as", "optimized")
+
+  __slots__ = (
+    "program",
+    "run",
+    "out_tree",
+    "refs",
+    "calls",
+    "seconds",
+    "digest",
+    "executable",
+    "fast",
+    "forward",
+    "traced_as",
+    "optimized",
+  )
 
   def __init__(self, program, out_tree, refs):
     self.program, self.out_tree, self.refs = program, out_tree, refs
@@ -377,7 +425,8 @@ def _argument_leaves(args: tuple, kwargs: dict, traced_scalars):
   traced, statics = [], []
   for k, x in enumerate(leaves):
     if isinstance(x, (np.ndarray, np.generic)) or (
-        type(x) in (float, int, bool, complex) and traced_scalars(k)):
+      type(x) in (float, int, bool, complex) and traced_scalars(k)
+    ):
       traced.append(k)
     else:
       statics.append(x)
@@ -399,6 +448,7 @@ def _lazy(traced_scalars, args):
     if not made:
       made.append(traced_scalars(args))
     return made[0](k)
+
   return at
 
 
@@ -407,8 +457,15 @@ def _unflatten(tree, values):
 
 
 @without_gc
-def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: dict,
-         traced_scalars: Callable[[int], bool] | None = None, replayable: bool = False):
+def call(
+  transform: Callable,
+  key: tuple,
+  fun: Callable,
+  args: tuple,
+  kwargs: dict,
+  traced_scalars: Callable[[int], bool] | None = None,
+  replayable: bool = False,
+):
   """`transform(fun)(*args, **kwargs)` by a kept program. `key`: the transform and its
   parameters; `traced_scalars(args)(k)`: whether the k-th leaf of `(args, kwargs)`, a
   Python scalar, is traced (weak, as `jit` traces it) rather than a value of the key
@@ -417,8 +474,9 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
   structure of its trace (`_by_structure`)."""
   plain = lambda: _plainly(lambda: transform(fun)(*args, **kwargs))
   if replayable:
-    plain = functools.partial(_by_structure, transform, key, fun, args, kwargs,
-                              traced_scalars, plain)
+    plain = functools.partial(
+      _by_structure, transform, key, fun, args, kwargs, traced_scalars, plain
+    )
   code = (key, getattr(fun, "__code__", None) or id(fun))  # what is not kept: by code
   if code in _unkept:
     _count("not_kept")
@@ -430,7 +488,8 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
   # transform binds them), from then on
   static = code in _static_scalars and traced_scalars is not None
   leaves, tree, traced, statics = _argument_leaves(
-      args, kwargs, _lazy(traced_scalars, args) if static else _numbers)
+    args, kwargs, _lazy(traced_scalars, args) if static else _numbers
+  )
   arrays = [as_array(leaves[k]) for k in traced]  # (refusing what the plain path refuses)
   weak = weak_leaves([leaves[k] for k in traced])
   try:
@@ -441,20 +500,15 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
     lifted = [as_array(x) for x in walk.leaves]
   except PrimcError as e:  # (an array of a dtype primc does not take: as it is, baked)
     return _not_kept(code, str(e).splitlines()[0], plain)
-  full_key = (key, state, tree, tuple(traced), weak, tuple(vars(config).values()),
-              tuple((x.shape, x.dtype.str) for x in arrays + lifted))
+  inputs = arrays + lifted
+  full_key = (key, state, tree, tuple(traced), weak, tuple(vars(config).values()))
+  full_key += (tuple((x.shape, x.dtype.str) for x in inputs),)
   try:
     entry = _kept.get(full_key)
   except TypeError as e:  # a value of the key that Python cannot hash
     return _not_kept(code, str(e), plain)
   if isinstance(entry, breaks.Paths):  # Python reads values: the path they take
-    _count("hits")
-    flat, out_tree = entry.run(arrays + lifted)
-    if entry.last[0].entry.calls == 2:  # the path's first reuse: the same when traced?
-      flat, out_tree = _checked_path(entry, arrays + lifted, full_key, code, fun, flat,
-                                     out_tree)
-    return tree_unflatten(out_tree, flat)
-  inputs = arrays + lifted
+    return _on_path(entry, inputs, full_key, code, fun)
   if entry is not None and _hit(entry, full_key):
     return _run(entry, inputs)
   drawn = _random_state()
@@ -463,20 +517,34 @@ def call(transform: Callable, key: tuple, fun: Callable, args: tuple, kwargs: di
     if entry is not None and forward is not None and forward[2] == entry.forward:
       _count("checked")  # the second call: the first call's program
       return _run(entry, inputs)
-    made = _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk,
-                 structure=forward)
+    made = _make(
+      transform, fun, leaves, tree, traced, arrays, lifted, weak, walk, structure=forward
+    )
   except (PrimcError, NotKept) as e:  # (a ConcretizationError: Python reads a value)
-    if not static and traced_scalars is not None and any(
-        type(leaves[k]) in (int, float) for k in traced):
+    if (
+      not static
+      and traced_scalars is not None
+      and any(type(leaves[k]) in (int, float) for k in traced)
+    ):
       _static_scalars.add(code)  # its numbers' values first (`range(n)`): values of the key
       return call(transform, key, fun, args, kwargs, traced_scalars, replayable)
     if isinstance(e, ConcretizationError):
-      return _kept_paths(full_key, transform, fun, leaves, tree, traced, arrays, lifted,
-                         weak, walk, code, plain)
+      return _kept_paths(
+        full_key, transform, fun, leaves, tree, traced, arrays, lifted, weak, walk, code, plain
+      )
     return _not_kept(code, str(e).splitlines()[0], plain)
   if entry is None:
     return _first(made, drawn, forward, inputs, (full_key, key, state, code, fun))
   return _run(_kept_or_checked(full_key, entry, made, key, state, code, fun), inputs)
+
+
+def _on_path(paths: breaks.Paths, inputs, full_key, code, fun):
+  """A call of a function whose Python reads values, by the kept path its values take."""
+  _count("hits")
+  flat, out_tree = paths.run(inputs)
+  if paths.last[0].entry.calls == 2:  # the path's first reuse: the same when traced?
+    flat, out_tree = _checked_path(paths, inputs, full_key, code, fun, flat, out_tree)
+  return tree_unflatten(out_tree, flat)
 
 
 def _first(made, drawn, forward, inputs, keys):
@@ -489,8 +557,10 @@ def _first(made, drawn, forward, inputs, keys):
   full_key, key, state, code, fun = keys
   if _random_state() != drawn:
     _not_kept(code, "it draws random numbers while traced", None)
-    log.warning("%s draws random numbers while traced (numpy's or Python's generator): "
-                "traced at every call", getattr(fun, "__qualname__", fun))
+    log.warning(
+      "%s draws random numbers while traced (numpy's or Python's generator): traced at every call",
+      getattr(fun, "__qualname__", fun),
+    )
     return _run(made, inputs)
   made.forward = None if forward is None else forward[2]
   return _run(_kept_or_checked(full_key, None, made, key, state, code, fun), inputs)
@@ -518,21 +588,30 @@ def _by_structure(transform, key, fun, args, kwargs, traced_scalars, plain):
     return plain()
   try:
     try:  # Python numbers traced first (a step count), values where Python needs them
-      leaves, tree, traced, arrays, weak, structure, out_tree = _alone(fun, args, kwargs,
-                                                                       _numbers)
+      leaves, tree, traced, arrays, weak, structure, out_tree = _alone(fun, args, kwargs, _numbers)
     except ConcretizationError:
       if traced_scalars is None:
         raise
       leaves, tree, traced, arrays, weak, structure, out_tree = _alone(
-          fun, args, kwargs, _lazy(traced_scalars, args))
+        fun, args, kwargs, _lazy(traced_scalars, args)
+      )
     structure, consts = replayed.lifted(structure)
-    skey = ("structure", key, _fingerprint(structure), tree, tuple(traced), out_tree,
-            weak, tuple(vars(config).values()),
-            tuple((x.shape, x.dtype.str) for x in arrays + consts))
+    skey = (
+      "structure",
+      key,
+      _fingerprint(structure),
+      tree,
+      tuple(traced),
+      out_tree,
+      weak,
+      tuple(vars(config).values()),
+      tuple((x.shape, x.dtype.str) for x in arrays + consts),
+    )
     entry = _kept.get(skey)
     if entry is None:
-      entry = _replay_entry(transform, structure, out_tree, leaves, tree, traced,
-                            arrays + consts, weak)
+      entry = _replay_entry(
+        transform, structure, out_tree, leaves, tree, traced, arrays + consts, weak
+      )
       _keep(skey, entry)
       seen[0] += 1
       _count("misses", "kept by the structure of its trace")
@@ -552,15 +631,22 @@ def _alone(fun, args, kwargs, traced_scalars):
   leaves, tree, traced, _ = _argument_leaves(args, kwargs, traced_scalars)
   arrays = [as_array(leaves[k]) for k in traced]
   weak = weak_leaves([leaves[k] for k in traced])
-  return (leaves, tree, traced, arrays, weak,
-          *replayed.forward(fun, leaves, tree, traced, arrays, weak))
+  return (
+    leaves,
+    tree,
+    traced,
+    arrays,
+    weak,
+    *replayed.forward(fun, leaves, tree, traced, arrays, weak),
+  )
 
 
 def _replay_entry(transform, structure, out_tree, leaves, tree, traced, inputs, weak):
   """The kept entry of `transform` of the function that replays `structure`."""
   flat = replayed.replaying(transform, structure, out_tree, leaves, tree, traced)
   program, captured, result_tree = trace_flat(
-      flat, [aval_of(x) for x in inputs], tuple(weak) + (False,) * (len(inputs) - len(weak)))
+    flat, [aval_of(x) for x in inputs], tuple(weak) + (False,) * (len(inputs) - len(weak))
+  )
   assert not captured
   return _Entry(program, result_tree, [])
 
@@ -587,8 +673,13 @@ def _kept_or_checked(full_key, entry, made, key, state, code, fun) -> _Entry:
   if entry.fingerprint == made.fingerprint:
     _count("checked")
     return entry
-  _unkeep(full_key, code, fun, "with the same arguments (numpy random numbers drawn "
-          "inside it, or state read through an object?)")
+  _unkeep(
+    full_key,
+    code,
+    fun,
+    "with the same arguments (numpy random numbers drawn "
+    "inside it, or state read through an object?)",
+  )
   return made
 
 
@@ -605,8 +696,11 @@ def _unkeep(full_key, code, fun, why: str) -> None:
   with _lock:
     _kept.pop(full_key, None)
   _not_kept(code, f"its program changed between two calls {why}", None)
-  log.warning("%s: its program changed between two calls %s: traced at every call",
-              getattr(fun, "__qualname__", fun), why)
+  log.warning(
+    "%s: its program changed between two calls %s: traced at every call",
+    getattr(fun, "__qualname__", fun),
+    why,
+  )
 
 
 def _checked_path(paths, inputs, full_key, code, fun, flat, out_tree):
@@ -617,14 +711,14 @@ def _checked_path(paths, inputs, full_key, code, fun, flat, out_tree):
     _count("checked")
     return flat, out_tree
   run, guards, tree = paths.make(inputs)
-  _unkeep(full_key, code, fun, "taking the same path (numpy random numbers drawn inside "
-          "it?)")
+  _unkeep(full_key, code, fun, "taking the same path (numpy random numbers drawn inside it?)")
   full = run(inputs, None)
-  return full[:len(full) - len(guards)], tree
+  return full[: len(full) - len(guards)], tree
 
 
-def _kept_paths(full_key, transform, fun, leaves, tree, traced, arrays, lifted, weak,
-                walk, code, plain):
+def _kept_paths(
+  full_key, transform, fun, leaves, tree, traced, arrays, lifted, weak, walk, code, plain
+):
   """A function whose Python reads traced values (`if loss < tol:`, a loop to
   convergence): its paths kept, each traced with the values that take it (`_paths`).
   Where it cannot be (an error in that trace), the call runs as it would unkept."""
@@ -635,6 +729,7 @@ def _kept_paths(full_key, transform, fun, leaves, tree, traced, arrays, lifted, 
     entry[0].traced_as = (fun, leaves, tree, traced, weak, walk)
     entry[0].forward = _forward_fingerprint(*entry[0].traced_as, xs)
     return entry
+
   try:
     paths = _paths(make, arrays + lifted)
   except (PrimcError, NotKept) as e:
@@ -673,11 +768,18 @@ def _run(entry: _Entry, inputs: list):
   start = time.perf_counter()
   outs = entry.run(inputs)
   entry.seconds += time.perf_counter() - start
-  if not entry.optimized and entry.calls >= 2 and (
-      entry.seconds >= OPTIMIZE_SECONDS * len(entry.program.eqns)):
+  if (
+    not entry.optimized
+    and entry.calls >= 2
+    and (entry.seconds >= OPTIMIZE_SECONDS * len(entry.program.eqns))
+  ):
     _optimize(entry)
-  if (entry.calls >= HOT_CALLS and entry.seconds >= HOT_SECONDS
-      and config.compile_hot_transforms and _compiler() is not None):
+  if (
+    entry.calls >= HOT_CALLS
+    and entry.seconds >= HOT_SECONDS
+    and config.compile_hot_transforms
+    and _compiler() is not None
+  ):
     entry.executable = compiler[0](entry.program)
     _count("compiled")
   return tree_unflatten(entry.out_tree, outs)
@@ -715,22 +817,39 @@ def _reason(key, state) -> str:
   return "new function or state"
 
 
-def _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk,
-          guards: list | None = None, structure=None) -> _Entry:
+def _make(
+  transform,
+  fun,
+  leaves,
+  tree,
+  traced,
+  arrays,
+  lifted,
+  weak,
+  walk,
+  guards: list | None = None,
+  structure=None,
+) -> _Entry:
   """Traces `transform(fun)` with the arguments' traced leaves and the lifted arrays as
   inputs (raises a PrimcError where the result is not a program of arrays: the call
   then runs as it would without keeping, which raises the user's errors). With `guards`
   (a function whose Python reads values: `primc.breaks`), traced with the inputs' values:
   the path they take, its guards' values appended to `guards`, the entry's outputs flat
   with the guards last."""
-  flat = _flat_call(transform, fun, leaves, tree, traced, len(arrays), walk) if (
-      structure is None) else replayed.replaying(transform, structure[0], structure[1],
-                                                 leaves, tree, traced)
+  flat = (
+    _flat_call(transform, fun, leaves, tree, traced, len(arrays), walk)
+    if (structure is None)
+    else replayed.replaying(transform, structure[0], structure[1], leaves, tree, traced)
+  )
   avals = [aval_of(x) for x in arrays + lifted]
   found = [] if guards is not None else None
   program, captured, out_tree = trace_flat(
-      flat, avals, tuple(weak) + (False,) * len(lifted),
-      None if guards is None else arrays + lifted, found)
+    flat,
+    avals,
+    tuple(weak) + (False,) * len(lifted),
+    None if guards is None else arrays + lifted,
+    found,
+  )
   assert not captured
   if guards is not None:
     guards += [value for value, _ in found]
@@ -742,6 +861,7 @@ def _make(transform, fun, leaves, tree, traced, arrays, lifted, weak, walk,
 def _flat_call(transform, fun, leaves, tree, traced, n, walk) -> Callable:
   """`transform(fun)(*args, **kwargs)` as a function of the traced leaves, then the
   lifted arrays (rebuilt into the function where the walk found them)."""
+
   def flat(*xs):
     rebuilt = _Walk(iter(xs[n:]), walk.holders)(fun)
     values = list(leaves)
@@ -749,6 +869,7 @@ def _flat_call(transform, fun, leaves, tree, traced, n, walk) -> Callable:
       values[k] = x
     args, kwargs = _unflatten(tree, values)
     return transform(rebuilt)(*args, **kwargs)
+
   return flat
 
 
@@ -757,8 +878,9 @@ def _forward_fingerprint(fun, leaves, tree, traced, weak, walk, inputs) -> str:
   check compares (a trace without the transform: the constants drawn inside show
   there, at a fraction of the transform's cost)."""
   flat = _flat_call(lambda f: f, fun, leaves, tree, traced, len(weak), walk)
-  program = trace_flat(flat, [aval_of(x) for x in inputs],
-                       tuple(weak) + (False,) * (len(inputs) - len(weak)), inputs)[0]
+  program = trace_flat(
+    flat, [aval_of(x) for x in inputs], tuple(weak) + (False,) * (len(inputs) - len(weak)), inputs
+  )[0]
   return _fingerprint(program)
 
 
@@ -771,31 +893,34 @@ def _forward(fun, leaves, tree, traced, weak, walk, inputs) -> tuple | None:
   lifted = []
 
   def recorded(*xs):
-    lifted.extend(xs[len(weak):])
+    lifted.extend(xs[len(weak) :])
     return flat(*xs)
+
   try:
     program, captured, out_tree = trace_flat(
-        recorded, [aval_of(x) for x in inputs],
-        tuple(weak) + (False,) * (len(inputs) - len(weak)))
+      recorded, [aval_of(x) for x in inputs], tuple(weak) + (False,) * (len(inputs) - len(weak))
+    )
   except ConcretizationError:
     raise
   except Exception:  # noqa: BLE001 - see above
     return None
   assert not captured
   if any(t.version for t in lifted):  # it writes into an array it reads by name, which
-    return None                       # the transform refuses (outside the program)
+    return None  # the transform refuses (outside the program)
   return program, out_tree, _fingerprint(program)
 
 
 def _paths(make, inputs):
   """The kept paths of a function whose Python reads values (`primc.breaks.Paths`, as
   `jit`'s graph breaks keep them): each a kept entry, its guards checked at every call."""
+
   def path(xs):
     guards = []
     entry, out_tree = make(xs, guards)
     run = lambda ys, _: _run(entry, ys)
     run.entry = entry
     return run, guards, out_tree
+
   paths = breaks.Paths(path)
   paths.add(path(inputs))
   return paths

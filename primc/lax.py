@@ -17,6 +17,7 @@ constant bounds, which is a scan. A `while_loop`'s trip count is not known ahead
 reverse mode raises (as in JAX). Batching: a batched predicate turns `cond` into a
 select of every branch and `while_loop` into a loop until no example continues.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,11 +28,17 @@ import numpy as np
 from primc import ad, batching
 from primc import numpy as pnp
 from primc import prims as P
-from primc.core import (NamedFunction, Primitive, PrimcError, PrimcIndexError, Program,
-                        ShapedArray, Var, results, run)
+from primc.core import (
+  NamedFunction,
+  Primitive,
+  PrimcError,
+  PrimcIndexError,
+  Program,
+  ShapedArray,
+  Var,
+)
 from primc.prims import abstract_rules, impl_rules
-from primc.trace import (Tracer, as_array, aval_of, eval_program, literal, locate, trace_flat,
-                         user_source)
+from primc.trace import Tracer, as_array, aval_of, eval_program, locate, trace_flat, user_source
 from primc.tree import tree_flatten, tree_unflatten
 
 cond_p = Primitive("cond", multiple_results=True)
@@ -46,6 +53,7 @@ CONTROL_FLOW = (cond_p, while_p, scan_p, python_call_p)
 # ---------------------------------------------------------------------------------------
 # Programs of branches and bodies
 
+
 def _closed(fn: Callable, avals: Sequence[ShapedArray]) -> tuple[Program, list, object]:
   """fn traced over `avals`: its program with the values it read from an enclosing trace
   as extra leading inputs, those values, and its output tree."""
@@ -55,11 +63,15 @@ def _closed(fn: Callable, avals: Sequence[ShapedArray]) -> tuple[Program, list, 
   return program, captured, out_tree
 
 
-def _with_inputs(program: Program, before: Sequence[ShapedArray] = (),
-                 after: Sequence[ShapedArray] = ()) -> Program:
+def _with_inputs(
+  program: Program, before: Sequence[ShapedArray] = (), after: Sequence[ShapedArray] = ()
+) -> Program:
   """`program` taking unused inputs of `before` avals first and of `after` avals last."""
-  return Program(tuple(Var(a) for a in before) + program.inputs + tuple(Var(a) for a in after),
-                 program.eqns, program.outputs)
+  return Program(
+    tuple(Var(a) for a in before) + program.inputs + tuple(Var(a) for a in after),
+    program.eqns,
+    program.outputs,
+  )
 
 
 def _reordered(program: Program, order: Sequence[int]) -> Program:
@@ -90,16 +102,21 @@ def _check_carry(what: str, got, want, skip: int = 0) -> None:
   k, g, w = bad[0]
   hint = ""
   if g.shape == w.shape and g.dtype != w.dtype:
-    hint = (f": the loop starts with {w.dtype} and its body gives {g.dtype}. Start it in "
-            f"the dtype the body computes (pnp.zeros(shape, '{g.dtype}'), or "
-            f"pnp.zeros_like(x) of the data); primc's creation functions default to "
-            f"float32, as JAX's")
-  raise locate(PrimcError(), f"{what}: carry leaf {k} comes out as {g.str_short()} but "
-               f"goes in as {w.str_short()}{hint}")
+    hint = (
+      f": the loop starts with {w.dtype} and its body gives {g.dtype}. Start it in "
+      f"the dtype the body computes (pnp.zeros(shape, '{g.dtype}'), or "
+      f"pnp.zeros_like(x) of the data); primc's creation functions default to "
+      f"float32, as JAX's"
+    )
+  raise locate(
+    PrimcError(),
+    f"{what}: carry leaf {k} comes out as {g.str_short()} but goes in as {w.str_short()}{hint}",
+  )
 
 
 # ---------------------------------------------------------------------------------------
 # Shape rules and evaluation
+
 
 def _cond_rule(index, *operands, branches):
   _check_same("cond's index", (index.shape, index.dtype in ("int32", "int64")), ((), True))
@@ -109,13 +126,12 @@ def _cond_rule(index, *operands, branches):
 def _cond_impl(index, *operands, branches):
   k = int(index)
   if not 0 <= k < len(branches):
-    raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(branches)} "
-                          f"branches")
+    raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(branches)} branches")
   return eval_program(branches[k], *operands)
 
 
 def _while_impl(*args, cond, body, n_cond, n_body):
-  consts_c, consts_b, carry = args[:n_cond], args[n_cond:n_cond + n_body], args[n_cond + n_body:]
+  consts_c, consts_b, carry = args[:n_cond], args[n_cond : n_cond + n_body], args[n_cond + n_body :]
   while bool(eval_program(cond, *consts_c, *carry)[0]):
     carry = eval_program(body, *consts_b, *carry)
   return list(carry)
@@ -123,27 +139,28 @@ def _while_impl(*args, cond, body, n_cond, n_body):
 
 def _scan_rule(*avals, body, length, reverse, n_consts, n_carry):
   outs = [a.aval for a in body.outputs]
-  return tuple(outs[:n_carry]) + tuple(ShapedArray((length,) + a.shape, a.dtype)
-                                       for a in outs[n_carry:])
+  return tuple(outs[:n_carry]) + tuple(
+    ShapedArray((length,) + a.shape, a.dtype) for a in outs[n_carry:]
+  )
 
 
 def _scan_impl(*args, body, length, reverse, n_consts, n_carry):
-  consts, carry = args[:n_consts], list(args[n_consts:n_consts + n_carry])
-  xs = args[n_consts + n_carry:]
+  consts, carry = args[:n_consts], list(args[n_consts : n_consts + n_carry])
+  xs = args[n_consts + n_carry :]
   ys = [None] * length
-  for i in (range(length - 1, -1, -1) if reverse else range(length)):
+  for i in range(length - 1, -1, -1) if reverse else range(length):
     outs = eval_program(body, *consts, *carry, *[np.asarray(x[i]) for x in xs])
     carry, ys[i] = list(outs[:n_carry]), outs[n_carry:]
   y_avals = [a.aval for a in body.outputs[n_carry:]]
-  stacked = [np.stack([np.asarray(y[k]) for y in ys]) if length else np.zeros((0,) + a.shape,
-                                                                               a.dtype)
-             for k, a in enumerate(y_avals)]
+  stacked = [
+    np.stack([np.asarray(y[k]) for y in ys]) if length else np.zeros((0,) + a.shape, a.dtype)
+    for k, a in enumerate(y_avals)
+  ]
   return carry + stacked
 
 
 abstract_rules[cond_p] = _cond_rule
-abstract_rules[while_p] = lambda *avals, cond, body, n_cond, n_body: tuple(
-    avals[n_cond + n_body:])
+abstract_rules[while_p] = lambda *avals, cond, body, n_cond, n_body: tuple(avals[n_cond + n_body :])
 abstract_rules[scan_p] = _scan_rule
 impl_rules[cond_p] = _cond_impl
 impl_rules[while_p] = _while_impl
@@ -152,6 +169,7 @@ impl_rules[scan_p] = _scan_impl
 
 # ---------------------------------------------------------------------------------------
 # Forward mode
+
 
 def _float_mask(values, tangents):
   return [aval_of(v).is_float and not isinstance(t, ad.Zero) for v, t in zip(values, tangents)]
@@ -187,70 +205,96 @@ def _cond_transpose(cts, index, *operands, branches):
 
 def _while_jvp(primals, tangents, *, cond, body, n_cond, n_body):
   consts_c = primals[:n_cond]
-  consts_b, t_consts_b = primals[n_cond:n_cond + n_body], tangents[n_cond:n_cond + n_body]
-  carry = primals[n_cond + n_body:]
+  consts_b, t_consts_b = primals[n_cond : n_cond + n_body], tangents[n_cond : n_cond + n_body]
+  carry = primals[n_cond + n_body :]
   wrt_b = _float_mask(consts_b, t_consts_b)
   wrt_k = [aval_of(c).is_float for c in carry]
-  if not any(wrt_b) and all(isinstance(t, ad.Zero) for t in tangents[n_cond + n_body:]):
+  if not any(wrt_b) and all(isinstance(t, ad.Zero) for t in tangents[n_cond + n_body :]):
     outs = while_p.bind(*primals, cond=cond, body=body, n_cond=n_cond, n_body=n_body)
     return outs, [ad.Zero(aval_of(o)) for o in outs]
   jvp = ad.jvp_program(body, wrt_b + wrt_k)
   nb, nk, ntb = n_body, len(carry), sum(wrt_b)
   # jvp inputs: consts_b, carry, t_consts_b, t_carry -> consts_b, t_consts_b, carry, t_carry
-  order = (list(range(nb)) + list(range(nb + nk, nb + nk + ntb)) + list(range(nb, nb + nk))
-           + list(range(nb + nk + ntb, len(jvp.inputs))))
+  order = (
+    list(range(nb))
+    + list(range(nb + nk, nb + nk + ntb))
+    + list(range(nb, nb + nk))
+    + list(range(nb + nk + ntb, len(jvp.inputs)))
+  )
   t_carry_avals = [aval_of(c) for c, w in zip(carry, wrt_k) if w]
   new_cond = _with_inputs(cond, after=t_carry_avals)
-  t_carry = [ad.instantiate(t) for t, w in zip(tangents[n_cond + n_body:], wrt_k) if w]
+  t_carry = [ad.instantiate(t) for t, w in zip(tangents[n_cond + n_body :], wrt_k) if w]
   t_cb = [t for t, w in zip(t_consts_b, wrt_b) if w]
-  outs = while_p.bind(*consts_c, *consts_b, *t_cb, *carry, *t_carry, cond=new_cond,
-                      body=_reordered(jvp, order), n_cond=n_cond, n_body=nb + ntb)
+  outs = while_p.bind(
+    *consts_c,
+    *consts_b,
+    *t_cb,
+    *carry,
+    *t_carry,
+    cond=new_cond,
+    body=_reordered(jvp, order),
+    n_cond=n_cond,
+    n_body=nb + ntb,
+  )
   it = iter(outs[nk:])
   return outs[:nk], [next(it) if w else ad.Zero(aval_of(c)) for c, w in zip(carry, wrt_k)]
 
 
 def _while_transpose(cts, *args, **params):
-  raise PrimcError("reverse-mode differentiation through while (a while_loop) is not "
-                   "supported (its trip count is not known ahead): use scan, or fori_loop "
-                   "with constant bounds, or forward mode (jvp, jacfwd)")
+  raise PrimcError(
+    "reverse-mode differentiation through while (a while_loop) is not "
+    "supported (its trip count is not known ahead): use scan, or fori_loop "
+    "with constant bounds, or forward mode (jvp, jacfwd)"
+  )
 
 
 def _scan_jvp(primals, tangents, *, body, length, reverse, n_consts, n_carry):
   """A primal scan that also stacks each step's residuals, and a linear scan over them."""
-  consts, carry = primals[:n_consts], primals[n_consts:n_consts + n_carry]
-  xs = primals[n_consts + n_carry:]
-  t_consts, t_xs = tangents[:n_consts], tangents[n_consts + n_carry:]
+  consts, carry = primals[:n_consts], primals[n_consts : n_consts + n_carry]
+  xs = primals[n_consts + n_carry :]
+  t_consts, t_xs = tangents[:n_consts], tangents[n_consts + n_carry :]
   wrt_c = _float_mask(consts, t_consts)
   wrt_k = [aval_of(c).is_float for c in carry]
   wrt_x = _float_mask(xs, t_xs)
   params = dict(length=length, reverse=reverse)
-  if not any(wrt_c + wrt_x) and all(isinstance(t, ad.Zero) for t in
-                                     tangents[n_consts:n_consts + n_carry]):
+  if not any(wrt_c + wrt_x) and all(
+    isinstance(t, ad.Zero) for t in tangents[n_consts : n_consts + n_carry]
+  ):
     outs = scan_p.bind(*primals, body=body, n_consts=n_consts, n_carry=n_carry, **params)
     return outs, [ad.Zero(aval_of(o)) for o in outs]
   primal_body, linear_body = ad.linearize_program(body, wrt_c + wrt_k + wrt_x)
   n_out = len(body.outputs)
   n_res = len(primal_body.outputs) - n_out
   outs = scan_p.bind(*primals, body=primal_body, n_consts=n_consts, n_carry=n_carry, **params)
-  residuals = outs[len(outs) - n_res:]
-  outs = outs[:len(outs) - n_res]
+  residuals = outs[len(outs) - n_res :]
+  outs = outs[: len(outs) - n_res]
   # linear body inputs: residuals, t_consts, t_carry, t_xs -> t_consts, t_carry, res, t_xs
   ntc, ntk = sum(wrt_c), sum(wrt_k)
-  order = (list(range(n_res, n_res + ntc + ntk)) + list(range(n_res))
-           + list(range(n_res + ntc + ntk, len(linear_body.inputs))))
-  t_in = ([t for t, w in zip(t_consts, wrt_c) if w]
-          + [ad.instantiate(t) for t, w in zip(tangents[n_consts:n_consts + n_carry], wrt_k) if w]
-          + list(residuals) + [t for t, w in zip(t_xs, wrt_x) if w])
-  t_float = iter(scan_p.bind(*t_in, body=_reordered(linear_body, order), n_consts=ntc,
-                             n_carry=ntk, **params))
+  order = (
+    list(range(n_res, n_res + ntc + ntk))
+    + list(range(n_res))
+    + list(range(n_res + ntc + ntk, len(linear_body.inputs)))
+  )
+  t_in = (
+    [t for t, w in zip(t_consts, wrt_c) if w]
+    + [ad.instantiate(t) for t, w in zip(tangents[n_consts : n_consts + n_carry], wrt_k) if w]
+    + list(residuals)
+    + [t for t, w in zip(t_xs, wrt_x) if w]
+  )
+  t_float = iter(
+    scan_p.bind(*t_in, body=_reordered(linear_body, order), n_consts=ntc, n_carry=ntk, **params)
+  )
   return outs, [next(t_float) if aval_of(o).is_float else ad.Zero(aval_of(o)) for o in outs]
 
 
 def _scan_transpose(cts, *args, body, length, reverse, n_consts, n_carry):
   """The scan of the transposed body, run the other way: the carries' cotangents flow back
   step by step, the constants' are summed over the steps, the xs' are stacked."""
-  consts, carry, xs = (args[:n_consts], args[n_consts:n_consts + n_carry],
-                       args[n_consts + n_carry:])
+  consts, carry, xs = (
+    args[:n_consts],
+    args[n_consts : n_consts + n_carry],
+    args[n_consts + n_carry :],
+  )
   lin_c = [ad.is_undefined(c) for c in consts]
   lin_x = [ad.is_undefined(x) for x in xs]
   mask = lin_c + [True] * n_carry + lin_x  # a known carry (zeros) is linear all the same
@@ -264,27 +308,41 @@ def _scan_transpose(cts, *args, body, length, reverse, n_consts, n_carry):
   n_kc, n_kx = len(known_c), len(known_x)
 
   def step(*vals):  # (known consts; acc, ct_carry; known x_i, ct_y_i) -> (acc', ct_carry'; ct_x_i)
-    kc, acc = vals[:n_kc], vals[n_kc:n_kc + len(c_avals)]
-    ct_k = vals[n_kc + len(c_avals):n_kc + len(c_avals) + n_carry]
-    rest = vals[n_kc + len(c_avals) + n_carry:]
+    kc, acc = vals[:n_kc], vals[n_kc : n_kc + len(c_avals)]
+    ct_k = vals[n_kc + len(c_avals) : n_kc + len(c_avals) + n_carry]
+    rest = vals[n_kc + len(c_avals) + n_carry :]
     kx, ct_y = rest[:n_kx], rest[n_kx:]
     out = eval_program(transposed, *kc, *kx, *ct_k, *ct_y)
-    ct_c, ct_k2, ct_x = (out[:len(c_avals)], out[len(c_avals):len(c_avals) + n_carry],
-                         out[len(c_avals) + n_carry:])
+    ct_c, ct_k2, ct_x = (
+      out[: len(c_avals)],
+      out[len(c_avals) : len(c_avals) + n_carry],
+      out[len(c_avals) + n_carry :],
+    )
     return [P.add(a, c) for a, c in zip(acc, ct_c)] + list(ct_k2) + list(ct_x)
 
   x_avals = [ShapedArray(aval_of(x).shape[1:], aval_of(x).dtype) for x in known_x]
   y_avals = [ShapedArray(aval_of(c).shape[1:], aval_of(c).dtype) for c in ct_ys]
   step_program = trace_flat(step, _avals(known_c) + c_avals + k_avals + x_avals + y_avals)[0]
-  outs = scan_p.bind(*known_c, *[P.zeros(a) for a in c_avals], *ct_carry, *known_x, *ct_ys,
-                     body=step_program, length=length, reverse=not reverse, n_consts=n_kc,
-                     n_carry=len(c_avals) + n_carry)
-  ct_c = iter(outs[:len(c_avals)])
-  ct_k = outs[len(c_avals):len(c_avals) + n_carry]
-  ct_x = iter(outs[len(c_avals) + n_carry:])
-  return ([next(ct_c) if lin else None for lin in lin_c]
-          + [ct if ad.is_undefined(c) else None for ct, c in zip(ct_k, carry)]
-          + [next(ct_x) if lin else None for lin in lin_x])
+  outs = scan_p.bind(
+    *known_c,
+    *[P.zeros(a) for a in c_avals],
+    *ct_carry,
+    *known_x,
+    *ct_ys,
+    body=step_program,
+    length=length,
+    reverse=not reverse,
+    n_consts=n_kc,
+    n_carry=len(c_avals) + n_carry,
+  )
+  ct_c = iter(outs[: len(c_avals)])
+  ct_k = outs[len(c_avals) : len(c_avals) + n_carry]
+  ct_x = iter(outs[len(c_avals) + n_carry :])
+  return (
+    [next(ct_c) if lin else None for lin in lin_c]
+    + [ct if ad.is_undefined(c) else None for ct, c in zip(ct_k, carry)]
+    + [next(ct_x) if lin else None for lin in lin_x]
+  )
 
 
 ad.jvp_rules[cond_p] = _cond_jvp
@@ -297,6 +355,7 @@ ad.transpose_rules[scan_p] = _scan_transpose
 
 # ---------------------------------------------------------------------------------------
 # Batching (values batched at axis 0; every operand materialized batched)
+
 
 def _batched_program(program: Program, size: int) -> Program:
   return batching.batch_program(program, [True] * len(program.inputs), size)
@@ -312,8 +371,10 @@ def _cond_batch(args, dims, *, branches):
   outs = [eval_program(b, *ops_b) for b in batched]
   chosen = outs[0]
   for k in range(1, len(batched)):
-    chosen = [_select_rows(P.eq(args[0], P.full((size,), k, aval_of(args[0]).dtype)), o, c)
-              for o, c in zip(outs[k], chosen)]
+    chosen = [
+      _select_rows(P.eq(args[0], P.full((size,), k, aval_of(args[0]).dtype)), o, c)
+      for o, c in zip(outs[k], chosen)
+    ]
   return [(c, 0) for c in chosen]
 
 
@@ -326,23 +387,23 @@ def _while_batch(args, dims, *, cond, body, n_cond, n_body):
   args, size = batching.materialize_all(args, dims)
   cond_b, body_b = _batched_program(cond, size), _batched_program(body, size)
   consts_c = args[:n_cond]
-  cond_avals = _avals(consts_c) + _avals(args[n_cond + n_body:])
-  body_avals = _avals(args[n_cond:])
+  cond_avals = _avals(consts_c) + _avals(args[n_cond + n_body :])
 
   def any_cond(*vals):  # the loop runs while any example's condition holds
     go = eval_program(cond_b, *vals)[0]
     return [P.gt(P.reduce_max(P.convert(go, "int32"), (0,)), P.full((), 0, "int32"))]
 
   def guarded_body(*vals):  # an example whose condition fails keeps its carry
-    kc, kb, carry = vals[:n_cond], vals[n_cond:n_cond + n_body], vals[n_cond + n_body:]
+    kc, kb, carry = vals[:n_cond], vals[n_cond : n_cond + n_body], vals[n_cond + n_body :]
     go = eval_program(cond_b, *kc, *carry)[0]
     new = eval_program(body_b, *kb, *carry)
     return [_select_rows(go, n, c) for n, c in zip(new, carry)]
 
   new_cond = trace_flat(any_cond, cond_avals)[0]
   new_body = trace_flat(guarded_body, _avals(args))[0]  # reads the cond's constants too
-  outs = while_p.bind(*consts_c, *args, cond=new_cond, body=new_body, n_cond=n_cond,
-                      n_body=n_cond + n_body)
+  outs = while_p.bind(
+    *consts_c, *args, cond=new_cond, body=new_body, n_cond=n_cond, n_body=n_cond + n_body
+  )
   return [(o, 0) for o in outs]
 
 
@@ -350,10 +411,18 @@ def _scan_batch(args, dims, *, body, length, reverse, n_consts, n_carry):
   args, size = batching.materialize_all(args, dims)
   n_fixed = n_consts + n_carry
   xs = [batching.moveaxis(x, 0, 1) for x in args[n_fixed:]]  # scanned axis first
-  outs = scan_p.bind(*args[:n_fixed], *xs, body=_batched_program(body, size), length=length,
-                     reverse=reverse, n_consts=n_consts, n_carry=n_carry)
-  return ([(o, 0) for o in outs[:n_carry]]
-          + [(batching.moveaxis(y, 1, 0), 0) for y in outs[n_carry:]])
+  outs = scan_p.bind(
+    *args[:n_fixed],
+    *xs,
+    body=_batched_program(body, size),
+    length=length,
+    reverse=reverse,
+    n_consts=n_consts,
+    n_carry=n_carry,
+  )
+  return [(o, 0) for o in outs[:n_carry]] + [
+    (batching.moveaxis(y, 1, 0), 0) for y in outs[n_carry:]
+  ]
 
 
 batching.batch_rules[cond_p] = _cond_batch
@@ -367,10 +436,10 @@ batching.batch_rules[scan_p] = _scan_batch
 # break, and the function runs on the values each call brings. It has no derivative of
 # its own.
 
+
 def python_call(fn: Callable, args: Sequence, out_avals: Sequence[ShapedArray], name: str):
   """`fn(*values) -> list of arrays` bound as one equation on `args`, giving `out_avals`."""
-  return python_call_p.bind(*args, fn=NamedFunction(fn, name, "python"),
-                            out_avals=tuple(out_avals))
+  return python_call_p.bind(*args, fn=NamedFunction(fn, name, "python"), out_avals=tuple(out_avals))
 
 
 def _python_call_impl(*values, fn, out_avals):
@@ -379,8 +448,10 @@ def _python_call_impl(*values, fn, out_avals):
   for k, (o, aval) in enumerate(zip(outs, out_avals, strict=True)):
     o = np.asarray(o)
     if o.shape != aval.shape or o.dtype != np.dtype(aval.dtype):
-      raise PrimcError(f"{fn.name} returned {o.dtype.name}{list(o.shape)} for output {k}, "
-                       f"where its trace expects {aval.dtype}{list(aval.shape)}")
+      raise PrimcError(
+        f"{fn.name} returned {o.dtype.name}{list(o.shape)} for output {k}, "
+        f"where its trace expects {aval.dtype}{list(aval.shape)}"
+      )
     checked.append(o)
   return checked
 
@@ -389,9 +460,11 @@ def _python_call_jvp(primals, tangents, *, fn, out_avals):
   if all(isinstance(t, ad.Zero) for t in tangents):
     outs = python_call_p.bind(*primals, fn=fn, out_avals=out_avals)
     return outs, [ad.Zero(aval_of(o)) for o in outs]
-  raise PrimcError(f"{fn.name} decides in Python on values, so it has no derivative of its "
-                   f"own (a derivative of this order through it): write its loop with "
-                   f"primc.lax.while_loop / fori_loop, at {user_source()}")
+  raise PrimcError(
+    f"{fn.name} decides in Python on values, so it has no derivative of its "
+    f"own (a derivative of this order through it): write its loop with "
+    f"primc.lax.while_loop / fori_loop, at {user_source()}"
+  )
 
 
 def _python_call_batch(args, dims, *, fn, out_avals):
@@ -400,9 +473,9 @@ def _python_call_batch(args, dims, *, fn, out_avals):
   def each(*values):  # one call per example, the results stacked
     runs = [fn(*[v[i] for v in values]) for i in range(size)]
     return [np.stack([np.asarray(r[k]) for r in runs]) for k in range(len(out_avals))]
+
   batched = tuple(ShapedArray((size,) + a.shape, a.dtype) for a in out_avals)
-  outs = python_call_p.bind(*args, fn=NamedFunction(each, fn.name, "python"),
-                            out_avals=batched)
+  outs = python_call_p.bind(*args, fn=NamedFunction(each, fn.name, "python"), out_avals=batched)
   return [(o, 0) for o in outs]
 
 
@@ -418,13 +491,15 @@ batching.batch_rules[python_call_p] = _python_call_batch
 # loop, and as JAX runs these under disable_jit): closed-over tensors are differentiated
 # too. A static program's variables have no values yet: the whole op is recorded.
 
+
 def _value(x):
   """A known value now: a front end's (its reader), else the array's."""
   cls = pnp.front_end_of([x], {})
   read = pnp.front_end_value(cls) if cls is not None else np.asarray
   if read is None:
-    raise PrimcError(f"a bound or length of a loop on static program variables must be "
-                     f"a number, got {x!r:.80}")
+    raise PrimcError(
+      f"a bound or length of a loop on static program variables must be a number, got {x!r:.80}"
+    )
   return np.asarray(read(x))
 
 
@@ -433,6 +508,7 @@ def _on_front_ends(python: Callable, unrolled: bool = False):
   of a front end with values is among the arguments, or of any front end where the op
   is `unrolled` (a loop of known length: static programs record its steps' ops, so
   closed-over variables are read as any op reads them)."""
+
   def decorate(fn):
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
@@ -442,15 +518,16 @@ def _on_front_ends(python: Callable, unrolled: bool = False):
       if unrolled or pnp.front_end_value(cls) is not None:
         return python(*args, **kwargs)
       return pnp.front_end_apply(cls)(fn, args, kwargs)  # recorded whole
+
     return wrapped
+
   return decorate
 
 
 def _python_switch(index, branches, *operands):
   k = int(_value(index))
   if not 0 <= k < len(branches):
-    raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(branches)} "
-                          f"branches")
+    raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(branches)} branches")
   return branches[k](*operands)
 
 
@@ -478,13 +555,16 @@ def _python_fori(lower, upper, body_fun, init_val):
 def _python_scan(f, init, xs=None, length=None, reverse=False):
   x_leaves, x_tree = tree_flatten(xs) if xs is not None else ([], None)
   lengths = {x.shape[0] if hasattr(x, "shape") else len(x) for x in x_leaves} | (
-      set() if length is None else {int(length)})
+    set() if length is None else {int(length)}
+  )
   if len(lengths) != 1 or 0 in lengths or None in lengths:
-    raise PrimcError(f"scan on eager tensors or static variables needs one known length "
-                     f"above 0: xs' leading axes and length give {lengths}")
+    raise PrimcError(
+      f"scan on eager tensors or static variables needs one known length "
+      f"above 0: xs' leading axes and length give {lengths}"
+    )
   (n,) = lengths
   carry, ys = init, []
-  for i in (range(n - 1, -1, -1) if reverse else range(n)):
+  for i in range(n - 1, -1, -1) if reverse else range(n):
     x = tree_unflatten(x_tree, [leaf[i] for leaf in x_leaves]) if x_tree else None
     carry, y = f(carry, x)
     ys.append(tree_flatten(y))
@@ -496,6 +576,7 @@ def _python_scan(f, init, xs=None, length=None, reverse=False):
 
 # ---------------------------------------------------------------------------------------
 # The user's functions
+
 
 def _leaves(tree):
   leaves, treedef = tree_flatten(tree)
@@ -516,15 +597,17 @@ def switch(index, branches: Sequence[Callable], *operands):
   if not _traced(index):  # known now: the branch is chosen here
     k = int(np.asarray(index))
     if not 0 <= k < len(branches):
-      raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(branches)} "
-                            f"branches")
+      raise PrimcIndexError(
+        f"switch: branch index {k} is out of range for {len(branches)} branches"
+      )
     return branches[k](*operands)
   leaves, in_tree = _leaves(list(operands))
   avals = _avals(leaves)
   traced = []
   for k, fn in enumerate(branches):
     program, captured, out_tree = _closed(
-        lambda *xs, fn=fn: fn(*tree_unflatten(in_tree, list(xs))), avals)
+      lambda *xs, fn=fn: fn(*tree_unflatten(in_tree, list(xs))), avals
+    )
     traced.append((program, captured, out_tree))
   out_tree = traced[0][2]
   for k, (program, _, tree) in enumerate(traced):
@@ -538,9 +621,16 @@ def switch(index, branches: Sequence[Callable], *operands):
     after = [a for j in range(k + 1, len(traced)) for a in cap_avals[j]]
     # inputs: operands, then every branch's captured values in branch order
     p = _reordered(program, list(range(len(cs), len(program.inputs))) + list(range(len(cs))))
-    programs.append(Program(p.inputs[:len(leaves)] + tuple(Var(a) for a in before)
-                            + p.inputs[len(leaves):] + tuple(Var(a) for a in after),
-                            p.eqns, p.outputs))
+    programs.append(
+      Program(
+        p.inputs[: len(leaves)]
+        + tuple(Var(a) for a in before)
+        + p.inputs[len(leaves) :]
+        + tuple(Var(a) for a in after),
+        p.eqns,
+        p.outputs,
+      )
+    )
   index = pnp.asarray(index)
   if aval_of(index).shape != ():
     raise PrimcError(f"cond/switch needs a scalar predicate or index, got {aval_of(index)}")
@@ -572,16 +662,21 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   leaves, tree = _leaves(init_val)
   avals = _avals(leaves)
   unflat = lambda xs: tree_unflatten(tree, list(xs))
-  cond_prog, cond_cap, _ = _closed(lambda *xs: [_truth(pnp.asarray(cond_fun(unflat(xs))))],
-                                   avals)
+  cond_prog, cond_cap, _ = _closed(lambda *xs: [_truth(pnp.asarray(cond_fun(unflat(xs))))], avals)
   if cond_prog.out_avals[0].shape != ():
-    raise PrimcError(f"while_loop's cond_fun must return a scalar, got "
-                     f"{cond_prog.out_avals[0]}")
+    raise PrimcError(f"while_loop's cond_fun must return a scalar, got {cond_prog.out_avals[0]}")
   body_prog, body_cap, body_tree = _closed(lambda *xs: body_fun(unflat(xs)), avals)
   _check_same("while_loop body's output structure", body_tree, tree)
   _check_carry("while_loop body", body_prog.out_avals, tuple(avals))
-  outs = while_p.bind(*cond_cap, *body_cap, *leaves, cond=cond_prog, body=body_prog,
-                      n_cond=len(cond_cap), n_body=len(body_cap))
+  outs = while_p.bind(
+    *cond_cap,
+    *body_cap,
+    *leaves,
+    cond=cond_prog,
+    body=body_prog,
+    n_cond=len(cond_cap),
+    n_body=len(body_cap),
+  )
   return unflat(outs)
 
 
@@ -608,8 +703,8 @@ def _scan(f, init, xs, length, reverse, name):
   y_tree = []
 
   def body(*vals):
-    carry = tree_unflatten(c_tree, list(vals[:len(c_leaves)]))
-    x = tree_unflatten(x_tree, list(vals[len(c_leaves):])) if x_tree is not None else None
+    carry = tree_unflatten(c_tree, list(vals[: len(c_leaves)]))
+    x = tree_unflatten(x_tree, list(vals[len(c_leaves) :])) if x_tree is not None else None
     new, y = f(carry, x)
     new_leaves, new_tree = tree_flatten(new)
     _check_same("scan body's carry structure", new_tree, c_tree)
@@ -618,12 +713,26 @@ def _scan(f, init, xs, length, reverse, name):
     return [pnp.asarray(v) for v in new_leaves] + [pnp.asarray(v) for v in y_leaves]
 
   program, captured, _ = _closed(body, _avals(c_leaves) + x_avals)
-  _check_carry(f"{name} body", program.out_avals[:len(c_leaves)], tuple(_avals(c_leaves)),
-               1 if name == "fori_loop" else 0)
-  outs = scan_p.bind(*captured, *c_leaves, *x_leaves, body=program, length=n,
-                     reverse=bool(reverse), n_consts=len(captured), n_carry=len(c_leaves))
-  return (tree_unflatten(c_tree, outs[:len(c_leaves)]),
-          tree_unflatten(y_tree[-1], outs[len(c_leaves):]))
+  _check_carry(
+    f"{name} body",
+    program.out_avals[: len(c_leaves)],
+    tuple(_avals(c_leaves)),
+    1 if name == "fori_loop" else 0,
+  )
+  outs = scan_p.bind(
+    *captured,
+    *c_leaves,
+    *x_leaves,
+    body=program,
+    length=n,
+    reverse=bool(reverse),
+    n_consts=len(captured),
+    n_carry=len(c_leaves),
+  )
+  return (
+    tree_unflatten(c_tree, outs[: len(c_leaves)]),
+    tree_unflatten(y_tree[-1], outs[len(c_leaves) :]),
+  )
 
 
 @_on_front_ends(_python_fori, unrolled=True)
@@ -637,11 +746,14 @@ def fori_loop(lower, upper, body_fun: Callable, init_val):
       i, val = carry
       return (P.add(i, P.full((), 1, "int32")), body_fun(i, val)), None
 
-    (_, out), _ = _scan(step, (np.asarray(lo, np.int32), init_val), None,
-                        max(hi - lo, 0), False, "fori_loop")
+    (_, out), _ = _scan(
+      step, (np.asarray(lo, np.int32), init_val), None, max(hi - lo, 0), False, "fori_loop"
+    )
     return out
   upper = pnp.asarray(upper)
-  _, _, out = while_loop(lambda c: pnp.less(c[0], c[1]),
-                         lambda c: (pnp.add(c[0], 1), c[1], body_fun(c[0], c[2])),
-                         (pnp.asarray(lower, aval_of(upper).dtype), upper, init_val))
+  _, _, out = while_loop(
+    lambda c: pnp.less(c[0], c[1]),
+    lambda c: (pnp.add(c[0], 1), c[1], body_fun(c[0], c[2])),
+    (pnp.asarray(lower, aval_of(upper).dtype), upper, init_val),
+  )
   return out

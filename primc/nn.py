@@ -6,6 +6,7 @@ and its value lives in the static scope. Initializers follow Paddle's defaults: 
 uniform for weights, zeros for biases; one given no seed draws from the generator that
 `seed(n)` resets (as `paddle.seed`), so a seeded program starts from the same parameters.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,10 @@ class Parameter(Tensor):
   and the parameter is no longer trained (`Layer.trainable_params()` leaves it out)."""
 
   def __init__(self, value, name: str | None = None, requires_grad: bool = True):
-    super().__init__(np.array(value.numpy() if isinstance(value, Tensor) else value),
-                     stop_gradient=not requires_grad)
+    super().__init__(
+      np.array(value.numpy() if isinstance(value, Tensor) else value),
+      stop_gradient=not requires_grad,
+    )
     self.name = name
 
   trainable = Tensor.requires_grad
@@ -76,8 +79,9 @@ class Layer:
     object.__setattr__(self, "_parameters", {})
     object.__setattr__(self, "_sublayers", {})
 
-  def create_parameter(self, shape, dtype="float32", is_bias=False, default_initializer=None,
-                       attr=None):
+  def create_parameter(
+    self, shape, dtype="float32", is_bias=False, default_initializer=None, attr=None
+  ):
     init = default_initializer or (Constant(0.0) if is_bias else XavierUniform())
     value = init(tuple(shape), np.dtype(dtype).name)
     if static.building():
@@ -140,8 +144,9 @@ class BCEWithLogitsLoss:
     self.reduction, self.weight, self.pos_weight = reduction, weight, pos_weight
 
   def __call__(self, logits, labels):
-    return pnp.binary_cross_entropy_with_logits(logits, labels, self.weight, self.pos_weight,
-                                                self.reduction)
+    return pnp.binary_cross_entropy_with_logits(
+      logits, labels, self.weight, self.pos_weight, self.reduction
+    )
 
 
 class MSELoss:

@@ -12,6 +12,7 @@ functions give strong ones (`sqrt(lr)` is a numpy float64). Integer operands of 
 `full`, `eye`) default to float32, as in Paddle and JAX. Names follow numpy, with the
 seeds' aliases (`concat`, `index_select`, `multiply`, `scale`, `assign`, ...).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -21,18 +22,36 @@ import inspect
 import math
 import operator
 import sys
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
 from primc import contraction
 from primc import prims as P
-from primc.core import (FLOAT_DTYPES, SUPPORTED_DTYPES, PrimcError, PrimcIndexError,
-                        PrimcTypeError, ShapedArray, ShapeError, index_error)
+from primc.core import (
+  FLOAT_DTYPES,
+  SUPPORTED_DTYPES,
+  PrimcError,
+  PrimcIndexError,
+  PrimcTypeError,
+  ShapedArray,
+  ShapeError,
+  index_error,
+)
 from primc.batching import batch_program
 from primc.tree import tree_flatten
-from primc.trace import (Tracer, aval_of, eval_program, locate, refresh_view, size_constant,
-                         trace_flat, tracing, user_op, user_source)
+from primc.trace import (
+  Tracer,
+  aval_of,
+  eval_program,
+  locate,
+  refresh_view,
+  size_constant,
+  trace_flat,
+  tracing,
+  user_op,
+  user_source,
+)
 from primc.trace import as_array as leaf_array
 
 
@@ -46,21 +65,31 @@ class ndarray(metaclass=_ArrayType):
   `jax.Array`); arrays are made by `pnp.array`, `pnp.zeros`, ..., not by this class."""
 
   def __new__(cls, *args, **kwargs):
-    raise PrimcError("primc.numpy.ndarray is for isinstance checks; make arrays with "
-                     "pnp.array, pnp.zeros, pnp.empty, ...")
+    raise PrimcError(
+      "primc.numpy.ndarray is for isinstance checks; make arrays with "
+      "pnp.array, pnp.zeros, pnp.empty, ..."
+    )
 
 
 def _converting(int_type):
   """numpy's integer type `int_type`, whose call also converts a traced array (as
   `x.astype`; no derivative flows through an integer). A subclass, so it is a dtype where
   numpy's is: `np.dtype(pnp.int64)` is int64; a value made by it is numpy's own."""
+
   def __new__(cls, value=0, *args, **kwargs):
     if _holds_tracer(value):
       return asarray(value).astype(int_type)
     return int_type(value, *args, **kwargs)
-  return type(int_type.__name__, (int_type,), {
-      "__new__": __new__, "__module__": __name__,
-      "__doc__": f"numpy.{int_type.__name__}; called on a traced array, `x.astype`."})
+
+  return type(
+    int_type.__name__,
+    (int_type,),
+    {
+      "__new__": __new__,
+      "__module__": __name__,
+      "__doc__": f"numpy.{int_type.__name__}; called on a traced array, `x.astype`.",
+    },
+  )
 
 
 # numpy's own float and bool types: `x.dtype.type is pnp.float32` holds as with numpy (a
@@ -90,6 +119,7 @@ def _op(fn):
           out.located = True
           raise out from None
         raise
+
   return wrapped
 
 
@@ -100,6 +130,7 @@ def _describe_args(args) -> str:
     if isinstance(a, (list, tuple)):
       return "[" + ", ".join(one(x) for x in a) + "]"
     return type(a).__name__
+
   return ", ".join(one(a) for a in args)
 
 
@@ -135,11 +166,13 @@ def _python_arithmetic(fn):
   """An operator of traced values: on weak values alone its result is weak too, as Python
   arithmetic on Python scalars gives a Python scalar (`lr * 0.5`; numpy's functions, like
   `sqrt(lr)`, give a numpy scalar, which is not weak)."""
+
   def op(*operands):
     out = fn(*operands)
     if isinstance(out, Tracer) and builtins.all(_is_weak(a) for a in operands):
       out.weak = True
     return out
+
   return op
 
 
@@ -159,8 +192,7 @@ def as_array(x):
 
 def asarray(x, dtype=None):
   x = as_array(x)
-  if dtype is not None and dtype != aval_of(x).dtype and np.dtype(dtype).name != aval_of(
-      x).dtype:
+  if dtype is not None and dtype != aval_of(x).dtype and np.dtype(dtype).name != aval_of(x).dtype:
     return P.convert(x, dtype)
   return x
 
@@ -231,8 +263,7 @@ def _promote(*args):
     tracers = [aval_of(a).dtype for a in args if isinstance(a, Tracer)]
     if tracers and np.dtype(dtype).kind == np.dtype(np.result_type(*tracers)).kind:
       dtype = np.result_type(*tracers).name  # weak traced values keep theirs
-  arrays = [np.asarray(a, dtype) if _is_python_scalar(a) else _raw_asarray(a, dtype)
-            for a in args]
+  arrays = [np.asarray(a, dtype) if _is_python_scalar(a) else _raw_asarray(a, dtype) for a in args]
   shape = broadcast_shapes(*(aval_of(a).shape for a in arrays))
   return [_raw_broadcast_to(a, shape) for a in arrays]
 
@@ -262,9 +293,11 @@ def _axes(axis, ndim) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------------
 # Elementwise
 
+
 def _unary(prim_fn, name, to_float=True):
   def fn(x):
     return prim_fn(_float(x) if to_float else as_array(x))
+
   fn.__name__ = name
   return _op(fn)
 
@@ -322,11 +355,13 @@ radians, degrees = deg2rad, rad2deg
 def _binary(prim_fn, name, of_bools=None):
   """A numpy binary function; `of_bools(x, y)`: what it is on two bool arrays (numpy's
   `add` is `or`, `multiply` and `minimum` are `and`), if it takes them."""
+
   def fn(x, y):
     x, y = _promote(x, y)
     if of_bools is not None and aval_of(x).dtype == "bool":
       return of_bools(x, y)
     return prim_fn(x, y)
+
   fn.__name__ = name
   return _op(fn)
 
@@ -374,6 +409,7 @@ def _promote_float(x, y):
 def _binary_float(prim, name):
   def fn(x, y):
     return prim.bind(*_promote_float(x, y))
+
   fn.__name__ = name
   return _op(fn)
 
@@ -450,8 +486,9 @@ def fmod(x, y):
   if aval_of(x).dtype in FLOAT_DTYPES:
     return P.fmod_p.bind(x, y)
   r = mod(x, y)
-  differ = _and(P.ne_p.bind(r, zeros_like(r)),
-                P.ne_p.bind(P.lt(x, zeros_like(x)), P.lt(y, zeros_like(y))))
+  differ = _and(
+    P.ne_p.bind(r, zeros_like(r)), P.ne_p.bind(P.lt(x, zeros_like(x)), P.lt(y, zeros_like(y)))
+  )
   return where(differ, P.sub(r, y), r)
 
 
@@ -469,6 +506,7 @@ def _rounding(prim, name):
     if aval_of(x).dtype not in FLOAT_DTYPES:  # numpy 2: integers are already whole
       return x if prim is not P.rint_p else P.convert(x, "float64")
     return prim.bind(x)
+
   fn.__name__ = name
   return _op(fn)
 
@@ -484,14 +522,14 @@ def round_(a, decimals=0):
   """numpy.round: halves to even, at `decimals` places (scaled by 10**decimals)."""
   a = as_array(a)
   if aval_of(a).dtype == "bool" and decimals >= 0:  # numpy's float16, as other float
-    return P.convert(a, "float64")                   # functions of bools (docs/guide/numpy.md)
+    return P.convert(a, "float64")  # functions of bools (docs/guide/numpy.md)
   if aval_of(a).dtype not in FLOAT_DTYPES:
     if decimals >= 0:
       return a
     raise NotSupportedError("round of integers to negative decimals is not supported")
   if not decimals:
     return P.rint_p.bind(a)
-  scale = full_like(a, 10.0 ** decimals)
+  scale = full_like(a, 10.0**decimals)
   return P.div(P.rint_p.bind(P.mul(a, scale)), scale)
 
 
@@ -534,9 +572,11 @@ def power(x, y):
     while n:
       out, base, n = (P.mul(out, base) if n & 1 else out), P.mul(base, base), n >> 1
     return out
-  raise NotSupportedError(f"power of an integer array to {type(exponent).__name__} "
-                          f"exponent: only a constant non-negative integer is supported; "
-                          f"convert to float first")
+  raise NotSupportedError(
+    f"power of an integer array to {type(exponent).__name__} "
+    f"exponent: only a constant non-negative integer is supported; "
+    f"convert to float first"
+  )
 
 
 pow = power
@@ -617,6 +657,7 @@ def astype(x, dtype):
 # ---------------------------------------------------------------------------------------
 # Creation
 
+
 def zeros(shape, dtype="float32"):
   return P.full(_shape(shape), 0, dtype)
 
@@ -656,8 +697,9 @@ def eye(n, m=None, k=0, dtype="float32"):
   if not isinstance(k, (int, np.integer)):  # eye(n, m, dtype) as primc once took it
     k, dtype = 0, k
   m = n if m is None else m
-  return P.convert(P.eq(P.add(P.iota((n, m), 0), P.full((n, m), int(k), "int32")),
-                        P.iota((n, m), 1)), dtype)
+  return P.convert(
+    P.eq(P.add(P.iota((n, m), 0), P.full((n, m), int(k), "int32")), P.iota((n, m), 1)), dtype
+  )
 
 
 def arange(start, stop=None, step=None, dtype=None):
@@ -685,6 +727,7 @@ def _shape(shape):
 
 # ---------------------------------------------------------------------------------------
 # Shape manipulation
+
 
 @_op
 def reshape(x, shape, *more, order="C"):
@@ -734,8 +777,10 @@ def moveaxis(x, source, destination):
   x = as_array(x)
   nd = aval_of(x).ndim
   source = [int(a) % nd for a in ((source,) if isinstance(source, (int, np.integer)) else source)]
-  destination = [int(a) % nd for a in ((destination,) if isinstance(destination, (
-      int, np.integer)) else destination)]
+  destination = [
+    int(a) % nd
+    for a in ((destination,) if isinstance(destination, (int, np.integer)) else destination)
+  ]
   if len(source) != len(destination):
     raise ShapeError(f"moveaxis: {len(source)} source axes for {len(destination)} destinations")
   perm = [i for i in range(nd) if i not in source]
@@ -847,6 +892,7 @@ def _split_along(name, axis_of, min_ndim):
     if nd < min_ndim:
       raise ShapeError(f"{name} needs an array of rank >= {min_ndim}, got {aval_of(x).shape}")
     return split(x, indices_or_sections, axis_of(nd))
+
   fn.__name__ = name
   return _op(fn)
 
@@ -905,8 +951,9 @@ def _index_array(k, axis: int, size: int):
   code checks it), a constant one checked now and with negatives counted from the end."""
   if isinstance(k, Tracer):
     if aval_of(k).dtype not in ("int32", "int64"):
-      raise PrimcIndexError(f"arrays used as indices must be of integer type, got "
-                            f"{aval_of(k).dtype}")
+      raise PrimcIndexError(
+        f"arrays used as indices must be of integer type, got {aval_of(k).dtype}"
+      )
     return k
   a = np.asarray(k)
   if a.dtype.kind == "f" and a.size == 0:  # numpy reads an empty list as an integer index
@@ -935,8 +982,9 @@ def take(x, indices, axis=None, mode="raise"):
       raise PrimcIndexError("take: cannot do a non-empty take from an empty axis")
     k = as_array(indices)
     if aval_of(k).dtype not in ("int32", "int64"):
-      raise PrimcIndexError(f"arrays used as indices must be of integer type, got "
-                            f"{aval_of(k).dtype}")
+      raise PrimcIndexError(
+        f"arrays used as indices must be of integer type, got {aval_of(k).dtype}"
+      )
     indices = mod(k, n) if mode == "wrap" else clip(k, 0, n - 1)
   return P.gather(x, _index_array(indices, axis, n), axis)
 
@@ -958,11 +1006,13 @@ def _expand_index(idx, ndim: int, shape=None) -> list:
   boolean masks (known while tracing; checked against `shape` when given) as the integer
   arrays of their nonzero entries."""
   out = []
-  for k in (list(idx) if isinstance(idx, tuple) else [idx]):
+  for k in list(idx) if isinstance(idx, tuple) else [idx]:
     if isinstance(k, Tracer):
       if aval_of(k).dtype == "bool":
-        raise PrimcIndexError("a boolean mask computed while tracing cannot index (the "
-                              "result's shape would depend on its values): use where()")
+        raise PrimcIndexError(
+          "a boolean mask computed while tracing cannot index (the "
+          "result's shape would depend on its values): use where()"
+        )
       out.append(k)
     elif isinstance(k, (list, np.ndarray, bool, np.bool_)):
       a = np.asarray(k)
@@ -974,22 +1024,26 @@ def _expand_index(idx, ndim: int, shape=None) -> list:
   if builtins.sum(k is Ellipsis for k in out if not _is_array(k)) > 1:
     raise PrimcIndexError("an index can only have a single ellipsis ('...')")
   width = lambda k: k.ndim if _is_array(k) and k.dtype == np.bool_ else 1
-  used = builtins.sum(width(k) for k in out if _is_array(k) or (
-      k is not None and k is not Ellipsis))
+  used = builtins.sum(
+    width(k) for k in out if _is_array(k) or (k is not None and k is not Ellipsis)
+  )
   if used > ndim:
-    raise PrimcIndexError(f"too many indices for array: array is {ndim}-dimensional, but "
-                          f"{used} were indexed")
+    raise PrimcIndexError(
+      f"too many indices for array: array is {ndim}-dimensional, but {used} were indexed"
+    )
   fill = [builtins.slice(None)] * (ndim - used)
   at = next((i for i, k in enumerate(out) if not _is_array(k) and k is Ellipsis), None)
   out = out + fill if at is None else out[:at] + fill + out[at:]
   expanded, dim = [], 0
   for k in out:  # masks become their nonzero positions, one array per dim they cover
     if _is_array(k) and k.dtype == np.bool_:
-      covered = tuple(shape[dim:dim + k.ndim]) if shape is not None else k.shape
+      covered = tuple(shape[dim : dim + k.ndim]) if shape is not None else k.shape
       if k.shape != covered:
-        raise PrimcIndexError(f"boolean index did not match indexed array along axis {dim}; "
-                              f"size of axis is {covered} but size of corresponding "
-                              f"boolean index is {k.shape}")
+        raise PrimcIndexError(
+          f"boolean index did not match indexed array along axis {dim}; "
+          f"size of axis is {covered} but size of corresponding "
+          f"boolean index is {k.shape}"
+        )
       expanded.extend(np.nonzero(k))
       dim += k.ndim
     else:
@@ -1012,9 +1066,11 @@ def operator_index(k) -> int:
   a = np.asarray(k) if not isinstance(k, Tracer) else None
   if a is not None and a.ndim == 0 and a.dtype.kind in "iu":
     return int(a)
-  raise PrimcIndexError(f"only integers, slices (`:`), ellipsis (`...`), None and integer "
-                        f"or boolean arrays are valid indices, got {type(k).__name__} "
-                        f"({k!r:.40})")
+  raise PrimcIndexError(
+    f"only integers, slices (`:`), ellipsis (`...`), None and integer "
+    f"or boolean arrays are valid indices, got {type(k).__name__} "
+    f"({k!r:.40})"
+  )
 
 
 def _slice_bounds(k: builtins.slice, n: int) -> tuple[bool, int, int, int]:
@@ -1074,6 +1130,10 @@ def getitem(x, idx):
   return reshape(x, out_shape)
 
 
+def _shape_text(i) -> str:
+  return str(aval_of(i).shape if isinstance(i, Tracer) else np.shape(i))
+
+
 def _advanced_index(x, entries):
   """Integer-array indexing (numpy's advanced indexing): the index arrays, and integers
   beside them, broadcast to one shape B; B's dims stand where the indexed dims stood
@@ -1083,20 +1143,37 @@ def _advanced_index(x, entries):
   x = _basic(x, [k if isinstance(k, builtins.slice) else builtins.slice(None) for k in dims])
   shape = aval_of(x).shape
   # integers are checked now (as numpy does), arrays once broadcast (none when B is empty)
-  raw = [dims[d] if _is_array(dims[d]) else _index_array(np.asarray(operator_index(dims[d])),
-                                                        d, shape[d]) for d in adv]
+  raw = [
+    dims[d]
+    if _is_array(dims[d])
+    else _index_array(np.asarray(operator_index(dims[d])), d, shape[d])
+    for d in adv
+  ]
   try:
     b = broadcast_shapes(*(aval_of(i).shape if isinstance(i, Tracer) else i.shape for i in raw))
   except ShapeError:
-    raise PrimcIndexError("shape mismatch: indexing arrays could not be broadcast together "
-                          f"with shapes {' '.join(str(np.shape(i)) if not isinstance(i, Tracer) else str(aval_of(i).shape) for i in raw)}") from None
-  index = [broadcast_to(as_array(_index_array(
-      i if isinstance(i, Tracer) else np.broadcast_to(i, b), d, shape[d])), b)
-      for i, d in zip(raw, adv)]
-  kinds = "".join("N" if k is None else "E" if not _takes_dim(k) else
-                  "S" if isinstance(k, builtins.slice) else "A" for k in entries)
+    raise PrimcIndexError(
+      "shape mismatch: indexing arrays could not be broadcast together "
+      f"with shapes {' '.join(_shape_text(i) for i in raw)}"
+    ) from None
+  index = [
+    broadcast_to(
+      as_array(_index_array(i if isinstance(i, Tracer) else np.broadcast_to(i, b), d, shape[d])), b
+    )
+    for i, d in zip(raw, adv)
+  ]
+  kinds = "".join(
+    "N"
+    if k is None
+    else "E"
+    if not _takes_dim(k)
+    else "S"
+    if isinstance(k, builtins.slice)
+    else "A"
+    for k in entries
+  )
   first, last = kinds.index("A"), kinds.rindex("A")
-  together = set(kinds[first:last + 1]) == {"A"}
+  together = set(kinds[first : last + 1]) == {"A"}
   rest = [d for d in range(len(shape)) if d not in adv]
   if len(adv) == 1:  # gathered in place: B's dims where the indexed dim was
     out = P.gather(x, index[0], adv[0])
@@ -1120,6 +1197,7 @@ def _advanced_index(x, entries):
 
 # ---------------------------------------------------------------------------------------
 # Reductions
+
 
 def _accumulated(a, dtype):
   """`a` in the dtype numpy's sum, prod, cumsum, cumprod and trace accumulate it in:
@@ -1193,8 +1271,7 @@ def max(x, axis=None, keepdims=False, initial=None, where=None):
     return astype(max(astype(x, "int32"), axis, keepdims, initial, where), "bool")
   if where is not None:
     if initial is None:
-      raise PrimcError("max with where= needs initial= (numpy's rule: the maximum has no "
-                       "identity)")
+      raise PrimcError("max with where= needs initial= (numpy's rule: the maximum has no identity)")
     x = _masked(x, where, initial)
   axes = _axes(axis, a.ndim)  # (initial: in x's dtype, as numpy casts it)
   if initial is not None and builtins.any(a.shape[i] == 0 for i in axes):  # over nothing
@@ -1236,8 +1313,9 @@ def _correction(ddof, correction):
 
 
 @_op
-def var(x, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=None,
-        correction=None):
+def var(
+  x, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=None, correction=None
+):
   """numpy.var; `mean` (of the shape keepdims=True gives) is used instead of computing
   it, `where` (a mask broadcast against x) leaves entries out, `correction` is `ddof`."""
   ddof = _correction(ddof, correction)
@@ -1281,8 +1359,10 @@ def norm(x, ord=None, axis=None, keepdims=False, p=None):
     return sqrt(sum(multiply(x, x), None, keepdims))
   if axis is None:
     if nd not in (1, 2):
-      raise ShapeError(f"norm with ord={ord!r} and axis=None needs a 1-D or 2-D array, "
-                       f"got shape {aval_of(x).shape}")
+      raise ShapeError(
+        f"norm with ord={ord!r} and axis=None needs a 1-D or 2-D array, "
+        f"got shape {aval_of(x).shape}"
+      )
     axis = tuple(range(nd))
   axes = tuple(_axes(a, nd)[0] for a in ((axis,) if isinstance(axis, int) else axis))
   if len(axes) == 1:
@@ -1333,6 +1413,7 @@ def _matrix_norm(x, ord, axes, keepdims):
 # ---------------------------------------------------------------------------------------
 # Linear algebra
 
+
 @_op
 def matmul(x, y, transpose_x=False, transpose_y=False):
   """numpy.matmul: 1-D operands are promoted and squeezed; leading dims broadcast.
@@ -1340,8 +1421,7 @@ def matmul(x, y, transpose_x=False, transpose_y=False):
   rank at least 2) first."""
   a, b = _promote_list([x, y])
   if aval_of(a).dtype == "bool":  # numpy: an or of ands
-    return not_equal(matmul(astype(a, "int64"), astype(b, "int64"), transpose_x,
-                            transpose_y), 0)
+    return not_equal(matmul(astype(a, "int64"), astype(b, "int64"), transpose_x, transpose_y), 0)
   a = moveaxis(a, -1, -2) if transpose_x and aval_of(a).ndim >= 2 else a
   b = moveaxis(b, -1, -2) if transpose_y and aval_of(b).ndim >= 2 else b
   sa, sb = aval_of(a).shape, aval_of(b).shape
@@ -1393,9 +1473,10 @@ def einsum(subscripts, *operands, optimize="greedy"):
 
 def _sublists_to_subscripts(args) -> tuple[str, list]:
   """numpy.einsum's (operand, sublist, ..., [output sublist]) as (subscripts, operands)."""
+
   def letters(sublist):
-    return "".join("..." if i is Ellipsis else _EINSUM_LETTERS[operator.index(i)]
-                   for i in sublist)
+    return "".join("..." if i is Ellipsis else _EINSUM_LETTERS[operator.index(i)] for i in sublist)
+
   pairs, out = (args[:-1], args[-1]) if len(args) % 2 else (args, None)
   operands, terms = list(pairs[0::2]), [letters(sub) for sub in pairs[1::2]]
   return ",".join(terms) + ("" if out is None else "->" + letters(out)), operands
@@ -1432,6 +1513,7 @@ def outer(a, b):
 # ---------------------------------------------------------------------------------------
 # Neural-network ops (Paddle / MindSpore names)
 
+
 @_op
 def logsumexp(x, axis=None, keepdims=False):
   x = _float(x)
@@ -1466,14 +1548,15 @@ def _reduce_loss(loss, reduction):
 
 
 @_op
-def binary_cross_entropy_with_logits(logits, labels, weight=None, pos_weight=None,
-                                     reduction="mean"):
+def binary_cross_entropy_with_logits(
+  logits, labels, weight=None, pos_weight=None, reduction="mean"
+):
   """Sigmoid + binary cross entropy, stable for large |logits| (MindSpore/Paddle signature):
   `-w * (pos_weight * y * log σ(x) + (1 - y) * log(1 - σ(x)))`."""
   x = _float(logits)
   y = asarray(labels, aval_of(x).dtype)
-  log_sig = negative(softplus(negative(x)))        # log σ(x)
-  log_one_minus = negative(softplus(x))            # log(1 - σ(x))
+  log_sig = negative(softplus(negative(x)))  # log σ(x)
+  log_one_minus = negative(softplus(x))  # log(1 - σ(x))
   pos = multiply(y, log_sig) if pos_weight is None else multiply(multiply(pos_weight, y), log_sig)
   loss = negative(add(pos, multiply(subtract(1.0, y), log_one_minus)))
   if weight is not None:
@@ -1502,16 +1585,21 @@ def cross_entropy(logits, labels, axis=-1, soft_label=False, reduction="mean"):
   else:
     la = aval_of(labels)
     if la.dtype not in ("int32", "int64"):
-      raise PrimcError(f"cross_entropy: hard labels must be integers, got {la.dtype} "
-                       f"(pass soft_label=True for probabilities)")
-    if la.shape == a.shape[:axis] + (1,) + a.shape[axis + 1:]:
-      labels = reshape(labels, a.shape[:axis] + a.shape[axis + 1:])
-    expected = a.shape[:axis] + a.shape[axis + 1:]
+      raise PrimcError(
+        f"cross_entropy: hard labels must be integers, got {la.dtype} "
+        f"(pass soft_label=True for probabilities)"
+      )
+    if la.shape == a.shape[:axis] + (1,) + a.shape[axis + 1 :]:
+      labels = reshape(labels, a.shape[:axis] + a.shape[axis + 1 :])
+    expected = a.shape[:axis] + a.shape[axis + 1 :]
     if aval_of(labels).shape != expected:
-      raise ShapeError(f"labels shape {la.shape} does not match logits {a.shape} (expected "
-                       f"{expected})")
-    onehot = P.eq(P.broadcast_in_dim(labels, a.shape, [i for i in range(a.ndim) if i != axis]),
-                  P.iota(a.shape, axis, aval_of(labels).dtype))
+      raise ShapeError(
+        f"labels shape {la.shape} does not match logits {a.shape} (expected {expected})"
+      )
+    onehot = P.eq(
+      P.broadcast_in_dim(labels, a.shape, [i for i in range(a.ndim) if i != axis]),
+      P.iota(a.shape, axis, aval_of(labels).dtype),
+    )
     loss = negative(sum(where(onehot, lsm, 0.0), axis))
   return _reduce_loss(loss, reduction)
 
@@ -1525,6 +1613,7 @@ def mse_loss(x, y, reduction="mean"):
 # ---------------------------------------------------------------------------------------
 # Operators and methods of traced arrays
 
+
 def _swap(fn):
   return lambda self, other: fn(other, self)
 
@@ -1532,8 +1621,19 @@ def _swap(fn):
 # numpy returns a new array object from every function and method but these (they give
 # their argument itself when there is nothing to convert); a traced result that is an
 # argument's own object is made a new one (`_apart`)
-_SAME_OBJECT = frozenset({"asarray", "asanyarray", "ascontiguousarray", "asfortranarray",
-                          "atleast_1d", "atleast_2d", "atleast_3d", "require", "as_array"})
+_SAME_OBJECT = frozenset(
+  {
+    "asarray",
+    "asanyarray",
+    "ascontiguousarray",
+    "asfortranarray",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "require",
+    "as_array",
+  }
+)
 
 
 def _apart(out, args, kwargs, twin=None):
@@ -1548,8 +1648,9 @@ def _apart(out, args, kwargs, twin=None):
       return out
     return _new_object(out)
   if type(out) in (list, tuple) and builtins.any(type(o) is Tracer for o in out):
-    return type(out)([_new_object(o) if type(o) is Tracer and _among(o, args, kwargs) else o
-                      for o in out])
+    return type(out)(
+      [_new_object(o) if type(o) is Tracer and _among(o, args, kwargs) else o for o in out]
+    )
   return out
 
 
@@ -1584,28 +1685,55 @@ def _new_object(t: Tracer) -> Tracer:
 
 def _apart_method(fn):
   """A Tracer method whose result is never its receiver's object (see `_apart`)."""
+
   @functools.wraps(fn)
   def method(*args, **kwargs):
     return _apart(fn(*args, **kwargs), args, kwargs)
+
   return method
 
 
 _ARITHMETIC = {
-    "__add__": add, "__radd__": _swap(add), "__sub__": subtract, "__rsub__": _swap(subtract),
-    "__mul__": multiply, "__rmul__": _swap(multiply), "__truediv__": divide,
-    "__rtruediv__": _swap(divide), "__pow__": power, "__rpow__": _swap(power),
-    "__neg__": negative, "__abs__": abs, "__floordiv__": floor_divide,
-    "__rfloordiv__": _swap(floor_divide), "__mod__": mod, "__rmod__": _swap(mod),
+  "__add__": add,
+  "__radd__": _swap(add),
+  "__sub__": subtract,
+  "__rsub__": _swap(subtract),
+  "__mul__": multiply,
+  "__rmul__": _swap(multiply),
+  "__truediv__": divide,
+  "__rtruediv__": _swap(divide),
+  "__pow__": power,
+  "__rpow__": _swap(power),
+  "__neg__": negative,
+  "__abs__": abs,
+  "__floordiv__": floor_divide,
+  "__rfloordiv__": _swap(floor_divide),
+  "__mod__": mod,
+  "__rmod__": _swap(mod),
 }
 _TRACER_METHODS = {
-    **{name: _python_arithmetic(fn) for name, fn in _ARITHMETIC.items()},
-    # (+x is a copy: `_apart_method` makes it a new object)
-    "__matmul__": matmul, "__rmatmul__": _swap(matmul), "__pos__": lambda self: self,
-    "__lt__": less, "__le__": less_equal, "__gt__": greater, "__ge__": greater_equal,
-    "__eq__": equal, "__ne__": not_equal, "__getitem__": getitem,
-    "T": property(lambda self: transpose(self)), "reshape": reshape, "sum": sum, "mean": mean,
-    "max": max, "min": min, "astype": astype, "transpose": lambda self, *axes: transpose(
-        self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)),
+  **{name: _python_arithmetic(fn) for name, fn in _ARITHMETIC.items()},
+  # (+x is a copy: `_apart_method` makes it a new object)
+  "__matmul__": matmul,
+  "__rmatmul__": _swap(matmul),
+  "__pos__": lambda self: self,
+  "__lt__": less,
+  "__le__": less_equal,
+  "__gt__": greater,
+  "__ge__": greater_equal,
+  "__eq__": equal,
+  "__ne__": not_equal,
+  "__getitem__": getitem,
+  "T": property(lambda self: transpose(self)),
+  "reshape": reshape,
+  "sum": sum,
+  "mean": mean,
+  "max": max,
+  "min": min,
+  "astype": astype,
+  "transpose": lambda self, *axes: transpose(
+    self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)
+  ),
 }
 for _name, _fn in _TRACER_METHODS.items():
   setattr(Tracer, _name, _fn if isinstance(_fn, property) else _apart_method(_fn))
@@ -1619,8 +1747,11 @@ def _ours(func):
   """primc.numpy's function of numpy's `func` (of its submodule's namespace for
   numpy.linalg's and numpy.fft's), or None."""
   module = getattr(func, "__module__", None) or ""
-  space = globals() if module.count(".") != 1 else {
-      "numpy.linalg": linalg.__dict__, "numpy.fft": fft.__dict__}.get(module, {})
+  space = (
+    globals()
+    if module.count(".") != 1
+    else {"numpy.linalg": linalg.__dict__, "numpy.fft": fft.__dict__}.get(module, {})
+  )
   return space.get(_numpy_name(func))
 
 
@@ -1629,10 +1760,16 @@ def _numpy_dispatch(func, method, args, kwargs, fallback):
   `np.sum(t, axis=0)`, `np.linalg.inv(t)`): the primc.numpy op of the same name, else
   `fallback()`."""
   ours = _ours(func)
-  plain = method == "__call__" and builtins.all(v is None for k, v in kwargs.items()
-                                       if k in ("out", "where", "casting", "order", "subok"))
-  if ours is None or not callable(ours) or isinstance(ours, type) or not plain or \
-      getattr(ours, "__module__", None) != __name__:
+  plain = method == "__call__" and builtins.all(
+    v is None for k, v in kwargs.items() if k in ("out", "where", "casting", "order", "subok")
+  )
+  if (
+    ours is None
+    or not callable(ours)
+    or isinstance(ours, type)
+    or not plain
+    or getattr(ours, "__module__", None) != __name__
+  ):
     return fallback()
   kwargs = {k: v for k, v in kwargs.items() if v is not None}
   return ours(*args, **kwargs)
@@ -1641,22 +1778,28 @@ def _numpy_dispatch(func, method, args, kwargs, fallback):
 def _refuse(func, method, what):
   module = getattr(func, "__module__", None) or "numpy"
   name = f"{module if module.startswith('numpy.') else 'numpy'}.{func.__name__}" + (
-      "" if method == "__call__" else f".{method}")
-  sub = module[len("numpy."):] + "." if module.count(".") == 1 else ""
+    "" if method == "__call__" else f".{method}"
+  )
+  sub = module[len("numpy.") :] + "." if module.count(".") == 1 else ""
   ours = sub + _numpy_name(func)
-  hint = (f"call primc.numpy.{ours} (without out=/where=)" if _ours(func) is not None else
-          f"primc.numpy has no {ours}")
+  hint = (
+    f"call primc.numpy.{ours} (without out=/where=)"
+    if _ours(func) is not None
+    else f"primc.numpy has no {ours}"
+  )
   raise PrimcError(f"{name} cannot run on {what}: {hint}, at {user_source()}")
 
 
 def _tracer_ufunc(self, ufunc, method, *args, **kwargs):
-  return _numpy_dispatch(ufunc, method, args, kwargs,
-                         lambda: _refuse(ufunc, method, "a traced array"))
+  return _numpy_dispatch(
+    ufunc, method, args, kwargs, lambda: _refuse(ufunc, method, "a traced array")
+  )
 
 
 def _tracer_function(self, func, types, args, kwargs):
-  return _numpy_dispatch(func, "__call__", args, kwargs,
-                         lambda: _refuse(func, "__call__", "a traced array"))
+  return _numpy_dispatch(
+    func, "__call__", args, kwargs, lambda: _refuse(func, "__call__", "a traced array")
+  )
 
 
 Tracer.__array_ufunc__ = _tracer_ufunc
@@ -1694,8 +1837,9 @@ def front_end_value(cls: type) -> Callable | None:
 def _mentions(args, kwargs, cls) -> bool:
   """Whether an argument, or an element of a list or tuple argument, is a `cls`."""
   for a in (*args, *kwargs.values()):
-    if isinstance(a, cls) or (isinstance(a, (list, tuple)) and builtins.any(
-        isinstance(b, cls) for b in a)):
+    if isinstance(a, cls) or (
+      isinstance(a, (list, tuple)) and builtins.any(isinstance(b, cls) for b in a)
+    ):
       return True
   return False
 
@@ -1722,10 +1866,12 @@ def takes_front_ends(fn):
   """`fn` (a function of primc.scipy, primc.lax) handing a call with a front end's value
   anywhere among its arguments to that front end, as primc.numpy's ops do (without their
   numpy twin: a numpy function of the same name may mean another thing)."""
+
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
     cls = front_end_of(args, kwargs) if _front_ends else None
     return fn(*args, **kwargs) if cls is None else front_end_apply(cls)(fn, args, kwargs)
+
   wrapped._takes_front_ends = True
   return wrapped
 
@@ -1734,8 +1880,11 @@ def wrap_public_functions(namespace: dict, module: str) -> None:
   """`takes_front_ends` on each public function of `namespace` (a module's globals) that
   does not take them yet."""
   for name, value in list(namespace.items()):
-    if (not name.startswith("_") and inspect.isfunction(value)
-        and not getattr(value, "_takes_front_ends", False)):
+    if (
+      not name.startswith("_")
+      and inspect.isfunction(value)
+      and not getattr(value, "_takes_front_ends", False)
+    ):
       namespace[name] = takes_front_ends(value)
 
 
@@ -1754,8 +1903,9 @@ def wrap_public_functions(namespace: dict, module: str) -> None:
 # `alpha=`, `f"{x:.3f}"` take it), as numpy and autograd return them; numpy's warnings
 # (a log of 0) are numpy's.
 _OWN_SEMANTICS = frozenset({"zeros", "ones", "full", "eye", "array"})
-_PLAIN_TYPES = frozenset({int, float, bool, complex, str, type(None), type,
-                          builtins.slice, type(Ellipsis)})
+_PLAIN_TYPES = frozenset(
+  {int, float, bool, complex, str, type(None), type, builtins.slice, type(Ellipsis)}
+)
 _NATIVE = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
 _HALF = np.dtype(np.float16)
 
@@ -1794,8 +1944,9 @@ def _concrete(twin, args, kwargs, half):
   if builtins.any(_has_array(a) for a in (*args, *kwargs.values())):
     return None
   out = _numpy_result(twin(*args, **kwargs), half)
-  return out if out is not None and np.ndim(out) == 0 and not isinstance(out, (
-      list, tuple)) else None
+  return (
+    out if out is not None and np.ndim(out) == 0 and not isinstance(out, (list, tuple)) else None
+  )
 
 
 def _has_array(x) -> bool:
@@ -1831,22 +1982,27 @@ def _front_end_aware(fn):
       else:
         try:  # (staged while tracing: an iota's structure compiles, its values would not;
           # but a number computed from Python values, a size from a shape, stays a number)
-          out = _numpy_result(twin(*args, **kwargs), half) if not tracing() else (
-              _concrete(twin, args, kwargs, half))
+          out = (
+            _numpy_result(twin(*args, **kwargs), half)
+            if not tracing()
+            else (_concrete(twin, args, kwargs, half))
+          )
         except Exception:  # primc's path says what is wrong in its own words
           out = None
         if out is not None:
           return out
     out = on_front_ends(fn, args, kwargs)
     return out if same_object else _apart(out, args, kwargs, twin)
+
   same_object = fn.__name__ in _SAME_OBJECT
   wrapped.__wrapped_op__ = fn
   wrapped._takes_front_ends = True
   return wrapped
 
 
-def register_front_end(cls: type, apply: Callable, fallback: Callable,
-                       value: Callable | None = None) -> None:
+def register_front_end(
+  cls: type, apply: Callable, fallback: Callable, value: Callable | None = None
+) -> None:
   """Makes every op of this module take `cls` values: a call given one runs as
   `apply(op, args, kwargs)`; `cls` gets the operators and methods of traced arrays; numpy's
   own functions and ufuncs on its values run the op of the same name, else
@@ -1863,9 +2019,11 @@ def register_front_end(cls: type, apply: Callable, fallback: Callable,
       setattr(cls, name, (lambda op: lambda self, *a, **k: op(self, *a, **k))(op))
   cls.at = property(_At)  # functional updates, recorded as the op `index_update`
   cls.__array_ufunc__ = lambda self, ufunc, method, *args, **kwargs: _numpy_dispatch(
-      ufunc, method, args, kwargs, lambda: fallback(getattr(ufunc, method), args, kwargs))
+    ufunc, method, args, kwargs, lambda: fallback(getattr(ufunc, method), args, kwargs)
+  )
   cls.__array_function__ = lambda self, func, types, args, kwargs: _numpy_dispatch(
-      func, "__call__", args, kwargs, lambda: fallback(func, args, kwargs))
+    func, "__call__", args, kwargs, lambda: fallback(func, args, kwargs)
+  )
   cls.__hash__ = object.__hash__
 
 
@@ -1876,27 +2034,56 @@ def refuse_numpy(what: str) -> Callable:
 
 def _wrap_ops():
   g = globals()
-  skip = {"asarray", "broadcast_shapes", "register_front_end", "refuse_numpy",
-          "operator_index", "on_front_ends", "front_end_of", "takes_front_ends", "front_end_value", "front_end_apply",
-          "wrap_public_functions", "shape", "size", "ndim", "result_type",
-          "ascontiguousarray", "linspace", "arange", "empty", "empty_like", "identity",
-          "tri", "logspace", "geomspace", "triu_indices_from", "tril_indices_from",
-          "diag_indices_from", "isrealobj", "iscomplexobj", "isscalar"}
+  skip = {
+    "asarray",
+    "broadcast_shapes",
+    "register_front_end",
+    "refuse_numpy",
+    "operator_index",
+    "on_front_ends",
+    "front_end_of",
+    "takes_front_ends",
+    "front_end_value",
+    "front_end_apply",
+    "wrap_public_functions",
+    "shape",
+    "size",
+    "ndim",
+    "result_type",
+    "ascontiguousarray",
+    "linspace",
+    "arange",
+    "empty",
+    "empty_like",
+    "identity",
+    "tri",
+    "logspace",
+    "geomspace",
+    "triu_indices_from",
+    "tril_indices_from",
+    "diag_indices_from",
+    "isrealobj",
+    "iscomplexobj",
+    "isscalar",
+  }
   for name, value in list(g.items()):
-    if (callable(value) and not name.startswith("_") and name not in skip
-        and getattr(value, "__module__", None) == __name__ and not isinstance(value, type)):
+    if (
+      callable(value)
+      and not name.startswith("_")
+      and name not in skip
+      and getattr(value, "__module__", None) == __name__
+      and not isinstance(value, type)
+    ):
       g[name] = _front_end_aware(value)
-
-
 
 
 # ---------------------------------------------------------------------------------------
 # More of numpy's array functions, composed of primitives: their derivatives (any order),
 # batching and compiled code come from those of the primitives.
 
+
 def _pad_axis(x, axis, before, after):
-  return P.pad(x, [(before, after, 0) if d == axis else (0, 0, 0)
-                   for d in range(aval_of(x).ndim)])
+  return P.pad(x, [(before, after, 0) if d == axis else (0, 0, 0) for d in range(aval_of(x).ndim)])
 
 
 def _one_axis(axis, ndim):
@@ -1983,8 +2170,10 @@ def pad(array, pad_width, mode="constant", constant_values=0):
         x = take(x, np.pad(np.arange(n), (int(before), int(after)), mode=mode), axis=axis)
     return x
   if mode != "constant":
-    raise NotSupportedError(f"pad with mode={mode!r} is not supported (modes 'constant', "
-                            f"{', '.join(map(repr, _INDEX_PAD_MODES))} are)")
+    raise NotSupportedError(
+      f"pad with mode={mode!r} is not supported (modes 'constant', "
+      f"{', '.join(map(repr, _INDEX_PAD_MODES))} are)"
+    )
   if np.ndim(constant_values) != 0:
     raise NotSupportedError("pad with per-axis constant_values is not supported (a scalar is)")
   nd = aval_of(x).ndim
@@ -1994,8 +2183,9 @@ def pad(array, pad_width, mode="constant", constant_values=0):
   config = [(int(b), int(e), 0) for b, e in widths]
   out = P.pad(x, config)
   if constant_values != 0:
-    border = P.sub(P.scalar_like(1, out), P.pad(P.full(aval_of(x).shape, 1, aval_of(x).dtype),
-                                                config))
+    border = P.sub(
+      P.scalar_like(1, out), P.pad(P.full(aval_of(x).shape, 1, aval_of(x).dtype), config)
+    )
     out = add(out, multiply(border, constant_values))
   return out
 
@@ -2023,10 +2213,10 @@ def repeat(a, repeats, axis=None):
     a, axis = ravel(a), 0
   shape = aval_of(a).shape
   axis = _one_axis(axis, len(shape))
-  spread = list(shape[:axis + 1]) + [int(repeats)] + list(shape[axis + 1:])
+  spread = list(shape[: axis + 1]) + [int(repeats)] + list(shape[axis + 1 :])
   dims = tuple(d if d <= axis else d + 1 for d in range(len(shape)))
   wide = P.broadcast_in_dim(a, spread, dims)
-  return reshape(wide, shape[:axis] + (shape[axis] * int(repeats),) + shape[axis + 1:])
+  return reshape(wide, shape[:axis] + (shape[axis] * int(repeats),) + shape[axis + 1 :])
 
 
 def _triangle(m, k, lower: bool):
@@ -2074,8 +2264,9 @@ def make_diagonal(D, offset=0, axis1=-1, axis2=-2):
   """autograd's (not numpy's) complement of `diagonal`: arrays whose last two axes hold
   D's last axis on their diagonal (autograd's only supported form: offset 0, axes -1, -2)."""
   if int(offset) != 0 or {axis1, axis2} != {-1, -2}:
-    raise NotSupportedError("make_diagonal with offset != 0 or axes other than (-1, -2) "
-                            "(autograd's supported form)")
+    raise NotSupportedError(
+      "make_diagonal with offset != 0 or axes other than (-1, -2) (autograd's supported form)"
+    )
   D = as_array(D)
   n = aval_of(D).shape[-1]
   return expand_dims(D, -1) * eye(n, dtype=aval_of(D).dtype)
@@ -2154,6 +2345,7 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
   if int(n) == 0:  # (numpy's: `a` itself, nothing joined)
     return a
   if prepend is not None or append is not None:
+
     def edge(v):
       v = as_array(v)
       if aval_of(v).ndim == 0:
@@ -2161,13 +2353,20 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
         shape[axis] = 1
         v = broadcast_to(v, tuple(shape))
       return v
-    a = concatenate([*([edge(prepend)] if prepend is not None else []), a,
-                     *([edge(append)] if append is not None else [])], axis=axis)
+
+    a = concatenate(
+      [
+        *([edge(prepend)] if prepend is not None else []),
+        a,
+        *([edge(append)] if append is not None else []),
+      ],
+      axis=axis,
+    )
   for _ in range(int(n)):
     m = aval_of(a).shape[axis]
     a = (not_equal if aval_of(a).dtype == "bool" else subtract)(  # (numpy's, of bools)
-        _slice_axis(a, axis, builtins.min(1, m), m),
-        _slice_axis(a, axis, 0, builtins.max(0, m - 1)))
+      _slice_axis(a, axis, builtins.min(1, m), m), _slice_axis(a, axis, 0, builtins.max(0, m - 1))
+    )
   return a
 
 
@@ -2190,8 +2389,9 @@ def _border(a, axis, step, fill):
   """`fill` at the first `step` positions along `axis`, 0 elsewhere."""
   shape = aval_of(a).shape
   idx = P.iota(shape, axis)
-  return where(less(idx, step), P.full(shape, fill, aval_of(a).dtype),
-               P.full(shape, 0, aval_of(a).dtype))
+  return where(
+    less(idx, step), P.full(shape, fill, aval_of(a).dtype), P.full(shape, 0, aval_of(a).dtype)
+  )
 
 
 def _scan_input(a, axis, dtype):
@@ -2234,16 +2434,16 @@ def prod(a, axis=None, keepdims=False, dtype=None, initial=None, where=None):
 
 
 @_op
-def std(a, axis=None, ddof=0, keepdims=False, *, dtype=None, where=None, mean=None,
-        correction=None):
+def std(
+  a, axis=None, ddof=0, keepdims=False, *, dtype=None, where=None, mean=None, correction=None
+):
   """numpy.std (the keywords as `var`'s). Over single elements (ddof=0) it is the
   constant 0, derivatives 0 too (as autograd; sqrt's derivative at a zero variance would
   be 0/0 elsewhere)."""
   ddof = _correction(ddof, correction)
   v = var(a, axis, keepdims, ddof=ddof, dtype=dtype, where=where, mean=mean)
   shape = aval_of(as_array(a)).shape
-  if not ddof and where is None and builtins.all(
-      shape[i] == 1 for i in _axes(axis, len(shape))):
+  if not ddof and where is None and builtins.all(shape[i] == 1 for i in _axes(axis, len(shape))):
     return multiply(stop_gradient(v), 0)
   return sqrt(v)
 
@@ -2256,8 +2456,9 @@ def _arg_extreme(a, axis, reduce_fn):
   axis = _one_axis(axis, len(shape))
   n = shape[axis]
   if n == 0:
-    raise ShapeError(f"attempt to get the arg{'max' if reduce_fn is max else 'min'} of an "
-                     f"empty sequence")
+    raise ShapeError(
+      f"attempt to get the arg{'max' if reduce_fn is max else 'min'} of an empty sequence"
+    )
   best = reduce_fn(a, axis, keepdims=True)
   hit = equal(a, best)
   if aval_of(a).is_float:  # a NaN is the extreme (numpy): the first NaN wins
@@ -2287,7 +2488,6 @@ def argmin(a, axis=None, keepdims=False):
   return _keep_arg(out, a, axis) if keepdims else out
 
 
-
 def _last_axis(a, axis):
   a = as_array(a)
   if axis is None or aval_of(a).ndim == 0:
@@ -2313,6 +2513,7 @@ def sort(a, axis=-1, kind=None, stable=None):
   nd = aval_of(moved).ndim
   return moveaxis(P.gather(moved, P.argsort(moved), nd - 1, nd - 1), -1, axis)
 
+
 class _Concatenator:
   """numpy's `r_` (items joined along axis 0) and `c_` (as columns, along the last axis):
   arrays, nested lists, scalars (weak: they take the arrays' dtype, as numpy) and slices
@@ -2325,10 +2526,18 @@ class _Concatenator:
   def __getitem__(self, key):
     items = key if isinstance(key, tuple) else (key,)
     if items and isinstance(items[0], str):
-      raise NotSupportedError(f"{self.name}[{items[0]!r}, ...]: directive strings are not "
-                              f"supported; use concatenate or stack")
-    items = [np.r_[it] if isinstance(it, builtins.slice) else
-             array(it) if isinstance(it, (list, tuple)) else it for it in items]
+      raise NotSupportedError(
+        f"{self.name}[{items[0]!r}, ...]: directive strings are not "
+        f"supported; use concatenate or stack"
+      )
+    items = [
+      np.r_[it]
+      if isinstance(it, builtins.slice)
+      else array(it)
+      if isinstance(it, (list, tuple))
+      else it
+      for it in items
+    ]
     strong = [aval_of(as_array(it)).dtype for it in items if not _is_python_scalar(it)]
     dtype = np.result_type(*strong).name if strong else None
     for it in items:
@@ -2348,6 +2557,7 @@ c_ = _Concatenator("c_", columns=True)
 # ---------------------------------------------------------------------------------------
 # numpy.linalg (primc.numpy.linalg): primitives over the last two axes, batched over the
 # leading ones, with derivative rules of every order (primc/ad.py)
+
 
 def _linalg_op(fn):
   fn.__name__ = "linalg." + fn.__name__.strip("_")  # errors name linalg.solve, ...
@@ -2436,8 +2646,10 @@ def _qr(a, mode="reduced"):
   a = _float(a)
   m, n = aval_of(a).shape[-2:] if aval_of(a).ndim >= 2 else (0, 0)
   if mode not in ("reduced", "r", "complete") or (mode == "complete" and m > n):
-    raise NotSupportedError(f"linalg.qr mode {mode!r} of a {aval_of(a).shape} array is not "
-                            f"supported ('reduced', 'r', and 'complete' for rows <= columns)")
+    raise NotSupportedError(
+      f"linalg.qr mode {mode!r} of a {aval_of(a).shape} array is not "
+      f"supported ('reduced', 'r', and 'complete' for rows <= columns)"
+    )
   out = P.qr_p.bind(a)
   (_, k), _, axis = P.qr_shapes(m, n)  # packed: Q, then R along `axis`
   q, r = _split_at(out, aval_of(out).ndim + axis, [m if axis == -2 else k])
@@ -2470,8 +2682,10 @@ def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     return s
   m, n = aval_of(as_array(a)).shape[-2:]
   if full_matrices and m != n:
-    raise NotSupportedError(f"linalg.svd with full_matrices=True of a {m}x{n} matrix (a "
-                            f"completed basis) is not supported: pass full_matrices=False")
+    raise NotSupportedError(
+      f"linalg.svd with full_matrices=True of a {m}x{n} matrix (a "
+      f"completed basis) is not supported: pass full_matrices=False"
+    )
   return SVDResult(u, s, matrix_transpose(v))
 
 
@@ -2501,8 +2715,7 @@ def _solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False):
   a, b = _promote_list([_float(a), _float(b)])
   if unit_diagonal:
     shape = aval_of(a).shape
-    a = where(P.eq(P.iota(shape, len(shape) - 2), P.iota(shape, len(shape) - 1)),
-              ones_like(a), a)
+    a = where(P.eq(P.iota(shape, len(shape) - 2), P.iota(shape, len(shape) - 1)), ones_like(a), a)
   solve = lambda a, b: P.triangular_solve_p.bind(a, b, lower=bool(lower), transpose_a=transpose)
   return _batched_solve(solve, a, b)
 
@@ -2520,8 +2733,9 @@ class _Namespace:
     if name.startswith("__") or not hasattr(getattr(np, self._module), name):
       raise AttributeError(f"module 'primc.numpy.{self._module}' has no attribute {name!r}")
     why = self._reasons.get(name, self._why) or " yet"
-    raise NotSupportedError(f"primc.numpy.{self._module}.{name} (numpy.{self._module}."
-                            f"{name}) is not supported{why}")
+    raise NotSupportedError(
+      f"primc.numpy.{self._module}.{name} (numpy.{self._module}.{name}) is not supported{why}"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -2529,6 +2743,7 @@ class _Namespace:
 # immutable). The positions come from numpy's own indexing of an arange, so every constant
 # index numpy takes (ints, slices, None, ..., integer and boolean arrays) means what it
 # means there, and one out of bounds is numpy's IndexError.
+
 
 class _At:
   def __init__(self, x):
@@ -2567,8 +2782,10 @@ def index_update(x, idx, values, how="set"):
   shape, dtype = aval_of(x).shape, np.dtype(aval_of(x).dtype)
   leaves = idx if isinstance(idx, tuple) else (idx,)
   if builtins.any(isinstance(i, Tracer) for i in leaves):
-    raise NotSupportedError("x.at[...] with traced indices is not supported (constant "
-                            "indices are: ints, slices, integer or boolean arrays)")
+    raise NotSupportedError(
+      "x.at[...] with traced indices is not supported (constant "
+      "indices are: ints, slices, integer or boolean arrays)"
+    )
   pos = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[idx]
   values = broadcast_to(asarray(values, dtype.name), pos.shape)
   flat = pos.reshape(-1)
@@ -2596,8 +2813,7 @@ def _scatter_flat(x, flat, values):
   if flat.size == 0:
     return x
   shape = aval_of(x).shape
-  out = P.scatter_add(reshape(x, (-1,)), np.asarray(flat, np.int32),
-                      reshape(values, (-1,)), 0)
+  out = P.scatter_add(reshape(x, (-1,)), np.asarray(flat, np.int32), reshape(values, (-1,)), 0)
   return reshape(out, shape)
 
 
@@ -2607,9 +2823,10 @@ def __getattr__(name: str):
   if name.startswith("__") or not hasattr(np, name):
     raise AttributeError(f"module 'primc.numpy' has no attribute {name!r}")
   raise NotSupportedError(
-      f"primc.numpy.{name} (numpy.{name}) is not supported yet; the user guide's "
-      f"compatibility table (docs/guide/numpy.md) lists what is, and primc.numpy's "
-      f"functions can be combined in its place")
+    f"primc.numpy.{name} (numpy.{name}) is not supported yet; the user guide's "
+    f"compatibility table (docs/guide/numpy.md) lists what is, and primc.numpy's "
+    f"functions can be combined in its place"
+  )
 
 
 class NotSupportedError(PrimcError, AttributeError):
@@ -2620,6 +2837,7 @@ class NotSupportedError(PrimcError, AttributeError):
 # ---------------------------------------------------------------------------------------
 # The rest of the numpy names programs use most, composed of the ops above (so their
 # derivatives, batching and kernels come with them). Tests: tests/test_numpy.py.
+
 
 def _nan_mask(x):
   x = as_array(x)
@@ -2654,7 +2872,9 @@ def _truth(x):
 @_op
 def logical_not(x):
   x = _truth(x)
-  return P.select(x, P.full(aval_of(x).shape, False, "bool"), P.full(aval_of(x).shape, True, "bool"))
+  return P.select(
+    x, P.full(aval_of(x).shape, False, "bool"), P.full(aval_of(x).shape, True, "bool")
+  )
 
 
 @_op
@@ -2676,15 +2896,19 @@ def logical_xor(x, y):
 def _bitwise(logical, prim, name):
   """numpy's bitwise `name` (and Python's operator): the logical one on bool arrays, the
   bitwise primitive on integers (bools mixed in become integers, as numpy's)."""
+
   def fn(*xs):
     xs = [as_array(x) if not _is_python_scalar(x) else x for x in xs]
     if builtins.all(not _is_python_scalar(x) and aval_of(x).dtype == "bool" for x in xs):
       return logical(*xs)
     xs = _promote(*xs) if len(xs) > 1 else [as_array(xs[0])]
     if builtins.any(aval_of(x).dtype in FLOAT_DTYPES for x in xs):
-      raise PrimcTypeError(f"{name} of {', '.join(str(aval_of(x).dtype) for x in xs)}: "
-                           f"bitwise operations take integer or bool arrays (as numpy)")
+      raise PrimcTypeError(
+        f"{name} of {', '.join(str(aval_of(x).dtype) for x in xs)}: "
+        f"bitwise operations take integer or bool arrays (as numpy)"
+      )
     return prim.bind(*xs)
+
   fn.__name__ = name
   return _op(fn)
 
@@ -2701,9 +2925,11 @@ def _shift(prim, name):
     if aval_of(x).dtype == "bool":  # numpy shifts bools as int8
       x, y = P.convert(x, "int8"), P.convert(y, "int8")
     if builtins.any(aval_of(a).dtype in FLOAT_DTYPES for a in (x, y)):
-      raise PrimcTypeError(f"{name} of {aval_of(x).dtype}, {aval_of(y).dtype}: shifts take "
-                           f"integer arrays")
+      raise PrimcTypeError(
+        f"{name} of {aval_of(x).dtype}, {aval_of(y).dtype}: shifts take integer arrays"
+      )
     return prim.bind(x, y)
+
   fn.__name__ = name
   return _op(fn)
 
@@ -2746,6 +2972,7 @@ def _nan_ignoring(pick, name):
     if aval_of(x).dtype not in FLOAT_DTYPES:  # no NaNs: numpy keeps the dtype
       return pick(x, y)
     return where(_nan_mask(y), x, where(_nan_mask(x), y, pick(x, y)))
+
   fn.__name__ = name
   return _op(fn)
 
@@ -2792,6 +3019,7 @@ def _real_only(name, fn):
   def op(x):
     x = as_array(x)
     return fn(x)
+
   op.__name__ = name
   return _op(op)
 
@@ -2832,8 +3060,12 @@ def ndim(a):
 
 
 def result_type(*args):
-  return np.result_type(*[np.dtype(aval_of(as_array(a)).dtype) if not isinstance(
-      a, (type, np.dtype, str)) else a for a in args])
+  return np.result_type(
+    *[
+      np.dtype(aval_of(as_array(a)).dtype) if not isinstance(a, (type, np.dtype, str)) else a
+      for a in args
+    ]
+  )
 
 
 dtype, finfo, iinfo, newaxis = np.dtype, np.finfo, np.iinfo, None
@@ -2937,8 +3169,15 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
   """numpy.linspace; of traced start/stop too (then start + k * step, as numpy computes
   it, with the last sample `stop` exactly when endpoint)."""
   if not isinstance(start, Tracer) and not isinstance(stop, Tracer):
-    return np.linspace(np.asarray(start), np.asarray(stop), int(num), endpoint=endpoint,
-                       retstep=retstep, dtype=dtype, axis=axis)
+    return np.linspace(
+      np.asarray(start),
+      np.asarray(stop),
+      int(num),
+      endpoint=endpoint,
+      retstep=retstep,
+      dtype=dtype,
+      axis=axis,
+    )
   if axis != 0:
     raise NotSupportedError("linspace of traced bounds along an axis other than 0")
   start, stop = _promote(_float(start), _float(stop))
@@ -2968,14 +3207,21 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     axisa = axisb = axisc = axis
   a, b = moveaxis(as_array(a), axisa, -1), moveaxis(as_array(b), axisb, -1)
   if aval_of(a).shape[-1] != 3 or aval_of(b).shape[-1] != 3:
-    raise NotSupportedError(f"cross of vectors of {aval_of(a).shape[-1]} and "
-                            f"{aval_of(b).shape[-1]} components (3 are supported)")
+    raise NotSupportedError(
+      f"cross of vectors of {aval_of(a).shape[-1]} and "
+      f"{aval_of(b).shape[-1]} components (3 are supported)"
+    )
   a, b = _promote(a, b)
   c = [getitem(v, (Ellipsis, k)) for v in (a, b) for k in range(3)]
   a0, a1, a2, b0, b1, b2 = c
-  out = stack([subtract(multiply(a1, b2), multiply(a2, b1)),
-               subtract(multiply(a2, b0), multiply(a0, b2)),
-               subtract(multiply(a0, b1), multiply(a1, b0))], -1)
+  out = stack(
+    [
+      subtract(multiply(a1, b2), multiply(a2, b1)),
+      subtract(multiply(a2, b0), multiply(a0, b2)),
+      subtract(multiply(a0, b1), multiply(a1, b0)),
+    ],
+    -1,
+  )
   return moveaxis(out, -1, axisc)
 
 
@@ -2998,8 +3244,9 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
   info = np.finfo(dt)
   x = where(_nan_mask(x), full_like(x, nan), x)
   x = where(P.eq(x, full_like(x, np.inf)), full_like(x, info.max if posinf is None else posinf), x)
-  return where(P.eq(x, full_like(x, -np.inf)),
-               full_like(x, info.min if neginf is None else neginf), x)
+  return where(
+    P.eq(x, full_like(x, -np.inf)), full_like(x, info.min if neginf is None else neginf), x
+  )
 
 
 def _nans_as(a, fill):
@@ -3014,6 +3261,7 @@ def _nans_as(a, fill):
 def _nan_reduction(name, reduce, fill):
   def fn(a, axis=None, keepdims=False, *, dtype=None, initial=None, where=None):
     return reduce(_nans_as(a, fill), axis, keepdims, dtype, initial, where)
+
   fn.__name__ = name
   return _op(fn)
 
@@ -3036,8 +3284,9 @@ def _nan_extreme(name, reduce, fill):
     a = as_array(a)
     best = reduce(_nans_as(a, fill), axis, keepdims, initial, where)
     if initial is not None or aval_of(a).dtype not in FLOAT_DTYPES:  # (no NaNs: numpy
-      return best                                                    # keeps the dtype)
+      return best  # keeps the dtype)
     return _where(all(_nan_mask(a), axis, keepdims), full_like(best, np.nan), best)
+
   fn.__name__ = name
   return _op(fn)
 
@@ -3062,8 +3311,10 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
   w = as_array(weights)
   if aval_of(w).shape != aval_of(a).shape:
     if axis is None or aval_of(w).ndim != 1:
-      raise ShapeError(f"average: weights of shape {aval_of(w).shape} need axis= and 1-D "
-                       f"weights, or a's shape {aval_of(a).shape}")
+      raise ShapeError(
+        f"average: weights of shape {aval_of(w).shape} need axis= and 1-D "
+        f"weights, or a's shape {aval_of(a).shape}"
+      )
     ax = _axes(axis, aval_of(a).ndim)[0]
     w = P.broadcast_in_dim(asarray(w, aval_of(a).dtype), aval_of(a).shape, (ax,))
   a, w = _promote(a, w)
@@ -3088,8 +3339,9 @@ def _lerp(a, b, t):
   diff = subtract(b, a)
   if not isinstance(t, (Tracer, np.ndarray)):  # a constant weight
     return subtract(b, multiply(diff, 1.0 - t)) if t >= 0.5 else add(a, multiply(diff, t))
-  return where(greater_equal(t, 0.5), subtract(b, multiply(diff, subtract(1.0, t))),
-               add(a, multiply(diff, t)))
+  return where(
+    greater_equal(t, 0.5), subtract(b, multiply(diff, subtract(1.0, t))), add(a, multiply(diff, t))
+  )
 
 
 def _quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
@@ -3115,8 +3367,9 @@ def _quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
       lo = builtins.min(int(np.floor(pos)), n - 1)
       t = pos - lo if weights is None else np.asarray(pos - lo, weights)[()]
       v = _lerp(take_(lo), take_(builtins.min(lo + 1, n - 1)), t)
-    v = where(getitem(_nan_mask(s), (builtins.slice(None),) * ax + (n - 1,)),
-              full_like(v, np.nan), v)
+    v = where(
+      getitem(_nan_mask(s), (builtins.slice(None),) * ax + (n - 1,)), full_like(v, np.nan), v
+    )
     if keepdims:
       v = reshape(v, (1,) * aval_of(original).ndim) if flat else expand_dims(v, ax)
     outs.append(v)
@@ -3178,10 +3431,11 @@ def _quantile_family(compute, prefix: str):
   `_quantiles`, or `_nan_quantiles` for the nan- versions. The result has the dtype of
   numpy's: the data's float type, promoted with q's unless q is a Python number.
   `overwrite_input` is accepted and changes nothing (primc never writes its inputs)."""
+
   def median(a, axis=None, keepdims=False, *, overwrite_input=False):
     shape = aval_of(as_array(a)).shape
     if builtins.any(shape[i] == 0 for i in _axes(axis, len(shape))):  # numpy's median of
-      return _mean(_float(a), axis, keepdims)                        # nothing: NaN
+      return _mean(_float(a), axis, keepdims)  # nothing: NaN
     return compute(a, 0.5, axis, keepdims, f"{prefix}median", median=True)
 
   def quantile(a, q, axis=None, keepdims=False, method="linear", *, overwrite_input=False):
@@ -3196,11 +3450,9 @@ def _quantile_family(compute, prefix: str):
       weights = None  # numpy's result then has the data's dtype (see the helper)
     return compute(a, q, axis, keepdims, f"{prefix}quantile", weights=weights)
 
-  def percentile(a, q, axis=None, keepdims=False, method="linear", *,
-                 overwrite_input=False):
+  def percentile(a, q, axis=None, keepdims=False, method="linear", *, overwrite_input=False):
     if isinstance(q, Tracer):
-      raise NotSupportedError(f"{prefix}percentile at traced q (q must be known while "
-                              f"tracing)")
+      raise NotSupportedError(f"{prefix}percentile at traced q (q must be known while tracing)")
     scaled = q / 100.0 if type(q) in (int, float) else np.asarray(q) / 100.0
     return quantile(a, scaled, axis, keepdims, method)
 
@@ -3229,18 +3481,23 @@ def take_along_axis(arr, indices, axis):
   nd = aval_of(arr).ndim
   ax = _axes(axis, nd)[0]
   if aval_of(idx).ndim != nd:
-    raise ShapeError(f"take_along_axis: indices of rank {aval_of(idx).ndim} for an array of "
-                     f"rank {nd}")
+    raise ShapeError(
+      f"take_along_axis: indices of rank {aval_of(idx).ndim} for an array of rank {nd}"
+    )
   shape_ = aval_of(idx).shape
-  key = tuple(idx if d == ax else np.arange(shape_[d]).reshape(
-      [-1 if e == d else 1 for e in range(nd)]) for d in range(nd))
+  key = tuple(
+    idx if d == ax else np.arange(shape_[d]).reshape([-1 if e == d else 1 for e in range(nd)])
+    for d in range(nd)
+  )
   return getitem(arr, key)
 
 
 @_op
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
   a, b = _promote_float(a, b)
-  close = less_equal(abs(subtract(a, b)), add(full_like(a, atol), multiply(full_like(a, rtol), abs(b))))
+  close = less_equal(
+    abs(subtract(a, b)), add(full_like(a, atol), multiply(full_like(a, rtol), abs(b)))
+  )
   # numpy's rule where either is infinite: equal (an infinite bound would take any value)
   close = where(logical_and(isfinite(a), isfinite(b)), close, equal(a, b))
   if equal_nan:
@@ -3265,8 +3522,7 @@ def array_equal(a1, a2, equal_nan=False):
 
 
 @_op
-def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *,
-        dtype=None):
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *, dtype=None):
   """numpy.cov, in numpy's dtype (at least float64 unless `dtype`); `fweights` (integer
   repeat counts) and `aweights` (observation weights) as numpy weighs them. With no
   degrees of freedom left (ddof >= n) it divides by 0: inf or nan, as numpy."""
@@ -3289,8 +3545,10 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
       if v is not None:
         v = asarray(v, kind)
         if aval_of(v).shape != (n,):
-          raise ShapeError(f"cov: weights must be 1-D of the observations' length {n}, got "
-                           f"shape {aval_of(v).shape}")
+          raise ShapeError(
+            f"cov: weights must be 1-D of the observations' length {n}, got "
+            f"shape {aval_of(v).shape}"
+          )
         w = multiply(w, v)
     v1 = sum(w)
     centered = subtract(x, divide(sum(multiply(x, w), 1, keepdims=True), v1))
@@ -3299,8 +3557,9 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     elif aweights is None:
       fact = subtract(v1, float(dd))
     else:
-      fact = subtract(v1, multiply(float(dd), divide(sum(multiply(w, asarray(aweights, kind))),
-                                                     v1)))
+      fact = subtract(
+        v1, multiply(float(dd), divide(sum(multiply(w, asarray(aweights, kind))), v1))
+      )
     c = divide(matmul(multiply(centered, w), transpose(centered)), maximum(fact, 0))
   return squeeze(c) if aval_of(c).shape == (1, 1) else c
 
@@ -3334,8 +3593,9 @@ def searchsorted(a, v, side="left", sorter=None):
   below = P.lt(aa, vv) if side == "left" else P.le_p.bind(aa, vv)
   if aval_of(aa).dtype in FLOAT_DTYPES:  # NaN above every number, equal to itself
     nan_v = isnan(vv)
-    below = logical_or(below, logical_and(nan_v, logical_not(isnan(aa))) if side == "left"
-                       else nan_v)
+    below = logical_or(
+      below, logical_and(nan_v, logical_not(isnan(aa))) if side == "left" else nan_v
+    )
   return sum(P.convert(below, "int64"), -1)
 
 
@@ -3421,6 +3681,7 @@ def convolve(a, v, mode="full"):
 # ---------------------------------------------------------------------------------------
 # numpy 2 / jax.numpy names that are compositions of the above
 
+
 def _cumulative(scan, name, initial):
   def fn(x, axis=None, dtype=None, include_initial=False):
     x = as_array(x) if dtype is None else asarray(x, dtype)
@@ -3436,6 +3697,7 @@ def _cumulative(scan, name, initial):
       width = [(1, 0) if d == ax else (0, 0) for d in range(aval_of(out).ndim)]
       out = pad(out, width, constant_values=initial)
     return out
+
   fn.__name__ = name
   return _op(fn)
 
@@ -3471,8 +3733,11 @@ def diag_indices_from(arr):
 @_op
 def ediff1d(ary, to_end=None, to_begin=None):
   d = diff(ravel(as_array(ary)))
-  parts = ([ravel(as_array(to_begin))] if to_begin is not None else []) + [d] + (
-      [ravel(as_array(to_end))] if to_end is not None else [])
+  parts = (
+    ([ravel(as_array(to_begin))] if to_begin is not None else [])
+    + [d]
+    + ([ravel(as_array(to_end))] if to_end is not None else [])
+  )
   return concatenate(parts, 0) if len(parts) > 1 else d
 
 
@@ -3494,8 +3759,13 @@ def gradient(f, *varargs, axis=None, edge_order=1):
   `edge_order` 1 at the ends (edge_order=2: second-order one-sided, as numpy)."""
   f = _float(f)
   nd = aval_of(f).ndim
-  axes = list(range(nd)) if axis is None else list(_axes(axis, nd)) if not isinstance(
-      axis, int) else [_axes(axis, nd)[0]]
+  axes = (
+    list(range(nd))
+    if axis is None
+    else list(_axes(axis, nd))
+    if not isinstance(axis, int)
+    else [_axes(axis, nd)[0]]
+  )
   if len(varargs) == 0:
     spacings = [1.0] * len(axes)
   elif len(varargs) == 1:
@@ -3518,10 +3788,17 @@ def gradient(f, *varargs, axis=None, edge_order=1):
       first = divide(subtract(take(1, 2), take(0, 1)), h)
       last = divide(subtract(take(n - 1, n), take(n - 2, n - 1)), h)
     else:
-      first = divide(add(add(multiply(take(0, 1), -1.5), multiply(take(1, 2), 2.0)),
-                         multiply(take(2, 3), -0.5)), h)
-      last = divide(add(add(multiply(take(n - 3, n - 2), 0.5), multiply(take(n - 2, n - 1), -2.0)),
-                        multiply(take(n - 1, n), 1.5)), h)
+      first = divide(
+        add(add(multiply(take(0, 1), -1.5), multiply(take(1, 2), 2.0)), multiply(take(2, 3), -0.5)),
+        h,
+      )
+      last = divide(
+        add(
+          add(multiply(take(n - 3, n - 2), 0.5), multiply(take(n - 2, n - 1), -2.0)),
+          multiply(take(n - 1, n), 1.5),
+        ),
+        h,
+      )
     outs.append(concatenate([first, inner, last], ax))
   return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -3550,8 +3827,11 @@ def polyval(p, x):
   """Horner's rule from zero, as numpy (`y = y * x + c` for each coefficient, so an
   infinite x gives NaN, 0 * inf, where the leading term would give inf), in numpy's
   dtypes (integer coefficients at integer x stay integers)."""
-  coeffs = [getitem(as_array(p), k) for k in range(shape(p)[0])] if not isinstance(
-      p, (list, tuple)) else list(p)
+  coeffs = (
+    [getitem(as_array(p), k) for k in range(shape(p)[0])]
+    if not isinstance(p, (list, tuple))
+    else list(p)
+  )
   x = as_array(x)
   out = zeros_like(x)
   for c in coeffs:
@@ -3620,8 +3900,12 @@ def piecewise(x, condlist, funclist):
   earlier one), an extra last function (or value) where none holds, else 0. Every
   function is evaluated on all of x (as JAX does)."""
   x = as_array(x)
-  conds = [condlist] if isinstance(condlist, (Tracer, np.ndarray)) and aval_of(
-      as_array(condlist)).shape == aval_of(x).shape else list(condlist)
+  conds = (
+    [condlist]
+    if isinstance(condlist, (Tracer, np.ndarray))
+    and aval_of(as_array(condlist)).shape == aval_of(x).shape
+    else list(condlist)
+  )
   funcs = list(funclist)
   if len(funcs) not in (len(conds), len(conds) + 1):
     raise PrimcError(f"piecewise: {len(funcs)} functions for {len(conds)} conditions")
@@ -3639,8 +3923,10 @@ def choose(a, choices, mode="raise"):
   n = len(choices)
   if isinstance(a, Tracer):
     if mode == "raise":
-      raise NotSupportedError("choose with a traced index array needs mode='clip' or 'wrap' "
-                              "(an index out of range cannot be checked while tracing)")
+      raise NotSupportedError(
+        "choose with a traced index array needs mode='clip' or 'wrap' "
+        "(an index out of range cannot be checked while tracing)"
+      )
     a = clip(a, 0, n - 1) if mode == "clip" else mod(a, n)
   else:
     a = np.asarray(a)
@@ -3658,8 +3944,7 @@ def compress(condition, a, axis=None):
   """The entries of `a` (flattened when axis is None) where the constant `condition` is
   true."""
   if isinstance(condition, Tracer):
-    raise NotSupportedError("compress with a traced condition (the result's length depends "
-                            "on it)")
+    raise NotSupportedError("compress with a traced condition (the result's length depends on it)")
   a = as_array(a)
   if axis is None:
     a, axis = ravel(a), 0
@@ -3687,16 +3972,26 @@ def isin(element, test_elements, assume_unique=False, invert=False, *, kind=None
   tests = ravel(array(test_elements))
   grid = aval_of(element).shape + aval_of(tests).shape
   nd = aval_of(element).ndim
-  hit = any(equal(P.broadcast_in_dim(element, grid, tuple(range(nd))),
-                  P.broadcast_in_dim(tests, grid, (nd,))), -1) if aval_of(tests).shape[0] \
-      else full_like(element, False, "bool")
+  hit = (
+    any(
+      equal(
+        P.broadcast_in_dim(element, grid, tuple(range(nd))), P.broadcast_in_dim(tests, grid, (nd,))
+      ),
+      -1,
+    )
+    if aval_of(tests).shape[0]
+    else full_like(element, False, "bool")
+  )
   return logical_not(hit) if invert else hit
 
 
 @_op
 def indices(dimensions, dtype=int, sparse=False):
-  return tuple(asarray(i) for i in np.indices(dimensions, dtype, sparse)) if sparse else \
-      asarray(np.indices(dimensions, dtype))
+  return (
+    tuple(asarray(i) for i in np.indices(dimensions, dtype, sparse))
+    if sparse
+    else asarray(np.indices(dimensions, dtype))
+  )
 
 
 @_op
@@ -3704,8 +3999,9 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
   """Flat indices of index arrays in an array of shape `dims`; a traced index out of range
   needs mode='clip' or 'wrap' (it cannot be checked while tracing)."""
   if not builtins.any(isinstance(i, Tracer) for i in multi_index):
-    return asarray(np.ravel_multi_index(tuple(np.asarray(i) for i in multi_index), dims,
-                                        mode, order))
+    return asarray(
+      np.ravel_multi_index(tuple(np.asarray(i) for i in multi_index), dims, mode, order)
+    )
   if mode == "raise":
     raise NotSupportedError("ravel_multi_index of traced indices needs mode='clip' or 'wrap'")
   order_dims = list(range(len(dims)))[::-1] if order == "F" else list(range(len(dims)))
@@ -3765,11 +4061,10 @@ def apply_along_axis(func1d, axis, arr, *args, **kwargs):
   lead = aval_of(moved).shape[:-1]
   rows = reshape(moved, (-1, aval_of(moved).shape[-1]))
   one = ShapedArray(aval_of(rows).shape[1:], aval_of(rows).dtype)
-  program, captured, _ = trace_flat(lambda row: [as_array(func1d(row, *args, **kwargs))],
-                                    [one])
+  program, captured, _ = trace_flat(lambda row: [as_array(func1d(row, *args, **kwargs))], [one])
   count = aval_of(rows).shape[0]
   batched = batch_program(program, [True] + [False] * len(captured), count)
-  out, = eval_program(batched, rows, *captured)
+  (out,) = eval_program(batched, rows, *captured)
   result = aval_of(out).shape[1:]
   out = reshape(out, lead + result)
   k = len(result)
@@ -3779,13 +4074,15 @@ def apply_along_axis(func1d, axis, arr, *args, **kwargs):
 def _window(name):
   def window(M, *args):
     return asarray(getattr(np, name)(M, *args))
+
   window.__name__ = name
   window.__doc__ = f"numpy.{name} (a constant array)."
   return window
 
 
 hamming, hanning, blackman, bartlett, kaiser = map(
-    _window, ("hamming", "hanning", "blackman", "bartlett", "kaiser"))
+  _window, ("hamming", "hanning", "blackman", "bartlett", "kaiser")
+)
 
 
 @_op
@@ -3825,8 +4122,9 @@ def vecmat(x1, x2):
 
 
 @_op
-def nanvar(a, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=None,
-           correction=None):
+def nanvar(
+  a, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=None, correction=None
+):
   """numpy.nanvar: `var` of the entries that are not NaN (the keywords as `var`'s)."""
   ddof = _correction(ddof, correction)
   a = _float(a) if dtype is None else asarray(a, dtype)
@@ -3837,16 +4135,19 @@ def nanvar(a, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean
   mean_ = divide(sum(a, axis, True, where=ok), count) if mean is None else as_array(mean)
   d = _where(ok, subtract(a, mean_), zeros_like(a))
   dof = subtract(count, float(ddof))
-  out = _where(greater(dof, 0), divide(sum(multiply(d, d), axis, True), dof),
-               full_like(dof, np.nan))  # no degrees of freedom left: NaN, as numpy
+  out = _where(
+    greater(dof, 0), divide(sum(multiply(d, d), axis, True), dof), full_like(dof, np.nan)
+  )  # no degrees of freedom left: NaN, as numpy
   return out if keepdims else squeeze(out, _axes(axis, aval_of(a).ndim))
 
 
 @_op
-def nanstd(a, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=None,
-           correction=None):
-  return sqrt(nanvar(a, axis, keepdims, ddof, dtype=dtype, where=where, mean=mean,
-                     correction=correction))
+def nanstd(
+  a, axis=None, keepdims=False, ddof=0, *, dtype=None, where=None, mean=None, correction=None
+):
+  return sqrt(
+    nanvar(a, axis, keepdims, ddof, dtype=dtype, where=where, mean=mean, correction=correction)
+  )
 
 
 @_op
@@ -3927,8 +4228,12 @@ def unstack(x, axis=0):
 
 
 s_, index_exp, ix_ = np.s_, np.index_exp, np.ix_
-issubdtype, promote_types, can_cast, isdtype = (np.issubdtype, np.promote_types, np.can_cast,
-                                               np.isdtype)
+issubdtype, promote_types, can_cast, isdtype = (
+  np.issubdtype,
+  np.promote_types,
+  np.can_cast,
+  np.isdtype,
+)
 float_ = double = np.float64
 single = np.float32
 int_ = int64
@@ -3938,6 +4243,7 @@ int_ = int64
 
 # ---------------------------------------------------------------------------------------
 # Sign bits, histograms, counts, rank and least squares
+
 
 @_op
 def unravel_index(indices, shape, order="C"):
@@ -3975,14 +4281,17 @@ def insert(arr, obj, values, axis=None):
   if axis is None:
     arr, axis = reshape(arr, (-1,)), 0
   if not isinstance(obj, (int, np.integer)):
-    raise NotSupportedError("insert at several positions (a sequence or slice obj) is not "
-                            "supported: insert at one int position, repeatedly")
+    raise NotSupportedError(
+      "insert at several positions (a sequence or slice obj) is not "
+      "supported: insert at one int position, repeatedly"
+    )
   shape = aval_of(arr).shape
   axis = axis % len(shape)
   at = int(obj) + (shape[axis] if obj < 0 else 0)
   if not 0 <= at <= shape[axis]:
-    raise PrimcIndexError(f"insert: index {obj} is out of bounds for axis {axis} of size "
-                          f"{shape[axis]}")
+    raise PrimcIndexError(
+      f"insert: index {obj} is out of bounds for axis {axis} of size {shape[axis]}"
+    )
   values = array(values)
   values = reshape(values, (1,) * (len(shape) - aval_of(values).ndim) + aval_of(values).shape)
   values = moveaxis(values, 0, axis)
@@ -4000,9 +4309,10 @@ def _first_true(mask, size: int, fill_value):
   n = aval_of(mask).shape[0]
   count = cumsum(astype(mask, "int64"))
   grid = (size, n)
-  hits = logical_and(P.broadcast_in_dim(mask, grid, (1,)),
-                     equal(P.broadcast_in_dim(count, grid, (1,)),
-                           add(P.iota(grid, 0, "int64"), 1)))
+  hits = logical_and(
+    P.broadcast_in_dim(mask, grid, (1,)),
+    equal(P.broadcast_in_dim(count, grid, (1,)), add(P.iota(grid, 0, "int64"), 1)),
+  )
   positions = sum(where(hits, P.iota(grid, 1, "int64"), 0), 1)
   return where(any(hits, 1), positions, fill_value)
 
@@ -4011,8 +4321,10 @@ def _static_size(name, size, a):
   """Whether `a` is traced (then `size` must be given: the result's length would depend
   on the values)."""
   if isinstance(a, Tracer) and size is None:
-    raise NotSupportedError(f"{name} of a traced array without size= (its length depends on "
-                            f"the values): pass size= (and fill_value=), as in JAX")
+    raise NotSupportedError(
+      f"{name} of a traced array without size= (its length depends on "
+      f"the values): pass size= (and fill_value=), as in JAX"
+    )
   return isinstance(a, Tracer)
 
 
@@ -4021,9 +4333,8 @@ def _padded(values, size, fill_value):
   values = np.asarray(values)
   if size is None:
     return values
-  out = np.full((size,) + values.shape[1:], 0 if fill_value is None else fill_value,
-                values.dtype)
-  out[:builtins.min(size, len(values))] = values[:size]
+  out = np.full((size,) + values.shape[1:], 0 if fill_value is None else fill_value, values.dtype)
+  out[: builtins.min(size, len(values))] = values[:size]
   return out
 
 
@@ -4034,8 +4345,9 @@ def flatnonzero(a, *, size=None, fill_value=None):
   if not _static_size("flatnonzero", size, a):
     return asarray(_padded(np.flatnonzero(np.asarray(a)), size, fill_value))
   flat = ravel(as_array(a))
-  return _first_true(not_equal(flat, zeros_like(flat)), int(size),
-                     0 if fill_value is None else fill_value)
+  return _first_true(
+    not_equal(flat, zeros_like(flat)), int(size), 0 if fill_value is None else fill_value
+  )
 
 
 @_op
@@ -4060,8 +4372,18 @@ def argwhere(a, *, size=None, fill_value=None):
 
 
 @_op
-def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *,
-           equal_nan=True, sorted=True, size=None, fill_value=None):
+def unique(
+  ar,
+  return_index=False,
+  return_inverse=False,
+  return_counts=False,
+  axis=None,
+  *,
+  equal_nan=True,
+  sorted=True,
+  size=None,
+  fill_value=None,
+):
   """The sorted distinct values of ar (flattened), NaNs one value unless `equal_nan` is
   False (numpy's; `sorted=False` allows any order, and gets numpy's sorted one). Traced:
   the first `size` of them, padded with fill_value (the smallest value by default), as
@@ -4069,8 +4391,9 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
   arrays only."""
   extra = return_index or return_inverse or return_counts or axis is not None
   if not isinstance(ar, Tracer):
-    out = np.unique(np.asarray(ar), return_index, return_inverse, return_counts, axis,
-                    equal_nan=equal_nan)
+    out = np.unique(
+      np.asarray(ar), return_index, return_inverse, return_counts, axis, equal_nan=equal_nan
+    )
     if size is not None and not extra:
       if fill_value is None:
         fill_value = out.min() if out.size else 0
@@ -4078,8 +4401,10 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
     return tuple(asarray(o) for o in out) if extra else asarray(out)
   _static_size("unique", size, ar)
   if extra:
-    raise NotSupportedError("unique of a traced array with return_index, return_inverse, "
-                            "return_counts or axis is not supported")
+    raise NotSupportedError(
+      "unique of a traced array with return_index, return_inverse, "
+      "return_counts or axis is not supported"
+    )
   s = sort(ravel(as_array(ar)))  # (NaNs last)
   differs = not_equal(s[1:], s[:-1])
   if equal_nan and aval_of(s).dtype in FLOAT_DTYPES:  # a NaN after a NaN is the same value
@@ -4144,26 +4469,38 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
       raise PrimcError(f"histogram: bins must be positive, got {bins}")
     edges = _bin_edges(a, int(bins), range)
   elif isinstance(bins, str):
-    raise NotSupportedError(f"histogram with bins={bins!r} (an estimator) is not supported: "
-                            f"give a number of bins or their edges")
+    raise NotSupportedError(
+      f"histogram with bins={bins!r} (an estimator) is not supported: "
+      f"give a number of bins or their edges"
+    )
   else:
     edges = ravel(_float(bins))
   n = aval_of(edges).shape[0] - 1
-  below = P.convert(less_equal(P.broadcast_in_dim(edges, (aval_of(a).shape[0], n + 1), (1,)),
-                               P.broadcast_in_dim(a, (aval_of(a).shape[0], n + 1), (0,))),
-                    "int64")
+  below = P.convert(
+    less_equal(
+      P.broadcast_in_dim(edges, (aval_of(a).shape[0], n + 1), (1,)),
+      P.broadcast_in_dim(a, (aval_of(a).shape[0], n + 1), (0,)),
+    ),
+    "int64",
+  )
   position = sum(below, -1) - 1  # edges at or below: the bin, -1 below the first edge
   last = take(edges, n)
   position = where(equal(a, last), n - 1, position)  # the last bin is closed
-  hits = equal(P.broadcast_in_dim(position, (aval_of(a).shape[0], n), (0,)),
-               P.iota((aval_of(a).shape[0], n), 1, "int64"))
+  hits = equal(
+    P.broadcast_in_dim(position, (aval_of(a).shape[0], n), (0,)),
+    P.iota((aval_of(a).shape[0], n), 1, "int64"),
+  )
   if weights is None:
     hist = sum(P.convert(hits, "int64"), 0)
   else:
     w = ravel(as_array(weights))
-    hist = sum(multiply(P.convert(hits, aval_of(w).dtype if aval_of(w).dtype in FLOAT_DTYPES
-                                  else "int64"),
-                        P.broadcast_in_dim(w, (aval_of(a).shape[0], n), (0,))), 0)
+    hist = sum(
+      multiply(
+        P.convert(hits, aval_of(w).dtype if aval_of(w).dtype in FLOAT_DTYPES else "int64"),
+        P.broadcast_in_dim(w, (aval_of(a).shape[0], n), (0,)),
+      ),
+      0,
+    )
   if density:
     widths = subtract(edges[1:], edges[:-1])
     hist = divide(divide(hist, sum(hist)), widths)
@@ -4175,15 +4512,16 @@ def bincount(x, weights=None, minlength=0):
   """numpy.bincount of constant non-negative integers x (its length depends on their
   values: traced x is not supported); differentiable in `weights`, summed in float64."""
   if isinstance(x, Tracer):
-    raise NotSupportedError("bincount of a traced array (its length depends on the values): "
-                            "pass the indices as a numpy array")
+    raise NotSupportedError(
+      "bincount of a traced array (its length depends on the values): "
+      "pass the indices as a numpy array"
+    )
   counts = np.bincount(np.asarray(x), minlength=minlength)  # numpy's checks and length
   if weights is None:
     return asarray(counts)
   w = _float(weights)
   if aval_of(w).shape != np.shape(x):
-    raise PrimcError(f"bincount: weights of shape {aval_of(w).shape} for x of shape "
-                     f"{np.shape(x)}")
+    raise PrimcError(f"bincount: weights of shape {aval_of(w).shape} for x of shape {np.shape(x)}")
   return _At(zeros(counts.shape, "float64"))[np.asarray(x)].add(astype(w, "float64"))
 
 
@@ -4244,16 +4582,19 @@ def _cond(x, p=None):
     axes = (-2, -1)
     r = multiply(norm(x, p, axis=axes), norm(_inv(x), p, axis=axes))
   # numpy's: a NaN from a singular matrix (0/0) is inf, unless x itself has NaNs
-  return where(logical_and(isnan(r), logical_not(any(isnan(x), axis=(-2, -1)))),
-               full_like(r, np.inf), r)
+  return where(
+    logical_and(isnan(r), logical_not(any(isnan(x), axis=(-2, -1)))), full_like(r, np.inf), r
+  )
 
 
 def _linalg_name(name: str):
   """Names the decorated function `name` (its linalg name) where its own name would shadow
   another of this module."""
+
   def rename(fn):
     fn.__name__ = name
     return fn
+
   return rename
 
 
@@ -4272,8 +4613,9 @@ def _norm_of_vectors(x, axis=None, keepdims=False, ord=2):
   ndim = aval_of(x).ndim
   axes = _axes(axis, ndim)
   rest = [k for k in range(ndim) if k not in axes]
-  flat = reshape(transpose(x, rest + list(axes)),
-                 [aval_of(x).shape[k] for k in rest] + [-1])  # the axes as one vector
+  flat = reshape(
+    transpose(x, rest + list(axes)), [aval_of(x).shape[k] for k in rest] + [-1]
+  )  # the axes as one vector
   out = norm(flat, ord, axis=-1)
   if keepdims:
     out = reshape(out, [1 if k in axes else n for k, n in enumerate(aval_of(x).shape)])
@@ -4314,10 +4656,11 @@ def _tensorsolve(a, b, axes=None):
   """x with tensordot(a, x, x.ndim) = b (numpy's reshape to a square system)."""
   a, b = as_array(a), as_array(b)
   if axes is not None:
-    order = [k for k in range(aval_of(a).ndim) if k not in
-             [k % aval_of(a).ndim for k in axes]] + [k % aval_of(a).ndim for k in axes]
+    order = [k for k in range(aval_of(a).ndim) if k not in [k % aval_of(a).ndim for k in axes]] + [
+      k % aval_of(a).ndim for k in axes
+    ]
     a = transpose(a, order)
-  x_shape = aval_of(a).shape[aval_of(b).ndim:]
+  x_shape = aval_of(a).shape[aval_of(b).ndim :]
   n = int(np.prod(x_shape))
   x = _solve(reshape(a, (-1, n)), ravel(b))
   return reshape(x, x_shape)
@@ -4348,8 +4691,9 @@ def _lstsq(a, b, rcond=None):
   the rank is below n or m <= n, a shape that depends on the values)."""
   a, b = _float(a), _float(b)
   if aval_of(a).ndim != 2 or aval_of(b).ndim not in (1, 2):
-    raise PrimcError(f"linalg.lstsq takes a 2-D a and a 1-D or 2-D b, got {aval_of(a)} and "
-                     f"{aval_of(b)}")
+    raise PrimcError(
+      f"linalg.lstsq takes a 2-D a and a 1-D or 2-D b, got {aval_of(a)} and {aval_of(b)}"
+    )
   m, n = aval_of(a).shape
   cut = builtins.max(m, n) * np.finfo(aval_of(a).dtype).eps if rcond is None else float(rcond)
   x = matmul(_pinv(a, rcond=cut), b)
@@ -4359,19 +4703,45 @@ def _lstsq(a, b, rcond=None):
   rank = _matrix_rank(a, tol=multiply(max(stop_gradient(s)), cut))
   return x, resid if aval_of(b).ndim == 2 else reshape(resid, (1,)), rank, s
 
-_MORE_METHODS = {"ravel": ravel, "flatten": lambda self, order="C": copy(ravel(self, order)),
-                 "squeeze": squeeze, "prod": prod,
-                 "swapaxes": swapaxes, "any": any, "all": all, "copy": copy, "conj": conj,
-                 "conjugate": conj, "ptp": ptp,
-                 "argsort": argsort,
-                 "cumsum": cumsum, "cumprod": cumprod, "std": std, "var": var,
-                 "argmax": argmax, "argmin": argmin, "clip": clip, "diagonal": diagonal,
-                 "trace": trace, "repeat": repeat, "dot": dot, "round": round,
-                 "take": take, "__and__": bitwise_and, "__rand__": _swap(bitwise_and),
-                 "__or__": bitwise_or, "__ror__": _swap(bitwise_or), "__xor__": bitwise_xor,
-                 "__rxor__": _swap(bitwise_xor), "__invert__": invert,
-                 "__lshift__": left_shift, "__rlshift__": _swap(left_shift),
-                 "__rshift__": right_shift, "__rrshift__": _swap(right_shift)}
+
+_MORE_METHODS = {
+  "ravel": ravel,
+  "flatten": lambda self, order="C": copy(ravel(self, order)),
+  "squeeze": squeeze,
+  "prod": prod,
+  "swapaxes": swapaxes,
+  "any": any,
+  "all": all,
+  "copy": copy,
+  "conj": conj,
+  "conjugate": conj,
+  "ptp": ptp,
+  "argsort": argsort,
+  "cumsum": cumsum,
+  "cumprod": cumprod,
+  "std": std,
+  "var": var,
+  "argmax": argmax,
+  "argmin": argmin,
+  "clip": clip,
+  "diagonal": diagonal,
+  "trace": trace,
+  "repeat": repeat,
+  "dot": dot,
+  "round": round,
+  "take": take,
+  "__and__": bitwise_and,
+  "__rand__": _swap(bitwise_and),
+  "__or__": bitwise_or,
+  "__ror__": _swap(bitwise_or),
+  "__xor__": bitwise_xor,
+  "__rxor__": _swap(bitwise_xor),
+  "__invert__": invert,
+  "__lshift__": left_shift,
+  "__rlshift__": _swap(left_shift),
+  "__rshift__": right_shift,
+  "__rrshift__": _swap(right_shift),
+}
 _TRACER_METHODS.update(_MORE_METHODS)
 for _name, _fn in _MORE_METHODS.items():
   setattr(Tracer, _name, _fn if isinstance(_fn, property) else _apart_method(_fn))
@@ -4393,8 +4763,17 @@ Tracer.at = property(_At)  # x.at[idx].set(v): functional updates
 seterr, geterr, errstate = np.seterr, np.geterr, np.errstate
 seterrcall, geterrcall = np.seterrcall, np.geterrcall
 
-_VIEWS = ("getitem", "reshape", "transpose", "moveaxis", "expand_dims", "squeeze", "ravel",
-          "swapaxes", "broadcast_to")
+_VIEWS = (
+  "getitem",
+  "reshape",
+  "transpose",
+  "moveaxis",
+  "expand_dims",
+  "squeeze",
+  "ravel",
+  "swapaxes",
+  "broadcast_to",
+)
 _RAW_VIEWS = {name: globals()[name] for name in _VIEWS}  # (not recording views)
 
 
@@ -4404,14 +4783,20 @@ def _viewing(fn):
   @functools.wraps(fn)
   def view(x, *args, **kwargs):
     out = fn(x, *args, **kwargs)
-    if type(x) is Tracer and type(out) is Tracer and out is not x and not (
-        name == "getitem" and _copies(args[0], aval_of(x).ndim)):
+    if (
+      type(x) is Tracer
+      and type(out) is Tracer
+      and out is not x
+      and not (name == "getitem" and _copies(args[0], aval_of(x).ndim))
+    ):
       root, version, path = x.base or (x, x.version, ())
       out.base = (root, version, path + ((name, args, kwargs),))
-      if x.base is not None and name in ("reshape", "ravel") and (
-          _numpy_views(out) == "copy"):  # (numpy copies a transposed array's reshape)
+      if (
+        x.base is not None and name in ("reshape", "ravel") and (_numpy_views(out) == "copy")
+      ):  # (numpy copies a transposed array's reshape)
         out.base = None
     return out
+
   return view
 
 
@@ -4419,12 +4804,18 @@ def _copies(idx, ndim: int) -> bool:
   """Whether numpy's x[idx] is a copy: an integer or boolean array (or list, or traced)
   among the index, or an integer for every dimension (a scalar)."""
   entries = idx if isinstance(idx, tuple) else (idx,)
-  if not builtins.all(e is None or e is Ellipsis or isinstance(e, builtins.slice) or (
-      isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_)))
-      for e in entries):
+  if not builtins.all(
+    e is None
+    or e is Ellipsis
+    or isinstance(e, builtins.slice)
+    or (isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_)))
+    for e in entries
+  ):
     return True
-  return Ellipsis not in entries and builtins.sum(
-      isinstance(e, (int, np.integer)) for e in entries) == ndim
+  return (
+    Ellipsis not in entries
+    and builtins.sum(isinstance(e, (int, np.integer)) for e in entries) == ndim
+  )
 
 
 for _name in _VIEWS:
@@ -4448,7 +4839,7 @@ def _numpy_view(probe, name, args, kwargs):
 
 
 def _numpy_views(view) -> str:
-  """"view", "copy" or "read-only": what numpy's same ops on the base would give."""
+  """ "view", "copy" or "read-only": what numpy's same ops on the base would give."""
   root, _, path = view.base
   probe = np.empty(aval_of(root).shape, np.dtype(aval_of(root).dtype))
   out = probe
@@ -4515,16 +4906,19 @@ def _write(self, new, what: str) -> None:
   if self.base is not None:
     kind = _numpy_views(self)
     if kind == "read-only":
-      raise PrimcError(f"{what} into a read-only view (numpy's broadcast_to gives one), at "
-                       f"{user_source()}")
+      raise PrimcError(
+        f"{what} into a read-only view (numpy's broadcast_to gives one), at {user_source()}"
+      )
     if kind == "copy":
       self.base = None
     else:
       root, _, path = self.base
       if root.builder is not self.builder:
-        raise PrimcError(f"{what} into a view of an array of an enclosing traced function "
-                         f"(it is closed over) is not supported: return the updated value "
-                         f"with x.at[idx].set(v), at {user_source()}")
+        raise PrimcError(
+          f"{what} into a view of an array of an enclosing traced function "
+          f"(it is closed over) is not supported: return the updated value "
+          f"with x.at[idx].set(v), at {user_source()}"
+        )
       new_root = _written_back(root, path, new)
       root.ir_var, root.weak, root.version = new_root.ir_var, False, root.version + 1
       root.concrete = new_root.concrete
@@ -4537,9 +4931,11 @@ def _setitem(self, idx, value):
   """`x[idx] = v` on a traced array: x takes the value `x.at[idx].set(v)`."""
   new = index_update(self, idx, value, "set")
   if type(new) is not Tracer or new.builder is not self.builder:
-    raise PrimcError(f"x[idx] = v into an array of an enclosing traced function (it is "
-                     f"closed over) is not supported: return the updated value with "
-                     f"x.at[idx].set(v), at {user_source()}")
+    raise PrimcError(
+      f"x[idx] = v into an array of an enclosing traced function (it is "
+      f"closed over) is not supported: return the updated value with "
+      f"x.at[idx].set(v), at {user_source()}"
+    )
   _write(self, new, "x[idx] = v")
 
 
@@ -4549,31 +4945,40 @@ Tracer.__setitem__ = _setitem
 def _in_place(op, name):
   """`x op= y` on a traced array: x takes the value of `x op y`, in x's dtype and shape
   (numpy's in-place casting rule, same_kind), so every name of x sees it."""
+
   def update(self, other):
     new = op(self, other)
     if new is NotImplemented:
       return NotImplemented
     got, want = aval_of(new), aval_of(self)
     if got.shape != want.shape:
-      raise PrimcError(f"x {name} y: the result's shape {got.shape} is not x's {want.shape} "
-                       f"(numpy refuses it too), at {user_source()}")
+      raise PrimcError(
+        f"x {name} y: the result's shape {got.shape} is not x's {want.shape} "
+        f"(numpy refuses it too), at {user_source()}"
+      )
     if got.dtype != want.dtype:
       if not np.can_cast(got.dtype, want.dtype, "same_kind"):
-        raise PrimcTypeError(f"x {name} y: a {got.dtype} result cannot be cast to x's "
-                             f"{want.dtype} in place (numpy's same_kind rule), at "
-                             f"{user_source()}")
+        raise PrimcTypeError(
+          f"x {name} y: a {got.dtype} result cannot be cast to x's "
+          f"{want.dtype} in place (numpy's same_kind rule), at "
+          f"{user_source()}"
+        )
       new = astype(new, want.dtype)
     if new.builder is not self.builder:
       return new  # x is an enclosing function's: rebound, not changed
     _write(self, new, f"x {name} y")
     return self
+
   return update
 
 
-for _name, _op_name, _sign in (("__iadd__", "__add__", "+="), ("__isub__", "__sub__", "-="),
-                               ("__imul__", "__mul__", "*="),
-                               ("__itruediv__", "__truediv__", "/="),
-                               ("__ipow__", "__pow__", "**=")):
+for _name, _op_name, _sign in (
+  ("__iadd__", "__add__", "+="),
+  ("__isub__", "__sub__", "-="),
+  ("__imul__", "__mul__", "*="),
+  ("__itruediv__", "__truediv__", "/="),
+  ("__ipow__", "__pow__", "**="),
+):
   setattr(Tracer, _name, _in_place(getattr(Tracer, _op_name), _sign))
 _wrap_ops()
 
@@ -4581,30 +4986,66 @@ _wrap_ops()
 def _fftshift(x, axes=None, inverse=False):
   x = as_array(x)
   shape = aval_of(x).shape
-  axes = tuple(range(len(shape))) if axes is None else (
-      (axes,) if isinstance(axes, (int, np.integer)) else tuple(axes))
+  axes = (
+    tuple(range(len(shape)))
+    if axes is None
+    else ((axes,) if isinstance(axes, (int, np.integer)) else tuple(axes))
+  )
   shifts = [(-(shape[a] // 2) if inverse else shape[a] // 2) for a in axes]
   return roll(x, shifts, axes) if axes else x
 
 
 fft = _Namespace(
-    "fft", " (numpy's transforms are complex-valued; primc's dtypes are real)",
-    fftshift=_front_end_aware(_op(lambda x, axes=None: _fftshift(x, axes))),
-    ifftshift=_front_end_aware(_op(lambda x, axes=None: _fftshift(x, axes, inverse=True))),
-    fftfreq=np.fft.fftfreq, rfftfreq=np.fft.rfftfreq)
+  "fft",
+  " (numpy's transforms are complex-valued; primc's dtypes are real)",
+  fftshift=_front_end_aware(_op(lambda x, axes=None: _fftshift(x, axes))),
+  ifftshift=_front_end_aware(_op(lambda x, axes=None: _fftshift(x, axes, inverse=True))),
+  fftfreq=np.fft.fftfreq,
+  rfftfreq=np.fft.rfftfreq,
+)
 
 
-_COMPLEX_EIGEN = (" (a general matrix's eigenvalues are complex; primc's dtypes are real: "
-                  "eigh and eigvalsh take symmetric matrices)")
+_COMPLEX_EIGEN = (
+  " (a general matrix's eigenvalues are complex; primc's dtypes are real: "
+  "eigh and eigvalsh take symmetric matrices)"
+)
 _LINALG_OPS = (
-    _inv, _solve, _det, _slogdet, _cholesky, _eigh, _eigvalsh, _qr, _solve_triangular, _svd,
-    _svdvals, _pinv, _matrix_rank, _lstsq, _matrix_power, _multi_dot, _cond, _norm_of_matrices,
-    _norm_of_vectors, _diagonal, _trace, _tensorinv, _tensorsolve)
+  _inv,
+  _solve,
+  _det,
+  _slogdet,
+  _cholesky,
+  _eigh,
+  _eigvalsh,
+  _qr,
+  _solve_triangular,
+  _svd,
+  _svdvals,
+  _pinv,
+  _matrix_rank,
+  _lstsq,
+  _matrix_power,
+  _multi_dot,
+  _cond,
+  _norm_of_matrices,
+  _norm_of_vectors,
+  _diagonal,
+  _trace,
+  _tensorinv,
+  _tensorsolve,
+)
 linalg = _Namespace(
-    "linalg", reasons=dict.fromkeys(("eig", "eigvals"), _COMPLEX_EIGEN),
-    **{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in _LINALG_OPS},
-    norm=norm, matmul=matmul, tensordot=tensordot, vecdot=vecdot, outer=outer,
-    cross=lambda x1, x2, axis=-1: cross(x1, x2, axis=axis), matrix_transpose=matrix_transpose)
+  "linalg",
+  reasons=dict.fromkeys(("eig", "eigvals"), _COMPLEX_EIGEN),
+  **{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in _LINALG_OPS},
+  norm=norm,
+  matmul=matmul,
+  tensordot=tensordot,
+  vecdot=vecdot,
+  outer=outer,
+  cross=lambda x1, x2, axis=-1: cross(x1, x2, axis=axis),
+  matrix_transpose=matrix_transpose,
+)
 
 
 # `from primc.numpy.linalg import solve` (numpy's and autograd's spelling: modules there)

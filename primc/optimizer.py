@@ -5,6 +5,7 @@ gradients. Static mode: `minimize(loss)` appends the gradient and the update to 
 program, so one `Executor.run` computes the loss and updates the parameters (which
 persist in the static scope across runs).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,8 @@ def adam_update(param, grad, state, lr, beta1, beta2, epsilon):
   step = step + 1.0
   m = beta1 * m + (1.0 - beta1) * grad
   v = beta2 * v + (1.0 - beta2) * grad * grad
-  m_hat = m / (1.0 - beta1 ** step)
-  v_hat = v / (1.0 - beta2 ** step)
+  m_hat = m / (1.0 - beta1**step)
+  v_hat = v / (1.0 - beta2**step)
   return param - lr * m_hat / (pnp.sqrt(v_hat) + epsilon), (m, v, step)
 
 
@@ -54,8 +55,10 @@ class Optimizer:
   def _check(self, params):
     for p in params:
       if not (isinstance(p, Parameter) or getattr(p, "kind", None) == "param"):
-        raise PrimcError(f"optimizer given a {type(p).__name__} that is not a parameter "
-                         "(create it with Layer.create_parameter or primc.nn.Parameter)")
+        raise PrimcError(
+          f"optimizer given a {type(p).__name__} that is not a parameter "
+          "(create it with Layer.create_parameter or primc.nn.Parameter)"
+        )
 
   def step(self):
     """Eager: update every parameter that has a gradient."""
@@ -88,8 +91,7 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-  def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
-               parameters=None):
+  def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=None):
     super().__init__(learning_rate, parameters)
     self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
 
@@ -97,5 +99,4 @@ class Adam(Optimizer):
     return (np.zeros_like(value), np.zeros_like(value), np.zeros((), value.dtype))
 
   def _update(self, param, grad, state):
-    return adam_update(param, grad, state, self.learning_rate, self.beta1, self.beta2,
-                       self.epsilon)
+    return adam_update(param, grad, state, self.learning_rate, self.beta1, self.beta2, self.epsilon)

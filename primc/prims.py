@@ -5,15 +5,25 @@ broadcasting and type promotion are resolved by `primc.numpy` while tracing. Eac
 primitive also has a small binding function (`add(x, y)`, `reduce_sum(x, axes)`) that the
 autodiff and batching rules are written in.
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from primc.core import (ALL_INT_DTYPES, FLOAT_DTYPES, INT_DTYPES, TRAITS, Primitive,
-                        ShapedArray,
-                        ShapeError, abstract_rules, impl_rules, index_error, ufunc_rules)
+from primc.core import (
+  ALL_INT_DTYPES,
+  FLOAT_DTYPES,
+  TRAITS,
+  Primitive,
+  ShapedArray,
+  ShapeError,
+  abstract_rules,
+  impl_rules,
+  index_error,
+  ufunc_rules,
+)
 
 
 def _fail(msg):
@@ -33,6 +43,7 @@ def _dt(x) -> str:
 
 # ---------------------------------------------------------------------------------------
 # Elementwise
+
 
 def unary_float(x):
   _check(x.dtype in FLOAT_DTYPES, lambda: f"expects a float operand, got {x.dtype}")
@@ -99,6 +110,7 @@ def _errstate(fn):
   def run(*xs, **params):
     with np.errstate(all="ignore"):  # IEEE results (inf/nan), as in the compiled code
       return fn(*xs, **params)
+
   return run
 
 
@@ -126,22 +138,29 @@ expm1_p = def_unary("expm1", np.expm1, ieee=True)
 log2_p = def_unary("log2", np.log2, ieee=True)
 log10_p = def_unary("log10", np.log10, ieee=True)
 exp2_p = def_unary("exp2", np.exp2, ieee=True)
+
+
 # scipy.special's functions (primc.scipy.special): scipy computes them here; kernels call
 # numba's math (erf, erfc, gammaln, gamma) or codegen/special.py (the rest)
 def _scipy_special(name):
   def run(*xs, **params):
     import scipy.special  # at the first use: `import primc` does not import scipy
+
     return getattr(scipy.special, name)(*params.values(), *xs)
+
   return run
 
 
 erf_p = def_unary("erf", _scipy_special("erf"), ieee=True)
 erfc_p = def_unary("erfc", _scipy_special("erfc"), ieee=True)
 erfinv_p = def_unary("erfinv", _scipy_special("erfinv"), ieee=True)
+
+
 def _erfcinv(c):
   """scipy's erfcinv, but right at the smallest subnormal (scipy's gives inf there): below
   1e-300 by ndtri_exp (erfc(y) = c is ndtr(-y sqrt 2) = c / 2)."""
   import scipy.special
+
   out = np.asarray(scipy.special.erfcinv(c))
   tiny = (c > 0) & (c < 1e-300)
   if tiny.any():
@@ -153,11 +172,11 @@ def _erfcinv(c):
 def _gammaln(x):
   """scipy's gammaln, but finite at subnormal x (scipy's is inf there): libm's."""
   import scipy.special
+
   out = np.asarray(scipy.special.gammaln(x))
   tiny = (x != 0) & (np.abs(x) < np.finfo(np.float64).tiny)
   if tiny.any():
-    out = np.where(tiny, np.vectorize(math.lgamma, otypes=[out.dtype])(np.where(tiny, x, 1.0)),
-                   out)
+    out = np.where(tiny, np.vectorize(math.lgamma, otypes=[out.dtype])(np.where(tiny, x, 1.0)), out)
   return out
 
 
@@ -167,17 +186,40 @@ gamma_p = def_unary("gamma", _scipy_special("gamma"), ieee=True)
 # psi^(n), the n-th derivative of digamma (n = 0: digamma itself); n is a parameter
 polygamma_p = Primitive("polygamma", traits=("elementwise",))
 abstract_rules[polygamma_p] = lambda x, *, n: unary_float(x)
-impl_rules[polygamma_p] = _errstate(lambda x, *, n: np.asarray(
-    _scipy_special("polygamma")(x, n=n), dtype=x.dtype))
+impl_rules[polygamma_p] = _errstate(
+  lambda x, *, n: np.asarray(_scipy_special("polygamma")(x, n=n), dtype=x.dtype)
+)
 # scipy.special's other real functions: one primitive, the function's name a parameter
 # (`special[name=j0] x`); all operands float, of one shape and dtype. scipy computes them
 # here; kernels call scipy's own C functions by name (codegen/special.py, `FOREIGN`).
 SPECIAL_ARITY = {
-    **dict.fromkeys(("j0", "j1", "y0", "y1", "i0", "i1", "i0e", "i1e", "k0", "k1", "k0e",
-                     "k1e", "gammasgn", "exp1", "expi", "dawsn"), 1),
-    **dict.fromkeys(("jv", "yv", "iv", "ive", "kv", "kve", "gammainc", "gammaincc",
-                     "gammaincinv", "gammainccinv"), 2),
-    **dict.fromkeys(("betainc", "betaincinv"), 3)}
+  **dict.fromkeys(
+    (
+      "j0",
+      "j1",
+      "y0",
+      "y1",
+      "i0",
+      "i1",
+      "i0e",
+      "i1e",
+      "k0",
+      "k1",
+      "k0e",
+      "k1e",
+      "gammasgn",
+      "exp1",
+      "expi",
+      "dawsn",
+    ),
+    1,
+  ),
+  **dict.fromkeys(
+    ("jv", "yv", "iv", "ive", "kv", "kve", "gammainc", "gammaincc", "gammaincinv", "gammainccinv"),
+    2,
+  ),
+  **dict.fromkeys(("betainc", "betaincinv"), 3),
+}
 special_p = Primitive("special", traits=("elementwise",))
 
 
@@ -190,8 +232,9 @@ def _special_rule(*xs, name):
 
 
 abstract_rules[special_p] = _special_rule
-impl_rules[special_p] = _errstate(lambda *xs, name: np.asarray(
-    _scipy_special(name)(*xs), dtype=xs[0].dtype))
+impl_rules[special_p] = _errstate(
+  lambda *xs, name: np.asarray(_scipy_special(name)(*xs), dtype=xs[0].dtype)
+)
 # the sign bit of a float (-0.0 and -nan included), and the next float towards another
 signbit_p = Primitive("signbit", traits=("elementwise", "nondifferentiable"))
 abstract_rules[signbit_p] = lambda x: ShapedArray(unary_float(x).shape, "bool")
@@ -203,8 +246,10 @@ floor_p = def_unary("floor", np.floor, traits=("nondifferentiable",))
 ceil_p = def_unary("ceil", np.ceil, traits=("nondifferentiable",))
 trunc_p = def_unary("trunc", np.trunc, traits=("nondifferentiable",))
 rint_p = def_unary("rint", np.rint, traits=("nondifferentiable",))  # halves to even
-stop_gradient_p = def_unary("stop_gradient", lambda x: x, lambda x: x,
-                            traits=("nondifferentiable",))
+stop_gradient_p = def_unary(
+  "stop_gradient", lambda x: x, lambda x: x, traits=("nondifferentiable",)
+)
+
 
 # bitwise operations on integers (and bools), numpy's: a shift by a count outside
 # [0, bits) gives 0 (left) or the sign's fill (right; arithmetic for signed integers)
@@ -219,15 +264,20 @@ def integer_unary(x):
 
 
 _INTEGER = ("integer", "nondifferentiable")
-bit_and_p = def_binary("bit_and", np.bitwise_and, integer_binary,
-                       traits=_INTEGER + ("commutative",))
+bit_and_p = def_binary(
+  "bit_and", np.bitwise_and, integer_binary, traits=_INTEGER + ("commutative",)
+)
 bit_or_p = def_binary("bit_or", np.bitwise_or, integer_binary, traits=_INTEGER + ("commutative",))
-bit_xor_p = def_binary("bit_xor", np.bitwise_xor, integer_binary,
-                       traits=_INTEGER + ("commutative",))
+bit_xor_p = def_binary(
+  "bit_xor", np.bitwise_xor, integer_binary, traits=_INTEGER + ("commutative",)
+)
 bit_not_p = def_unary("bit_not", np.invert, integer_unary, traits=_INTEGER)
+
+
 def shift_rule(x, y):
-  _check(x.dtype not in FLOAT_DTYPES + ("bool",),
-         lambda: f"expects integer operands, got {x.dtype}")
+  _check(
+    x.dtype not in FLOAT_DTYPES + ("bool",), lambda: f"expects integer operands, got {x.dtype}"
+  )
   return binary_same(x, y)
 
 
@@ -243,8 +293,9 @@ pow_p = def_binary("pow", np.power, binary_float, ieee=True)
 arctan2_p = def_binary("arctan2", np.arctan2, binary_float, ieee=True)
 fmod_p = def_binary("fmod", np.fmod, binary_float, ieee=True)  # C's: the dividend's sign
 hypot_p = def_binary("hypot", np.hypot, binary_float, ieee=True, traits=("commutative",))
-logaddexp_p = def_binary("logaddexp", np.logaddexp, binary_float, ieee=True,
-                         traits=("commutative",))
+logaddexp_p = def_binary(
+  "logaddexp", np.logaddexp, binary_float, ieee=True, traits=("commutative",)
+)
 max_p = def_binary("max", np.maximum, traits=("commutative",))
 min_p = def_binary("min", np.minimum, traits=("commutative",))
 eq_p = def_binary("eq", np.equal, compare_rule, traits=("commutative",))
@@ -260,8 +311,10 @@ select_p = Primitive("select", traits=("elementwise",), linear=(1, 2))
 
 def _select_rule(pred, on_true, on_false):
   _check(pred.dtype == "bool", lambda: f"predicate must be bool, got {pred.dtype}")
-  _check(pred.shape == on_true.shape,
-         lambda: f"predicate shape {pred.shape} differs from {on_true.shape}")
+  _check(
+    pred.shape == on_true.shape,
+    lambda: f"predicate shape {pred.shape} differs from {on_true.shape}",
+  )
   return binary_same(on_true, on_false)
 
 
@@ -277,19 +330,29 @@ broadcast_in_dim_p = Primitive("broadcast_in_dim", traits=("index_map",), linear
 
 def _broadcast_rule(x, *, shape, broadcast_dimensions):
   dims = broadcast_dimensions
-  _check(len(dims) == x.ndim,
-         lambda: f"broadcast_dimensions {dims} must have one entry per operand dim")
-  _check(list(dims) == sorted(set(dims)) and all(0 <= d < len(shape) for d in dims),
-         lambda: f"broadcast_dimensions {dims} must be increasing and within rank {len(shape)}")
+  _check(
+    len(dims) == x.ndim, lambda: f"broadcast_dimensions {dims} must have one entry per operand dim"
+  )
+  _check(
+    list(dims) == sorted(set(dims)) and all(0 <= d < len(shape) for d in dims),
+    lambda: f"broadcast_dimensions {dims} must be increasing and within rank {len(shape)}",
+  )
   for i, d in enumerate(dims):
-    _check(x.shape[i] in (1, shape[d]),
-           lambda: f"cannot broadcast operand dim {i} of size {x.shape[i]} to size {shape[d]}")
+    _check(
+      x.shape[i] in (1, shape[d]),
+      lambda: f"cannot broadcast operand dim {i} of size {x.shape[i]} to size {shape[d]}",
+    )
   return ShapedArray(shape, x.dtype)
 
 
 def _broadcast_impl(x, *, shape, broadcast_dimensions):
-  expanded = np.reshape(x, [x.shape[broadcast_dimensions.index(d)] if d in broadcast_dimensions
-                            else 1 for d in range(len(shape))])
+  expanded = np.reshape(
+    x,
+    [
+      x.shape[broadcast_dimensions.index(d)] if d in broadcast_dimensions else 1
+      for d in range(len(shape))
+    ],
+  )
   return np.array(np.broadcast_to(expanded, shape), order="C")
 
 
@@ -301,8 +364,10 @@ reshape_p = Primitive("reshape", traits=("index_map",), linear=(0,))
 
 def _reshape_rule(x, *, new_sizes):
   _check(all(d >= 0 for d in new_sizes), lambda: f"sizes must be non-negative, got {new_sizes}")
-  _check(math.prod(new_sizes) == x.size,
-         lambda: f"cannot reshape {x.shape} ({x.size} elements) to {new_sizes}")
+  _check(
+    math.prod(new_sizes) == x.size,
+    lambda: f"cannot reshape {x.shape} ({x.size} elements) to {new_sizes}",
+  )
   return ShapedArray(new_sizes, x.dtype)
 
 
@@ -313,21 +378,26 @@ transpose_p = Primitive("transpose", traits=("index_map",), linear=(0,))
 
 
 def _transpose_rule(x, *, permutation):
-  _check(sorted(permutation) == list(range(x.ndim)),
-         lambda: f"permutation {permutation} is not a permutation of {x.ndim} dims")
+  _check(
+    sorted(permutation) == list(range(x.ndim)),
+    lambda: f"permutation {permutation} is not a permutation of {x.ndim} dims",
+  )
   return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype)
 
 
 abstract_rules[transpose_p] = _transpose_rule
-impl_rules[transpose_p] = lambda x, *, permutation: np.array(np.transpose(x, permutation),
-                                                           order="C")
+impl_rules[transpose_p] = lambda x, *, permutation: np.array(
+  np.transpose(x, permutation), order="C"
+)
 
 slice_p = Primitive("slice", traits=("index_map",), linear=(0,))
 
 
 def _slice_rule(x, *, start_indices, limit_indices, strides):
-  _check(len(start_indices) == len(limit_indices) == len(strides) == x.ndim,
-         "start, limit and strides need one entry per dim")
+  _check(
+    len(start_indices) == len(limit_indices) == len(strides) == x.ndim,
+    "start, limit and strides need one entry per dim",
+  )
   shape = []
   for lo, hi, st, n in zip(start_indices, limit_indices, strides, x.shape, strict=True):
     _check(0 <= lo <= hi <= n and st >= 1, lambda: f"bad slice {lo}:{hi}:{st} of a dim of size {n}")
@@ -343,24 +413,31 @@ def _slice_impl(x, *, start_indices, limit_indices, strides):
 abstract_rules[slice_p] = _slice_rule
 impl_rules[slice_p] = _slice_impl
 
-pad_p = Primitive("pad", traits=("index_map",), linear=(0,))  # zero padding: padding_config is ((low, high, interior), ...)
+pad_p = Primitive(
+  "pad", traits=("index_map",), linear=(0,)
+)  # zero padding: padding_config is ((low, high, interior), ...)
 
 
 def _pad_rule(x, *, padding_config):
   _check(len(padding_config) == x.ndim, "padding_config needs one entry per dim")
   shape = []
   for (lo, hi, interior), n in zip(padding_config, x.shape, strict=True):
-    _check(lo >= 0 and hi >= 0 and interior >= 0,
-           lambda: f"padding must be non-negative: {(lo, hi, interior)}")
+    _check(
+      lo >= 0 and hi >= 0 and interior >= 0,
+      lambda: f"padding must be non-negative: {(lo, hi, interior)}",
+    )
     shape.append(lo + hi + n + max(0, n - 1) * interior)
   return ShapedArray(shape, x.dtype)
 
 
 def _pad_impl(x, *, padding_config):
-  out = np.zeros(_pad_rule(ShapedArray(x.shape, x.dtype.name), padding_config=padding_config).shape,
-                 x.dtype)
-  idx = tuple(slice(lo, lo + max(0, (n - 1) * (it + 1) + 1), it + 1)
-              for (lo, _, it), n in zip(padding_config, x.shape))
+  out = np.zeros(
+    _pad_rule(ShapedArray(x.shape, x.dtype.name), padding_config=padding_config).shape, x.dtype
+  )
+  idx = tuple(
+    slice(lo, lo + max(0, (n - 1) * (it + 1) + 1), it + 1)
+    for (lo, _, it), n in zip(padding_config, x.shape)
+  )
   out[idx] = x
   return out
 
@@ -377,9 +454,11 @@ def _concatenate_rule(*xs, dimension):
   _check(0 <= dimension < x0.ndim, lambda: f"dimension {dimension} out of range for rank {x0.ndim}")
   for x in xs:
     _check(x.dtype == x0.dtype, lambda: f"operand dtypes differ: {x0.dtype} vs {x.dtype}")
-    _check(x.ndim == x0.ndim and all(a == b for i, (a, b) in enumerate(zip(x.shape, x0.shape))
-                                     if i != dimension),
-           lambda: f"shapes {x0.shape} and {x.shape} differ outside dimension {dimension}")
+    _check(
+      x.ndim == x0.ndim
+      and all(a == b for i, (a, b) in enumerate(zip(x.shape, x0.shape)) if i != dimension),
+      lambda: f"shapes {x0.shape} and {x.shape} differ outside dimension {dimension}",
+    )
   shape = list(x0.shape)
   shape[dimension] = sum(x.shape[dimension] for x in xs)
   return ShapedArray(shape, x0.dtype)
@@ -400,12 +479,17 @@ gather_p = Primitive("gather", traits=("indexing",), linear=(0,))
 def _gather_rule(x, idx, *, axis, batch_dims):
   _check(idx.dtype in ALL_INT_DTYPES, lambda: f"indices must be integers, got {idx.dtype}")
   _check(0 <= axis < x.ndim, lambda: f"axis {axis} out of range for rank {x.ndim}")
-  _check(0 <= batch_dims <= min(axis, idx.ndim), lambda: f"batch_dims {batch_dims} must be at most "
-         f"the axis {axis} and the index rank {idx.ndim}")
-  _check(x.shape[:batch_dims] == idx.shape[:batch_dims],
-         lambda: f"batch dims differ: operand {x.shape[:batch_dims]}, "
-                 f"indices {idx.shape[:batch_dims]}")
-  return ShapedArray(x.shape[:axis] + idx.shape[batch_dims:] + x.shape[axis + 1:], x.dtype)
+  _check(
+    0 <= batch_dims <= min(axis, idx.ndim),
+    lambda: (
+      f"batch_dims {batch_dims} must be at most the axis {axis} and the index rank {idx.ndim}"
+    ),
+  )
+  _check(
+    x.shape[:batch_dims] == idx.shape[:batch_dims],
+    lambda: f"batch dims differ: operand {x.shape[:batch_dims]}, indices {idx.shape[:batch_dims]}",
+  )
+  return ShapedArray(x.shape[:axis] + idx.shape[batch_dims:] + x.shape[axis + 1 :], x.dtype)
 
 
 def wrap_indices(idx: np.ndarray, size: int, axis: int) -> np.ndarray:
@@ -421,16 +505,19 @@ def wrap_indices(idx: np.ndarray, size: int, axis: int) -> np.ndarray:
 def _batched(x, idx, batch_dims):
   """x and idx with their batch dims merged into one leading dim."""
   nb = math.prod(x.shape[:batch_dims])
-  return (x.reshape((nb,) + x.shape[batch_dims:]),
-          idx.reshape((nb,) + idx.shape[batch_dims:]))
+  return (x.reshape((nb,) + x.shape[batch_dims:]), idx.reshape((nb,) + idx.shape[batch_dims:]))
 
 
 def _gather_impl(x, idx, *, axis, batch_dims):
   idx = wrap_indices(idx, x.shape[axis], axis)
   if batch_dims == 0:
     return np.take(x, idx, axis=axis)
-  shape = _gather_rule(ShapedArray(x.shape, x.dtype), ShapedArray(idx.shape, idx.dtype),
-                       axis=axis, batch_dims=batch_dims).shape
+  shape = _gather_rule(
+    ShapedArray(x.shape, x.dtype),
+    ShapedArray(idx.shape, idx.dtype),
+    axis=axis,
+    batch_dims=batch_dims,
+  ).shape
   xb, ib = _batched(x, idx, batch_dims)
   out = np.empty((len(xb),) + shape[batch_dims:], x.dtype)
   for k in range(len(xb)):
@@ -441,13 +528,17 @@ def _gather_impl(x, idx, *, axis, batch_dims):
 abstract_rules[gather_p] = _gather_rule
 impl_rules[gather_p] = _gather_impl
 
-scatter_add_p = Primitive("scatter_add", traits=("indexing",), linear=(0, 2))  # x with `updates` added at `idx` along `axis`
+scatter_add_p = Primitive(
+  "scatter_add", traits=("indexing",), linear=(0, 2)
+)  # x with `updates` added at `idx` along `axis`
 
 
 def _scatter_add_rule(x, idx, updates, *, axis, batch_dims):
   expected = _gather_rule(x, idx, axis=axis, batch_dims=batch_dims)
-  _check(updates.shape == expected.shape and updates.dtype == x.dtype,
-         lambda: f"updates {updates} must be {expected}")
+  _check(
+    updates.shape == expected.shape and updates.dtype == x.dtype,
+    lambda: f"updates {updates} must be {expected}",
+  )
   return x
 
 
@@ -457,7 +548,7 @@ def _scatter_add_impl(x, idx, updates, *, axis, batch_dims):
   ob, ib = _batched(out, idx, batch_dims)
   a = axis - batch_dims
   inner = ob.shape[1:]
-  ub = updates.reshape((len(ob),) + inner[:a] + (ib[0].size if len(ib) else 0,) + inner[a + 1:])
+  ub = updates.reshape((len(ob),) + inner[:a] + (ib[0].size if len(ib) else 0,) + inner[a + 1 :])
   for k in range(len(ob)):
     np.add.at(np.moveaxis(ob[k], a, 0), ib[k].reshape(-1), np.moveaxis(ub[k], a, 0))
   return out
@@ -466,12 +557,16 @@ def _scatter_add_impl(x, idx, updates, *, axis, batch_dims):
 abstract_rules[scatter_add_p] = _scatter_add_rule
 impl_rules[scatter_add_p] = _scatter_add_impl
 
-rev_p = Primitive("rev", traits=("index_map",), linear=(0,))  # reverses the order of elements along `dimensions`
+rev_p = Primitive(
+  "rev", traits=("index_map",), linear=(0,)
+)  # reverses the order of elements along `dimensions`
 
 
 def _rev_rule(x, *, dimensions):
-  _check(len(set(dimensions)) == len(dimensions) and all(0 <= d < x.ndim for d in dimensions),
-         lambda: f"dimensions {dimensions} invalid for rank {x.ndim}")
+  _check(
+    len(set(dimensions)) == len(dimensions) and all(0 <= d < x.ndim for d in dimensions),
+    lambda: f"dimensions {dimensions} invalid for rank {x.ndim}",
+  )
   return x
 
 
@@ -482,9 +577,12 @@ impl_rules[rev_p] = lambda x, *, dimensions: np.flip(x, dimensions).copy()
 # ---------------------------------------------------------------------------------------
 # Reductions and contractions
 
+
 def _reduce_rule(x, *, axes):
-  _check(len(set(axes)) == len(axes) and all(0 <= a < x.ndim for a in axes),
-         lambda: f"axes {axes} invalid for rank {x.ndim}")
+  _check(
+    len(set(axes)) == len(axes) and all(0 <= a < x.ndim for a in axes),
+    lambda: f"axes {axes} invalid for rank {x.ndim}",
+  )
   return ShapedArray(tuple(n for i, n in enumerate(x.shape) if i not in axes), x.dtype)
 
 
@@ -525,15 +623,24 @@ def _dot_general_rule(x, y, *, dimension_numbers):
   _check(x.dtype != "bool", "expects numeric operands")
   _check(len(lc) == len(rc) and len(lb) == len(rb), "dimension numbers must pair up")
   for dims, nd in ((lc + lb, x.ndim), (rc + rb, y.ndim)):
-    _check(len(set(dims)) == len(dims) and all(0 <= d < nd for d in dims),
-           lambda: f"dimension numbers {dimension_numbers} invalid for ranks {x.ndim}, {y.ndim}")
+    _check(
+      len(set(dims)) == len(dims) and all(0 <= d < nd for d in dims),
+      lambda: f"dimension numbers {dimension_numbers} invalid for ranks {x.ndim}, {y.ndim}",
+    )
   for a, b in zip(lc + lb, rc + rb):
-    _check(x.shape[a] == y.shape[b],
-           lambda: f"dimension {a} of lhs {x.shape} (size {x.shape[a]}) does not match "
-                   f"dimension {b} "
-           f"of rhs {y.shape} (size {y.shape[b]})")
-  shape = ([x.shape[d] for d in lb] + [x.shape[d] for d in _dot_free(x.ndim, lc, lb)]
-           + [y.shape[d] for d in _dot_free(y.ndim, rc, rb)])
+    _check(
+      x.shape[a] == y.shape[b],
+      lambda: (
+        f"dimension {a} of lhs {x.shape} (size {x.shape[a]}) does not match "
+        f"dimension {b} "
+        f"of rhs {y.shape} (size {y.shape[b]})"
+      ),
+    )
+  shape = (
+    [x.shape[d] for d in lb]
+    + [x.shape[d] for d in _dot_free(x.ndim, lc, lb)]
+    + [y.shape[d] for d in _dot_free(y.ndim, rc, rb)]
+  )
   return ShapedArray(shape, x.dtype)
 
 
@@ -545,8 +652,11 @@ def _dot_general_impl(x, y, *, dimension_numbers):
     xs[a] = ys[b] = next(letters)
   xs = [c or next(letters) for c in xs]
   ys = [c or next(letters) for c in ys]
-  out = ([xs[d] for d in lb] + [xs[d] for d in _dot_free(x.ndim, lc, lb)]
-         + [ys[d] for d in _dot_free(y.ndim, rc, rb)])
+  out = (
+    [xs[d] for d in lb]
+    + [xs[d] for d in _dot_free(x.ndim, lc, lb)]
+    + [ys[d] for d in _dot_free(y.ndim, rc, rb)]
+  )
   spec = f"{''.join(xs)},{''.join(ys)}->{''.join(out)}"
   return np.asarray(np.einsum(spec, x, y, optimize=True), x.dtype)
 
@@ -569,7 +679,9 @@ def _full_rule(*, shape, fill_value, dtype):
 abstract_rules[full_p] = _full_rule
 impl_rules[full_p] = lambda *, shape, fill_value, dtype: np.full(shape, fill_value, dtype)
 
-iota_p = Primitive("iota", traits=("generator", "nondifferentiable"))  # the index along `dimension`, broadcast over `shape`
+iota_p = Primitive(
+  "iota", traits=("generator", "nondifferentiable")
+)  # the index along `dimension`, broadcast over `shape`
 
 
 def _iota_rule(*, shape, dimension, dtype):
@@ -579,8 +691,10 @@ def _iota_rule(*, shape, dimension, dtype):
 
 def _iota_impl(*, shape, dimension, dtype):
   ar = np.arange(shape[dimension], dtype=dtype)
-  return np.array(np.broadcast_to(
-      ar.reshape([-1 if i == dimension else 1 for i in range(len(shape))]), shape), order="C")
+  return np.array(
+    np.broadcast_to(ar.reshape([-1 if i == dimension else 1 for i in range(len(shape))]), shape),
+    order="C",
+  )
 
 
 abstract_rules[iota_p] = _iota_rule
@@ -602,15 +716,20 @@ impl_rules[argsort_p] = lambda x: np.argsort(x, axis=-1, kind="stable").astype(n
 # Linear algebra over the last two axes (leading axes are a batch), LAPACK through numpy
 # (interpreter) and numba (kernels).
 
+
 def _square(x, name):
-  _check(x.ndim >= 2 and x.shape[-1] == x.shape[-2],
-         lambda: f"{name} needs square matrices in the last two axes, got shape {x.shape}")
+  _check(
+    x.ndim >= 2 and x.shape[-1] == x.shape[-2],
+    lambda: f"{name} needs square matrices in the last two axes, got shape {x.shape}",
+  )
   _check(x.is_float, lambda: f"{name} needs a float array, got {x.dtype}")
 
 
 def _matrices(x, name):
-  _check(x.ndim >= 2 and x.is_float, lambda: f"{name} needs float matrices in the last two axes, "
-         f"got {x.shape} {x.dtype}")
+  _check(
+    x.ndim >= 2 and x.is_float,
+    lambda: f"{name} needs float matrices in the last two axes, got {x.shape} {x.dtype}",
+  )
 
 
 def _inv_rule(a):
@@ -620,10 +739,16 @@ def _inv_rule(a):
 
 def _solve_rule(a, b):
   _square(a, "solve")
-  _check(b.ndim == a.ndim and b.shape[:-2] == a.shape[:-2] and b.shape[-2] == a.shape[-1]
-         and b.dtype == a.dtype,
-         lambda: f"solve of {a.shape} {a.dtype} and {b.shape} {b.dtype}: b must be (..., n, k) "
-         f"with a's batch, n and dtype")
+  _check(
+    b.ndim == a.ndim
+    and b.shape[:-2] == a.shape[:-2]
+    and b.shape[-2] == a.shape[-1]
+    and b.dtype == a.dtype,
+    lambda: (
+      f"solve of {a.shape} {a.dtype} and {b.shape} {b.dtype}: b must be (..., n, k) "
+      f"with a's batch, n and dtype"
+    ),
+  )
   return ShapedArray(b.shape, b.dtype)
 
 
@@ -733,18 +858,21 @@ def _pinv_rule(a, *, rcond):
   return ShapedArray(a.shape[:-2] + (a.shape[-1], a.shape[-2]), a.dtype)
 
 
-svd_p = Primitive("svd", traits=("linalg",))    # reduced; packed as svd_shapes says
+svd_p = Primitive("svd", traits=("linalg",))  # reduced; packed as svd_shapes says
 pinv_p = Primitive("pinv", traits=("linalg",))  # singular values below rcond * max cut
 abstract_rules[svd_p] = _svd_rule
 abstract_rules[pinv_p] = _pinv_rule
 impl_rules[svd_p] = _svd_impl
+
+
 def pinv_cutoff(a: np.ndarray, rcond) -> float:
   """numpy's: `rcond`, or max(m, n) * the dtype's epsilon when None."""
   return rcond if rcond is not None else max(a.shape[-2:]) * float(np.finfo(a.dtype).eps)
 
 
-impl_rules[pinv_p] = lambda a, *, rcond: np.linalg.pinv(
-    a, rcond=pinv_cutoff(a, rcond)).astype(a.dtype)
+impl_rules[pinv_p] = lambda a, *, rcond: np.linalg.pinv(a, rcond=pinv_cutoff(a, rcond)).astype(
+  a.dtype
+)
 
 
 # cholesky: the lower factor of a symmetric positive definite matrix (read from its lower
@@ -774,36 +902,125 @@ impl_rules[convert_p] = lambda x, *, new_dtype: np.asarray(x).astype(new_dtype)
 # ---------------------------------------------------------------------------------------
 # Binding functions: the vocabulary the AD and batching rules are written in.
 
-def neg(x): return neg_p.bind(x)
-def exp(x): return exp_p.bind(x)
-def log(x): return log_p.bind(x)
-def sin(x): return sin_p.bind(x)
-def cos(x): return cos_p.bind(x)
-def tanh(x): return tanh_p.bind(x)
-def sqrt(x): return sqrt_p.bind(x)
-def cosh(x): return cosh_p.bind(x)
-def sinh(x): return sinh_p.bind(x)
-def abs_(x): return abs_p.bind(x)
-def sign(x): return sign_p.bind(x)
-def stop_gradient(x): return stop_gradient_p.bind(x)
-def add(x, y): return add_p.bind(x, y)
-def sub(x, y): return sub_p.bind(x, y)
-def mul(x, y): return mul_p.bind(x, y)
-def div(x, y): return div_p.bind(x, y)
-def pow_(x, y): return pow_p.bind(x, y)
-def max_(x, y): return max_p.bind(x, y)
-def min_(x, y): return min_p.bind(x, y)
-def eq(x, y): return eq_p.bind(x, y)
-def gt(x, y): return gt_p.bind(x, y)
-def lt(x, y): return lt_p.bind(x, y)
-def select(p, x, y): return select_p.bind(p, x, y)
-def convert(x, dtype): return convert_p.bind(x, new_dtype=_dt(dtype))
-def reshape(x, shape): return reshape_p.bind(x, new_sizes=tuple(int(d) for d in shape))
-def transpose(x, perm): return transpose_p.bind(x, permutation=tuple(int(p) for p in perm))
-def reduce_sum(x, axes): return reduce_sum_p.bind(x, axes=tuple(int(a) for a in axes))
-def reduce_max(x, axes): return reduce_max_p.bind(x, axes=tuple(int(a) for a in axes))
-def reduce_prod(x, axes): return reduce_prod_p.bind(x, axes=tuple(int(a) for a in axes))
-def rev(x, dims): return rev_p.bind(x, dimensions=tuple(sorted(int(d) for d in dims)))
+
+def neg(x):
+  return neg_p.bind(x)
+
+
+def exp(x):
+  return exp_p.bind(x)
+
+
+def log(x):
+  return log_p.bind(x)
+
+
+def sin(x):
+  return sin_p.bind(x)
+
+
+def cos(x):
+  return cos_p.bind(x)
+
+
+def tanh(x):
+  return tanh_p.bind(x)
+
+
+def sqrt(x):
+  return sqrt_p.bind(x)
+
+
+def cosh(x):
+  return cosh_p.bind(x)
+
+
+def sinh(x):
+  return sinh_p.bind(x)
+
+
+def abs_(x):
+  return abs_p.bind(x)
+
+
+def sign(x):
+  return sign_p.bind(x)
+
+
+def stop_gradient(x):
+  return stop_gradient_p.bind(x)
+
+
+def add(x, y):
+  return add_p.bind(x, y)
+
+
+def sub(x, y):
+  return sub_p.bind(x, y)
+
+
+def mul(x, y):
+  return mul_p.bind(x, y)
+
+
+def div(x, y):
+  return div_p.bind(x, y)
+
+
+def pow_(x, y):
+  return pow_p.bind(x, y)
+
+
+def max_(x, y):
+  return max_p.bind(x, y)
+
+
+def min_(x, y):
+  return min_p.bind(x, y)
+
+
+def eq(x, y):
+  return eq_p.bind(x, y)
+
+
+def gt(x, y):
+  return gt_p.bind(x, y)
+
+
+def lt(x, y):
+  return lt_p.bind(x, y)
+
+
+def select(p, x, y):
+  return select_p.bind(p, x, y)
+
+
+def convert(x, dtype):
+  return convert_p.bind(x, new_dtype=_dt(dtype))
+
+
+def reshape(x, shape):
+  return reshape_p.bind(x, new_sizes=tuple(int(d) for d in shape))
+
+
+def transpose(x, perm):
+  return transpose_p.bind(x, permutation=tuple(int(p) for p in perm))
+
+
+def reduce_sum(x, axes):
+  return reduce_sum_p.bind(x, axes=tuple(int(a) for a in axes))
+
+
+def reduce_max(x, axes):
+  return reduce_max_p.bind(x, axes=tuple(int(a) for a in axes))
+
+
+def reduce_prod(x, axes):
+  return reduce_prod_p.bind(x, axes=tuple(int(a) for a in axes))
+
+
+def rev(x, dims):
+  return rev_p.bind(x, dimensions=tuple(sorted(int(d) for d in dims)))
 
 
 def gather(x, idx, axis, batch_dims=0):
@@ -814,20 +1031,28 @@ def scatter_add(x, idx, upd, axis, batch_dims=0):
   return scatter_add_p.bind(x, idx, upd, axis=int(axis), batch_dims=int(batch_dims))
 
 
-def concatenate(xs, dimension): return concatenate_p.bind(*xs, dimension=int(dimension))
-def argsort(x): return argsort_p.bind(x)
+def concatenate(xs, dimension):
+  return concatenate_p.bind(*xs, dimension=int(dimension))
+
+
+def argsort(x):
+  return argsort_p.bind(x)
 
 
 def broadcast_in_dim(x, shape, dims):
-  return broadcast_in_dim_p.bind(x, shape=tuple(int(d) for d in shape),
-                                 broadcast_dimensions=tuple(int(d) for d in dims))
+  return broadcast_in_dim_p.bind(
+    x, shape=tuple(int(d) for d in shape), broadcast_dimensions=tuple(int(d) for d in dims)
+  )
 
 
 def slice_(x, start, limit, strides=None):
   strides = strides or (1,) * len(start)
-  return slice_p.bind(x, start_indices=tuple(int(a) for a in start),
-                      limit_indices=tuple(int(a) for a in limit),
-                      strides=tuple(int(a) for a in strides))
+  return slice_p.bind(
+    x,
+    start_indices=tuple(int(a) for a in start),
+    limit_indices=tuple(int(a) for a in limit),
+    strides=tuple(int(a) for a in strides),
+  )
 
 
 def pad(x, config):
@@ -841,8 +1066,11 @@ def dot_general(x, y, dimension_numbers):
 
 
 def full(shape, fill_value, dtype):
-  value = float(fill_value) if _dt(dtype) in FLOAT_DTYPES else (
-      bool(fill_value) if _dt(dtype) == "bool" else int(fill_value))
+  value = (
+    float(fill_value)
+    if _dt(dtype) in FLOAT_DTYPES
+    else (bool(fill_value) if _dt(dtype) == "bool" else int(fill_value))
+  )
   return full_p.bind(shape=tuple(int(d) for d in shape), fill_value=value, dtype=_dt(dtype))
 
 
@@ -876,10 +1104,15 @@ ALL_PRIMITIVES = [p for p in abstract_rules]
 def _floats_limited(rule, dtypes: tuple[str, ...], why: str):
   def limited(*xs, **params):
     for x in xs:
-      _check(x.dtype not in FLOAT_DTYPES or x.dtype in dtypes,
-             lambda: f"computes in {' or '.join(dtypes)} only ({why}), got {x.dtype}: convert with "
-             f"x.astype(np.float32) or x.astype(np.float64)")
+      _check(
+        x.dtype not in FLOAT_DTYPES or x.dtype in dtypes,
+        lambda: (
+          f"computes in {' or '.join(dtypes)} only ({why}), got {x.dtype}: convert with "
+          f"x.astype(np.float32) or x.astype(np.float64)"
+        ),
+      )
     return rule(*xs, **params)
+
   return limited
 
 
@@ -894,5 +1127,6 @@ def with_trait(trait: str) -> frozenset:
 for _p in with_trait("linalg"):
   abstract_rules[_p] = _floats_limited(abstract_rules[_p], ("float32", "float64"), "LAPACK")
 for _p in (erf_p, erfc_p, erfinv_p, erfcinv_p, gammaln_p, gamma_p, polygamma_p, special_p):
-  abstract_rules[_p] = _floats_limited(abstract_rules[_p], ("float16", "float32", "float64"),
-                                       "scipy.special")
+  abstract_rules[_p] = _floats_limited(
+    abstract_rules[_p], ("float16", "float32", "float64"), "scipy.special"
+  )

@@ -11,6 +11,7 @@ wherever primc is installed).
   `primc.jit` in it runs its programs on the reference interpreter), as `[compiled]` and
   `[interpreted]`.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,12 @@ import primc  # (the IR and errors only: the library loads at a fixture's first 
 
 def pytest_addoption(parser):
   group = parser.getgroup("primc")
-  group.addoption("--primc-cache-dir", default=None, metavar="PATH",
-                  help="one compiled-kernel cache for the session ('temp': a private one, "
-                       "removed at the end)")
+  group.addoption(
+    "--primc-cache-dir",
+    default=None,
+    metavar="PATH",
+    help="one compiled-kernel cache for the session ('temp': a private one, removed at the end)",
+  )
 
 
 def pytest_configure(config):

@@ -18,6 +18,7 @@ transform calls the function on arguments of the arguments' own shapes (`grad`,
 `value_and_grad`, `jacfwd`, `jacrev`, `elementwise_grad`: `replayable`), not `vmap`
 (one example at a time).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -35,21 +36,25 @@ def _unflatten(tree, values):
 
 def _called(fun: Callable, leaves: list, tree, traced: list[int]) -> Callable:
   """`fun` as a function of its traced leaves (the others are the call's values)."""
+
   def flat(*xs):
     values = list(leaves)
     for k, x in zip(traced, xs):
       values[k] = x
     args, kwargs = _unflatten(tree, values)
     return fun(*args, **kwargs)
+
   return flat
 
 
-def forward(fun: Callable, leaves: list, tree, traced: list[int], arrays: list,
-            weak: tuple) -> tuple[Program, Any]:
+def forward(
+  fun: Callable, leaves: list, tree, traced: list[int], arrays: list, weak: tuple
+) -> tuple[Program, Any]:
   """`fun` traced alone on the call's traced leaves (`arrays`): (program, out_tree).
   Raises what tracing raises (values read by Python: a ConcretizationError)."""
-  program, captured, out_tree = trace_flat(_called(fun, leaves, tree, traced),
-                                           [aval_of(x) for x in arrays], weak)
+  program, captured, out_tree = trace_flat(
+    _called(fun, leaves, tree, traced), [aval_of(x) for x in arrays], weak
+  )
   assert not captured
   return program, out_tree
 
@@ -69,19 +74,24 @@ def lifted(program: Program) -> tuple[Program, list[np.ndarray]]:
       v = inputs[id(a)] = Var(a.aval)
       values.append(a.value)
     return v
+
   eqns = []
   for e in program.eqns:
     ins = tuple([atom(a) for a in e.inputs])
-    eqns.append(e if all(x is y for x, y in zip(ins, e.inputs)) else
-                Eqn(e.prim, ins, e.params, e.outputs, e.source))
+    eqns.append(
+      e
+      if all(x is y for x, y in zip(ins, e.inputs))
+      else Eqn(e.prim, ins, e.params, e.outputs, e.source)
+    )
   outputs = tuple([atom(a) for a in program.outputs])
   if not values:
     return program, []
   return Program(program.inputs + tuple(inputs.values()), tuple(eqns), outputs), values
 
 
-def replaying(transform: Callable, structure: Program, out_tree, leaves: list, tree,
-              traced: list[int]) -> Callable:
+def replaying(
+  transform: Callable, structure: Program, out_tree, leaves: list, tree, traced: list[int]
+) -> Callable:
   """`transform(f)(*args, **kwargs)` as a function of the traced leaves, then the lifted
   literals, where `f` replays `structure` (the function's trace, literals lifted) on
   the leaves it is called with: the transform of the function, by the trace it made."""
@@ -92,7 +102,8 @@ def replaying(transform: Callable, structure: Program, out_tree, leaves: list, t
 
     def replay(*args, **kwargs):
       ins, _ = tree_flatten((args, kwargs)) if type(tree) is not int else (list(args), None)
-      return tree_unflatten(out_tree, eval_program(structure, *[ins[k] for k in traced],
-                                                   *consts))
+      return tree_unflatten(out_tree, eval_program(structure, *[ins[k] for k in traced], *consts))
+
     return _called(transform(replay), leaves, tree, traced)(*xs[:n])
+
   return flat

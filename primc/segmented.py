@@ -7,6 +7,7 @@ compiled programs, the whole loop runs natively (`codegen.loops`: the runner cal
 bodies' pointer tables, no Python between steps); otherwise each step is one call of a
 compiled body from here.
 """
+
 from __future__ import annotations
 
 import types
@@ -36,8 +37,9 @@ def _segments(program: Program) -> list:
     if not run:
       return
     defined = {v for e in run for v in e.outputs}
-    inputs = list(dict.fromkeys(a for e in run for a in e.inputs
-                                if isinstance(a, Var) and a not in defined))
+    inputs = list(
+      dict.fromkeys(a for e in run for a in e.inputs if isinstance(a, Var) and a not in defined)
+    )
     outputs = [v for e in run for v in e.outputs if v in used_later[end - 1]]
     pieces.append(Program(tuple(inputs), tuple(run), tuple(outputs)))
     run.clear()
@@ -66,9 +68,10 @@ class Segmented:
     for exe in self._executables:
       kernels.update(exe.plan.kernels)
     self.plan = types.SimpleNamespace(
-        kernels=tuple(sorted(kernels)),
-        program_outputs=tuple(("out", k) for k in range(len(program.outputs))),
-        out_specs=tuple((a.aval.shape, np.dtype(a.aval.dtype)) for a in program.outputs))
+      kernels=tuple(sorted(kernels)),
+      program_outputs=tuple(("out", k) for k in range(len(program.outputs))),
+      out_specs=tuple((a.aval.shape, np.dtype(a.aval.dtype)) for a in program.outputs),
+    )
 
   @property
   def _executables(self):
@@ -116,16 +119,17 @@ class Segmented:
 def _run_cond(exes, eqn, args, loops):
   k = int(args[0])
   if not 0 <= k < len(exes):
-    raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(exes)} "
-                          f"branches (in a compiled program)")
+    raise PrimcIndexError(
+      f"switch: branch index {k} is out of range for {len(exes)} branches (in a compiled program)"
+    )
   return exes[k](list(args[1:]), None)
 
 
 def _run_while(exes, eqn, args, loops):
   cond, body = exes
   n_cond, n_body = eqn.kw["n_cond"], eqn.kw["n_body"]
-  consts_c, consts_b = args[:n_cond], args[n_cond:n_cond + n_body]
-  carry = list(args[n_cond + n_body:])
+  consts_c, consts_b = args[:n_cond], args[n_cond : n_cond + n_body]
+  carry = list(args[n_cond + n_body :])
   done = loops.run_while(cond, body, consts_c, consts_b, carry) if loops else None
   if done is not None:
     return done
@@ -138,13 +142,13 @@ def _run_scan(exes, eqn, args, loops):
   (body,) = exes
   kw = eqn.kw
   n_consts, n_carry, length = kw["n_consts"], kw["n_carry"], kw["length"]
-  consts, carry = args[:n_consts], list(args[n_consts:n_consts + n_carry])
-  xs = [np.ascontiguousarray(x) for x in args[n_consts + n_carry:]]
+  consts, carry = args[:n_consts], list(args[n_consts : n_consts + n_carry])
+  xs = [np.ascontiguousarray(x) for x in args[n_consts + n_carry :]]
   done = loops.run_scan(body, consts, carry, xs, length, kw["reverse"]) if loops else None
   if done is not None:
     return list(done[0]) + list(done[1])
   ys = [np.empty(a.aval.shape, a.aval.dtype) for a in eqn.outputs[n_carry:]]
-  for i in (range(length - 1, -1, -1) if kw["reverse"] else range(length)):
+  for i in range(length - 1, -1, -1) if kw["reverse"] else range(length):
     outs = body([*consts, *carry, *[x[i] for x in xs]], None)
     carry = outs[:n_carry]
     for y, v in zip(ys, outs[n_carry:]):

@@ -7,8 +7,9 @@
 - `tiered`: how a new program's first calls run while its kernels compile
   (`codegen/tiered.py`; `jit(tiered=...)` overrides it per function). None (the
   default): as many first calls on the interpreter as cost, by estimate, what the
-  compile costs (none where one call costs more), every later one native; True (PRIMC_TIERED=1): every call on the interpreter until a
-  background process has compiled it; False (PRIMC_TIERED=0): compile, then run.
+  compile costs (none where one call costs more), every later one native; True
+  (PRIMC_TIERED=1): every call on the interpreter until a background process has
+  compiled it; False (PRIMC_TIERED=0): compile, then run.
 - `keep_transforms` (default True; PRIMC_KEEP_TRANSFORMS=0 turns it off): a transform
   called outside `jit` (`grad(f)(x)` in a loop) traces, differentiates and optimizes once
   per function, state and signature, then runs the kept program (`primc/kept.py`).
@@ -17,6 +18,7 @@
 - `interpret` (PRIMC_INTERPRET=1): `jit` runs every new signature on the reference
   interpreter instead of compiling it (tests run programs both ways with it).
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -9,6 +9,7 @@ program is specialized for each shape fed; the seed's "variable shape workaround
 unnecessary). Parameters (`Layer.create_parameter`) live in the program's scope and
 persist across runs; `optimizer.minimize(loss)` adds their update to every run.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -72,8 +73,9 @@ def record(fn, args, kwargs, kind="op"):
   replay, variables = partial_over_leaves(fn, args, kwargs, lambda x: isinstance(x, Variable))
   node = Node(replay, variables)
   out_leaves, out_tree = _probe(node)
-  return tree_unflatten(out_tree, [Variable(kind, s, d, node, k) for k, (s, d) in
-                                   enumerate(out_leaves)])
+  return tree_unflatten(
+    out_tree, [Variable(kind, s, d, node, k) for k, (s, d) in enumerate(out_leaves)]
+  )
 
 
 def _probe(node):
@@ -140,6 +142,7 @@ def data(name: str, shape, dtype="float32") -> Variable:
 
 # ---------------------------------------------------------------------------------------
 # Evaluation: replay recorded calls (inside a trace)
+
 
 def evaluate(outputs, env: dict):
   """Values of `outputs`, computing recorded nodes from `env` (id(variable) -> value)."""
@@ -210,15 +213,19 @@ class Executor:
       x = np.asarray(feed[v.name])
       if x.dtype != v.dtype:
         raise PrimcError(f"feed {v.name!r} has dtype {x.dtype}, but data() declared {v.dtype}")
-      if len(x.shape) != len(v.shape) or any(d is not None and d != n
-                                              for d, n in zip(v.shape, x.shape)):
-        raise PrimcError(f"feed {v.name!r} has shape {x.shape}, but data() declared "
-                         f"{tuple('None' if d is None else d for d in v.shape)}")
+      if len(x.shape) != len(v.shape) or any(
+        d is not None and d != n for d, n in zip(v.shape, x.shape)
+      ):
+        raise PrimcError(
+          f"feed {v.name!r} has shape {x.shape}, but data() declared "
+          f"{tuple('None' if d is None else d for d in v.shape)}"
+        )
       feed_vals.append(x)
     step = self._step(program, fetch, datas, params, updates)
     states = [s for opt, _, ps, st in updates for s in self._states(program, opt, st, ps)]
-    fetched, new_params, new_states = step(*feed_vals, *[program.scope[p.id] for p in params],
-                                           *states)
+    fetched, new_params, new_states = step(
+      *feed_vals, *[program.scope[p.id] for p in params], *states
+    )
     if updates:
       for p, value in zip(params, new_params):
         program.scope[p.id] = np.asarray(value)
@@ -256,6 +263,7 @@ class Executor:
           env2 = dict(env)
           env2.update(dict(zip(ids, values)))
           return evaluate([loss], env2)[0]
+
         grads = api.grad(lambda vals: _scalar(loss_of(vals)))([env[i] for i in ids])
         for p, g in zip(ps, grads):
           k = next(k for k, q in enumerate(params) if q is p)
@@ -267,8 +275,11 @@ class Executor:
 
     # flat array arguments: a steady call takes jit's native fast path
     n_data, n_params = len(datas), len(params)
-    program._jitted[key] = compiler.jit(lambda *xs: step(
-        list(xs[:n_data]), list(xs[n_data:n_data + n_params]), list(xs[n_data + n_params:])))
+    program._jitted[key] = compiler.jit(
+      lambda *xs: step(
+        list(xs[:n_data]), list(xs[n_data : n_data + n_params]), list(xs[n_data + n_params :])
+      )
+    )
     return program._jitted[key]
 
 

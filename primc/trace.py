@@ -7,6 +7,7 @@ primitive's abstract rule and appends an equation to the innermost active `Build
 used inside an inner one is *captured*: it becomes an extra input of the inner program,
 which the transforms treat as a constant.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -20,13 +21,31 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from primc import core
-from primc.core import (ConcretizationError, Eqn, Lit, Primitive, PrimcError, PrimcTypeError,
-                        Program, ShapedArray, ShapeError, SUPPORTED_DTYPES, Var, abstract_rules,
-                        dtype_name, impl_rules, make_params, results, run, without_gc)
+from primc.core import (
+  ConcretizationError,
+  Eqn,
+  Lit,
+  Primitive,
+  PrimcError,
+  Program,
+  ShapedArray,
+  ShapeError,
+  SUPPORTED_DTYPES,
+  Var,
+  abstract_rules,
+  dtype_name,
+  impl_rules,
+  make_params,
+  results,
+  run,
+  without_gc,
+)
 from primc.tree import tree_flatten, tree_unflatten
 
-_PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d
-                  for d in ("primc", "passes", "codegen"))
+_PKG_DIRS = tuple(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d
+  for d in ("primc", "passes", "codegen")
+)
 
 
 class _State(threading.local):
@@ -47,7 +66,7 @@ class Builder:
     self.concrete = concrete  # values computed beside the equations (see trace_flat)
     self.inputs: list[Var] = []
     self.eqns: list[Eqn] = []
-    self.captured: dict[int, tuple[Tracer, Var]] = {}   # id(outer tracer) -> (tracer, var)
+    self.captured: dict[int, tuple[Tracer, Var]] = {}  # id(outer tracer) -> (tracer, var)
     # in a trace of values: each value Python read (a branch, an index), as (var, value,
     # source line), in order; the program is valid where these come out the same
     self.guards: list[tuple[Var, np.ndarray, str]] = []
@@ -65,13 +84,16 @@ class Builder:
         if id(x) not in self.captured:
           self.captured[id(x)] = (x, Var(x.aval))
         return self.captured[id(x)][1]
-      raise PrimcError(f"a tracer of shape {x.aval} escaped the function that made it "
-                       "(it was stored outside a traced function and used later)")
+      raise PrimcError(
+        f"a tracer of shape {x.aval} escaped the function that made it "
+        "(it was stored outside a traced function and used later)"
+      )
     return x if isinstance(x, Lit) else Lit.of(x)
 
 
 class Tracer:
   """A traced array value. Operators and methods dispatch to `primc.numpy`."""
+
   __slots__ = ("builder", "ir_var", "weak", "base", "version", "concrete")  # (not `var`)
   __array_priority__ = 1000
 
@@ -121,17 +143,21 @@ class Tracer:
   def __bool__(self):
     if self.concrete is not None:  # a trace of values: this call takes this branch
       return bool(self._read())
-    raise ConcretizationError(f"the truth value of a traced array {self.aval} is not known while "
-                     f"tracing (a Python `if` or `while` on a traced value): use "
-                     f"primc.lax.cond / switch / while_loop / fori_loop / scan, or "
-                     f"pnp.where, at {user_source()}")
+    raise ConcretizationError(
+      f"the truth value of a traced array {self.aval} is not known while "
+      f"tracing (a Python `if` or `while` on a traced value): use "
+      f"primc.lax.cond / switch / while_loop / fori_loop / scan, or "
+      f"pnp.where, at {user_source()}"
+    )
 
   def _concrete(self, kind):
     _refuse_numpy_write(self)
-    raise ConcretizationError(f"{kind}() of a traced array {self.aval} is not known while tracing "
-                     f"(its value exists only when the program runs): keep it an array "
-                     f"(pnp.astype for a dtype, the value itself in arithmetic), at "
-                     f"{user_source()}")
+    raise ConcretizationError(
+      f"{kind}() of a traced array {self.aval} is not known while tracing "
+      f"(its value exists only when the program runs): keep it an array "
+      f"(pnp.astype for a dtype, the value itself in arithmetic), at "
+      f"{user_source()}"
+    )
 
   def __float__(self):
     if self.concrete is not None and self.concrete.dtype.kind in "iub":
@@ -155,14 +181,26 @@ class Tracer:
     if self.concrete is not None and self.concrete.dtype.kind in "iub":
       return self._read()  # a trace of values: an index array (no derivative to lose)
     _refuse_numpy_write(self)
-    if self.aval.dtype in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                           "uint32", "uint64"):  # an index: with values, a graph break
+    if self.aval.dtype in (
+      "bool",
+      "int8",
+      "int16",
+      "int32",
+      "int64",
+      "uint8",
+      "uint16",
+      "uint32",
+      "uint64",
+    ):  # an index: with values, a graph break
       raise ConcretizationError(
-          f"a traced index array {self.aval} cannot index a numpy array while tracing "
-          f"(numpy needs its values): pnp.take(table, idx, axis=0) is table[idx] as a "
-          f"gather, at {user_source()}")
-    raise PrimcError(f"a traced array {self.aval} cannot be converted to a numpy array while "
-                     f"tracing, at {user_source()}")
+        f"a traced index array {self.aval} cannot index a numpy array while tracing "
+        f"(numpy needs its values): pnp.take(table, idx, axis=0) is table[idx] as a "
+        f"gather, at {user_source()}"
+      )
+    raise PrimcError(
+      f"a traced array {self.aval} cannot be converted to a numpy array while "
+      f"tracing, at {user_source()}"
+    )
 
   __hash__ = object.__hash__
 
@@ -180,13 +218,15 @@ def _refuse_numpy_write(tracer) -> None:
     frame = frame.f_back
   if frame is None or frame.f_code.co_code[frame.f_lasti] not in _STORES:
     return
-  error = PrimcError(f"a traced value {tracer.aval} is written into a numpy array, at "
-                   f"{frame.f_code.co_filename}:{frame.f_lineno}: the array is outside the "
-                   f"program, so the write cannot become part of it. Write into a primc "
-                   f"array instead (buf = pnp.zeros(...) or pnp.array(buf), then "
-                   f"buf[i] = value; or buf.at[i].set(value)) and return it")
+  error = PrimcError(
+    f"a traced value {tracer.aval} is written into a numpy array, at "
+    f"{frame.f_code.co_filename}:{frame.f_lineno}: the array is outside the "
+    f"program, so the write cannot become part of it. Write into a primc "
+    f"array instead (buf = pnp.zeros(...) or pnp.array(buf), then "
+    f"buf[i] = value; or buf.at[i].set(value)) and return it"
+  )
   _state.refused = error  # numpy replaces it by its own ValueError where a scalar is
-  raise error             # stored: `trace_flat` raises this one instead
+  raise error  # stored: `trace_flat` raises this one instead
 
 
 def tracing() -> bool:
@@ -270,14 +310,16 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
     elif isinstance(a, (Tracer, np.ndarray, Lit)):
       avals.append(aval_of(a))
     elif isinstance(a, np.generic):  # numpy's scalars: as 0-d arrays
-      return bind(prim, [np.asarray(x) if isinstance(x, np.generic) else x for x in args],
-                  params)
+      return bind(prim, [np.asarray(x) if isinstance(x, np.generic) else x for x in args], params)
     else:
       raise locate(PrimcError(), f"{prim.name}: expected arrays, got {type(a).__name__}")
     if avals[-1].dtype not in SUPPORTED_DTYPES:
-      raise locate(PrimcError(), f"unsupported dtype {avals[-1].dtype} in "
-                   f"{_describe(prim, [aval_of(x) for x in args], params)}"
-                   f" (primc supports {', '.join(SUPPORTED_DTYPES)})")
+      raise locate(
+        PrimcError(),
+        f"unsupported dtype {avals[-1].dtype} in "
+        f"{_describe(prim, [aval_of(x) for x in args], params)}"
+        f" (primc supports {', '.join(SUPPORTED_DTYPES)})",
+      )
   if prim not in abstract_rules:
     raise PrimcError(f"primitive {prim.name} has no shape rule")
   try:
@@ -292,8 +334,9 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
       assert o.shape == a.shape and o.dtype.name == a.dtype, (prim, o.shape, o.dtype, a)
     return outs if prim.multiple_results else outs[0]
   builder = _state.builders[-1]
-  inputs = tuple([a.ir_var if type(a) is Tracer and a.builder is builder else builder.atom(a)
-                  for a in args])
+  inputs = tuple(
+    [a.ir_var if type(a) is Tracer and a.builder is builder else builder.atom(a) for a in args]
+  )
   outs = tuple([Var(a) for a in out_avals])
   builder.eqns.append(Eqn(prim, inputs, make_params(params), outs, user_source()))
   tracers = [Tracer(builder, v) for v in outs]
@@ -334,9 +377,13 @@ WEAK_TYPES = (float, int, bool)
 
 
 @without_gc
-def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray],
-               weak: Sequence[bool] = (), concrete: Sequence | None = None,
-               guards: list | None = None) -> tuple[Program, list, Any]:
+def trace_flat(
+  fn: Callable,
+  in_avals: Sequence[ShapedArray],
+  weak: Sequence[bool] = (),
+  concrete: Sequence | None = None,
+  guards: list | None = None,
+) -> tuple[Program, list, Any]:
   """Traces `fn(*flat_tracers)` (returning a pytree of arrays) into a Program; the inputs
   flagged in `weak` stand for Python scalars (`weak_leaves`). With `concrete` (the
   inputs' values), every traced value carries its value too, so Python's `if x > 0:` and
@@ -381,13 +428,13 @@ def trace_flat(fn: Callable, in_avals: Sequence[ShapedArray],
   return Program(inputs, tuple(builder.eqns), tuple(out_atoms)), captured, out_tree
 
 
-def trace_path(fn: Callable, args: Sequence, values: Sequence, weak: Sequence[bool] = ()
-               ) -> tuple[Program, list, Any]:
+def trace_path(
+  fn: Callable, args: Sequence, values: Sequence, weak: Sequence[bool] = ()
+) -> tuple[Program, list, Any]:
   """`fn` traced on `args` carrying `values`: the path they take (`trace_flat(concrete=)`),
   its guards made the enclosing trace's (`lift_guards`). Returns as `trace_flat`."""
   guards = []
-  program, captured, out_tree = trace_flat(fn, [aval_of(x) for x in args], weak, values,
-                                           guards)
+  program, captured, out_tree = trace_flat(fn, [aval_of(x) for x in args], weak, values, guards)
   return lift_guards(program, guards, [*args, *captured]), captured, out_tree
 
 
@@ -407,14 +454,20 @@ def lift_guards(program: Program, guards: Sequence, args: Sequence) -> Program:
   pairs = [(v, x) for v, x in zip(program.inputs, args) if id(v) in used]
   tail = Program(tuple(v for v, _ in pairs), tail.eqns, tail.outputs)
   levels = [x.builder.level for _, x in pairs if isinstance(x, Tracer)]
-  target = next((b for b in reversed(_state.builders)
-                 if b.concrete and all(level <= b.level for level in levels)), None)
+  target = next(
+    (
+      b
+      for b in reversed(_state.builders)
+      if b.concrete and all(level <= b.level for level in levels)
+    ),
+    None,
+  )
   if target is None:
     if builtins.any(b.concrete for b in _state.builders):  # (no value could be read)
       raise ConcretizationError("a graph break reads a value no enclosing trace has")
     return main  # run once, as it is: nothing to check later
   stack = _state.builders
-  _state.builders = stack[:target.level + 1]
+  _state.builders = stack[: target.level + 1]
   try:
     outs = eval_program(tail, *[x for _, x in pairs])
   finally:
@@ -446,8 +499,7 @@ def eval_program(program: Program, *args) -> list:
   """Runs a program by binding each equation: eager on arrays, staged while tracing."""
   if _state.builders and not _state.builders[-1].concrete and _stageable(program, args):
     return _stage(program, args)  # (a trace of values binds: each value computed beside)
-  return run(program, args, lambda eqn, xs: results(eqn, eqn.prim.bind(*xs, **eqn.kw)),
-             lit=literal)
+  return run(program, args, lambda eqn, xs: results(eqn, eqn.prim.bind(*xs, **eqn.kw)), lit=literal)
 
 
 def _stageable(program: Program, args) -> bool:
@@ -459,8 +511,11 @@ def _stageable(program: Program, args) -> bool:
     if isinstance(x, Tracer):
       if x.ir_var.aval != v.aval:
         return False
-    elif not isinstance(x, np.ndarray) or x.shape != v.aval.shape or (
-        dtype_name(x.dtype) != v.aval.dtype):
+    elif (
+      not isinstance(x, np.ndarray)
+      or x.shape != v.aval.shape
+      or (dtype_name(x.dtype) != v.aval.dtype)
+    ):
       return False
   return True
 
@@ -483,8 +538,10 @@ def _stage(program: Program, args) -> list:
       env[v] = w
     eqns.append(Eqn(eqn.prim, inputs, eqn.params, outs, eqn.source or user_source()))
   given = dict(zip(program.inputs, args))  # an input given back is the argument itself
-  return [literal(a) if isinstance(a, Lit) else given[a] if a in given
-          else Tracer(builder, env[a]) for a in program.outputs]
+  return [
+    literal(a) if isinstance(a, Lit) else given[a] if a in given else Tracer(builder, env[a])
+    for a in program.outputs
+  ]
 
 
 def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
@@ -493,6 +550,7 @@ def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
   Arguments may be pytrees of arrays; only shapes and dtypes of the examples matter.
   Outer tracers captured by `fn` (when called inside another trace) become extra inputs.
   """
+
   def build(*args) -> Program:
     static = {i: args[i] for i in static_argnums}
     dyn = [a for i, a in enumerate(args) if i not in static]
@@ -507,6 +565,7 @@ def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
 
     program, _, _ = trace_flat(flat_fn, [aval_of(x) for x in leaves], weak)
     return program
+
   return build
 
 
@@ -514,18 +573,27 @@ def plain_array(x: np.ndarray) -> np.ndarray:
   """An ndarray subclass as a plain array, where that loses nothing: a masked array is
   refused (its mask would be silently ignored), np.matrix keeps its 2-D values."""
   if isinstance(x, np.ma.MaskedArray):
-    raise locate(PrimcError(), f"masked arrays are not supported (a masked array of shape "
-                 f"{x.shape} would lose its mask): pass np.ma.filled(x, fill) or x.data")
+    raise locate(
+      PrimcError(),
+      f"masked arrays are not supported (a masked array of shape "
+      f"{x.shape} would lose its mask): pass np.ma.filled(x, fill) or x.data",
+    )
   return x.view(np.ndarray)
 
 
 # scalars of these exact types as 0-d arrays: Python floats float64, ints int64 (numpy's
 # defaults; traced, they stay weak: `weak_leaves`); numpy scalars keep their dtype. The
 # compiled call's fast path uses the same table.
-SCALAR_ARRAYS = {float: lambda a: np.asarray(a, np.float64),
-                 int: lambda a: np.asarray(a, np.int64), bool: np.asarray,
-                 np.float32: np.asarray, np.float64: np.asarray, np.int32: np.asarray,
-                 np.int64: np.asarray, np.bool_: np.asarray}
+SCALAR_ARRAYS = {
+  float: lambda a: np.asarray(a, np.float64),
+  int: lambda a: np.asarray(a, np.int64),
+  bool: np.asarray,
+  np.float32: np.asarray,
+  np.float64: np.asarray,
+  np.int32: np.asarray,
+  np.int64: np.asarray,
+  np.bool_: np.asarray,
+}
 
 
 def as_array(x):
@@ -540,8 +608,11 @@ def as_array(x):
     if type(x) is not np.ndarray:
       return as_array(plain_array(x))
     if dtype_name(x.dtype) not in SUPPORTED_DTYPES:
-      raise locate(PrimcError(), f"unsupported dtype {x.dtype.name} for an array of shape "
-                   f"{x.shape} (primc supports {', '.join(SUPPORTED_DTYPES)})")
+      raise locate(
+        PrimcError(),
+        f"unsupported dtype {x.dtype.name} for an array of shape "
+        f"{x.shape} (primc supports {', '.join(SUPPORTED_DTYPES)})",
+      )
     return x
   if isinstance(x, np.generic):  # before float: np.float64 is a subclass of float
     return as_array(np.asarray(x))

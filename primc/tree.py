@@ -4,6 +4,7 @@ dataclasses, and classes registered with `register_pytree_node`.
 flatten/unflatten with a hashable tree definition that enters compile-cache keys (so a
 registered class's auxiliary data must be hashable). `primc.tree_util` is the public face.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,8 +13,8 @@ from typing import Any, Callable
 
 @dataclasses.dataclass(frozen=True)
 class TreeDef:
-  kind: str                 # "leaf" | "none" | "tuple" | "list" | "dict" | "node"
-  meta: Any                 # dict keys (sorted); (class, aux data) of a node; or None
+  kind: str  # "leaf" | "none" | "tuple" | "list" | "dict" | "node"
+  meta: Any  # dict keys (sorted); (class, aux data) of a node; or None
   children: tuple["TreeDef", ...]
 
   @property
@@ -51,8 +52,11 @@ def _node_of(tree):
     return _NODES[cls]
   if isinstance(tree, tuple) and hasattr(tree, "_fields"):
     return (lambda t: (tuple(t), None)), (lambda aux, c: cls(*c))
-  if (dataclasses.is_dataclass(tree) and not isinstance(tree, type)
-      and not getattr(cls, "__pytree_leaf__", False)):  # the IR's own are leaves
+  if (
+    dataclasses.is_dataclass(tree)
+    and not isinstance(tree, type)
+    and not getattr(cls, "__pytree_leaf__", False)
+  ):  # the IR's own are leaves
     return _dataclass_flatten, _dataclass_unflatten(cls)
   return None
 
@@ -97,7 +101,7 @@ def tree_unflatten(treedef: TreeDef, leaves) -> Any:
 
 
 def flat_form(treedef: TreeDef) -> str | None:
-  """"leaf", "tuple" or "list" when the tree is one leaf or a flat tuple or list of
+  """ "leaf", "tuple" or "list" when the tree is one leaf or a flat tuple or list of
   leaves, else None."""
   if treedef.kind == "leaf":
     return "leaf"
@@ -149,8 +153,7 @@ def tree_map(fn: Callable, tree, *rest):
   for leaves_r, td_r in others:
     if td_r != td:
       raise ValueError(f"tree_map: trees of different structures: {td} and {td_r}")
-  return tree_unflatten(td, [fn(*xs) for xs in zip(leaves, *(l for l, _ in others))])
-
+  return tree_unflatten(td, [fn(*xs) for xs in zip(leaves, *(ls for ls, _ in others))])
 
 
 def partial_over_leaves(fn, args, kwargs, select):
@@ -169,6 +172,10 @@ def partial_over_leaves(fn, args, kwargs, select):
 
   # what the replay does besides its picked values (the eager tape keys its programs by it)
   picked = set(positions)
-  replay.parts = (fn, tree, tuple(positions),
-                  tuple(x for i, x in enumerate(leaves) if i not in picked))
+  replay.parts = (
+    fn,
+    tree,
+    tuple(positions),
+    tuple(x for i, x in enumerate(leaves) if i not in picked),
+  )
   return replay, [leaves[i] for i in positions]

@@ -1,6 +1,7 @@
 """Pytree utilities, as JAX's `jax.tree_util` spells them: every transform (`grad`,
 `value_and_grad`, `jacrev`, `jacfwd`, `jvp`, `vjp`, `vmap`, `jit`) takes and returns
 pytrees: tuples, lists, dicts, None, namedtuples, dataclasses and registered classes."""
+
 from __future__ import annotations
 
 from primc.api import ravel_pytree
@@ -31,5 +32,15 @@ def flatten_func(func, example):
   return flat, unflatten, flat_example
 
 
-__all__ = ["TreeDef", "flatten_func", "ravel_pytree", "register_pytree_node", "register_dataclass",
-           "tree_flatten", "tree_leaves", "tree_map", "tree_structure", "tree_unflatten"]
+__all__ = [
+  "TreeDef",
+  "flatten_func",
+  "ravel_pytree",
+  "register_pytree_node",
+  "register_dataclass",
+  "tree_flatten",
+  "tree_leaves",
+  "tree_map",
+  "tree_structure",
+  "tree_unflatten",
+]

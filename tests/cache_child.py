@@ -6,6 +6,7 @@ statistics and results as JSON (last line of stdout).
 PRIMC_TEST_FAULT injects a fault first: `nospace` (every write fails with ENOSPC: primc's
 and numba's), `nospace-kernels` (writes of compiled kernels fail, object files and numba's
 cache files: the disk filled up during a compile)."""
+
 import errno
 import json
 import os
@@ -24,14 +25,17 @@ def loss(w, x):
 def inject(fault):
   def no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
+
   if fault in ("nospace", "nospace-kernels"):
     from numba.core import caching
     from primc.codegen import loader
+
     caching.IndexDataCacheFile._save_data = no_space
     caching.IndexDataCacheFile._save_index = no_space
     loader.write_object = no_space
   if fault == "nospace":
     from primc.codegen import store
+
     store.write_atomic = no_space
 
 
@@ -74,13 +78,26 @@ def main():
       second = primc.jit(lambda a: pnp.exp(a) * 3.0)
       out["second"] = second(x).tolist()
   if args[:1] != ["shapes"]:  # the programs' region kernels, each compiled or loaded once
-    kernels = {k for g in (f, locals().get("second")) if g
-               for exe, _ in g._compiled.values() for k in exe.plan.kernels}
+    kernels = {
+      k
+      for g in (f, locals().get("second"))
+      if g
+      for exe, _ in g._compiled.values()
+      for k in exe.plan.kernels
+    }
     out["kernels"] = len(kernels)
   stats = primc.cache_stats()
   stats.pop("load_seconds", None)
-  print(json.dumps({"stats": stats, "numba_imported": "numba" in sys.modules,
-                    "scipy_imported": "scipy" in sys.modules, **out}))
+  print(
+    json.dumps(
+      {
+        "stats": stats,
+        "numba_imported": "numba" in sys.modules,
+        "scipy_imported": "scipy" in sys.modules,
+        **out,
+      }
+    )
+  )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ os.environ.setdefault("PRIMC_TIERED", "0")
 # warning instead): set before primc is imported, so compile workers inherit it.
 os.environ.setdefault("PRIMC_STRICT_KERNELS", "1")
 from primc.settings import config  # noqa: E402  (primc's plugin imported it already: pytest
+
 config.tiered = {"1": True, "0": False}.get(os.environ["PRIMC_TIERED"])  # loads it first)
 # One cache directory for the whole session, so tests share compiled kernels: primc's
 # pytest plugin, with --primc-cache-dir=temp (pyproject.toml's addopts).

@@ -1,20 +1,21 @@
 """Autodiff rules: every JVP rule by finite differences (fwd and rev), every transpose rule
 by the identity <t, A^T c> = <A t, c>, and the rule registries' completeness."""
+
 import numpy as np
 import pytest
 
 import primc
 from primc import ad, batching
 from primc import prims as P
-from primc.core import FLOAT_DTYPES
 
 from prim_cases import CASES, case_id
 
 NON_DIFFERENTIABLE = P.with_trait("nondifferentiable")
 # every differentiable elementwise primitive, unary and binary, from its traits (convert's
 # case rounds through float32: finite differences of order 3 see only its rounding)
-ELEMENTWISE = {p for p in P.with_trait("elementwise")
-               if p not in NON_DIFFERENTIABLE and p is not P.convert_p}
+ELEMENTWISE = {
+  p for p in P.with_trait("elementwise") if p not in NON_DIFFERENTIABLE and p is not P.convert_p
+}
 DIFF_CASES = [c for c in CASES if c.prim not in NON_DIFFERENTIABLE]
 
 
@@ -37,8 +38,14 @@ def test_every_linear_case_is_declared_linear():
 @pytest.mark.parametrize("order", [1, 2])
 def test_jvp_rule_by_finite_differences(case, order, rng):
   xs = case.make(rng)
-  primc.check_grads(case.fn, xs, order=order, modes=("fwd", "rev"), eps=case.eps,
-                    atol=1e-4 if case.eps > 1e-6 else 1e-5)
+  primc.check_grads(
+    case.fn,
+    xs,
+    order=order,
+    modes=("fwd", "rev"),
+    eps=case.eps,
+    atol=1e-4 if case.eps > 1e-6 else 1e-5,
+  )
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.prim in ELEMENTWISE], ids=case_id)
@@ -46,8 +53,11 @@ def test_elementwise_jvp_rules_at_order_3(case, rng):
   primc.check_grads(case.fn, case.make(rng), order=3, modes=("fwd", "rev"))
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.prim in NON_DIFFERENTIABLE and c.make(
-    np.random.default_rng(0))], ids=case_id)
+@pytest.mark.parametrize(
+  "case",
+  [c for c in CASES if c.prim in NON_DIFFERENTIABLE and c.make(np.random.default_rng(0))],
+  ids=case_id,
+)
 def test_non_differentiable_primitives_have_zero_derivative(case, rng):
   xs = case.make(rng)
   f = lambda *a: P.convert(case.fn(*a), "float64")

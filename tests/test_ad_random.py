@@ -1,5 +1,6 @@
 """Property test: random compositions of primitives (with broadcasting) at orders 1-3
 pass check_grads in forward and reverse mode."""
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -7,15 +8,37 @@ from hypothesis import strategies as st
 import primc
 import primc.numpy as pnp
 
-UNARY = [pnp.sin, pnp.cos, pnp.tanh, pnp.sigmoid, lambda x: x * x, lambda x: pnp.exp(0.3 * x),
-         lambda x: pnp.sqrt(1.0 + x * x), lambda x: pnp.log(2.0 + pnp.sin(x)), pnp.softplus,
-         lambda x: -x, lambda x: pnp.abs(x) + x]
-BINARY = [pnp.add, pnp.subtract, pnp.multiply, lambda x, y: x / (1.5 + y * y),
-          pnp.maximum, lambda x, y: (1.2 + x * x) ** pnp.tanh(y)]
-RESHAPES = [lambda x: pnp.sum(x, axis=-1, keepdims=True), lambda x: x.T,
-            lambda x: pnp.mean(x, axis=0), lambda x: pnp.reshape(x, (-1,)),
-            lambda x: pnp.max(x, axis=-1, keepdims=True), lambda x: x[..., :1],
-            lambda x: pnp.concatenate([x, x * 2.0], axis=-1), lambda x: pnp.softmax(x)]
+UNARY = [
+  pnp.sin,
+  pnp.cos,
+  pnp.tanh,
+  pnp.sigmoid,
+  lambda x: x * x,
+  lambda x: pnp.exp(0.3 * x),
+  lambda x: pnp.sqrt(1.0 + x * x),
+  lambda x: pnp.log(2.0 + pnp.sin(x)),
+  pnp.softplus,
+  lambda x: -x,
+  lambda x: pnp.abs(x) + x,
+]
+BINARY = [
+  pnp.add,
+  pnp.subtract,
+  pnp.multiply,
+  lambda x, y: x / (1.5 + y * y),
+  pnp.maximum,
+  lambda x, y: (1.2 + x * x) ** pnp.tanh(y),
+]
+RESHAPES = [
+  lambda x: pnp.sum(x, axis=-1, keepdims=True),
+  lambda x: x.T,
+  lambda x: pnp.mean(x, axis=0),
+  lambda x: pnp.reshape(x, (-1,)),
+  lambda x: pnp.max(x, axis=-1, keepdims=True),
+  lambda x: x[..., :1],
+  lambda x: pnp.concatenate([x, x * 2.0], axis=-1),
+  lambda x: pnp.softmax(x),
+]
 SHAPES = [(3,), (2, 3), (1, 3), (2, 1), ()]
 
 
@@ -48,7 +71,7 @@ def programs(draw):
     return pnp.sum(vals[-1] * vals[-1]) if draw_sum else vals[-1]
 
   draw_sum = draw(st.booleans())
-  seed = draw(st.integers(0, 2 ** 16))
+  seed = draw(st.integers(0, 2**16))
   rng = np.random.default_rng(seed)
   return f, (rng.uniform(-1.5, 1.5, shape_a), rng.uniform(-1.5, 1.5, shape_b))
 

@@ -1,4 +1,5 @@
 """The functional API on the seeds' numbers and against finite differences."""
+
 import os
 import sys
 
@@ -22,9 +23,9 @@ def test_seed_tanh_derivatives_match_closed_forms(rng):
   x = rng.standard_normal(7)
   t = np.tanh(x)
   d1, d2, d3 = seeds.tanh_derivatives(x)
-  np.testing.assert_allclose(d1, 1 - t ** 2, rtol=1e-12)
-  np.testing.assert_allclose(d2, -2 * t * (1 - t ** 2), rtol=1e-12)
-  np.testing.assert_allclose(d3, (1 - t ** 2) * (6 * t ** 2 - 2), rtol=1e-12, atol=1e-14)
+  np.testing.assert_allclose(d1, 1 - t**2, rtol=1e-12)
+  np.testing.assert_allclose(d2, -2 * t * (1 - t**2), rtol=1e-12)
+  np.testing.assert_allclose(d3, (1 - t**2) * (6 * t**2 - 2), rtol=1e-12, atol=1e-14)
 
 
 def test_seed_mynet_loss_and_its_gradient_match_finite_differences(rng):
@@ -42,7 +43,7 @@ def test_seed_mynet_loss_and_its_gradient_match_finite_differences(rng):
 
 
 def _composition(w1, w2):
-  return lambda x: pnp.sin(pnp.tanh(x @ w1) @ w2) * pnp.exp(-x[:2] ** 2).sum()
+  return lambda x: pnp.sin(pnp.tanh(x @ w1) @ w2) * pnp.exp(-(x[:2] ** 2)).sum()
 
 
 def test_jacfwd_equals_jacrev_on_compositions(rng):
@@ -72,8 +73,10 @@ def test_jacobian_of_matrix_input_and_multiple_argnums(rng):
 def test_jacrev_of_single_element_outputs(rng):
   # one cotangent, pulled back without a batch dimension: shapes as for any output
   w, x = rng.standard_normal((3, 4)), rng.standard_normal(4)
-  for f, out_shape in ((lambda x: pnp.sum(pnp.tanh(w @ x)), ()),
-                       (lambda x: pnp.reshape(pnp.sum(pnp.tanh(w @ x)), (1, 1)), (1, 1))):
+  for f, out_shape in (
+    (lambda x: pnp.sum(pnp.tanh(w @ x)), ()),
+    (lambda x: pnp.reshape(pnp.sum(pnp.tanh(w @ x)), (1, 1)), (1, 1)),
+  ):
     j = primc.jacrev(f)(x)
     assert j.shape == out_shape + (4,)
     np.testing.assert_allclose(j.reshape(4), primc.jacfwd(f)(x).reshape(4), rtol=1e-12)
@@ -84,7 +87,7 @@ def test_jacrev_of_single_element_outputs(rng):
 
 def test_hessian_equals_jacfwd_of_jacrev_and_is_symmetric(rng):
   w = rng.standard_normal((4, 4))
-  f = lambda x: pnp.sum(pnp.tanh(w @ pnp.tanh(w @ x))) + pnp.sum(x ** 3)
+  f = lambda x: pnp.sum(pnp.tanh(w @ pnp.tanh(w @ x))) + pnp.sum(x**3)
   x = rng.standard_normal(4)
   h = primc.hessian(f)(x)
   np.testing.assert_allclose(h, primc.jacfwd(primc.jacrev(f))(x), rtol=1e-12)
@@ -97,14 +100,14 @@ def test_hessian_equals_jacfwd_of_jacrev_and_is_symmetric(rng):
 
 def test_grad_options():
   x, y = np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0])
-  f = lambda x, y: pnp.sum(x ** 2 + 4 * y)       # the seed's eager example
+  f = lambda x, y: pnp.sum(x**2 + 4 * y)  # the seed's eager example
   gx, gy = primc.grad(f, argnums=(0, 1))(x, y)
   np.testing.assert_allclose(gx, [2, 4, 6])
   np.testing.assert_allclose(gy, [4, 4, 4])
-  g, aux = primc.grad(lambda x: (pnp.sum(x ** 2), x * 3), has_aux=True)(x)
+  g, aux = primc.grad(lambda x: (pnp.sum(x**2), x * 3), has_aux=True)(x)
   np.testing.assert_allclose(g, 2 * x)
   np.testing.assert_allclose(aux, 3 * x)
-  (v, aux), g = primc.value_and_grad(lambda x: (pnp.sum(x ** 2), {"t": x}), has_aux=True)(x)
+  (v, aux), g = primc.value_and_grad(lambda x: (pnp.sum(x**2), {"t": x}), has_aux=True)(x)
   assert v == 14 and set(aux) == {"t"}
   params = {"w": np.ones(3), "b": np.array(0.5)}
   gp = primc.grad(lambda p, x: pnp.sum(p["w"] * x) + p["b"])(params, x)
@@ -164,7 +167,10 @@ def test_make_program_prints_derivatives_at_any_order():
 def test_check_grads_catches_a_wrong_rule(order, monkeypatch):
   from primc import ad
   from primc import prims as P
+
   primc.check_grads(pnp.sin, (np.array([0.3, 1.2]),), order=order)
-  monkeypatch.setitem(ad.jvp_rules, P.sin_p, lambda xs, ts: (P.sin(xs[0]), P.mul(ts[0], P.sin(xs[0]))))
+  monkeypatch.setitem(
+    ad.jvp_rules, P.sin_p, lambda xs, ts: (P.sin(xs[0]), P.mul(ts[0], P.sin(xs[0])))
+  )
   with pytest.raises(AssertionError, match="mismatch"):
     primc.check_grads(pnp.sin, (np.array([0.3, 1.2]),), order=order)

@@ -1,5 +1,6 @@
 """The seeds' four styles (static programs, eager tape, functional keywords,
 GradManager): every example in examples/ runs, its numbers are checked, misuse errors."""
+
 import os
 import sys
 
@@ -30,6 +31,7 @@ def static_mode():
 
 # --- seed 000: static programs -------------------------------------------------------------
 
+
 def test_static_tanh_derivatives_seed_numbers(static_mode):
   g1, g2, g3 = static_programs.tanh_derivatives()
   np.testing.assert_allclose([g1[0], g2[0], g3[0]], [0.41997433, -0.6397, 0.6216267], rtol=1e-6)
@@ -55,7 +57,10 @@ def test_static_forward_grad(static_mode):
 
 
 def test_static_lazy_jacobian_rows_and_cache(static_mode):
-  xv, yv = R.standard_normal((2, 8)).astype(np.float32), R.standard_normal((2, 8)).astype(np.float32)
+  xv, yv = (
+    R.standard_normal((2, 8)).astype(np.float32),
+    R.standard_normal((2, 8)).astype(np.float32),
+  )
   row, col, full, evaluations = static_programs.jacobian(xv, yv)
   want = np.concatenate([np.stack([np.diag(v) for v in yv]), np.stack([np.diag(v) for v in xv])], 2)
   np.testing.assert_allclose(full, want, rtol=1e-6)
@@ -73,8 +78,9 @@ def test_jacobian_computes_only_requested_rows():
   assert J.evaluations == 3
   full = J[:]
   assert J.evaluations == 4
-  np.testing.assert_allclose(full, np.stack([np.diag(2 * (1 - np.tanh(v) ** 2)) for v in x]),
-                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(
+    full, np.stack([np.diag(2 * (1 - np.tanh(v) ** 2)) for v in x]), rtol=1e-5, atol=1e-6
+  )
   H = autograd.Hessian(lambda x: pnp.sum(pnp.sin(x)), x[0])
   np.testing.assert_allclose(H[:], np.diag(-np.sin(x[0])), rtol=1e-5, atol=1e-6)
 
@@ -110,8 +116,11 @@ def test_disable_prim_refuses_what_it_cannot_serve(static_mode):
   y = pnp.tanh(x)
   autograd.disable_prim()
   g1 = autograd.grad(y, x)  # first order is served
-  np.testing.assert_allclose(static.Executor().run(feed={"x": np.ones(1, np.float32)},
-                                                   fetch_list=[g1])[0], [0.41997433], rtol=1e-6)
+  np.testing.assert_allclose(
+    static.Executor().run(feed={"x": np.ones(1, np.float32)}, fetch_list=[g1])[0],
+    [0.41997433],
+    rtol=1e-6,
+  )
   with pytest.raises(primc.PrimcError, match="enable_prim"):
     autograd.grad(g1, x)
   with pytest.raises(primc.PrimcError, match="enable_prim"):
@@ -119,6 +128,7 @@ def test_disable_prim_refuses_what_it_cannot_serve(static_mode):
 
 
 # --- seed 002: eager tape ------------------------------------------------------------------
+
 
 def test_eager_seed_numbers():
   assert eager_tape.stop_gradient_defaults() is False
@@ -139,8 +149,8 @@ def test_eager_seed_numbers():
 def test_eager_higher_order_and_training():
   dx, ddx = eager_tape.higher_order()
   t = np.tanh(np.array([0.5, 1.0]))
-  np.testing.assert_allclose(dx, 1 - t ** 2, rtol=1e-6)
-  np.testing.assert_allclose(ddx, -2 * t * (1 - t ** 2), rtol=1e-5)
+  np.testing.assert_allclose(dx, 1 - t**2, rtol=1e-6)
+  np.testing.assert_allclose(ddx, -2 * t * (1 - t**2), rtol=1e-5)
   primc.seed(0)  # the layer's initial weights
   losses = eager_tape.training_loop()
   assert losses[-1] < 0.1 * losses[0]
@@ -149,6 +159,7 @@ def test_eager_higher_order_and_training():
 def test_eager_training_loop_compiles_once():
   eager_tape.training_loop(steps=2)
   from primc import compile as compiler
+
   n = len(compiler._executables)
   eager_tape.training_loop(steps=5)
   assert len(compiler._executables) == n  # same recorded structure: the cached program
@@ -182,11 +193,12 @@ def test_eager_optimizers_match_the_formulas():
     g = 2 * q
     m = 0.9 * m + 0.1 * g
     v = 0.999 * v + 0.001 * g * g
-    q = q - 0.1 * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+    q = q - 0.1 * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
   np.testing.assert_allclose(p.numpy(), q, rtol=1e-5)
 
 
 # --- seed 003: functional keywords ---------------------------------------------------------
+
 
 def test_functional_seed():
   out = functional_example.main()
@@ -210,6 +222,7 @@ def test_functional_seed():
 
 # --- seed 004: GradManager -----------------------------------------------------------------
 
+
 def test_grad_manager_seed():
   x = R.random(10).astype(np.float32)
   first, second = grad_manager.second_order(x)
@@ -227,6 +240,7 @@ def test_grad_manager_seed():
 
 def test_examples_run_as_scripts():
   import subprocess
+
   for name in ("static_programs", "eager_tape", "functional", "grad_manager"):
     path = os.path.join(os.path.dirname(__file__), "..", "examples", f"{name}.py")
     proc = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=300)
@@ -236,8 +250,8 @@ def test_examples_run_as_scripts():
 def test_seed_fixes_default_initializers():
   def params():
     layer = nn.Layer()
-    return (layer.create_parameter((3, 4)).numpy(),
-            nn.Normal(std=2.0)((2,), "float32"))
+    return (layer.create_parameter((3, 4)).numpy(), nn.Normal(std=2.0)((2,), "float32"))
+
   primc.seed(3)
   w1, n1 = params()
   primc.seed(3)
@@ -268,7 +282,7 @@ def test_eager_backward_reuses_its_program_without_tracing(monkeypatch):
     err = x * w - to_tensor(target)
     if big is not None:  # a large constant on the tape (multiplied by a parameter)
       err = err + pnp.sum(pnp.reshape(w, (12,))[0] * to_tensor(big)) * 0.0
-    loss = pnp.sum(err ** power)
+    loss = pnp.sum(err**power)
     loss.backward()
     return w.grad.numpy()
 
@@ -294,15 +308,13 @@ def test_eager_backward_reuses_its_program_without_tracing(monkeypatch):
   assert len(traced) == n + 1  # seen before
   big = np.ones(10_000, np.float32)  # a large constant: an input too
   np.testing.assert_allclose(step(w0, t0, 2, big), want(w0, t0, 2), rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(step(w0, t0, 2, 2 * big), want(w0, t0, 2), rtol=1e-5,
-                             atol=1e-5)
+  np.testing.assert_allclose(step(w0, t0, 2, 2 * big), want(w0, t0, 2), rtol=1e-5, atol=1e-5)
   assert len(traced) == n + 2
 
 
 def test_eager_training_on_new_batches_makes_one_backward_program():
   """100 steps, each on a new 32 x 8 batch (data and integer labels): one plan, every
   gradient the closed form's."""
-  from primc import nn as pnn
   primc.seed(0)
   before = primc.cache_stats().get("plan_misses", 0)
   rng = np.random.default_rng(7)
@@ -328,8 +340,11 @@ def test_forward_grad_and_grad_agree_on_an_input_not_recorded():
   forward_grad (eager and Paddle's autograd spelling) both refuse it, and both give
   cos(x) once it is recorded."""
   x = to_tensor(np.array([0.5, 1.0]))
-  for call in (lambda: eager.grad(pnp.sin(x), x), lambda: eager.forward_grad(pnp.sin(x), x),
-               lambda: autograd.forward_grad(pnp.sin(x), x)):
+  for call in (
+    lambda: eager.grad(pnp.sin(x), x),
+    lambda: eager.forward_grad(pnp.sin(x), x),
+    lambda: autograd.forward_grad(pnp.sin(x), x),
+  ):
     with pytest.raises(primc.PrimcError, match="not used by the outputs"):
       call()
   x = to_tensor(np.array([0.5, 1.0]), stop_gradient=False)

@@ -1,6 +1,7 @@
 """Programs as people write them: sizes computed from shapes stay numbers, `full` takes a
 traced value, vmap's axes are checked and may be pytrees, histogram edges have
 derivatives, check_grads suits float32. Oracles: numpy, finite differences."""
+
 import numpy as np
 import pytest
 
@@ -26,8 +27,9 @@ def test_sizes_from_shapes_are_numbers_in_every_path(path):
   elif path == "jit":
     np.testing.assert_allclose(primc.jit(f)(X), want_value, rtol=1e-12)
   elif path == "vmap":
-    np.testing.assert_allclose(primc.vmap(f)(np.stack([X, -X])),
-                               [want_value, -want_value], rtol=1e-12)
+    np.testing.assert_allclose(
+      primc.vmap(f)(np.stack([X, -X])), [want_value, -want_value], rtol=1e-12
+    )
   else:
     np.testing.assert_allclose(f(X), want_value, rtol=1e-12)
 
@@ -64,8 +66,10 @@ def test_histogram_edges_move_with_the_extremes():
   f = lambda x: pnp.sum(pnp.histogram(x, bins=2)[1])
   g = primc.grad(f)(x)
   eps = 1e-6
-  fd = [(np.sum(np.histogram(x + eps * e, 2)[1]) - np.sum(np.histogram(x - eps * e, 2)[1]))
-        / (2 * eps) for e in np.eye(3)]
+  fd = [
+    (np.sum(np.histogram(x + eps * e, 2)[1]) - np.sum(np.histogram(x - eps * e, 2)[1])) / (2 * eps)
+    for e in np.eye(3)
+  ]
   np.testing.assert_allclose(g, fd, atol=1e-6)
   np.testing.assert_allclose(g, [1.5, 0.0, 1.5])
 
@@ -81,5 +85,6 @@ def test_check_grads_passes_correct_float32_functions_and_fails_wrong_ones():
   @wrong.defjvp
   def _(primals, tangents):
     return pnp.sin(primals[0]), tangents[0] * 2.0  # not cos
+
   with pytest.raises(AssertionError):
     primc.check_grads(lambda x: pnp.sum(wrong(x)), (x,), modes=("fwd",))

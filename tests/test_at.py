@@ -1,5 +1,6 @@
 """Functional updates `x.at[idx].set/add/multiply`: numpy's assignment (and np.add.at)
 for every kind of constant index, gradients by finite differences, every path."""
+
 import numpy as np
 import pytest
 
@@ -10,10 +11,17 @@ R = np.random.default_rng(13)
 X = R.standard_normal((4, 5))
 
 INDEXES = {
-    "int": np.s_[2], "negative": np.s_[-1, 3], "slice": np.s_[1:3], "step": np.s_[::2, 1::2],
-    "reversed": np.s_[::-1, 0], "ellipsis": np.s_[..., 2], "none": np.s_[None, 1],
-    "int_array": np.s_[[0, 2, 3]], "repeated": np.s_[[1, 1, 3], [0, 0, 4]],
-    "mask": np.s_[np.arange(4) % 2 == 0], "mixed": np.s_[[0, 3], 1:4],
+  "int": np.s_[2],
+  "negative": np.s_[-1, 3],
+  "slice": np.s_[1:3],
+  "step": np.s_[::2, 1::2],
+  "reversed": np.s_[::-1, 0],
+  "ellipsis": np.s_[..., 2],
+  "none": np.s_[None, 1],
+  "int_array": np.s_[[0, 2, 3]],
+  "repeated": np.s_[[1, 1, 3], [0, 0, 4]],
+  "mask": np.s_[np.arange(4) % 2 == 0],
+  "mixed": np.s_[[0, 3], 1:4],
 }
 
 

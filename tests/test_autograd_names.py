@@ -1,6 +1,7 @@
 """autograd's names for the transforms (primc.jacobian, elementwise_grad, make_vjp, ...),
 against formulas written with numpy and against primc's own transforms, eager and under
 jit."""
+
 import numpy as np
 import pytest
 
@@ -40,22 +41,26 @@ def _hessian(x):
 def test_autograd_names(compiled):
   wrap = primc.jit if compiled else (lambda g: g)
   np.testing.assert_allclose(wrap(primc.jacobian(vector_f))(X), _jacobian(X), rtol=1e-10)
-  np.testing.assert_allclose(wrap(primc.elementwise_grad(pnp.tanh))(X), 1 - np.tanh(X) ** 2,
-                             rtol=1e-12)
+  np.testing.assert_allclose(
+    wrap(primc.elementwise_grad(pnp.tanh))(X), 1 - np.tanh(X) ** 2, rtol=1e-12
+  )
   np.testing.assert_allclose(wrap(primc.deriv(vector_f))(X), _jacobian(X).sum(0), rtol=1e-10)
   g, aux = wrap(primc.grad_and_aux(lambda x: (f(x), x * 2)))(X)
   np.testing.assert_allclose(g, _df(X), rtol=1e-10)
   np.testing.assert_allclose(aux, 2 * X)
   u = R.standard_normal(3)
-  np.testing.assert_allclose(wrap(primc.tensor_jacobian_product(vector_f))(X, u),
-                             u @ _jacobian(X), rtol=1e-10)
-  np.testing.assert_allclose(wrap(primc.vector_jacobian_product(vector_f))(X, u),
-                             u @ _jacobian(X), rtol=1e-10)
-  np.testing.assert_allclose(wrap(primc.hessian_tensor_product(f))(X, V), _hessian(X) @ V,
-                             rtol=1e-6, atol=1e-8)
-  np.testing.assert_allclose(wrap(primc.hessian_vector_product(f))(X, V),
-                             _hessian(X) @ V,
-                             rtol=1e-6, atol=1e-8)
+  np.testing.assert_allclose(
+    wrap(primc.tensor_jacobian_product(vector_f))(X, u), u @ _jacobian(X), rtol=1e-10
+  )
+  np.testing.assert_allclose(
+    wrap(primc.vector_jacobian_product(vector_f))(X, u), u @ _jacobian(X), rtol=1e-10
+  )
+  np.testing.assert_allclose(
+    wrap(primc.hessian_tensor_product(f))(X, V), _hessian(X) @ V, rtol=1e-6, atol=1e-8
+  )
+  np.testing.assert_allclose(
+    wrap(primc.hessian_vector_product(f))(X, V), _hessian(X) @ V, rtol=1e-6, atol=1e-8
+  )
   np.testing.assert_allclose(wrap(primc.grad(primc.checkpoint(f)))(X), _df(X), rtol=1e-10)
 
 
@@ -70,8 +75,9 @@ def test_make_functions_return_autograd_pairs():
   np.testing.assert_allclose(value, np.sum(np.tanh(X) ** 2 * X))
   np.testing.assert_allclose(hvp_fn(V), _hessian(X) @ V, rtol=1e-6, atol=1e-8)
   # Gauss-Newton of 1/2 |f(x)|^2: J^T J v
-  np.testing.assert_allclose(primc.make_ggnvp(vector_f)(X)(V),
-                             _jacobian(X).T @ (_jacobian(X) @ V), rtol=1e-10)
+  np.testing.assert_allclose(
+    primc.make_ggnvp(vector_f)(X)(V), _jacobian(X).T @ (_jacobian(X) @ V), rtol=1e-10
+  )
 
 
 def test_argnum_selects_the_argument():
@@ -79,8 +85,9 @@ def test_argnum_selects_the_argument():
   a, b = R.standard_normal(4), R.standard_normal(4)
   np.testing.assert_allclose(primc.elementwise_grad(h, 1)(a, b), a * np.cos(b), rtol=1e-12)
   np.testing.assert_allclose(primc.make_vjp(h, 1)(a, b)[0](1.0), a * np.cos(b), rtol=1e-12)
-  np.testing.assert_allclose(primc.hessian_tensor_product(h, 1)(a, b, V[:4]),
-                             -a * np.sin(b) * V[:4], rtol=1e-10)
+  np.testing.assert_allclose(
+    primc.hessian_tensor_product(h, 1)(a, b, V[:4]), -a * np.sin(b) * V[:4], rtol=1e-10
+  )
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -99,14 +106,17 @@ def test_autograd_spellings_of_numpy_extras(compiled):
   np.testing.assert_array_equal(made - np.eye(4) * made, 0)
   ct = R.standard_normal((2, 4, 4))
   np.testing.assert_allclose(
-      wrap(lambda d: primc.vjp(lambda e: pnp.make_diagonal(e), d)[1](ct)[0])(D),
-      np.diagonal(ct, axis1=-1, axis2=-2))
+    wrap(lambda d: primc.vjp(lambda e: pnp.make_diagonal(e), d)[1](ct)[0])(D),
+    np.diagonal(ct, axis1=-1, axis2=-2),
+  )
   A = R.standard_normal((5, 6))
   for axes in (None, 0, (1,), (0, 1)):
-    np.testing.assert_array_equal(wrap(lambda a: pnp.fft.fftshift(a, axes))(A),
-                                  np.fft.fftshift(A, axes))
-    np.testing.assert_array_equal(wrap(lambda a: pnp.fft.ifftshift(a, axes))(A),
-                                  np.fft.ifftshift(A, axes))
+    np.testing.assert_array_equal(
+      wrap(lambda a: pnp.fft.fftshift(a, axes))(A), np.fft.fftshift(A, axes)
+    )
+    np.testing.assert_array_equal(
+      wrap(lambda a: pnp.fft.ifftshift(a, axes))(A), np.fft.ifftshift(A, axes)
+    )
     back = wrap(lambda a: primc.vjp(lambda b: pnp.fft.fftshift(b, axes), a)[1](A)[0])(A)
     np.testing.assert_array_equal(back, np.fft.ifftshift(A, axes))
   assert pnp.__version__ == np.__version__

@@ -1,6 +1,7 @@
 """The disk cache in normal use, across fresh processes: a warm process compiles nothing
 and skips the passes; concurrent processes compile each kernel once; copied caches hit;
 a program's new kernels compile in parallel processes. (Faults: test_cache_faults.py.)"""
+
 import json
 import os
 import shutil
@@ -19,8 +20,9 @@ CHILD = os.path.join(os.path.dirname(__file__), "cache_child.py")
 
 def run_child(cache_dir, *args, check=True, **env_vars):
   env = dict(os.environ, PRIMC_CACHE_DIR=str(cache_dir), **env_vars)
-  proc = subprocess.run([sys.executable, CHILD, *args], env=env, capture_output=True,
-                        text=True, timeout=300)
+  proc = subprocess.run(
+    [sys.executable, CHILD, *args], env=env, capture_output=True, text=True, timeout=300
+  )
   if check:
     assert proc.returncode == 0, proc.stderr
   out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
@@ -81,8 +83,12 @@ def test_two_processes_at_once_compile_each_kernel_once(tmp_path):
   path.mkdir(mode=0o700)
   # no compile workers: every compile is counted by one of the two processes
   env = dict(os.environ, PRIMC_CACHE_DIR=str(path), PRIMC_COMPILE_WORKERS="1")
-  procs = [subprocess.Popen([sys.executable, CHILD], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True) for _ in range(2)]
+  procs = [
+    subprocess.Popen(
+      [sys.executable, CHILD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    for _ in range(2)
+  ]
   outs = []
   for p in procs:
     stdout, stderr = p.communicate(timeout=300)
@@ -97,9 +103,14 @@ def test_a_process_killed_while_compiling_leaves_a_usable_cache(tmp_path):
   path = tmp_path / "killed"
   path.mkdir(mode=0o700)
   env = dict(os.environ, PRIMC_CACHE_DIR=str(path))
-  proc = subprocess.Popen([sys.executable, CHILD, "threaded"], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(
+    [sys.executable, CHILD, "threaded"],
+    env=env,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
   import time
+
   deadline = time.time() + 120
   while time.time() < deadline and not list(path.glob("m_*.py")):
     time.sleep(0.05)
@@ -108,8 +119,7 @@ def test_a_process_killed_while_compiling_leaves_a_usable_cache(tmp_path):
   proc.wait()
   out, _ = run_child(path, "threaded")  # whatever was left: right results
   x = np.linspace(-3, 3, 1 << 16).reshape(256, 256)
-  np.testing.assert_allclose(out["grad"], (1 - np.tanh(x) ** 2)[::64, ::64], rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(out["grad"], (1 - np.tanh(x) ** 2)[::64, ::64], rtol=1e-5, atol=1e-6)
   again, _ = run_child(path, "threaded")
   assert again["stats"].get("kernel_compiles", 0) == 0
 
@@ -120,12 +130,15 @@ def test_import_is_light_and_the_first_compile_freezes_the_collector(setting, fr
   env["PRIMC_CACHE_DIR"] = str(tmp_path / "c")
   if setting is not None:
     env["PRIMC_GC_FREEZE"] = setting
-  code = ("import gc, sys, numpy as np, primc; "
-          "before = ('numba' in sys.modules, gc.get_freeze_count()); "
-          "primc.jit(lambda x: x * 2.0)(np.ones(2, np.float32)); "
-          "print(*before, gc.get_freeze_count())")
-  proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                        timeout=300)
+  code = (
+    "import gc, sys, numpy as np, primc; "
+    "before = ('numba' in sys.modules, gc.get_freeze_count()); "
+    "primc.jit(lambda x: x * 2.0)(np.ones(2, np.float32)); "
+    "print(*before, gc.get_freeze_count())"
+  )
+  proc = subprocess.run(
+    [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+  )
   assert proc.returncode == 0, proc.stderr
   numba_at_import, frozen_at_import, frozen_after = proc.stdout.split()
   assert numba_at_import == "False" and frozen_at_import == "0"  # no side effects at import
@@ -136,6 +149,7 @@ def test_new_kernels_compile_in_parallel_processes(tmp_path):
   # a program's new kernels are shared among one process per core (each compiles what
   # no other has taken into the cache), then loaded; the results must not change
   from primc.codegen import kernel_workers
+
   out, _ = run_child(tmp_path / "many", "many")
   stats = out["stats"]
   used = kernel_workers.workers() >= 2 and out["kernels"] >= 2
@@ -154,15 +168,17 @@ def test_new_kernels_compile_in_parallel_processes(tmp_path):
 def test_a_failed_kernel_worker_is_logged_not_fatal(caplog, monkeypatch):
   import types
   from primc.codegen import kernel_workers
+
   f = primc.jit(lambda x, w: pnp.exp(pnp.tanh(x) @ w) - 0.25)
   x, w = np.ones((256, 128), np.float32), np.ones((128, 128), np.float32) / 128
   f(x, w)
-  (exe, _), = f._compiled.values()
+  ((exe, _),) = f._compiled.values()
   monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
   # both modules are compiled in this process already; the worker starts with the one
   # no file has
-  missing = types.SimpleNamespace(DIRECTORY=exe.modules[0].DIRECTORY, KEY="0" * 32,
-                                  _primc_cfunc=exe.kernels[0])
+  missing = types.SimpleNamespace(
+    DIRECTORY=exe.modules[0].DIRECTORY, KEY="0" * 32, _primc_cfunc=exe.kernels[0]
+  )
   modules = [exe.modules[0], missing]
   with caplog.at_level("WARNING"):
     assert kernel_workers.finish(modules, kernel_workers.start(modules)) == 1
@@ -199,6 +215,7 @@ def test_programs_compiled_by_llvm_never_import_numba(tmp_path):
 
 def _numpy_has_openblas() -> bool:
   from primc.codegen import installed, openblas
+
   return installed.file_path("numpy", openblas.LIBRARIES[-1][1], prefix=True) is not None
 
 
@@ -206,14 +223,20 @@ def _openblas_entries() -> list[int]:
   """`translate.GEMM_SYMBOL` over each OpenBLAS installed: primc's own, numpy's."""
   import ctypes
   from primc.codegen import installed, openblas, translate
+
   entries = []
   for dist, prefix in openblas.LIBRARIES:
     path = installed.file_path(dist, prefix, prefix=True)
     if path:
       lib = ctypes.CDLL(path)
-      entries.append(translate.gemm_entry({
-          kind: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-          for kind, name in openblas.GEMM.items()}))
+      entries.append(
+        translate.gemm_entry(
+          {
+            kind: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+            for kind, name in openblas.GEMM.items()
+          }
+        )
+      )
   return entries
 
 
@@ -223,16 +246,29 @@ def test_the_blas_entries_agree():
   precisions."""
   import ctypes
   from primc.codegen import installed
+
   if not _numpy_has_openblas():
     pytest.skip("this numpy has no OpenBLAS of its own: numba's helper is the entry")
   entries = _openblas_entries() + [installed.extension("numba._helperlib").c_helpers["xxgemm"]]
-  proto = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_char] * 3, *[ctypes.c_int64] * 3,
-                           *[ctypes.c_void_p] * 2, ctypes.c_int64, ctypes.c_void_p,
-                           ctypes.c_int64, *[ctypes.c_void_p] * 2, ctypes.c_int64)
+  proto = ctypes.CFUNCTYPE(
+    ctypes.c_int32,
+    *[ctypes.c_char] * 3,
+    *[ctypes.c_int64] * 3,
+    *[ctypes.c_void_p] * 2,
+    ctypes.c_int64,
+    ctypes.c_void_p,
+    ctypes.c_int64,
+    *[ctypes.c_void_p] * 2,
+    ctypes.c_int64,
+  )
   rng = np.random.default_rng(3)
   for dtype, kind in ((np.float32, b"s"), (np.float64, b"d")):
-    for m, n, k, transposed, beta in ((5, 7, 3, False, 0.0), (17, 4, 9, True, 1.0),
-                                      (64, 65, 66, False, 1.0), (1, 1, 1, True, 0.0)):
+    for m, n, k, transposed, beta in (
+      (5, 7, 3, False, 0.0),
+      (17, 4, 9, True, 1.0),
+      (64, 65, 66, False, 1.0),
+      (1, 1, 1, True, 0.0),
+    ):
       a = rng.standard_normal((k, m) if transposed else (m, k)).astype(dtype)
       b = rng.standard_normal((k, n)).astype(dtype)
       c0 = rng.standard_normal((m, n)).astype(dtype)
@@ -240,14 +276,31 @@ def test_the_blas_entries_agree():
       for address in entries:
         c, one, scale = c0.copy(), np.ones(1, dtype), np.full(1, beta, dtype)
         # row-major c = op(a) @ b + beta c, as xxgemm_call asks for it (column-major)
-        proto(address)(kind, b"n", b"t" if transposed else b"n", n, m, k,
-                       one.ctypes.data, b.ctypes.data, n, a.ctypes.data,
-                       m if transposed else k, scale.ctypes.data, c.ctypes.data, n)
+        proto(address)(
+          kind,
+          b"n",
+          b"t" if transposed else b"n",
+          n,
+          m,
+          k,
+          one.ctypes.data,
+          b.ctypes.data,
+          n,
+          a.ctypes.data,
+          m if transposed else k,
+          scale.ctypes.data,
+          c.ctypes.data,
+          n,
+        )
         results.append(c)
       want = (a.T if transposed else a).astype(np.float64) @ b + beta * c0
       for got in results:
-        np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-12,
-                                   atol=1e-4 if dtype == np.float32 else 1e-12)
+        np.testing.assert_allclose(
+          got,
+          want,
+          rtol=1e-4 if dtype == np.float32 else 1e-12,
+          atol=1e-4 if dtype == np.float32 else 1e-12,
+        )
 
 
 def test_numba_compiles_the_same_program_to_the_same_results(tmp_path):
@@ -255,12 +308,14 @@ def test_numba_compiles_the_same_program_to_the_same_results(tmp_path):
   default (LLVM) agree on a program with a BLAS product, a threaded step and a reduction."""
   llvm, _ = run_child(tmp_path / "llvm", "many")
   by_numba, _ = run_child(tmp_path / "numba", "many", PRIMC_KERNEL_COMPILER="numba")
-  assert by_numba["stats"].get("kernel_compiles", 0) + by_numba["stats"].get(
-      "worker_compiles", 0) >= 2
+  assert (
+    by_numba["stats"].get("kernel_compiles", 0) + by_numba["stats"].get("worker_compiles", 0) >= 2
+  )
   for a, b in zip(llvm["grad"], by_numba["grad"]):
     np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
   assert list(os.scandir(tmp_path / "numba" / "__pycache__")) and not [
-      f for f in os.listdir(tmp_path / "numba" / "__pycache__") if f.endswith(".o")]
+    f for f in os.listdir(tmp_path / "numba" / "__pycache__") if f.endswith(".o")
+  ]
 
 
 def test_numba_cache_dir_is_honoured(tmp_path):
@@ -273,8 +328,12 @@ def test_numba_cache_dir_is_honoured(tmp_path):
   assert files and not [f for f in os.listdir(path / "__pycache__") if compiled(f)]
   warm, _ = run_child(path, **env)
   assert warm["stats"].get("kernel_compiles", 0) == 0
-  cli = subprocess.run([sys.executable, "-m", "primc.cli", "cache", "clear"], capture_output=True,
-                       text=True, env=dict(os.environ, PRIMC_CACHE_DIR=str(path), **env))
+  cli = subprocess.run(
+    [sys.executable, "-m", "primc.cli", "cache", "clear"],
+    capture_output=True,
+    text=True,
+    env=dict(os.environ, PRIMC_CACHE_DIR=str(path), **env),
+  )
   assert cli.returncode == 0, cli.stderr
   assert not [f for _, _, fs in os.walk(numba_cache) for f in fs if f.startswith("m_")]
 
@@ -283,20 +342,25 @@ def test_numba_cache_dir_naming_matches_numba(tmp_path, monkeypatch):
   from numba.core import config
   from numba.core.caching import _CacheLocator
   from primc.codegen import store
+
   monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba"))
   directory = str(tmp_path / "primc")
-  want = os.path.join(config.CACHE_DIR, _CacheLocator.get_suitable_cache_subpath(
-      os.path.join(directory, "m.py")))
+  want = os.path.join(
+    config.CACHE_DIR, _CacheLocator.get_suitable_cache_subpath(os.path.join(directory, "m.py"))
+  )
   assert store.Store.numba_dir(directory) == want
 
 
 def test_numba_disable_jit_runs_the_interpreter(tmp_path):
-  code = ("import json, numpy as np, primc, primc.numpy as pnp; "
-          "f = primc.jit(lambda x: pnp.sum(pnp.tanh(x) * x)); x = np.linspace(-1, 1, 5); "
-          "print(json.dumps([float(f(x)), primc.cache_stats().get('kernel_compiles', 0)]))")
+  code = (
+    "import json, numpy as np, primc, primc.numpy as pnp; "
+    "f = primc.jit(lambda x: pnp.sum(pnp.tanh(x) * x)); x = np.linspace(-1, 1, 5); "
+    "print(json.dumps([float(f(x)), primc.cache_stats().get('kernel_compiles', 0)]))"
+  )
   env = dict(os.environ, NUMBA_DISABLE_JIT="1", PRIMC_CACHE_DIR=str(tmp_path / "c"))
-  proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                        timeout=300)
+  proc = subprocess.run(
+    [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+  )
   assert proc.returncode == 0, proc.stderr
   value, compiles = json.loads(proc.stdout)
   x = np.linspace(-1, 1, 5)
@@ -308,6 +372,7 @@ def test_a_process_scans_the_cache_size_only_when_it_may_be_near_the_cap(tmp_pat
   last scan (`usage`) is older than SCAN_INTERVAL or found more than half the cap; the
   scan records what it found. Past the cap it evicts, as before."""
   from primc.codegen import store as st
+
   root = tmp_path / "c"
   root.mkdir(mode=0o700)
   monkeypatch.setenv("PRIMC_CACHE_MAX_BYTES", "100000")
@@ -348,8 +413,9 @@ def test_workers_ignore_a_primc_in_the_working_directory(tmp_path):
   (cwd / "primc").mkdir(parents=True)
   (cwd / "primc" / "__init__.py").write_text("raise ImportError('a foreign primc')\n")
   env = dict(os.environ, PRIMC_CACHE_DIR=str(tmp_path / "c"), PRIMC_COMPILE_WORKERS="2")
-  proc = subprocess.run([sys.executable, CHILD, "many"], env=env, cwd=cwd, capture_output=True,
-                        text=True, timeout=300)
+  proc = subprocess.run(
+    [sys.executable, CHILD, "many"], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+  )
   assert proc.returncode == 0, proc.stderr
   # a worker that imported the foreign primc fails (logged when this process collects it)
   assert "worker failed" not in proc.stderr and "another module or environment" not in proc.stderr
@@ -358,18 +424,22 @@ def test_workers_ignore_a_primc_in_the_working_directory(tmp_path):
 def _several_kernels(np_, a, b, c):
   """A program of several regions (a product with its epilogue, reductions) made of the
   elementwise functions a, b, c of `np_` (distinct ones make kernels no test compiled)."""
-  return lambda x, w: np_.sum(getattr(np_, a)(x @ w) ** 2, axis=1) + np_.max(
-      getattr(np_, b)(x * 0.5), axis=1) * np_.sum(getattr(np_, c)(x), axis=0)[:1]
+  return lambda x, w: (
+    np_.sum(getattr(np_, a)(x @ w) ** 2, axis=1)
+    + np_.max(getattr(np_, b)(x * 0.5), axis=1) * np_.sum(getattr(np_, c)(x), axis=0)[:1]
+  )
 
 
 def _compile_new_kernels(monkeypatch, *functions) -> list:
   """Runs a program of several kernels made of `functions` (checked against numpy); the
   arguments of each worker process started meanwhile."""
   from primc.codegen import kernel_workers
+
   spawned = []
   spawn = kernel_workers._spawn
-  monkeypatch.setattr(kernel_workers, "_spawn",
-                      lambda args, stdin: spawned.append(list(args)) or spawn(args, stdin))
+  monkeypatch.setattr(
+    kernel_workers, "_spawn", lambda args, stdin: spawned.append(list(args)) or spawn(args, stdin)
+  )
   rng = np.random.default_rng(5)
   x = rng.standard_normal((64, 32))
   w = rng.standard_normal((32, 32)) / 8
@@ -383,6 +453,7 @@ def test_prestarted_workers_take_the_keys(tmp_path, monkeypatch):
   passes run; the first call then hands them their kernels (no process started for
   them), and the result is right."""
   from primc.codegen import kernel_workers
+
   monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "c"))
   monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
   spawned = _compile_new_kernels(monkeypatch, "tanh", "exp", "sin")
@@ -395,6 +466,7 @@ def test_a_worker_that_stopped_waiting_is_replaced(tmp_path, monkeypatch):
   """A prestarted worker that is gone when the keys come (it waited too long, or was
   killed) is dropped: a new process takes them, and the result is right."""
   from primc.codegen import kernel_workers
+
   monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "c"))
   monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
   kernel_workers.prestart()
@@ -410,6 +482,7 @@ def test_a_worker_that_stopped_waiting_is_replaced(tmp_path, monkeypatch):
 
 def test_a_forked_child_forgets_the_parents_workers(tmp_path, monkeypatch):
   from primc.codegen import kernel_workers
+
   monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "c"))
   monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
   kernel_workers.prestart()
@@ -428,12 +501,14 @@ def test_prestarted_workers_are_stopped_when_one_kernel_is_new(tmp_path, monkeyp
   """A first plan of one new kernel: this process compiles it; the prestarted workers are
   stopped at once rather than left waiting beside the run (they would take its cores)."""
   from primc.codegen import kernel_workers
+
   monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "c"))
   monkeypatch.setenv("PRIMC_COMPILE_WORKERS", "2")
   started = []
   prestart = kernel_workers.prestart
-  monkeypatch.setattr(kernel_workers, "prestart",
-                      lambda: (prestart(), started.extend(kernel_workers._waiting)))
+  monkeypatch.setattr(
+    kernel_workers, "prestart", lambda: (prestart(), started.extend(kernel_workers._waiting))
+  )
   x = np.linspace(-2, 2, 50)
   f = primc.jit(lambda x: pnp.arcsinh(x) * pnp.cbrt(x) - 0.5)
   np.testing.assert_allclose(f(x), np.arcsinh(x) * np.cbrt(x) - 0.5, rtol=1e-12)

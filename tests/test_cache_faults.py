@@ -3,7 +3,7 @@ one made by a fresh process) in one way, runs a fresh process on it, and checks 
 result is right (or the call raises a clear error), that the damage was logged once, and
 that the next process is warm again. Nothing foreign may run: planted files create a
 marker if they are ever unpickled or executed."""
-import errno
+
 import glob
 import json
 import os
@@ -84,6 +84,7 @@ def check_warm_again(path):
 
 def library_keys():
   from primc.codegen import loader, store
+
   here = os.path.dirname(os.path.abspath(loader.__file__))
   return {store.module_key(open(os.path.join(here, name)).read()) for name in loader.LIBRARY}
 
@@ -92,13 +93,13 @@ def numba_files(path, suffix, library=False):
   """numba's files of the generated modules (or of the library modules)."""
   keys = library_keys()
   files = glob.glob(str(path / "__pycache__" / f"m_*{suffix}"))
-  return sorted(f for f in files
-                if (os.path.basename(f)[2:].split(".")[0] in keys) == library)
+  return sorted(f for f in files if (os.path.basename(f)[2:].split(".")[0] in keys) == library)
 
 
 def object_files(path):
   """The object files of the generated modules' kernels (codegen.translate)."""
   from primc.codegen import loader
+
   return sorted(glob.glob(str(path / "__pycache__" / f"m_*{loader.OBJECT_SUFFIX}")))
 
 
@@ -110,6 +111,7 @@ def flip_bit(f, at=0.5):
 
 class Planted:
   """A pickle that, if anything ever unpickles it, creates `marker`."""
+
   def __init__(self, marker):
     self.marker = str(marker)
 
@@ -117,11 +119,21 @@ class Planted:
     return (open, (self.marker, "w"))
 
 
-@pytest.mark.parametrize("compiler,damage", [
-    (c, d) for c in ("llvm", "numba") for d in ("flip_bit_data", "flip_bit_index",
-                                                 "garble_data", "truncate_data",
-                                                 "swap_data_between_modules")
-    if (c, d) != ("llvm", "flip_bit_index")])  # an object file has no index
+@pytest.mark.parametrize(
+  "compiler,damage",
+  [
+    (c, d)
+    for c in ("llvm", "numba")
+    for d in (
+      "flip_bit_data",
+      "flip_bit_index",
+      "garble_data",
+      "truncate_data",
+      "swap_data_between_modules",
+    )
+    if (c, d) != ("llvm", "flip_bit_index")
+  ],
+)  # an object file has no index
 def test_damaged_compiled_files_are_purged_and_rebuilt(request, compiler, damage):
   cache = request.getfixturevalue("cache" if compiler == "llvm" else "numba_cache")
   if compiler == "llvm":
@@ -236,6 +248,7 @@ def test_a_planted_numba_index_never_runs(numba_cache, tmp_path):
 
 def numba_version():
   import numba
+
   return numba.__version__
 
 
@@ -252,16 +265,22 @@ def test_swapped_plans_are_refused(cache):
 
 @pytest.mark.parametrize("kind", ["raw_pickle", "pickle_behind_a_valid_header"])
 def test_a_planted_plan_never_runs(cache, tmp_path, kind):
-  from primc.codegen import cache as keys, store
+  from primc.codegen import store
+
   marker = tmp_path / "pwned"
   plans = sorted(glob.glob(str(cache / "p_*.plan")))
   for path in plans:
     payload = pickle.dumps(Planted(marker))
     if kind == "pickle_behind_a_valid_header":  # bound to its key: only the payload is foreign
       key = os.path.basename(path)[2:-5]
-      header = {"format": store.FORMAT, "kind": "plan", "key": key,
-                "env": child_env_hash(), "bytes": len(payload),
-                "sha256": __import__("hashlib").sha256(payload).hexdigest()}
+      header = {
+        "format": store.FORMAT,
+        "kind": "plan",
+        "key": key,
+        "env": child_env_hash(),
+        "bytes": len(payload),
+        "sha256": __import__("hashlib").sha256(payload).hexdigest(),
+      }
       payload = store.MAGIC + json.dumps(header).encode() + b"\n" + payload
     open(path, "wb").write(payload)
   out, err = run_child(cache, "two")
@@ -273,8 +292,9 @@ def test_a_planted_plan_never_runs(cache, tmp_path, kind):
 
 def child_env_hash():
   code = "from codegen import cache; print(cache.env_hash())"
-  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                        check=True).stdout.strip()
+  return subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, check=True
+  ).stdout.strip()
 
 
 def test_a_damaged_module_file_is_rewritten(cache):
@@ -294,12 +314,21 @@ def test_verify_reports_exactly_what_loading_refuses(cache):
   plans = sorted(glob.glob(str(cache / "p_*.plan")))
   blob = open(plans[0], "rb").read()
   open(plans[0], "wb").write(blob[:-10])
-  seals = [p for p in sorted(glob.glob(str(cache / "m_*.seal")))
-           if os.path.basename(p)[2:].split(".")[0] not in library_keys()]
+  seals = [
+    p
+    for p in sorted(glob.glob(str(cache / "m_*.seal")))
+    if os.path.basename(p)[2:].split(".")[0] not in library_keys()
+  ]
   os.unlink(seals[-1])
   env = dict(os.environ, PRIMC_CACHE_DIR=str(cache))
-  cli = lambda *a: subprocess.run([sys.executable, "-m", "primc.cli", "cache", *a], env=env,
-                                  cwd=ROOT, capture_output=True, text=True, timeout=300)
+  cli = lambda *a: subprocess.run(
+    [sys.executable, "-m", "primc.cli", "cache", *a],
+    env=env,
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   bad = cli("verify")
   assert bad.returncode == 1, bad.stdout + bad.stderr
   assert "does not match its seal" in bad.stdout and "without a seal" in bad.stdout
@@ -316,8 +345,14 @@ def test_verify_reports_exactly_what_loading_refuses(cache):
 def test_umask_000_still_makes_private_directories(tmp_path):
   path = tmp_path / "new" / "parents" / "umask"
   env = dict(os.environ, PRIMC_CACHE_DIR=str(path))
-  proc = subprocess.run([sys.executable, CHILD, "threaded"], env=env, capture_output=True,
-                        text=True, timeout=300, preexec_fn=lambda: os.umask(0))
+  proc = subprocess.run(
+    [sys.executable, CHILD, "threaded"],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    preexec_fn=lambda: os.umask(0),
+  )
   assert proc.returncode == 0, proc.stderr
   for d in (tmp_path / "new", tmp_path / "new" / "parents"):
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
@@ -336,8 +371,9 @@ def test_unsafe_directories_are_refused_with_one_warning(tmp_path, where):
     os.chmod(path / "__pycache__", 0o777)
   else:
     if not IS_ROOT:
-      pytest.skip("giving a directory another owner needs root (the suite runs as another "
-                  "user here)")
+      pytest.skip(
+        "giving a directory another owner needs root (the suite runs as another user here)"
+      )
     os.chown(path, 65534, 65534)
   before = sorted(os.listdir(path))
   out, err = run_child(path, "two")
@@ -347,8 +383,9 @@ def test_unsafe_directories_are_refused_with_one_warning(tmp_path, where):
   assert compiled(out["stats"]) == out["kernels"]
 
 
-@pytest.mark.parametrize("fault,compiler", [("nospace", "llvm"), ("nospace-kernels", "llvm"),
-                                            ("nospace-kernels", "numba")])
+@pytest.mark.parametrize(
+  "fault,compiler", [("nospace", "llvm"), ("nospace-kernels", "llvm"), ("nospace-kernels", "numba")]
+)
 def test_a_full_disk_costs_speed_not_the_run(tmp_path, monkeypatch, fault, compiler):
   monkeypatch.setenv("PRIMC_KERNEL_COMPILER", compiler)
   path = tmp_path / "full"
@@ -368,8 +405,9 @@ def test_a_real_full_file_system(tmp_path):
     pytest.skip("mounting a small tmpfs needs root (the suite runs as another user here)")
   path = tmp_path / "tiny"
   path.mkdir(mode=0o700)
-  if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k,mode=0700", "tmpfs",
-                     str(path)], capture_output=True).returncode:
+  if subprocess.run(
+    ["mount", "-t", "tmpfs", "-o", "size=96k,mode=0700", "tmpfs", str(path)], capture_output=True
+  ).returncode:
     pytest.skip("this machine does not allow tmpfs mounts")
   try:
     out, err = run_child(path, "two")
@@ -415,8 +453,11 @@ def _read_only_copy(cache, tmp_path):
 
 
 def test_a_read_only_cache_serves_loads(cache, tmp_path):
-  snapshot = {p: open(p, "rb").read() for p in glob.glob(str(cache / "**"), recursive=True)
-              if os.path.isfile(p)}
+  snapshot = {
+    p: open(p, "rb").read()
+    for p in glob.glob(str(cache / "**"), recursive=True)
+    if os.path.isfile(p)
+  }
   ro, undo = _read_only_copy(cache, tmp_path)
   try:
     out, err = run_child(ro, "two")
@@ -426,16 +467,21 @@ def test_a_read_only_cache_serves_loads(cache, tmp_path):
     assert err.count("is read-only") == 1
   finally:
     undo()
-  after = {p: open(p, "rb").read() for p in glob.glob(str(cache / "**"), recursive=True)
-           if os.path.isfile(p)}
+  after = {
+    p: open(p, "rb").read()
+    for p in glob.glob(str(cache / "**"), recursive=True)
+    if os.path.isfile(p)
+  }
   assert after == snapshot  # nothing written there
   uid = os.getuid()
-  assert not glob.glob(os.path.join(tempfile.gettempdir(), f"primc-private-{uid}-*-*")), \
-      "a private directory outlived its process"
+  assert not glob.glob(os.path.join(tempfile.gettempdir(), f"primc-private-{uid}-*-*")), (
+    "a private directory outlived its process"
+  )
 
 
 def test_a_killed_process_private_directory_is_swept(tmp_path):
   from primc.codegen import store
+
   uid = os.getuid()
   proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
   stale = tempfile.mkdtemp(prefix=f"primc-private-{uid}-{proc.pid}-")
@@ -458,11 +504,17 @@ def test_ever_new_shapes_keep_memory_and_disk_bounded(tmp_path):
 
 def test_eviction_spares_a_module_a_process_is_using(cache):
   import filelock
+
   env = dict(os.environ, PRIMC_CACHE_DIR=str(cache))
   modules = sorted(glob.glob(str(cache / "m_*.py")))
-  prune = lambda: subprocess.run([sys.executable, "-m", "primc.cli", "cache", "prune",
-                                  "--max-bytes", "0"], env=env, cwd=ROOT,
-                                 capture_output=True, text=True, timeout=300)
+  prune = lambda: subprocess.run(
+    [sys.executable, "-m", "primc.cli", "cache", "prune", "--max-bytes", "0"],
+    env=env,
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   with filelock.FileLock(modules[0][:-3] + ".lock"):
     out = prune()
     assert out.returncode == 0, out.stderr
@@ -474,10 +526,13 @@ def test_eviction_spares_a_module_a_process_is_using(cache):
 
 # --- the cache among other local users ---------------------------------------------------
 
+
 def test_lock_files_are_the_owners_only_and_a_held_lock_is_waited_for_a_while(
-    tmp_path, monkeypatch, caplog):
+  tmp_path, monkeypatch, caplog
+):
   import filelock
   from primc.codegen import store
+
   cache = tmp_path / "cache"
   monkeypatch.setenv("PRIMC_LOCK_TIMEOUT", "0.5")
   st = store.Store(str(cache))

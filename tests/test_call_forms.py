@@ -4,6 +4,7 @@ arguments passed through the transforms, argnums in any order and with repeats, 
 tensor-Jacobian products with a tensor over the leading output axes, and the edge cases
 those calls reach (zero-size axes, reductions over one element). Every check runs eager
 and under `jit`."""
+
 import itertools
 
 import numpy as np
@@ -21,16 +22,15 @@ PATHS = {"eager": lambda f: f, "jit": primc.jit}
 # name -> (function of a numpy-like module and two scalars a, b, the reference value's
 # derivative in (a, b) by hand)
 ARRAY_LIKE = {
-    "mean": (lambda m, a, b: m.mean([a, b * 2.0]), lambda a, b: (0.5, 1.0)),
-    "sum_nested": (lambda m, a, b: m.sum([[a, 1.0], (b, a)]), lambda a, b: (2.0, 1.0)),
-    "var": (lambda m, a, b: m.var([a, b]), lambda a, b: ((a - b) / 2, (b - a) / 2)),
-    "std": (lambda m, a, b: m.std([a, b, 1.0]), None),
-    "norm": (lambda m, a, b: m.linalg.norm([a, 3.0 * b]), None),
-    "append": (lambda m, a, b: m.sum(m.append([a, b], [a]) ** 2), lambda a, b: (4 * a, 2 * b)),
-    "where": (lambda m, a, b: m.sum(m.where([True, False], [a, a], [b, b])),
-              lambda a, b: (1.0, 1.0)),
-    "maximum": (lambda m, a, b: m.sum(m.maximum([a, b], 0.5)), None),
-    "dot": (lambda m, a, b: m.dot([a, b], [b, 2.0]), lambda a, b: (b, a + 2.0)),
+  "mean": (lambda m, a, b: m.mean([a, b * 2.0]), lambda a, b: (0.5, 1.0)),
+  "sum_nested": (lambda m, a, b: m.sum([[a, 1.0], (b, a)]), lambda a, b: (2.0, 1.0)),
+  "var": (lambda m, a, b: m.var([a, b]), lambda a, b: ((a - b) / 2, (b - a) / 2)),
+  "std": (lambda m, a, b: m.std([a, b, 1.0]), None),
+  "norm": (lambda m, a, b: m.linalg.norm([a, 3.0 * b]), None),
+  "append": (lambda m, a, b: m.sum(m.append([a, b], [a]) ** 2), lambda a, b: (4 * a, 2 * b)),
+  "where": (lambda m, a, b: m.sum(m.where([True, False], [a, a], [b, b])), lambda a, b: (1.0, 1.0)),
+  "maximum": (lambda m, a, b: m.sum(m.maximum([a, b], 0.5)), None),
+  "dot": (lambda m, a, b: m.dot([a, b], [b, 2.0]), lambda a, b: (b, a + 2.0)),
 }
 
 
@@ -43,8 +43,10 @@ def test_lists_of_traced_values_are_array_like(name, path):
   np.testing.assert_allclose(got, fn(np, a, b), rtol=1e-14)
   grads = PATHS[path](primc.grad(lambda a, b: fn(pnp, a, b), argnums=(0, 1)))(a, b)
   eps = 1e-6
-  fd = [(fn(np, a + eps, b) - fn(np, a - eps, b)) / (2 * eps),
-        (fn(np, a, b + eps) - fn(np, a, b - eps)) / (2 * eps)]
+  fd = [
+    (fn(np, a + eps, b) - fn(np, a - eps, b)) / (2 * eps),
+    (fn(np, a, b + eps) - fn(np, a, b - eps)) / (2 * eps),
+  ]
   np.testing.assert_allclose(grads, fd, rtol=1e-7, atol=1e-9)
   if by_hand:
     np.testing.assert_allclose(grads, by_hand(a, b), rtol=1e-12)
@@ -69,10 +71,10 @@ def test_isinstance_of_ndarray_holds_for_traced_arrays():
 
 
 EINSUM = [  # numpy's interleaved (operand, sublist, ..., [output]) form
-    lambda a, b: (a, [0, 1], b, [1, 2]),
-    lambda a, b: (a, [0, 1], b, [1, 2], [2, 0]),
-    lambda a, b: (a, [Ellipsis, 1], [Ellipsis]),
-    lambda a, b: (a, [0, 1], a, [0, 1], []),
+  lambda a, b: (a, [0, 1], b, [1, 2]),
+  lambda a, b: (a, [0, 1], b, [1, 2], [2, 0]),
+  lambda a, b: (a, [Ellipsis, 1], [Ellipsis]),
+  lambda a, b: (a, [0, 1], a, [0, 1], []),
 ]
 
 
@@ -95,8 +97,12 @@ def test_zero_size_axes_match_numpy(path):
     assert np.shape(got) == np.trace(x, offset=offset).shape
   g = primc.grad(lambda x: pnp.sum(pnp.trace(x, offset=6)))(x)
   np.testing.assert_array_equal(g, np.zeros_like(x))
-  cases = [("ij,jk->ik", np.ones((2, 0)), np.ones((0, 3))), ("i,i->", np.ones(0), np.ones(1)),
-           ("ij->j", np.ones((0, 3))), ("...ii->...i", np.ones((2, 0, 0)))]
+  cases = [
+    ("ij,jk->ik", np.ones((2, 0)), np.ones((0, 3))),
+    ("i,i->", np.ones(0), np.ones(1)),
+    ("ij->j", np.ones((0, 3))),
+    ("...ii->...i", np.ones((2, 0, 0))),
+  ]
   for subscripts, *ops in cases:
     got = PATHS[path](lambda *o: pnp.einsum(subscripts, *o))(*ops)
     want = np.einsum(subscripts, *ops)
@@ -117,23 +123,30 @@ def test_std_over_single_elements_is_constant(path):
 
 
 def _f(a, b, c, scale=1.0, shift=0.0):
-  return pnp.sum(pnp.sin(a) * b ** 2 * pnp.exp(c)) * scale + shift
+  return pnp.sum(pnp.sin(a) * b**2 * pnp.exp(c)) * scale + shift
 
 
 ARGS = (R.standard_normal(3), R.standard_normal(3), np.float64(0.4))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(argnums=st.lists(st.integers(0, 2), min_size=1, max_size=4),
-       path=st.sampled_from(sorted(PATHS)), scale=st.sampled_from([None, 2.5]))
+@given(
+  argnums=st.lists(st.integers(0, 2), min_size=1, max_size=4),
+  path=st.sampled_from(sorted(PATHS)),
+  scale=st.sampled_from([None, 2.5]),
+)
 def test_argnums_in_any_order_and_keywords_pass_through(argnums, path, scale):
   """grad/value_and_grad/jacfwd/jacrev give one result per argnum, in the order asked
   (repeats allowed), each the single-argument result; keyword arguments reach the function
   undifferentiated."""
   kwargs = {} if scale is None else {"scale": scale}
   s = 1.0 if scale is None else scale
-  single = [primc.grad(lambda a, b, c, i=i: _f(*[a, b, c][:i], [a, b, c][i], *[a, b, c][i + 1:],
-                                               scale=s), argnums=i)(*ARGS) for i in range(3)]
+  single = [
+    primc.grad(
+      lambda a, b, c, i=i: _f(*[a, b, c][:i], [a, b, c][i], *[a, b, c][i + 1 :], scale=s), argnums=i
+    )(*ARGS)
+    for i in range(3)
+  ]
   nums = tuple(argnums)
   wrap = PATHS[path]
   for transform in (primc.grad, primc.jacfwd, primc.jacrev):
@@ -167,8 +180,9 @@ def test_tensor_jacobian_product_contracts_leading_output_axes(lead):
   j = primc.jacobian(f)(x)
   want = np.tensordot(v, j, axes=lead)
   for path in PATHS.values():
-    np.testing.assert_allclose(path(primc.tensor_jacobian_product(f))(x, v), want,
-                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+      path(primc.tensor_jacobian_product(f))(x, v), want, rtol=1e-12, atol=1e-14
+    )
 
 
 def test_grad_of_a_non_float_output_is_a_type_error():
@@ -189,10 +203,12 @@ def test_arguments_not_differentiated_may_be_python_values(path):
   """Types, functions, None and Python numbers in positions grad does not differentiate
   reach the function as they are (autograd's behaviour: `if flag:` works), eager; under an
   outer jit they are its static or traced arguments as usual."""
+
   def f(x, activation, flag, scale, kind):
     assert kind is list or kind is None
     y = activation(x) if flag else x
     return pnp.sum(y) * scale
+
   x = R.standard_normal(3)
   want = (1 - np.tanh(x) ** 2) * 2.5
   g = primc.grad(f)

@@ -1,4 +1,5 @@
 """The `primc` command line, end to end in fresh processes."""
+
 import os
 import subprocess
 import sys
@@ -12,8 +13,14 @@ SEEDS = os.path.join(ROOT, "examples", "seed_programs.py")
 
 def primc(*args, cache, check=True, **env_vars):
   env = dict(os.environ, PRIMC_CACHE_DIR=str(cache), **env_vars)
-  proc = subprocess.run([sys.executable, "-m", "primc.cli", *args], env=env, cwd=ROOT,
-                        capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+    [sys.executable, "-m", "primc.cli", *args],
+    env=env,
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   if check:
     assert proc.returncode == 0, proc.stdout + proc.stderr
   return proc
@@ -37,14 +44,16 @@ def test_warmup_examples_then_everything_is_cached(cache):
 
 def test_warmup_failure_gives_nonzero_exit(tmp_path, cache):
   bad = tmp_path / "bad.py"
-  bad.write_text(textwrap.dedent("""
+  bad.write_text(
+    textwrap.dedent("""
       import primc
       import primc.numpy as pnp
 
       @primc.jit(warmup=[("f32[2,3]", "f32[2,3]")])
       def broken(a, b):
         return pnp.matmul(a, b)
-  """))
+  """)
+  )
   proc = primc("warmup", str(bad), cache=cache, check=False)
   assert proc.returncode == 1
   assert "failed: ShapeError" in proc.stdout and "failed 1" in proc.stdout
@@ -76,26 +85,52 @@ def test_cache_info_list_verify_clear(cache, tmp_path):
   assert not [p for p in os.listdir(cache) if p.startswith(("m_", "p_"))]
 
 
-@pytest.mark.parametrize("stage,expect", [
-    ("traced", "tanh"), ("jvp", "mul"), ("linearized", "in ("), ("grad", "reduce_sum"),
-    ("optimized", "tanh"), ("fused", "region[kind='dot']"), ("source", "def k_"),
-])
+@pytest.mark.parametrize(
+  "stage,expect",
+  [
+    ("traced", "tanh"),
+    ("jvp", "mul"),
+    ("linearized", "in ("),
+    ("grad", "reduce_sum"),
+    ("optimized", "tanh"),
+    ("fused", "region[kind='dot']"),
+    ("source", "def k_"),
+  ],
+)
 def test_show_each_stage(stage, expect, cache):
-  out = primc("show", f"{SEEDS}:mynet_forward", "--arg", "f32[2,2]", "--arg", "f32[2,2]",
-              "--arg", "f32[2]", "--stage", stage, cache=cache).stdout
+  out = primc(
+    "show",
+    f"{SEEDS}:mynet_forward",
+    "--arg",
+    "f32[2,2]",
+    "--arg",
+    "f32[2,2]",
+    "--arg",
+    "f32[2]",
+    "--stage",
+    stage,
+    cache=cache,
+  ).stdout
   assert expect in out and ("{ lambda" in out or stage == "source")
 
 
 def test_show_uses_declared_warmup_signature(cache):
-  out = primc("show", f"{SEEDS}:tanh_derivatives_compiled", "--stage", "optimized",
-              cache=cache).stdout
+  out = primc(
+    "show", f"{SEEDS}:tanh_derivatives_compiled", "--stage", "optimized", cache=cache
+  ).stdout
   assert "a:f32[1]" in out
 
 
 def test_bad_arguments_give_usage_and_exit_2(cache):
-  for args in (["show"], ["show", "no_such_module_xyz:f"], ["show", f"{SEEDS}:no_such_fn"],
-               ["show", f"{SEEDS}:mynet_forward"], ["cache", "frobnicate"], [],
-               ["show", SEEDS + ":mynet_forward", "--arg", "f99[2]"]):
+  for args in (
+    ["show"],
+    ["show", "no_such_module_xyz:f"],
+    ["show", f"{SEEDS}:no_such_fn"],
+    ["show", f"{SEEDS}:mynet_forward"],
+    ["cache", "frobnicate"],
+    [],
+    ["show", SEEDS + ":mynet_forward", "--arg", "f99[2]"],
+  ):
     proc = primc(*args, cache=cache, check=False)
     assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
     assert "usage:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
@@ -103,21 +138,30 @@ def test_bad_arguments_give_usage_and_exit_2(cache):
 
 def test_warmup_shows_progress_on_a_terminal_and_full_errors(tmp_path, cache):
   import pty
+
   bad = tmp_path / "bad.py"
   long_name = "x" * 150
-  bad.write_text(textwrap.dedent(f"""
+  bad.write_text(
+    textwrap.dedent(f"""
       import primc
       import primc.numpy as pnp
 
       @primc.jit(warmup=[("f32[2,3]", "f32[2,3]")])
       def broken(a, b):
         raise ValueError("{long_name}")
-  """))
+  """)
+  )
   leader, follower = pty.openpty()
   env = dict(os.environ, PRIMC_CACHE_DIR=str(cache))
-  proc = subprocess.run([sys.executable, "-m", "primc.cli", "warmup", str(bad)], env=env,
-                        cwd=ROOT, stdout=subprocess.PIPE, stderr=follower, text=True,
-                        timeout=300)
+  proc = subprocess.run(
+    [sys.executable, "-m", "primc.cli", "warmup", str(bad)],
+    env=env,
+    cwd=ROOT,
+    stdout=subprocess.PIPE,
+    stderr=follower,
+    text=True,
+    timeout=300,
+  )
   os.close(follower)
   progress = os.read(leader, 4096).decode()
   os.close(leader)
@@ -126,43 +170,69 @@ def test_warmup_shows_progress_on_a_terminal_and_full_errors(tmp_path, cache):
 
 
 def test_show_fusion_says_why_regions_did_not_fuse(cache):
-  out = primc("show", f"{SEEDS}:mynet_forward", "--arg", "f32[2,2]", "--arg", "f32[2,2]",
-              "--arg", "f32[2]", "--stage", "fusion", cache=cache).stdout
+  out = primc(
+    "show",
+    f"{SEEDS}:mynet_forward",
+    "--arg",
+    "f32[2,2]",
+    "--arg",
+    "f32[2,2]",
+    "--arg",
+    "f32[2]",
+    "--stage",
+    "fusion",
+    cache=cache,
+  ).stdout
   assert "region 1 (broadcast_in_dim over [2, 2]): region 0: only an elementwise epilogue" in out
   assert "does not read the dot_general's result" in out  # every reason, not the first
 
 
 def test_show_a_control_flow_program(cache, tmp_path):
   src = tmp_path / "loops.py"
-  src.write_text("import primc.numpy as pnp\nfrom primc import lax\n\n"
-                 "def f(x):\n  return lax.fori_loop(0, 3, lambda i, v: pnp.sin(v) * 2.0, x)\n")
+  src.write_text(
+    "import primc.numpy as pnp\nfrom primc import lax\n\n"
+    "def f(x):\n  return lax.fori_loop(0, 3, lambda i, v: pnp.sin(v) * 2.0, x)\n"
+  )
   out = primc("show", f"{src}:f", "--arg", "f64[3]", "--stage", "optimized", cache=cache)
   assert "scan[length=3" in out.stdout
-  bad = primc("show", f"{src}:f", "--arg", "f64[3]", "--stage", "source", cache=cache,
-              check=False)
+  bad = primc("show", f"{src}:f", "--arg", "f64[3]", "--stage", "source", cache=cache, check=False)
   assert bad.returncode == 1 and "has control flow" in bad.stderr and "Traceback" not in bad.stderr
 
 
 # --- a command line that says what it did ----------------------------------------------
 
+
 def test_python_m_primc_and_version(cache):
-  proc = subprocess.run([sys.executable, "-m", "primc", "--version"], capture_output=True,
-                        text=True, timeout=120, env=dict(os.environ, PRIMC_CACHE_DIR=str(cache)))
+  proc = subprocess.run(
+    [sys.executable, "-m", "primc", "--version"],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    env=dict(os.environ, PRIMC_CACHE_DIR=str(cache)),
+  )
   assert proc.returncode == 0 and proc.stdout.startswith("primc ") and "numba=" in proc.stdout
 
 
 def test_warmup_compiles_from_the_signature_without_running(tmp_path, cache):
-  (tmp_path / "invmod.py").write_text(textwrap.dedent("""
+  (tmp_path / "invmod.py").write_text(
+    textwrap.dedent("""
       import primc
       import primc.numpy as pnp
 
       @primc.jit(warmup=[("f64[3,3]",)])
       def inverse_sum(a):
         return pnp.sum(pnp.linalg.inv(a))  # zeros would be singular
-  """))
+  """)
+  )
   env = dict(os.environ, PRIMC_CACHE_DIR=str(cache))  # from the current directory
-  proc = subprocess.run([sys.executable, "-m", "primc", "warmup", "invmod:inverse_sum"],
-                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+    [sys.executable, "-m", "primc", "warmup", "invmod:inverse_sum"],
+    cwd=tmp_path,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "failed 0" in proc.stdout and "singular" not in proc.stdout + proc.stderr
 
@@ -176,7 +246,7 @@ def test_warmup_into_a_cache_that_cannot_be_written_says_so(tmp_path):
 
 def _in_process(monkeypatch, capsys, cache, *argv):
   from primc import cli
-  from primc.codegen import store
+
   monkeypatch.setenv("PRIMC_CACHE_DIR", str(cache))
   code = cli.main(list(argv))
   out = capsys.readouterr()
@@ -185,6 +255,7 @@ def _in_process(monkeypatch, capsys, cache, *argv):
 
 def test_clear_prune_and_verify_say_what_they_could_not_remove(monkeypatch, capsys, cache):
   from primc.codegen import store
+
   primc("warmup", f"{SEEDS}:mynet_forward_compiled", cache=cache)
   monkeypatch.setattr(store, "remove", lambda path: False)  # a read-only directory
   for action in (("clear",), ("prune", "--max-bytes", "0")):
@@ -200,21 +271,26 @@ def test_errors_are_one_line_with_the_right_exit_code(tmp_path, cache):
   (tmp_path / "raises.py").write_text("raise RuntimeError('broken at import')\n")
   (tmp_path / "syntax.py").write_text("def f(:\n")
   cases = [  # (arguments, exit code, text)
-      (["show", f"{SEEDS}:mynet_forward", "--arg", "f32[2,2]"], 2, "--arg"),
-      (["show", str(tmp_path / "raises.py") + ":f"], 1, "RuntimeError: broken at import"),
-      (["show", str(tmp_path / "syntax.py") + ":f"], 1, "SyntaxError"),
-      (["show", "os.path:join", "--arg", "f32[2]"], 1, "primc show: "),
-      (["cache", "prune", "--max-bytes", "-5"], 2, "negative"),
+    (["show", f"{SEEDS}:mynet_forward", "--arg", "f32[2,2]"], 2, "--arg"),
+    (["show", str(tmp_path / "raises.py") + ":f"], 1, "RuntimeError: broken at import"),
+    (["show", str(tmp_path / "syntax.py") + ":f"], 1, "SyntaxError"),
+    (["show", "os.path:join", "--arg", "f32[2]"], 1, "primc show: "),
+    (["cache", "prune", "--max-bytes", "-5"], 2, "negative"),
   ]
   for args, code, text in cases:
     proc = primc(*args, cache=cache, check=False)
     assert proc.returncode == code, (args, proc.stderr)
     assert text in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
     assert "error: show:" not in proc.stderr
-  piped = subprocess.run(f"{sys.executable} -m primc show {SEEDS}:mynet_forward --arg f32[2,2] "
-                         f"--arg f32[2,2] --arg f32[2] --stage source | head -1", shell=True,
-                         capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, PRIMC_CACHE_DIR=str(cache)))
+  piped = subprocess.run(
+    f"{sys.executable} -m primc show {SEEDS}:mynet_forward --arg f32[2,2] "
+    f"--arg f32[2,2] --arg f32[2] --stage source | head -1",
+    shell=True,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=dict(os.environ, PRIMC_CACHE_DIR=str(cache)),
+  )
   assert piped.stdout.strip() and "Traceback" not in piped.stderr, piped.stderr
 
 
@@ -231,9 +307,24 @@ def test_the_pytest_plugin_leaves_a_directory_mode_alone_and_names_a_file(tmp_pa
   os.chmod(shared, 0o755)
   a_file = tmp_path / "a_file"
   a_file.write_text("")
-  run = lambda opt: subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist",
-                                    "-p", "no:cacheprovider", opt, "test_one.py"],
-                                   cwd=tmp_path, capture_output=True, text=True, timeout=300)
+  run = lambda opt: subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "pytest",
+      "-q",
+      "-p",
+      "no:xdist",
+      "-p",
+      "no:cacheprovider",
+      opt,
+      "test_one.py",
+    ],
+    cwd=tmp_path,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   ok = run(f"--primc-cache-dir={shared}")
   assert ok.returncode == 0, ok.stdout + ok.stderr
   assert oct(os.stat(shared).st_mode & 0o777) == "0o755"  # never chmodded

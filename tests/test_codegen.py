@@ -1,5 +1,6 @@
 """Compiled code against the interpreter and numpy: seed programs, every primc.numpy op,
 random programs at derivative orders 0-3; NaN/inf; kernel and compile counts."""
+
 import os
 import re
 import sys
@@ -72,8 +73,17 @@ def test_every_numpy_op_compiled_equals_numpy(group):
       np.testing.assert_allclose(np.asarray(a), b, rtol=3e-6, atol=3e-6, err_msg=name)
 
 
-UNARY = [pnp.sin, pnp.cos, pnp.tanh, pnp.exp, lambda x: pnp.log(1.5 + x * x), pnp.sigmoid,
-         lambda x: x * x, lambda x: pnp.sqrt(x * x + 0.5), pnp.abs]
+UNARY = [
+  pnp.sin,
+  pnp.cos,
+  pnp.tanh,
+  pnp.exp,
+  lambda x: pnp.log(1.5 + x * x),
+  pnp.sigmoid,
+  lambda x: x * x,
+  lambda x: pnp.sqrt(x * x + 0.5),
+  pnp.abs,
+]
 BINARY = [pnp.add, pnp.subtract, pnp.multiply, lambda x, y: x / (2.0 + y * y), pnp.maximum]
 
 
@@ -89,6 +99,7 @@ def programs(draw):
     for binary, k in steps:
       v = BINARY[k % len(BINARY)](v, b) if binary else UNARY[k % len(UNARY)](v)
     return pnp.sum(v * v) if reduce_last else v
+
   rng = np.random.default_rng(draw(st.integers(0, 1000)))
   return f, rng.uniform(-1, 1, shape_a), rng.uniform(-1, 1, shape_b)
 
@@ -106,18 +117,47 @@ def test_random_programs_compiled_at_derivative_orders(program, order):
 
 def test_nan_and_inf_propagate_as_in_numpy():
   x = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e30, -1e-40], np.float32)
-  fns = [pnp.exp, pnp.log, pnp.tanh, pnp.sin, pnp.cos, pnp.sqrt, pnp.sign, pnp.abs,
-         lambda x: x / 0.0, lambda x: pnp.maximum(x, 0.0), lambda x: pnp.minimum(x, np.nan),
-         lambda x: x - x, lambda x: x * 0.0, lambda x: pnp.sum(x), lambda x: pnp.max(x)]
+  fns = [
+    pnp.exp,
+    pnp.log,
+    pnp.tanh,
+    pnp.sin,
+    pnp.cos,
+    pnp.sqrt,
+    pnp.sign,
+    pnp.abs,
+    lambda x: x / 0.0,
+    lambda x: pnp.maximum(x, 0.0),
+    lambda x: pnp.minimum(x, np.nan),
+    lambda x: x - x,
+    lambda x: x * 0.0,
+    lambda x: pnp.sum(x),
+    lambda x: pnp.max(x),
+  ]
   got = primc.jit(lambda x: [f(x) for f in fns])(x)
   with np.errstate(all="ignore"):
-    want = [np.exp(x), np.log(x), np.tanh(x), np.sin(x), np.cos(x), np.sqrt(x), np.sign(x),
-            np.abs(x), x / np.float32(0), np.maximum(x, 0), np.minimum(x, np.nan), x - x, x * 0,
-            np.sum(x), np.max(x)]
+    want = [
+      np.exp(x),
+      np.log(x),
+      np.tanh(x),
+      np.sin(x),
+      np.cos(x),
+      np.sqrt(x),
+      np.sign(x),
+      np.abs(x),
+      x / np.float32(0),
+      np.maximum(x, 0),
+      np.minimum(x, np.nan),
+      x - x,
+      x * 0,
+      np.sum(x),
+      np.max(x),
+    ]
   for k, (g, w) in enumerate(zip(got, want)):
     np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=str(k))
-    np.testing.assert_array_equal(np.isinf(g) * np.sign(g), np.isinf(w) * np.sign(w),
-                                  err_msg=str(k))
+    np.testing.assert_array_equal(
+      np.isinf(g) * np.sign(g), np.isinf(w) * np.sign(w), err_msg=str(k)
+    )
     finite = np.isfinite(w)
     np.testing.assert_allclose(g[finite], w[finite], rtol=3e-7, atol=1e-37, err_msg=str(k))
 
@@ -199,9 +239,6 @@ def test_float_constants_are_not_code():
   assert a == b
 
 
-from primc.tree import tree_flatten  # noqa: E402
-
-
 def _mlp_loss(params, x, y):
   h = x
   for w, b in params[:-1]:
@@ -210,8 +247,9 @@ def _mlp_loss(params, x, y):
   return pnp.mean((h @ w + b - y) ** 2)
 
 
-@pytest.mark.parametrize("sizes", [(64, 100, 7, 1, 33, 256, 2, 17, 1000, 5),
-                                   (3, 1, 7, 2, 17, 33, 64, 100, 150, 5)])
+@pytest.mark.parametrize(
+  "sizes", [(64, 100, 7, 1, 33, 256, 2, 17, 1000, 5), (3, 1, 7, 2, 17, 33, 64, 100, 150, 5)]
+)
 def test_ten_batch_sizes_of_a_training_step_compile_once(sizes):
   # a training step (mean over the batch, whose gradient's 2/n is 1 at n = 2; products
   # that are small at some sizes and not at others, in both directions): only the first
@@ -219,8 +257,9 @@ def test_ten_batch_sizes_of_a_training_step_compile_once(sizes):
   # product variant past 2^17 multiply-adds, at 228 rows here: see docs/guide/compiling.md.)
   params = [(f32(a, b) * 0.5, f32(b)) for a, b in [(2, 24), (24, 24), (24, 1)]]
   step = primc.jit(primc.value_and_grad(_mlp_loss))
-  compiles = lambda: sum(primc.cache_stats().get(k, 0)
-                         for k in ("kernel_compiles", "worker_compiles"))
+  compiles = lambda: sum(
+    primc.cache_stats().get(k, 0) for k in ("kernel_compiles", "worker_compiles")
+  )
   for i, n in enumerate(sizes):
     x, y = f32(n, 2), f32(n, 1)
     before = compiles()
@@ -228,8 +267,10 @@ def test_ten_batch_sizes_of_a_training_step_compile_once(sizes):
     if i:
       assert compiles() == before, f"batch size {n} compiled a kernel"
     want_value, want_grads = primc.value_and_grad(_mlp_loss)(
-        [(w.astype(np.float64), b.astype(np.float64)) for w, b in params],
-        x.astype(np.float64), y.astype(np.float64))
+      [(w.astype(np.float64), b.astype(np.float64)) for w, b in params],
+      x.astype(np.float64),
+      y.astype(np.float64),
+    )
     np.testing.assert_allclose(value, want_value, rtol=1e-4)
     for got, want in zip(tree_flatten(grads)[0], tree_flatten(want_grads)[0]):
       np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-5)
@@ -246,15 +287,18 @@ def test_a_training_step_shares_the_kernels_of_its_gradient():
   def step(params, x, y):
     g = primc.grad(_mlp_loss)(params, x, y)
     return [(w - 0.1 * gw, b - 0.1 * gb) for (w, b), (gw, gb) in zip(params, g)]
-  compiles = lambda: sum(primc.cache_stats().get(k, 0)
-                         for k in ("kernel_compiles", "worker_compiles"))
+
+  compiles = lambda: sum(
+    primc.cache_stats().get(k, 0) for k in ("kernel_compiles", "worker_compiles")
+  )
   before = compiles()
   step_jit = primc.jit(step)
   new = step_jit(params, x, y)
-  np.testing.assert_allclose(new[0][0], params[0][0] - 0.1 * grad(params, x, y)[0][0],
-                             rtol=1e-5, atol=1e-6)
-  (g_exe, _), = grad._compiled.values()
-  (s_exe, _), = step_jit._compiled.values()
+  np.testing.assert_allclose(
+    new[0][0], params[0][0] - 0.1 * grad(params, x, y)[0][0], rtol=1e-5, atol=1e-6
+  )
+  ((g_exe, _),) = grad._compiled.values()
+  ((s_exe, _),) = step_jit._compiled.values()
   shared = set(g_exe.plan.kernels) & set(s_exe.plan.kernels)
   assert len(shared) >= len(g_exe.plan.kernels) // 2, (len(shared), len(g_exe.plan.kernels))
   assert compiles() - before <= len(s_exe.plan.kernels) - len(shared)
@@ -262,6 +306,7 @@ def test_a_training_step_shares_the_kernels_of_its_gradient():
 
 def _numba_counts():
   from primc.codegen import cache
+
   counts = cache.stats()
   return counts.get("kernel_compiles", 0), counts.get("kernel_cache_loads", 0)
 
@@ -274,8 +319,9 @@ def test_jit_composes_with_transforms():
   d3 = primc.grad(d2)
   np.testing.assert_allclose(primc.jit(d3)(x), d3(x), rtol=1e-12)
   np.testing.assert_allclose(primc.jit(primc.hessian(f))(x), primc.hessian(f)(x), rtol=1e-12)
-  np.testing.assert_allclose(primc.jit(primc.vmap(f))(np.stack([x, 2 * x])),
-                             [f(x), f(2 * x)], rtol=1e-12)
+  np.testing.assert_allclose(
+    primc.jit(primc.vmap(f))(np.stack([x, 2 * x])), [f(x), f(2 * x)], rtol=1e-12
+  )
   np.testing.assert_allclose(primc.grad(primc.jit(f))(x), primc.grad(f)(x), rtol=1e-12)
 
 
@@ -303,6 +349,7 @@ def test_concurrent_calls_use_separate_arenas():
   def work(k):
     for _ in range(20):
       results[k] = f(inputs[k])
+
   threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
   for t in threads:
     t.start()
@@ -326,9 +373,9 @@ def test_hot_loops_are_vectorized():
   f(f32(1000))
   exe = next(iter(f._compiled.values()))[0]
   (module,) = exe.modules
-  from primc.codegen import loader, translate  # the kernel as LLVM compiled it (the default)
-  asm = translate.assembly(translate.kernel_ir(module.SOURCE, vars(loader.executed(module)),
-                                               "k"))
+  from primc.codegen import translate  # the kernel as LLVM compiled it (the default)
+
+  asm = translate.assembly(translate.kernel_ir(module.SOURCE, vars(loader.executed(module)), "k"))
   packed = re.findall(r"\bv\w+ps\s+[^\n]*%[yz]mm", asm)
   assert len(packed) > 10, "expected packed (ymm/zmm) float32 instructions"
 
@@ -339,22 +386,24 @@ def test_row_block_loops_read_memory_in_order(case):
   # wrap-around of negative indices turns every contiguous read into a gather (the loop
   # "vectorizes" and runs 8x slower); each kernel compiled here, its optimized IR read
   import numba
-  from primc.codegen import kernels, loader, translate
+  from primc.codegen import kernels, translate
+
   x, b = f32(256, 64), f32(64)
   fn, args = {
-      "flat": (lambda x: pnp.tanh(x) * 2.0 - x, (x.reshape(-1),)),
-      "rows_with_bias": (lambda x, b: pnp.tanh(x + b) * x, (x, b)),
-      "three_outputs": (lambda x: (pnp.exp(x) - x, x * x + 1.0, pnp.tanh(x) * x), (x,)),
+    "flat": (lambda x: pnp.tanh(x) * 2.0 - x, (x.reshape(-1),)),
+    "rows_with_bias": (lambda x, b: pnp.tanh(x + b) * x, (x, b)),
+    "three_outputs": (lambda x: (pnp.exp(x) - x, x * x + 1.0, pnp.tanh(x) * x), (x,)),
   }[case]
   sources = primc.jit(fn).lower(*args).source.split("# generated by primc")[1:]
   assert sources
   for source in sources:
-    source = "# generated by primc" + source[:source.index("\nKERNEL = ")]
+    source = "# generated by primc" + source[: source.index("\nKERNEL = ")]
     name = source.split("def ")[1].split("(")[0]
     module = loader.executed(loader.load(source + f"\nKERNEL = {name}\n", in_memory=True))
     for compiler, ir in [  # both compilers' optimized IR
-        ("numba", numba.cfunc(kernels.SIGNATURE, **kernels.OPTIONS)(module.KERNEL).inspect_llvm()),
-        ("llvm", str(translate.optimized(translate.kernel_ir(module.SOURCE, vars(module), "k"))))]:
+      ("numba", numba.cfunc(kernels.SIGNATURE, **kernels.OPTIONS)(module.KERNEL).inspect_llvm()),
+      ("llvm", str(translate.optimized(translate.kernel_ir(module.SOURCE, vars(module), "k")))),
+    ]:
       assert "vector.body" in ir, f"{name} ({compiler}): no vectorized loop"
       assert "gather" not in ir, f"{name} ({compiler}): contiguous reads became gathers"
 
@@ -383,24 +432,27 @@ def _dot_reference(a, b, dims):
   """dot_general by numpy's einsum, in float64."""
   (lc, rc), (lb, rb) = dims
   letters = "abcdefgh"
-  left = letters[:a.ndim]
+  left = letters[: a.ndim]
   right = [None] * b.ndim
   for i, j in zip(lc + lb, rc + rb):
     right[j] = left[i]
   right = "".join(r or letters[a.ndim + k] for k, r in enumerate(right))
-  out = "".join([left[i] for i in lb] + [c for i, c in enumerate(left) if i not in lc + lb]
-                + [c for j, c in enumerate(right) if j not in rc + rb])
+  out = "".join(
+    [left[i] for i in lb]
+    + [c for i, c in enumerate(left) if i not in lc + lb]
+    + [c for j, c in enumerate(right) if j not in rc + rb]
+  )
   return np.einsum(f"{left},{right}->{out}", a.astype(np.float64), b.astype(np.float64))
 
 
 DOT_CASES = {  # name: (lhs shape, rhs shape, dimension numbers): each takes another path
-    "row_blocks": ((700, 64), (64, 48), (((1,), (0,)), ((), ()))),
-    "row_blocks_rhs_transposed": ((700, 64), (48, 64), (((1,), (1,)), ((), ()))),
-    "wide_rows": ((40, 300), (300, 200), (((1,), (0,)), ((), ()))),
-    "wide_rows_in_blocks": ((400, 300), (300, 200), (((1,), (0,)), ((), ()))),
-    "contraction_parts": ((3000, 24), (3000, 40), (((0,), (0,)), ((), ()))),
-    "batched": ((6, 200, 32), (6, 32, 48), (((2,), (1,)), ((0,), (0,)))),
-    "batched_lhs_transposed": ((6, 96, 200), (6, 96, 48), (((1,), (1,)), ((0,), (0,)))),
+  "row_blocks": ((700, 64), (64, 48), (((1,), (0,)), ((), ()))),
+  "row_blocks_rhs_transposed": ((700, 64), (48, 64), (((1,), (1,)), ((), ()))),
+  "wide_rows": ((40, 300), (300, 200), (((1,), (0,)), ((), ()))),
+  "wide_rows_in_blocks": ((400, 300), (300, 200), (((1,), (0,)), ((), ()))),
+  "contraction_parts": ((3000, 24), (3000, 40), (((0,), (0,)), ((), ()))),
+  "batched": ((6, 200, 32), (6, 32, 48), (((2,), (1,)), ((0,), (0,)))),
+  "batched_lhs_transposed": ((6, 96, 200), (6, 96, 48), (((1,), (1,)), ((0,), (0,)))),
 }
 
 
@@ -411,17 +463,24 @@ def test_threaded_products_compute_every_element(name, epilogue):
   # their epilogue rows, contraction parts summed in order, batch items): against numpy
   from primc import prims as P
   from primc.codegen import kernels
+
   ls, rs, dims = DOT_CASES[name]
   a = R.uniform(-1, 1, ls).astype(np.float32)
   b = R.uniform(-1, 1, rs).astype(np.float32)
   (lc, rc), (lb, rb) = dims
   want = _dot_reference(a, b, dims)
   assert want.size * np.prod([ls[i] for i in lc]) >= kernels.DOT_PARALLEL_MIN
-  tail = {"none": lambda p: p, "elementwise": lambda p: (pnp.tanh(p) * 2.0, p + 1.0),
-          "reduction": lambda p: (p * p, pnp.sum(p, axis=0))}[epilogue]
+  tail = {
+    "none": lambda p: p,
+    "elementwise": lambda p: (pnp.tanh(p) * 2.0, p + 1.0),
+    "reduction": lambda p: (p * p, pnp.sum(p, axis=0)),
+  }[epilogue]
   got = primc.jit(lambda x, y: tail(P.dot_general(x, y, dims)))(a, b)
-  expect = {"none": lambda p: p, "elementwise": lambda p: (np.tanh(p) * 2, p + 1),
-            "reduction": lambda p: (p * p, p.sum(axis=0))}[epilogue](want)
+  expect = {
+    "none": lambda p: p,
+    "elementwise": lambda p: (np.tanh(p) * 2, p + 1),
+    "reduction": lambda p: (p * p, p.sum(axis=0)),
+  }[epilogue](want)
   for g, w in zip(tree_flatten(got)[0], tree_flatten(expect)[0]):
     np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4 * np.abs(w).max())
 
@@ -455,6 +514,7 @@ def test_reshape_regions_are_views_whose_buffer_stays_live():
   # reused while a view of it is still to be read (here: `t` is dead after its product,
   # its view is read by the last region)
   from primc.codegen import module
+
   w1, w2, w3 = f32(12, 5), f32(6, 7), f32(7, 3)
 
   def f(x):
@@ -473,13 +533,13 @@ def test_reshape_regions_are_views_whose_buffer_stays_live():
 
 
 SMALL_DOT_CASES = {  # products small enough to be summed in the loop over their output
-    "matrix": ((2, 3), (3, 2), (((1,), (0,)), ((), ()))),
-    "vectors": ((5,), (5,), (((0,), (0,)), ((), ()))),
-    "matrix_vector": ((4, 6), (6,), (((1,), (0,)), ((), ()))),
-    "both_transposed": ((3, 2), (4, 3), (((0,), (1,)), ((), ()))),
-    "batched": ((2, 3, 4), (2, 4, 3), (((2,), (1,)), ((0,), (0,)))),
-    "batch_inside": ((3, 2, 4), (4, 2), (((2,), (0,)), ((1,), (1,)))),
-    "two_contractions": ((2, 3, 4), (4, 3, 5), (((1, 2), (1, 0)), ((), ()))),
+  "matrix": ((2, 3), (3, 2), (((1,), (0,)), ((), ()))),
+  "vectors": ((5,), (5,), (((0,), (0,)), ((), ()))),
+  "matrix_vector": ((4, 6), (6,), (((1,), (0,)), ((), ()))),
+  "both_transposed": ((3, 2), (4, 3), (((0,), (1,)), ((), ()))),
+  "batched": ((2, 3, 4), (2, 4, 3), (((2,), (1,)), ((0,), (0,)))),
+  "batch_inside": ((3, 2, 4), (4, 2), (((2,), (0,)), ((1,), (1,)))),
+  "two_contractions": ((2, 3, 4), (4, 3, 5), (((1, 2), (1, 0)), ((), ()))),
 }
 
 
@@ -487,12 +547,16 @@ SMALL_DOT_CASES = {  # products small enough to be summed in the loop over their
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 def test_small_products_are_summed_in_their_epilogue_loop(name, dtype):
   from primc import prims as P
+
   ls, rs, dims = SMALL_DOT_CASES[name]
   a = R.integers(-4, 5, ls).astype(dtype)
   b = R.integers(-4, 5, rs).astype(dtype)
   want = _dot_reference(a, b, dims).astype(dtype)
-  f = lambda x, y: (P.dot_general(x, y, dims), P.dot_general(x, y, dims) * 3 + 1,
-                    pnp.sum(P.dot_general(x, y, dims) * 2))
+  f = lambda x, y: (
+    P.dot_general(x, y, dims),
+    P.dot_general(x, y, dims) * 3 + 1,
+    pnp.sum(P.dot_general(x, y, dims) * 2),
+  )
   source = primc.jit(f).lower(a, b).source
   assert "matmul(" not in source and "matmul_loops(" not in source
   got = primc.jit(f)(a, b)
@@ -501,14 +565,16 @@ def test_small_products_are_summed_in_their_epilogue_loop(name, dtype):
     np.testing.assert_array_equal(g, w)
 
 
-@pytest.mark.parametrize("shape", [(64, 64, 1), (64, 64, 4), (2, 2, 2), (1, 64, 64),
-                                   (9, 20, 3), (16, 16, 16), (3, 0, 2)])
+@pytest.mark.parametrize(
+  "shape", [(64, 64, 1), (64, 64, 4), (2, 2, 2), (1, 64, 64), (9, 20, 3), (16, 16, 16), (3, 0, 2)]
+)
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
 def test_product_loops_choose_an_order_and_stay_exact(shape, transposed, dtype):
   # each loop order of blas.matmul_loops (wide right operand; narrow one against rows of
   # the left operand, read in place or transposed) against numpy, set and accumulated
   from primc.codegen.blas import matmul_loops
+
   m, k, n = shape
   a = R.integers(-8, 9, (k, m) if transposed else (m, k)).astype(dtype)
   a = a.T if transposed else a
@@ -524,14 +590,22 @@ def test_product_loops_choose_an_order_and_stay_exact(shape, transposed, dtype):
 def test_gemm_by_address_against_numpy(dtype):
   # the C entry kernels call (loops up to SMALL_DOT multiply-adds, BLAS above): every
   # operand layout, set and accumulate, empty and degenerate sizes
-  import ctypes
   import numba
   from primc.codegen import blas
+
   name = {np.float32: "gemm_f32", np.float64: "gemm_f64"}[dtype]
   gemm = numba.cfunc(blas.EXTERNAL_SIGNATURE, error_model="numpy")(getattr(blas, name)).ctypes
   tol = 1e-5 if dtype == np.float32 else 1e-12
-  for m, k, n in [(3, 4, 5), (64, 64, 1), (1, 1, 1), (40, 50, 60), (300, 7, 2), (5, 0, 3),
-                  (0, 4, 3), (200, 200, 200)]:
+  for m, k, n in [
+    (3, 4, 5),
+    (64, 64, 1),
+    (1, 1, 1),
+    (40, 50, 60),
+    (300, 7, 2),
+    (5, 0, 3),
+    (0, 4, 3),
+    (200, 200, 200),
+  ]:
     for ta in (0, 1):
       for acc in (0, 1):
         stored = R.standard_normal((k, m) if ta else (m, k)).astype(dtype)
@@ -540,8 +614,9 @@ def test_gemm_by_address_against_numpy(dtype):
         c = R.standard_normal((m, n)).astype(dtype)
         want = a.astype(np.float64) @ b + (c if acc else 0)
         gemm(ta, m, n, k, stored.ctypes.data, b.ctypes.data, c.ctypes.data, acc)
-        np.testing.assert_allclose(c, want, rtol=tol, atol=tol * max(1, k),
-                                   err_msg=f"{m}x{k}x{n} ta={ta} acc={acc}")
+        np.testing.assert_allclose(
+          c, want, rtol=tol, atol=tol * max(1, k), err_msg=f"{m}x{k}x{n} ta={ta} acc={acc}"
+        )
 
 
 def test_steady_calls_take_other_arguments_through_the_general_path():
@@ -553,9 +628,17 @@ def test_steady_calls_take_other_arguments_through_the_general_path():
     np.testing.assert_allclose(f(a, a), a * a + 1, rtol=1e-6)
   frozen = a.copy()
   frozen.flags.writeable = False
-  others = [(a[:, :3], a[:, 1:]), (a.astype(np.float64), a.astype(np.float64)),
-            (a.reshape(12), a.reshape(12)), (np.asfortranarray(a), a), (a[:, ::2], a[:, :2]),
-            (frozen, a), (a, np.float32(2.0)), (a, 2.0), (a[:2], a[:2])]
+  others = [
+    (a[:, :3], a[:, 1:]),
+    (a.astype(np.float64), a.astype(np.float64)),
+    (a.reshape(12), a.reshape(12)),
+    (np.asfortranarray(a), a),
+    (a[:, ::2], a[:, :2]),
+    (frozen, a),
+    (a, np.float32(2.0)),
+    (a, 2.0),
+    (a[:2], a[:2]),
+  ]
   for x, y in others:
     got = f(x, y)
     want = np.asarray(x) * np.asarray(y) + 1
@@ -572,13 +655,15 @@ def test_constants_reach_the_driver_as_one_type():
   # with compilation then turned off, must take them as it took the read-only originals
   import dataclasses
   from primc.codegen.executor import Executable
+
   f = primc.jit(lambda x: x * np.arange(1.0, 4.0, dtype=np.float32))
   x = R.uniform(-1, 1, (2, 3)).astype(np.float32)
   np.testing.assert_array_equal(f(x), x * np.arange(1.0, 4.0, dtype=np.float32))
-  (executable, _), = f._compiled.values()
+  ((executable, _),) = f._compiled.values()
   assert executable.plan.const_arrays
-  unpickled = dataclasses.replace(executable.plan, const_arrays=tuple(
-      np.array(c) for c in executable.plan.const_arrays))
+  unpickled = dataclasses.replace(
+    executable.plan, const_arrays=tuple(np.array(c) for c in executable.plan.const_arrays)
+  )
   again = Executable.load(unpickled)
   np.testing.assert_array_equal(again([x])[0], x * np.arange(1.0, 4.0, dtype=np.float32))
   assert again.kernels == executable.kernels
@@ -591,10 +676,11 @@ def test_constants_reach_the_driver_as_one_type():
 @pytest.mark.primc_both
 def test_the_plugin_runs_a_test_compiled_and_interpreted(primc_mode):
   from primc.codegen.executor import Executable
+
   f = primc.jit(lambda x: pnp.tanh(x) * 2.0)
   x = f32(5)
   np.testing.assert_allclose(f(x), np.tanh(x) * 2, rtol=2e-6)
-  (exe, _), = f._compiled.values()
+  ((exe, _),) = f._compiled.values()
   assert isinstance(exe, Executable) == (primc_mode == "compiled")
 
 
@@ -635,6 +721,7 @@ def test_equal_regions_of_a_program_are_emitted_once(monkeypatch):
     for w in ws:
       x = pnp.tanh(x @ w)
     return pnp.mean(x * x)
+
   ws = [f32(16, 16) for _ in range(3)]
   traced = primc.make_program(primc.value_and_grad(loss))(ws, f32(50, 16))
   fused = passes.fuse(passes.optimize(traced))
@@ -643,7 +730,7 @@ def test_equal_regions_of_a_program_are_emitted_once(monkeypatch):
   monkeypatch.setattr(module, "_kernel", lambda *a: emitted.append(1) or real(*a))
   shared = module.build(fused)
   shared_count = len(emitted)
-  keys = iter(range(10 ** 6))
+  keys = iter(range(10**6))
   monkeypatch.setattr(module, "region_key", lambda region, kind: next(keys))
   each = module.build(fused)
   regions = len(fused.eqns) - _views(fused)
@@ -654,6 +741,7 @@ def test_equal_regions_of_a_program_are_emitted_once(monkeypatch):
 
 def _views(fused):
   from primc.codegen import module
+
   out_vars = [a for a in fused.outputs if not isinstance(a, primc.core.Lit)]
   return sum(module._is_view(e, out_vars) for e in fused.eqns)
 
@@ -666,15 +754,18 @@ def test_what_a_loop_does_not_change_is_computed_before_it():
     v = pnp.exp(pnp.tanh(v)) * 0.21
     v = pnp.expand_dims(pnp.sigmoid(v), 0) * pnp.ones((2,))
     return pnp.max(pnp.exp(pnp.tanh(pnp.cumsum(v, 0))), 0)
+
   x = np.float32(0.3)
   source = primc.jit(f).lower(x).source
   looped = 0
   for kernel in source.split("def k_")[1:]:
-    kernel = kernel[:kernel.index("KERNEL = ")]
+    kernel = kernel[: kernel.index("KERNEL = ")]
     loop = re.search(r"^\s*for \w+ in range", kernel, re.M)
     if loop and "LOAD(ptr2, 0" in kernel:
       looped += 1
-      assert "exp_f" not in kernel[loop.start():] and "tanh_f" not in kernel[loop.start():], kernel
+      assert "exp_f" not in kernel[loop.start() :] and "tanh_f" not in kernel[loop.start() :], (
+        kernel
+      )
   assert looped  # (a loop that reads the scalar)
   check_compiled(f, x, rtol=2e-6, atol=2e-6)
   xs = R.uniform(-1, 1, (3, 4)).astype(np.float32)

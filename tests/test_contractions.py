@@ -1,5 +1,6 @@
 """einsum, tensordot, inner and kron against numpy: values traced, eager and compiled;
 derivatives by finite differences (orders 1 and 2) and compiled gradients."""
+
 import numpy as np
 import pytest
 
@@ -10,34 +11,46 @@ R = np.random.default_rng(9)
 N = lambda *s: R.standard_normal(s)
 
 CASES = {
-    "matmul": ("ij,jk->ik", (N(3, 4), N(4, 5))),
-    "implicit": ("ij,jk", (N(3, 4), N(4, 5))),
-    "transpose": ("ij->ji", (N(3, 4),)),
-    "diagonal": ("ii->i", (N(4, 4),)),
-    "trace": ("ii", (N(4, 4),)),
-    "sum_axis": ("ijk->ik", (N(2, 3, 4),)),
-    "batched": ("bij,bjk->bik", (N(2, 3, 4), N(2, 4, 5))),
-    "dot": ("i,i->", (N(5), N(5))),
-    "outer": ("i,j->ij", (N(3), N(4))),
-    "hadamard": ("ij,ij->ij", (N(3, 4), N(3, 4))),
-    "ellipsis_broadcast": ("...ij,...jk->...ik", (N(2, 1, 3, 4), N(5, 4, 2))),
-    "three": ("abc,cd,de->abe", (N(2, 3, 4), N(4, 5), N(5, 2))),
-    "chain_batched": ("bij,bjk,bkl->bil", (N(2, 3, 4), N(2, 4, 2), N(2, 2, 3))),
-    "bilinear": ("i,ij,j->", (N(3), N(3, 4), N(4))),
-    "repeated_and_summed": ("iij,jk->k", (N(3, 3, 4), N(4, 2))),
-    "size_one_broadcast": ("ij,ij->i", (N(3, 1), N(3, 4))),
+  "matmul": ("ij,jk->ik", (N(3, 4), N(4, 5))),
+  "implicit": ("ij,jk", (N(3, 4), N(4, 5))),
+  "transpose": ("ij->ji", (N(3, 4),)),
+  "diagonal": ("ii->i", (N(4, 4),)),
+  "trace": ("ii", (N(4, 4),)),
+  "sum_axis": ("ijk->ik", (N(2, 3, 4),)),
+  "batched": ("bij,bjk->bik", (N(2, 3, 4), N(2, 4, 5))),
+  "dot": ("i,i->", (N(5), N(5))),
+  "outer": ("i,j->ij", (N(3), N(4))),
+  "hadamard": ("ij,ij->ij", (N(3, 4), N(3, 4))),
+  "ellipsis_broadcast": ("...ij,...jk->...ik", (N(2, 1, 3, 4), N(5, 4, 2))),
+  "three": ("abc,cd,de->abe", (N(2, 3, 4), N(4, 5), N(5, 2))),
+  "chain_batched": ("bij,bjk,bkl->bil", (N(2, 3, 4), N(2, 4, 2), N(2, 2, 3))),
+  "bilinear": ("i,ij,j->", (N(3), N(3, 4), N(4))),
+  "repeated_and_summed": ("iij,jk->k", (N(3, 3, 4), N(4, 2))),
+  "size_one_broadcast": ("ij,ij->i", (N(3, 1), N(3, 4))),
 }
 
 
 def _cases():
   for name, (spec, args) in CASES.items():
-    yield name, (lambda spec: lambda *a: pnp.einsum(spec, *a))(spec), \
-        (lambda spec: lambda *a: np.einsum(spec, *a))(spec), args
+    yield (
+      name,
+      (lambda spec: lambda *a: pnp.einsum(spec, *a))(spec),
+      (lambda spec: lambda *a: np.einsum(spec, *a))(spec),
+      args,
+    )
   yield "tensordot_2", pnp.tensordot, np.tensordot, (N(2, 3, 4), N(3, 4, 5))
-  yield "tensordot_axes", lambda a, b: pnp.tensordot(a, b, ([0, 2], [2, 0])), \
-      lambda a, b: np.tensordot(a, b, ([0, 2], [2, 0])), (N(2, 3, 4), N(4, 5, 2))
-  yield "tensordot_0", lambda a, b: pnp.tensordot(a, b, 0), \
-      lambda a, b: np.tensordot(a, b, 0), (N(2, 3), N(4))
+  yield (
+    "tensordot_axes",
+    lambda a, b: pnp.tensordot(a, b, ([0, 2], [2, 0])),
+    lambda a, b: np.tensordot(a, b, ([0, 2], [2, 0])),
+    (N(2, 3, 4), N(4, 5, 2)),
+  )
+  yield (
+    "tensordot_0",
+    lambda a, b: pnp.tensordot(a, b, 0),
+    lambda a, b: np.tensordot(a, b, 0),
+    (N(2, 3), N(4)),
+  )
   yield "inner", pnp.inner, np.inner, (N(3, 4), N(2, 4))
   yield "inner_vectors", pnp.inner, np.inner, (N(4), N(4))
   yield "kron", pnp.kron, np.kron, (N(2, 3), N(3, 2))
@@ -57,8 +70,15 @@ def test_values_traced_eager_compiled(name, op, ref, args):
   np.testing.assert_allclose(primc.jit(op)(*f32), want, rtol=2e-5, atol=2e-5)
 
 
-COMPILED_GRADS = {"matmul", "batched", "three", "ellipsis_broadcast", "repeated_and_summed",
-                  "tensordot_axes", "kron"}  # a representative set: each is a compile
+COMPILED_GRADS = {
+  "matmul",
+  "batched",
+  "three",
+  "ellipsis_broadcast",
+  "repeated_and_summed",
+  "tensordot_axes",
+  "kron",
+}  # a representative set: each is a compile
 
 
 @pytest.mark.parametrize("name,op,ref,args", ALL, ids=[c[0] for c in ALL])

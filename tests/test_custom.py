@@ -4,6 +4,7 @@ path (interpreted, jit, vmap, the eager tape, the static program), at every orde
 Oracles: the rules' formulas written in numpy, finite differences in float64 where the rule
 is the true derivative, and the transpose identity between a custom_jvp's forward and
 reverse modes."""
+
 import numpy as np
 import pytest
 
@@ -79,8 +80,13 @@ def test_custom_jvp_values_and_the_rule_at_every_order():
   np.testing.assert_allclose(log1pexp(x[:3]), np.log1p(np.exp(x[:3])), rtol=1e-12)
   want = _sigmoid(x)
   g = primc.grad(lambda x: pnp.sum(log1pexp(x)))
-  for got in (g(x), primc.jit(g)(x), primc.vmap(primc.grad(log1pexp))(x),
-              primc.jacfwd(log1pexp)(x).diagonal(), primc.jacrev(log1pexp)(x).diagonal()):
+  for got in (
+    g(x),
+    primc.jit(g)(x),
+    primc.vmap(primc.grad(log1pexp))(x),
+    primc.jacfwd(log1pexp)(x).diagonal(),
+    primc.jacrev(log1pexp)(x).diagonal(),
+  ):
     np.testing.assert_allclose(got, want, rtol=1e-12)
   # second order differentiates the rule: d sigmoid = sigmoid (1 - sigmoid)
   h = primc.grad(primc.grad(log1pexp))
@@ -96,8 +102,10 @@ def test_batched_functions_whose_rules_call_them():
   want = np.log1p(np.exp(x))
   for f in (primc.vmap(log1pexp), primc.jit(primc.vmap(log1pexp))):
     np.testing.assert_allclose(f(x), want, rtol=1e-12)
-  for f in (primc.grad(lambda x: pnp.sum(primc.vmap(log1pexp)(x))),
-            primc.jit(primc.grad(lambda x: pnp.sum(primc.vmap(log1pexp)(x))))):
+  for f in (
+    primc.grad(lambda x: pnp.sum(primc.vmap(log1pexp)(x))),
+    primc.jit(primc.grad(lambda x: pnp.sum(primc.vmap(log1pexp)(x)))),
+  ):
     np.testing.assert_allclose(f(x), _sigmoid(x), rtol=1e-12)
   primc.check_grads(lambda x: primc.vmap(log1pexp)(x) * x, (x,), order=2)
   g = primc.grad(lambda x: pnp.sum(primc.vmap(cube)(x)))
@@ -132,8 +140,11 @@ def test_custom_vjp_bwd_is_used_in_reverse_mode_every_path():
   f = lambda x: pnp.sum(clip_gradient(x * 10.0, -1.0, 1.0))  # d/dx would be 10
   want = np.clip(np.full(3, 1.0), -1, 1) * 10.0  # bwd clips the cotangent 1 -> 1, then x10
   g = primc.grad(f)
-  for got in (g(x), primc.jit(g)(x), primc.vmap(primc.grad(
-      lambda x: clip_gradient(x * 10.0, -1.0, 1.0)))(x)):
+  for got in (
+    g(x),
+    primc.jit(g)(x),
+    primc.vmap(primc.grad(lambda x: clip_gradient(x * 10.0, -1.0, 1.0)))(x),
+  ):
     np.testing.assert_allclose(got, want, rtol=1e-12)
   f2 = lambda x: pnp.sum(clip_gradient(x, -0.5, 0.5) * 4.0)  # cotangent 4 clipped to 0.5
   np.testing.assert_allclose(primc.grad(f2)(x), np.full(3, 0.5), rtol=1e-12)
@@ -141,7 +152,7 @@ def test_custom_vjp_bwd_is_used_in_reverse_mode_every_path():
 
 def test_custom_vjp_higher_orders_differentiate_bwd():
   x = np.array([0.5, -1.5, 2.0])
-  np.testing.assert_allclose(cube(x), x ** 3, rtol=1e-12)
+  np.testing.assert_allclose(cube(x), x**3, rtol=1e-12)
   g2 = primc.grad(lambda x: pnp.sum(primc.grad(lambda x: pnp.sum(cube(x)))(x)))
   np.testing.assert_allclose(g2(x), 6 * x, rtol=1e-12)
   np.testing.assert_allclose(primc.jit(g2)(x), 6 * x, rtol=1e-12)
@@ -163,6 +174,7 @@ def test_closing_over_a_differentiated_value_is_an_error():
 
     g.defjvp(lambda p, t: (g(*p), t[0] * x))
     return pnp.sum(g(np.ones(2)))
+
   with pytest.raises(primc.PrimcError, match="enclosing scope"):
     primc.grad(f)(np.ones(2))
 
@@ -181,13 +193,13 @@ def test_rule_errors_name_the_function():
 
 def test_nondiff_argnums_pass_python_values_first():
   def power(n, x):
-    return x ** n
+    return x**n
 
   f = primc.custom_jvp(power, nondiff_argnums=(0,))
   f.defjvp(lambda n, p, t: (f(n, *p), n * p[0] ** (n - 1) * t[0]))
   x = np.array([1.5, 2.0])
-  np.testing.assert_allclose(primc.grad(lambda x: pnp.sum(f(3, x)))(x), 3 * x ** 2)
-  np.testing.assert_allclose(primc.jit(primc.grad(lambda x: pnp.sum(f(4, x))))(x), 4 * x ** 3)
+  np.testing.assert_allclose(primc.grad(lambda x: pnp.sum(f(3, x)))(x), 3 * x**2)
+  np.testing.assert_allclose(primc.jit(primc.grad(lambda x: pnp.sum(f(4, x))))(x), 4 * x**3)
 
 
 def test_eager_tape_uses_the_rule():
@@ -203,6 +215,7 @@ def test_eager_tape_uses_the_rule():
 
 def test_static_program_uses_the_rule():
   from primc import autograd, static
+
   static.enable_static()
   try:
     static.reset()

@@ -1,6 +1,7 @@
 """primc on Dask (a LocalCluster of 2 worker processes): compiled functions per chunk, a
 data-parallel value-and-gradient equal to the single-process one, jitted functions that
 travel as programs, and workers that load kernels instead of compiling them."""
+
 import pickle
 
 import numpy as np
@@ -16,8 +17,9 @@ from primc import dask as pdask  # noqa: E402
 
 @pytest.fixture(scope="module")
 def client():
-  cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                     dashboard_address=None)
+  cluster = distributed.LocalCluster(
+    n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+  )
   with distributed.Client(cluster) as c:
     yield c
   cluster.close()
@@ -31,8 +33,11 @@ def _loss(params, batch):
 
 
 def _params(rng):
-  return {"w1": rng.standard_normal((2, 16)) * 0.5, "b1": np.zeros(16),
-          "w2": rng.standard_normal((16, 1)) * 0.5}
+  return {
+    "w1": rng.standard_normal((2, 16)) * 0.5,
+    "b1": np.zeros(16),
+    "w2": rng.standard_normal((16, 1)) * 0.5,
+  }
 
 
 def _data(rng, n):
@@ -46,8 +51,7 @@ def test_map_blocks_declares_chunks_from_shape_inference(client):
   dx = dask_array.from_array(x, chunks=(300, 3))
   y = pdask.map_blocks(lambda b: pnp.sum(pnp.tanh(b) * 2.0, axis=1, keepdims=True), dx)
   assert y.chunks == ((300, 300, 300, 100), (1,)) and y.dtype == np.float64
-  np.testing.assert_allclose(y.compute(), np.sum(np.tanh(x) * 2.0, 1, keepdims=True),
-                             rtol=1e-12)
+  np.testing.assert_allclose(y.compute(), np.sum(np.tanh(x) * 2.0, 1, keepdims=True), rtol=1e-12)
   with pytest.raises(primc.PrimcError, match="keep the rank"):
     pdask.map_blocks(lambda b: pnp.sum(b), dx)
 
@@ -62,8 +66,9 @@ def test_data_parallel_gradient_equals_the_single_process_one(client):
   for k in params:
     np.testing.assert_allclose(grads[k], want_grads[k], rtol=1e-10, atol=1e-14)
   total, _ = pdask.value_and_grad(_loss, params, chunks, reduce="sum")
-  np.testing.assert_allclose(total, sum(float(_loss(params, data[i:i + 512])) for i in
-                                        range(0, 2000, 512)), rtol=1e-10)
+  np.testing.assert_allclose(
+    total, sum(float(_loss(params, data[i : i + 512])) for i in range(0, 2000, 512)), rtol=1e-10
+  )
   stats = client.run(primc.cache_stats)  # this process compiled; the workers loaded
   for worker, s in stats.items():
     assert s.get("kernel_compiles", 0) == 0, (worker, s)
@@ -100,6 +105,7 @@ def test_bad_input_gives_the_local_error(client):
 def test_import_primc_does_not_import_dask():
   import subprocess
   import sys
+
   code = "import sys, primc; print('dask' in sys.modules, 'distributed' in sys.modules)"
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert out.stdout.split() == ["False", "False"]
@@ -126,6 +132,7 @@ def test_training_steps_match_single_process_training(client):
 def _chunk_that_kills_its_worker_once(marker, n, seed):
   """A chunk whose first computation ends its worker process (as a crash would)."""
   import os
+
   if not os.path.exists(marker):
     open(marker, "w").close()
     os._exit(1)
@@ -134,12 +141,20 @@ def _chunk_that_kills_its_worker_once(marker, n, seed):
 
 def test_a_worker_killed_mid_step_is_retried_and_the_result_is_right(client, tmp_path):
   import dask
+
   rng = np.random.default_rng(4)
   params = _params(rng)
   marker = str(tmp_path / "killed-once")
-  blocks = [dask_array.from_delayed(dask.delayed(_chunk_that_kills_its_worker_once)(
-      marker if i == 1 else str(tmp_path / "never"), 200, i), (200, 3), np.float64)
-      for i in range(3)]
+  blocks = [
+    dask_array.from_delayed(
+      dask.delayed(_chunk_that_kills_its_worker_once)(
+        marker if i == 1 else str(tmp_path / "never"), 200, i
+      ),
+      (200, 3),
+      np.float64,
+    )
+    for i in range(3)
+  ]
   open(tmp_path / "never", "w").close()
   data = dask_array.concatenate(blocks)
   value, grads = pdask.value_and_grad(_loss, params, data)
@@ -149,4 +164,5 @@ def test_a_worker_killed_mid_step_is_retried_and_the_result_is_right(client, tmp
   for k in params:
     np.testing.assert_allclose(grads[k], want_grads[k], rtol=1e-10, atol=1e-14)
   import os
+
   assert os.path.exists(marker)  # the kill happened

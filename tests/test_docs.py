@@ -3,6 +3,7 @@ namespace (as a reader runs them one after another), in a process of its own (a 
 enable static mode or change settings), with the session's kernel cache. A block that
 fails names its page and its first line. Blocks fenced otherwise (```sh, ```text, bare
 ```) are shell commands, program text or printed output, not Python to run."""
+
 import os
 import pathlib
 import re
@@ -48,17 +49,27 @@ def test_code_blocks_run(page, tmp_path):
     assert "```python" not in page.read_text()
     return
   env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
-  done = subprocess.run([sys.executable, "-c", RUNNER, page.relative_to(ROOT).as_posix()],
-                        input=repr(found), capture_output=True, text=True, cwd=tmp_path,
-                        env=env, timeout=600)
+  done = subprocess.run(
+    [sys.executable, "-c", RUNNER, page.relative_to(ROOT).as_posix()],
+    input=repr(found),
+    capture_output=True,
+    text=True,
+    cwd=tmp_path,
+    env=env,
+    timeout=600,
+  )
   assert done.returncode == 0, done.stderr[-4000:]
 
 
 def test_the_site_builds_without_warnings(tmp_path):
   """`make docs`: MkDocs in strict mode (a broken link, a docstring that renders as a link,
   a page outside the navigation: each fails the build)."""
-  done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                         str(tmp_path / "site")], capture_output=True, text=True, cwd=ROOT,
-                        timeout=300)
+  done = subprocess.run(
+    [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    timeout=300,
+  )
   assert done.returncode == 0, done.stderr[-4000:]
   assert (tmp_path / "site" / "reference" / "index.html").read_text().count("primc.grad") >= 1

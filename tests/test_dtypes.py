@@ -5,6 +5,7 @@ when traced. numpy's integer types convert traced arrays when called (`pnp.int64
 
 Oracles: numpy's float64 results at the same (rounded) arguments, within the dtype's
 precision; numpy itself for dtypes and conversions."""
+
 import logging
 
 import numpy as np
@@ -21,8 +22,16 @@ LONG = np.dtype(np.longdouble).name
 DTYPES = ["float16"] + ([LONG] if LONG != "float64" else [])
 RTOL = {"float16": 2e-2, LONG: 1e-12}
 LAPACK = P.with_trait("linalg")
-SPECIAL = {P.erf_p, P.erfc_p, P.erfinv_p, P.erfcinv_p, P.gammaln_p, P.gamma_p, P.polygamma_p,
-           P.special_p}
+SPECIAL = {
+  P.erf_p,
+  P.erfc_p,
+  P.erfinv_p,
+  P.erfcinv_p,
+  P.gammaln_p,
+  P.gamma_p,
+  P.polygamma_p,
+  P.special_p,
+}
 
 
 def _refused(prim, dtype) -> bool:
@@ -53,24 +62,25 @@ def test_every_primitive_in_the_dtype(case, dtype, rng):
     if out.dtype.kind == "f" and case.prim not in (P.convert_p, P.full_p):
       assert out.dtype == np.dtype(dtype)
     finite = np.abs(want) < np.finfo(dtype).max  # float16 overflows where float64 does not
-    np.testing.assert_allclose(np.asarray(out, np.float64)[finite], want[finite],
-                               rtol=RTOL[dtype], atol=RTOL[dtype])
+    np.testing.assert_allclose(
+      np.asarray(out, np.float64)[finite], want[finite], rtol=RTOL[dtype], atol=RTOL[dtype]
+    )
 
 
 FUNCTIONS = {  # (function of a vector, arguments' range)
-    "tanh": (lambda x: pnp.sum(pnp.tanh(x) * x), (-2, 2)),
-    "exp_log": (lambda x: pnp.sum(pnp.exp(0.5 * x) + pnp.log(x)), (0.5, 2)),
-    "sin_sqrt": (lambda x: pnp.sum(pnp.sin(x) * pnp.sqrt(x)), (0.5, 2)),
-    "softmax": (lambda x: pnp.sum(pnp.softmax(x) * x), (-1, 1)),
-    "matmul": (lambda x: pnp.sum(pnp.tanh(pnp.outer(x, x) @ x)), (-0.5, 0.5)),
-    "power_mean": (lambda x: pnp.mean(x ** 3) / (1 + pnp.max(x)), (0.5, 1.5)),
+  "tanh": (lambda x: pnp.sum(pnp.tanh(x) * x), (-2, 2)),
+  "exp_log": (lambda x: pnp.sum(pnp.exp(0.5 * x) + pnp.log(x)), (0.5, 2)),
+  "sin_sqrt": (lambda x: pnp.sum(pnp.sin(x) * pnp.sqrt(x)), (0.5, 2)),
+  "softmax": (lambda x: pnp.sum(pnp.softmax(x) * x), (-1, 1)),
+  "matmul": (lambda x: pnp.sum(pnp.tanh(pnp.outer(x, x) @ x)), (-0.5, 0.5)),
+  "power_mean": (lambda x: pnp.mean(x**3) / (1 + pnp.max(x)), (0.5, 1.5)),
 }
 PATHS = {  # each path's gradient of f
-    "grad": lambda f: primc.grad(f),
-    "jit": lambda f: primc.jit(primc.grad(f)),
-    "vmap": lambda f: lambda x: primc.vmap(primc.grad(f))(x[None])[0],
-    "hessian_row": lambda f: lambda x: primc.jit(primc.hessian(f))(x)[0],
-    "eager": lambda f: _eager_grad(f),
+  "grad": lambda f: primc.grad(f),
+  "jit": lambda f: primc.jit(primc.grad(f)),
+  "vmap": lambda f: lambda x: primc.vmap(primc.grad(f))(x[None])[0],
+  "hessian_row": lambda f: lambda x: primc.jit(primc.hessian(f))(x)[0],
+  "eager": lambda f: _eager_grad(f),
 }
 
 
@@ -79,6 +89,7 @@ def _eager_grad(f):
     t = primc.eager.to_tensor(x, stop_gradient=False)
     f(t).backward()
     return t.grad.numpy()
+
   return g
 
 
@@ -93,8 +104,9 @@ def test_derivatives_in_the_dtype(name, path, dtype, rng):
   got = PATHS[path](f)(x)
   want = PATHS["grad" if path != "hessian_row" else path](f)(x.astype(np.float64))
   assert got.dtype == np.dtype(dtype)
-  np.testing.assert_allclose(got.astype(np.float64), want, rtol=RTOL[dtype] * 3,
-                             atol=RTOL[dtype] * 3)
+  np.testing.assert_allclose(
+    got.astype(np.float64), want, rtol=RTOL[dtype] * 3, atol=RTOL[dtype] * 3
+  )
 
 
 def test_jit_says_once_that_the_interpreter_runs(caplog):
@@ -113,9 +125,18 @@ def test_promotion_of_the_dtype_follows_numpy(dtype):
   """Mixed with Python scalars, numpy scalars and arrays of the other dtypes: numpy's
   result dtype (NEP 50), traced and eager."""
   x = np.linspace(0.5, 1.5, 3).astype(dtype)
-  others = [2.0, 3, True, np.float32(1.5), np.float64(2.5), np.ones(3, np.float32),
-            np.ones(3, np.float64), np.arange(3, dtype=np.int32), np.arange(3),
-            np.array([True, False, True])]
+  others = [
+    2.0,
+    3,
+    True,
+    np.float32(1.5),
+    np.float64(2.5),
+    np.ones(3, np.float32),
+    np.ones(3, np.float64),
+    np.arange(3, dtype=np.int32),
+    np.arange(3),
+    np.array([True, False, True]),
+  ]
   for y in others:
     for fn in (lambda a, b: a * b, lambda a, b: b - a, lambda a, b: a / (b + 1)):
       want = np.asarray(fn(x, y)).dtype
@@ -143,8 +164,11 @@ def test_integer_types_convert_traced_arrays(int_type, rng):
   want = np.zeros_like(w)
   for i in idx:
     want[i, :-1] += 2 * w[i, :-1]
-  for g in (primc.grad(f), primc.jit(primc.grad(f)),
-            lambda w: primc.vmap(primc.grad(f))(w[None])[0]):
+  for g in (
+    primc.grad(f),
+    primc.jit(primc.grad(f)),
+    lambda w: primc.vmap(primc.grad(f))(w[None])[0],
+  ):
     np.testing.assert_allclose(g(w), want, rtol=1e-12)
   conv = primc.jit(lambda v: int_type(v * 3))
   v = rng.uniform(-3, 3, 7)

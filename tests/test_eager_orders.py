@@ -1,8 +1,8 @@
 """The eager tape (Paddle dygraph, MegEngine GradManager, MindSpore functional) is right at
 every order: checked against the functional API (`primc.grad` of the same function) and
 the seeds' own examples, verbatim where they are runnable."""
+
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +21,7 @@ def test_gradient_penalty_reaches_the_weights():
   W = nn.Parameter(W0)
   x = primc.to_tensor(xv, stop_gradient=False)
   y = pnp.tanh(x @ W).sum()
-  gx, = eager.grad(y, [x], create_graph=True)
+  (gx,) = eager.grad(y, [x], create_graph=True)
   (gx * gx).sum().backward()
   penalty = lambda w: pnp.sum(primc.grad(lambda a: pnp.sum(pnp.tanh(a @ w)))(xv) ** 2)
   np.testing.assert_allclose(W.grad.numpy(), primc.grad(penalty)(W0), rtol=1e-5, atol=1e-6)
@@ -32,9 +32,11 @@ def test_mixed_partials_on_the_tape():
   x = primc.to_tensor(xv, stop_gradient=False)
   y = primc.to_tensor(yv, stop_gradient=False)
   z = (pnp.sin(x) * x * y * y).sum()
-  dx, = eager.grad(z, [x], create_graph=True)
-  dxy, = eager.grad(dx.sum(), [y])
-  want = primc.grad(lambda b: pnp.sum(primc.grad(lambda a: pnp.sum(pnp.sin(a) * a * b * b))(xv)))(yv)
+  (dx,) = eager.grad(z, [x], create_graph=True)
+  (dxy,) = eager.grad(dx.sum(), [y])
+  want = primc.grad(lambda b: pnp.sum(primc.grad(lambda a: pnp.sum(pnp.sin(a) * a * b * b))(xv)))(
+    yv
+  )
   np.testing.assert_allclose(dxy.numpy(), want, rtol=1e-6)
 
 
@@ -135,7 +137,8 @@ def test_mindspore_requires_grad_false_is_honoured():
   net.b.requires_grad = False
   assert net.b.requires_grad is False and [p is net.w for p in net.trainable_params()] == [True]
   _, grads = F.value_and_grad(net, None, weights=net.trainable_params())(
-      np.array([1.0, 1.0], np.float32))
+    np.array([1.0, 1.0], np.float32)
+  )
   assert len(grads) == 1
   np.testing.assert_allclose(grads[0].numpy(), [1.0, 1.0])
 
@@ -149,8 +152,11 @@ def test_jacobian_hessian_forward_grad_on_eager_tensors():
   np.testing.assert_allclose(autograd.Hessian(g, x)[:].numpy(), primc.hessian(g)(xv), rtol=1e-5)
   y = f(x)
   tangent = np.array([1.0, 0.0, 2.0], np.float32)
-  np.testing.assert_allclose(autograd.forward_grad(y, x, primc.to_tensor(tangent)).numpy(),
-                             primc.jvp(f, (xv,), (tangent,))[1], rtol=1e-5)
+  np.testing.assert_allclose(
+    autograd.forward_grad(y, x, primc.to_tensor(tangent)).numpy(),
+    primc.jvp(f, (xv,), (tangent,))[1],
+    rtol=1e-5,
+  )
   # rows of an eager Jacobian are recorded: differentiable again
   autograd.Jacobian(f, x)[1, :].sum().backward()
   want = primc.grad(lambda v: pnp.sum(primc.jacrev(f)(v)[1]))(xv)
@@ -191,10 +197,12 @@ def test_paddle_keyword_spellings():
   assert [p.shape for p in pnp.split(x, num_or_sections=3)] == [(1, 4)] * 3
   np.testing.assert_array_equal(pnp.add(x=x, y=x), 2 * x)
   np.testing.assert_array_equal(pnp.tanh(x=x), np.tanh(x))
-  np.testing.assert_array_equal(pnp.slice(x, axes=[0, 1], starts=[1, -3], ends=[10, 3]),
-                                x[1:10, -3:3])
-  np.testing.assert_array_equal(pnp.strided_slice(x, axes=[1], starts=[-1], ends=[-5],
-                                                  strides=[-2]), x[:, -1:-5:-2])
+  np.testing.assert_array_equal(
+    pnp.slice(x, axes=[0, 1], starts=[1, -3], ends=[10, 3]), x[1:10, -3:3]
+  )
+  np.testing.assert_array_equal(
+    pnp.strided_slice(x, axes=[1], starts=[-1], ends=[-5], strides=[-2]), x[:, -1:-5:-2]
+  )
   np.testing.assert_array_equal(pnp.concat([x, x], axis=1), np.concatenate([x, x], 1))
   # and on eager tensors, with gradients
   t = primc.to_tensor(x, stop_gradient=False)
@@ -210,14 +218,15 @@ def test_mynet_in_dygraph_style_matches_the_functional_gradients():
   W0, b0 = net.weight.numpy().copy(), net.bias.numpy().copy()
   x = primc.to_tensor(xv, stop_gradient=False)
   y = pnp.tanh(net(x))
-  g1, = eager.grad(y, [x], create_graph=True)
-  g2, = eager.grad(g1, [x], create_graph=True)
+  (g1,) = eager.grad(y, [x], create_graph=True)
+  (g2,) = eager.grad(g1, [x], create_graph=True)
   loss = pnp.norm(g2, p=2)
   loss.backward()
 
   def functional_loss(w, b):
     inner = lambda a: pnp.sum(primc.grad(lambda c: pnp.sum(pnp.tanh(c @ w + b)))(a))
     return pnp.norm(primc.grad(inner)(xv), p=2)
+
   gw, gb = primc.grad(functional_loss, argnums=(0, 1))(W0, b0)
   np.testing.assert_allclose(net.weight.grad.numpy(), gw, rtol=1e-4, atol=1e-6)
   np.testing.assert_allclose(net.bias.grad.numpy(), gb, rtol=1e-4, atol=1e-6)
@@ -228,10 +237,15 @@ def test_mynet_in_dygraph_style_matches_the_functional_gradients():
 
 # Random higher-order programs on the tape, against the functional API.
 UNARY = [pnp.sin, pnp.cos, pnp.tanh, pnp.exp, lambda v: v * v, lambda v: pnp.sqrt(v * v + 1.0)]
-BINARY = [pnp.add, pnp.subtract, pnp.multiply, lambda a, b: a / (b * b + 1.0),
-          # a comparison's bool result is a constant of the graph (no gradient)
-          lambda a, b: pnp.where(a > b, a * b, b - a),
-          lambda a, b: a * pnp.take(b, pnp.argmax(a * 1.5, keepdims=True))]
+BINARY = [
+  pnp.add,
+  pnp.subtract,
+  pnp.multiply,
+  lambda a, b: a / (b * b + 1.0),
+  # a comparison's bool result is a constant of the graph (no gradient)
+  lambda a, b: pnp.where(a > b, a * b, b - a),
+  lambda a, b: a * pnp.take(b, pnp.argmax(a * 1.5, keepdims=True)),
+]
 
 
 @st.composite
@@ -242,8 +256,14 @@ def programs(draw):
     if draw(st.booleans()):
       steps.append(("u", draw(st.integers(0, len(UNARY) - 1)), draw(st.integers(0, k + 1))))
     else:
-      steps.append(("b", draw(st.integers(0, len(BINARY) - 1)), draw(st.integers(0, k + 1)),
-                    draw(st.integers(0, k + 1))))
+      steps.append(
+        (
+          "b",
+          draw(st.integers(0, len(BINARY) - 1)),
+          draw(st.integers(0, k + 1)),
+          draw(st.integers(0, k + 1)),
+        )
+      )
   return steps
 
 
@@ -264,12 +284,13 @@ def test_random_second_order_tape_programs_equal_the_functional_api(steps, first
   pnp.sum(run(steps, x, y)).backward()
   for t, k in ((x, 0), (y, 1)):
     want1 = primc.grad(lambda a, b: pnp.sum(run(steps, a, b)), argnums=k)(xv, yv)
-    np.testing.assert_allclose(np.zeros(2) if t.grad is None else t.grad.numpy(), want1,
-                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+      np.zeros(2) if t.grad is None else t.grad.numpy(), want1, rtol=1e-12, atol=1e-15
+    )
   x.clear_grad(), y.clear_grad()
   out = pnp.sum(run(steps, x, y))
   t1 = {"x": x, "y": y}
-  d1, = eager.grad(out, [t1[first]], create_graph=True, allow_unused=True)
+  (d1,) = eager.grad(out, [t1[first]], create_graph=True, allow_unused=True)
   pos = {"x": 0, "y": 1}
   fwd = lambda a, b: pnp.sum(run(steps, a, b))
   inner = lambda a, b: pnp.sum(primc.grad(fwd, argnums=pos[first])(a, b))
@@ -277,6 +298,6 @@ def test_random_second_order_tape_programs_equal_the_functional_api(steps, first
   if d1 is None:  # the output does not depend on `first`
     np.testing.assert_array_equal(primc.grad(fwd, argnums=pos[first])(xv, yv), 0)
     return
-  d2, = eager.grad(d1.sum(), [t1[second]], allow_unused=True)
+  (d2,) = eager.grad(d1.sum(), [t1[second]], allow_unused=True)
   got = np.zeros(2) if d2 is None else d2.numpy()
   np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)

@@ -1,4 +1,5 @@
 """Bad input raises an error naming the op, the shapes/dtypes and the user's file:line."""
+
 import inspect
 
 import numpy as np
@@ -16,7 +17,8 @@ def _line():
 
 
 def test_matmul_shape_mismatch_names_op_shapes_and_line():
-  fn = lambda a, b: pnp.matmul(a, b); line = _line()
+  line = _line() + 1  # the next line's
+  fn = lambda a, b: pnp.matmul(a, b)
   with pytest.raises(primc.ShapeError) as e:
     primc.make_program(fn)(F(2, 3), F(2, 3))
   msg = str(e.value)
@@ -24,7 +26,8 @@ def test_matmul_shape_mismatch_names_op_shapes_and_line():
 
 
 def test_add_shape_mismatch_reports_user_line():
-  fn = lambda a, b: a + b; line = _line()
+  line = _line() + 1  # the next line's
+  fn = lambda a, b: a + b
   with pytest.raises(primc.ShapeError) as e:
     primc.make_program(fn)(F(3), F(4))
   msg = str(e.value)
@@ -32,17 +35,20 @@ def test_add_shape_mismatch_reports_user_line():
 
 
 def test_bad_reshape():
-  fn = lambda a: a.reshape(4, 2); line = _line()
+  line = _line() + 1  # the next line's
+  fn = lambda a: a.reshape(4, 2)
   with pytest.raises(primc.ShapeError) as e:
     primc.make_program(fn)(F(3, 3))
   msg = str(e.value)
   assert "reshape" in msg and "f32[3,3]" in msg and f"test_errors.py:{line}" in msg
 
 
-@pytest.mark.parametrize("bad", [np.zeros(3, np.complex64), np.array([object()] * 3),
-                                 np.zeros(3, "datetime64[s]")])
+@pytest.mark.parametrize(
+  "bad", [np.zeros(3, np.complex64), np.array([object()] * 3), np.zeros(3, "datetime64[s]")]
+)
 def test_unsupported_dtype(bad):
-  fn = lambda a: pnp.sin(a); line = _line()
+  line = _line() + 1  # the next line's
+  fn = lambda a: pnp.sin(a)
   with pytest.raises(primc.PrimcError) as e:
     fn(bad)
   msg = str(e.value)
@@ -51,8 +57,9 @@ def test_unsupported_dtype(bad):
 
 
 @pytest.mark.parametrize("bad", ["text", object(), None])  # lists of numbers are
-def test_non_array_argument(bad):                                  # array_like (numpy's)
-  fn = lambda a: pnp.tanh(a); line = _line()
+def test_non_array_argument(bad):  # array_like (numpy's)
+  line = _line() + 1  # the next line's
+  fn = lambda a: pnp.tanh(a)
   with pytest.raises(primc.PrimcError) as e:
     fn(bad)
   msg = str(e.value)
@@ -69,6 +76,7 @@ def test_data_dependent_python_control_flow_is_a_clear_error():
     if x.sum() > 0:
       return x
     return -x
+
   with pytest.raises(primc.PrimcError, match="truth value of a traced array"):
     primc.make_program(f)(F(3))
 
@@ -104,12 +112,20 @@ def test_an_unknown_setting_is_refused_with_the_closest_name():
 @pytest.mark.parametrize("loop", ["scan", "fori_loop", "while_loop"])
 def test_a_loop_carry_of_another_dtype_names_the_loop_the_line_and_the_default(loop):
   from primc import lax
+
   x = np.linspace(0.0, 1.0, 4)  # float64 data, a float32 start (primc's default)
-  run = {"scan": lambda: lax.scan(lambda c, xi: (c + xi, c), pnp.zeros(()), x),
-         "fori_loop": lambda: lax.fori_loop(0, 4, lambda i, c: c + pnp.take(x, i, axis=0),
-                                            pnp.zeros(())),
-         "while_loop": lambda: lax.while_loop(lambda c: c < 3.0, lambda c: c + x[0] + 1.0,
-                                              pnp.zeros(()))}[loop]
-  with pytest.raises(primc.PrimcError, match=rf"{loop} body: carry leaf 0 comes out as "
-                     r"f64\[\] but goes in as f32\[\].*float32.*test_errors.py"):
+  run = {
+    "scan": lambda: lax.scan(lambda c, xi: (c + xi, c), pnp.zeros(()), x),
+    "fori_loop": lambda: lax.fori_loop(
+      0, 4, lambda i, c: c + pnp.take(x, i, axis=0), pnp.zeros(())
+    ),
+    "while_loop": lambda: lax.while_loop(
+      lambda c: c < 3.0, lambda c: c + x[0] + 1.0, pnp.zeros(())
+    ),
+  }[loop]
+  with pytest.raises(
+    primc.PrimcError,
+    match=rf"{loop} body: carry leaf 0 comes out as "
+    r"f64\[\] but goes in as f32\[\].*float32.*test_errors.py",
+  ):
     run()

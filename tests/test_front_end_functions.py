@@ -1,7 +1,9 @@
 """primc.scipy and primc.lax take the front ends' values as primc.numpy does: eager tensors
 (control flow runs as Python's, each op on the tape, closed-over tensors differentiated
 too) and static program variables (the op recorded whole). Oracle: the same function on
-plain arrays through `primc.jacfwd` (while_loop has no reverse mode), itself checked against finite differences."""
+plain arrays through `primc.jacfwd` (while_loop has no reverse mode), itself checked
+against finite differences."""
+
 import numpy as np
 import pytest
 
@@ -15,18 +17,19 @@ X = np.array([0.3, -0.7, 1.1])
 W = np.array([0.9, 1.2, -0.4])
 
 CASES = {
-    "logsumexp": lambda x, w: sps.logsumexp(x * w),
-    "gammaln": lambda x, w: pnp.sum(sps.gammaln(x * x + w * w + 0.5)),
-    "norm.logpdf": lambda x, w: pnp.sum(sst.norm.logpdf(x, w, 2.0)),
-    "scan": lambda x, w: lax.scan(lambda c, xi: (c * pnp.cos(xi) + xi * w[0], c), x[0], x)[0],
-    "scan_ys": lambda x, w: pnp.sum(lax.scan(lambda c, xi: (c + xi, pnp.sin(c) * w),
-                                             x[1], x, reverse=True)[1]),
-    "fori_loop": lambda x, w: pnp.sum(lax.fori_loop(0, 3, lambda i, v: pnp.tanh(v * w) + x, x)),
-    "while_loop": lambda x, w: pnp.sum(lax.while_loop(lambda v: pnp.sum(v * v) < 50.0,
-                                                      lambda v: v * 1.7 + w, x)),
-    "cond": lambda x, w: pnp.sum(lax.cond(pnp.sum(x) > 0, lambda a: a * w, pnp.sin, x)),
-    "switch": lambda x, w: pnp.sum(lax.switch(pnp.argmax(x), [pnp.sin, pnp.cos,
-                                                              lambda a: a * w], x)),
+  "logsumexp": lambda x, w: sps.logsumexp(x * w),
+  "gammaln": lambda x, w: pnp.sum(sps.gammaln(x * x + w * w + 0.5)),
+  "norm.logpdf": lambda x, w: pnp.sum(sst.norm.logpdf(x, w, 2.0)),
+  "scan": lambda x, w: lax.scan(lambda c, xi: (c * pnp.cos(xi) + xi * w[0], c), x[0], x)[0],
+  "scan_ys": lambda x, w: pnp.sum(
+    lax.scan(lambda c, xi: (c + xi, pnp.sin(c) * w), x[1], x, reverse=True)[1]
+  ),
+  "fori_loop": lambda x, w: pnp.sum(lax.fori_loop(0, 3, lambda i, v: pnp.tanh(v * w) + x, x)),
+  "while_loop": lambda x, w: pnp.sum(
+    lax.while_loop(lambda v: pnp.sum(v * v) < 50.0, lambda v: v * 1.7 + w, x)
+  ),
+  "cond": lambda x, w: pnp.sum(lax.cond(pnp.sum(x) > 0, lambda a: a * w, pnp.sin, x)),
+  "switch": lambda x, w: pnp.sum(lax.switch(pnp.argmax(x), [pnp.sin, pnp.cos, lambda a: a * w], x)),
 }
 
 

@@ -1,15 +1,15 @@
 """Fusion: region counts for known programs, a reason for every boundary, fused programs
 equal to the originals, DCE of unused region outputs."""
+
 import os
 import sys
 
 import numpy as np
-import pytest
 
 from primc import passes
 import primc
 import primc.numpy as pnp
-from primc.passes import dce, fuse, fusion_blocker
+from primc.passes import dce, fuse
 from primc.passes.fusion import region_p
 from primc.tree import tree_flatten
 
@@ -71,9 +71,13 @@ def test_seed_mynet_training_step_regions():
   for eqn in out.eqns:
     for e in eqn.kw["program"].eqns:
       if e.prim.name == "dot_general":
-        key = (e.kw["dimension_numbers"], tuple(eqn.inputs[eqn.kw["program"].inputs.index(a)]
-                                                if a in eqn.kw["program"].inputs else a
-                                                for a in e.inputs))
+        key = (
+          e.kw["dimension_numbers"],
+          tuple(
+            eqn.inputs[eqn.kw["program"].inputs.index(a)] if a in eqn.kw["program"].inputs else a
+            for a in e.inputs
+          ),
+        )
         assert key not in contractions, "a contraction is computed twice"
         contractions.add(key)
 
@@ -118,8 +122,9 @@ def test_dce_drops_unused_region_outputs():
 
 
 def test_fused_program_prints_regions_as_programs():
-  text = str(fuse(passes.optimize(primc.make_program(seeds.mynet_forward)(
-      f32(2, 2), f32(2, 2), f32(2)))))
+  text = str(
+    fuse(passes.optimize(primc.make_program(seeds.mynet_forward)(f32(2, 2), f32(2, 2), f32(2))))
+  )
   assert text.count("region[kind='") == 2 and text.count("{ lambda") == 3
 
 
@@ -134,6 +139,7 @@ def test_expensive_work_is_never_duplicated():
 
 # --- values recomputed through index maps (`fusion.lazy_eqns`) ---------------------------
 
+
 def _index_map_steps():
   """Random chains: an elementwise step (cheap or not), then an index map of its result
   (slice, pad, transpose, rev, reshape, concatenate, broadcast), repeated; every shape."""
@@ -145,9 +151,10 @@ def _index_map_steps():
     out = []
     for _ in range(draw(st.integers(1, 4))):
       elementwise = draw(st.sampled_from(["mul", "tanh", "iota", "none"]))
-      kind = draw(st.sampled_from(["slice", "pad", "transpose", "rev", "reshape",
-                                   "concatenate", "broadcast"]))
-      out.append((elementwise, kind, draw(st.integers(0, 10 ** 6))))
+      kind = draw(
+        st.sampled_from(["slice", "pad", "transpose", "rev", "reshape", "concatenate", "broadcast"])
+      )
+      out.append((elementwise, kind, draw(st.integers(0, 10**6))))
     return out
 
   def apply(x, chain):
@@ -159,14 +166,17 @@ def _index_map_steps():
       elif elementwise == "tanh":
         x = pnp.tanh(x) - x
       elif elementwise == "iota":  # an identity-like pattern, built from indices
-        x = x * P.convert(P.iota(shape, len(shape) - 1, "int32") >= P.iota(shape, 0, "int32"), "float32")
+        x = x * P.convert(
+          P.iota(shape, len(shape) - 1, "int32") >= P.iota(shape, 0, "int32"), "float32"
+        )
       if kind == "slice":
         starts = [int(r.integers(0, max(1, n - 1))) for n in shape]
         steps = [int(r.integers(1, 3)) for _ in shape]
         x = P.slice_(x, starts, list(shape), steps)
       elif kind == "pad":
-        x = P.pad(x, [(int(r.integers(0, 3)), int(r.integers(0, 3)), int(r.integers(0, 2)))
-                      for _ in shape])
+        x = P.pad(
+          x, [(int(r.integers(0, 3)), int(r.integers(0, 3)), int(r.integers(0, 2))) for _ in shape]
+        )
       elif kind == "transpose":
         x = P.transpose(x, list(r.permutation(len(shape))))
       elif kind == "rev":
@@ -179,6 +189,7 @@ def _index_map_steps():
       else:
         x = P.broadcast_in_dim(x, (2, *shape), tuple(range(1, len(shape) + 1)))
     return x
+
   return steps(), apply
 
 
@@ -226,9 +237,16 @@ def test_an_identity_sliced_padded_and_transposed_is_one_kernel():
   x = R.uniform(-1, 2, 50).astype(np.float32)
   out = fused(primc.hessian(rosen), x)
   assert [r.outputs[0].aval.shape for r in out.regions][-1] == (50, 50)
-  assert sum(r.outputs[0].aval.shape == (50, 50) or any(
-      e.outputs[0].aval.shape[:1] == (50,) and len(e.outputs[0].aval.shape) == 2
-      for e in r.eqns) for r in out.regions) == 1  # one region touches the 50x50 values
+  assert (
+    sum(
+      r.outputs[0].aval.shape == (50, 50)
+      or any(
+        e.outputs[0].aval.shape[:1] == (50,) and len(e.outputs[0].aval.shape) == 2 for e in r.eqns
+      )
+      for r in out.regions
+    )
+    == 1
+  )  # one region touches the 50x50 values
   h = primc.jit(primc.hessian(rosen))(x).astype(np.float64)
   x64 = x.astype(np.float64)
   want = np.zeros((50, 50))  # the Rosenbrock Hessian, by hand
@@ -245,14 +263,15 @@ def test_a_value_read_again_through_the_same_index_maps_is_computed_once():
   rosen = lambda x: pnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
   hess = primc.jit(primc.hessian(rosen))
   source = hess.lower(R.uniform(-1, 2, 50).astype(np.float32)).source
-  kernel = source[source.index("def k_eq"):]
-  body = kernel[kernel.index("for i1 in"):kernel.index("return 1")]
+  kernel = source[source.index("def k_eq") :]
+  body = kernel[kernel.index("for i1 in") : kernel.index("return 1")]
   assert body.count(" == ") == 4, body
   for n in (5, 50, 300):
     x = R.uniform(-1, 2, n).astype(np.float64)
     want = np.zeros((n, n))
     want[np.arange(n - 1), np.arange(n - 1)] += 1200 * x[:-1] ** 2 - 400 * x[1:] + 2
     want[np.arange(1, n), np.arange(1, n)] += 200
-    want[np.arange(n - 1), np.arange(1, n)] = want[np.arange(1, n), np.arange(n - 1)] = \
-        -400 * x[:-1]
+    want[np.arange(n - 1), np.arange(1, n)] = want[np.arange(1, n), np.arange(n - 1)] = (
+      -400 * x[:-1]
+    )
     np.testing.assert_allclose(hess(x), want, rtol=1e-12, atol=1e-9)

@@ -5,6 +5,7 @@ Ellipsis, integer arrays, boolean masks) are checked against numpy: eagerly on a
 traced and interpreted, compiled, differentiated (against `np.add.at`), on eager tensors,
 in static programs and under vmap. Indices known only at run time are checked by the
 compiled code."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,11 +37,16 @@ def index_exprs(draw, shape=SHAPE):
       entries.append(draw(st.integers(-n - 1, n)))
     elif kind == "slice":
       bound = st.none() | st.integers(-n - 2, n + 2)
-      entries.append(slice(draw(bound), draw(bound), draw(st.sampled_from([None, 1, 2, 3, -1, -2, -3]))))
+      entries.append(
+        slice(draw(bound), draw(bound), draw(st.sampled_from([None, 1, 2, 3, -1, -2, -3])))
+      )
     elif kind == "array":
       ishape = draw(st.sampled_from([(0,), (1,), (3,), (2, 2)]))
-      values = draw(st.lists(st.integers(-n - 1, n), min_size=int(np.prod(ishape)),
-                             max_size=int(np.prod(ishape))))
+      values = draw(
+        st.lists(
+          st.integers(-n - 1, n), min_size=int(np.prod(ishape)), max_size=int(np.prod(ishape))
+        )
+      )
       dtype = draw(st.sampled_from([np.int32, np.int64]))
       entries.append(np.array(values, dtype).reshape(ishape))
     else:
@@ -81,7 +87,7 @@ def test_random_indices_eager_and_interpreted_equal_numpy(idx):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
-@given(index_exprs(), st.integers(0, 2 ** 31 - 1))
+@given(index_exprs(), st.integers(0, 2**31 - 1))
 def test_random_index_gradients_equal_numpy_add_at(idx, seed):
   want = numpy_result(X, idx)
   if want is IndexError:
@@ -128,10 +134,20 @@ def test_random_indices_batched_equal_a_loop(idx):
 
 
 # Compiled: fewer examples (each is a compile), plus fixed cases covering every kind.
-FIXED = [np.s_[[-1, 0, 2]], np.s_[::-1], np.s_[3:0:-2], np.s_[:, ::-2], np.s_[..., 1, None],
-         np.s_[[True, False, True, True], 1:], np.s_[:, [[0], [2]], [1, -1]],
-         np.s_[[1, 2], :, [0, 4]], np.s_[None, 2, :, [-5, 4]], np.s_[1:1], np.s_[[]],
-         np.s_[-4, -3, -5]]
+FIXED = [
+  np.s_[[-1, 0, 2]],
+  np.s_[::-1],
+  np.s_[3:0:-2],
+  np.s_[:, ::-2],
+  np.s_[..., 1, None],
+  np.s_[[True, False, True, True], 1:],
+  np.s_[:, [[0], [2]], [1, -1]],
+  np.s_[[1, 2], :, [0, 4]],
+  np.s_[None, 2, :, [-5, 4]],
+  np.s_[1:1],
+  np.s_[[]],
+  np.s_[-4, -3, -5],
+]
 
 
 @pytest.mark.parametrize("idx", FIXED, ids=[str(i) for i in range(len(FIXED))])
@@ -166,8 +182,12 @@ def test_static_program_indexing():
 
 def test_out_of_bounds_constant_indices_raise_naming_index_and_axis():
   x = np.arange(5, dtype=np.float32)
-  for fn in (lambda: pnp.getitem(x, [7]), lambda: primc.jit(lambda a: a[[0, 7]])(x),
-             lambda: primc.grad(lambda a: a[[7]].sum())(x), lambda: pnp.take(x, [-6])):
+  for fn in (
+    lambda: pnp.getitem(x, [7]),
+    lambda: primc.jit(lambda a: a[[0, 7]])(x),
+    lambda: primc.grad(lambda a: a[[7]].sum())(x),
+    lambda: pnp.take(x, [-6]),
+  ):
     with pytest.raises(IndexError, match=r"index (7|-6) is out of bounds for axis 0 with size 5"):
       fn()
 
@@ -219,21 +239,32 @@ def test_iterating_and_unpacking_traced_arrays():
   def unpack(a):
     p, q, r = a
     return p - r
+
   np.testing.assert_array_equal(primc.jit(unpack)(x), x[0] - x[2])
-  np.testing.assert_array_equal(primc.grad(lambda a: pnp.sum(unpack(a)))(x),
-                                [[1, 1], [0, 0], [-1, -1]])
+  np.testing.assert_array_equal(
+    primc.grad(lambda a: pnp.sum(unpack(a)))(x), [[1, 1], [0, 0], [-1, -1]]
+  )
   t = primc.to_tensor(x)
   np.testing.assert_array_equal([r.numpy() for r in t], list(x))
 
 
 def test_lazy_jacobian_indexes_like_its_matrix():
   from primc import autograd
+
   x = np.arange(6, dtype=np.float64)
   f = lambda v: v * v * pnp.sum(v) + v[::-1]
   dense = primc.jacrev(f)(x)
   J = autograd.Jacobian(f, x)
-  for idx in (np.s_[..., 0], np.s_[-1, :], np.s_[2, 3], np.s_[:, -2], np.s_[1:5:2, ::-1],
-              np.s_[[0, -1]], np.s_[None, 3], np.s_[-6]):
+  for idx in (
+    np.s_[..., 0],
+    np.s_[-1, :],
+    np.s_[2, 3],
+    np.s_[:, -2],
+    np.s_[1:5:2, ::-1],
+    np.s_[[0, -1]],
+    np.s_[None, 3],
+    np.s_[-6],
+  ):
     np.testing.assert_allclose(J[idx], dense[idx], rtol=1e-12, err_msg=str(idx))
   for bad in (np.s_[6, :], np.s_[:, 6], np.s_[-7], np.s_[0, 0, 0]):
     with pytest.raises(IndexError):

@@ -1,4 +1,5 @@
 """The IR: printer golden text, typecheck rejections, frozen values."""
+
 import dataclasses
 
 import numpy as np
@@ -13,32 +14,42 @@ F22 = np.zeros((2, 2), np.float32)
 
 
 def test_printer_mynet_forward_golden():
-  program = primc.make_program(lambda x, w, b: pnp.tanh(x @ w + b))(F22, F22, np.zeros(2, np.float32))
-  assert str(program) == """\
+  program = primc.make_program(lambda x, w, b: pnp.tanh(x @ w + b))(
+    F22, F22, np.zeros(2, np.float32)
+  )
+  assert (
+    str(program)
+    == """\
 { lambda a:f32[2,2] b:f32[2,2] c:f32[2] .
   let d:f32[2,2] = dot_general[dimension_numbers=(((1,), (0,)), ((), ()))] a b
       e:f32[2,2] = broadcast_in_dim[broadcast_dimensions=(1,), shape=(2, 2)] c
       f:f32[2,2] = add d e
       g:f32[2,2] = tanh f
   in ( g ) }"""
+  )
 
 
 def test_printer_literals_and_multiple_outputs_golden():
   program = primc.make_program(lambda x: (x * 2.0, -x, x))(np.zeros(3, np.float64))
-  assert str(program) == """\
+  assert (
+    str(program)
+    == """\
 { lambda a:f64[3] .
   let b:f64[3] = broadcast_in_dim[broadcast_dimensions=(), shape=(3,)] 2.0
       c:f64[3] = mul a b
       d:f64[3] = neg a
   in ( c d a ) }"""
+  )
 
 
 def test_printer_names_are_stable_and_go_past_z():
   x = np.zeros((), np.float32)
+
   def many(x):
     for _ in range(30):
       x = pnp.sin(x)
     return x
+
   program = primc.make_program(many)(x)
   text = str(program)
   assert text == str(primc.make_program(many)(x))  # names made at print time: stable
@@ -54,7 +65,11 @@ def test_typecheck_accepts_traced_programs():
 
 
 def test_typecheck_rejects_undefined_variable():
-  a, b, c = Var(ShapedArray((2,), "float32")), Var(ShapedArray((2,), "float32")), Var(ShapedArray((2,), "float32"))
+  a, b, c = (
+    Var(ShapedArray((2,), "float32")),
+    Var(ShapedArray((2,), "float32")),
+    Var(ShapedArray((2,), "float32")),
+  )
   bad = _prog([Eqn(P.add_p, (a, b), (), (c,))], [a], [c])
   with pytest.raises(primc.TypeCheckError, match="used before it is defined"):
     typecheck(bad)
@@ -115,10 +130,12 @@ def test_literals_compare_by_value_vars_by_identity():
 def test_pytree_inputs_and_outputs():
   def f(params, x):
     return {"y": params["w"] * x, "both": (x, params["b"])}
+
   program = primc.make_program(f)({"w": F22, "b": np.zeros(2, np.float32)}, F22)
   assert len(program.inputs) == 3 and len(program.outputs) == 3
-  outs = primc.interpret(program, np.zeros(2, np.float32), np.full((2, 2), 3, np.float32),
-                         np.full((2, 2), 2, np.float32))
+  outs = primc.interpret(
+    program, np.zeros(2, np.float32), np.full((2, 2), 3, np.float32), np.full((2, 2), 2, np.float32)
+  )
   np.testing.assert_array_equal(outs[2], np.full((2, 2), 6, np.float32))
 
 
@@ -127,21 +144,27 @@ def test_pytree_inputs_and_outputs():
 # as copies of its equations when the arguments have its input types; anything else binds
 # each equation again, running its shape rule)
 
+
 def _nested_programs():
   """Programs with what staging meets: literals (sized ones too), several outputs, an
   input given back, a closed-over array, derivatives."""
   w = np.linspace(-1.0, 1.0, 6).reshape(3, 2)
-  yield lambda x, y: (pnp.tanh(x @ w) * 2.0 + y.sum(), x, pnp.mean(x, axis=0)), (
-      np.ones((4, 3)), np.float64(0.5))
+  yield (
+    lambda x, y: (pnp.tanh(x @ w) * 2.0 + y.sum(), x, pnp.mean(x, axis=0)),
+    (np.ones((4, 3)), np.float64(0.5)),
+  )
   yield primc.grad(lambda x: pnp.sum(pnp.sin(x) * pnp.exp(-x * x))), (np.linspace(0, 1, 5),)
   yield primc.hessian(lambda x: pnp.sum(pnp.tanh(x) ** 3)), (np.linspace(-1, 1, 3),)
-  yield (lambda x: primc.jvp(lambda z: pnp.cumsum(z * z), (x,), (pnp.ones_like(x),))[1],
-         (np.arange(4.0),))
+  yield (
+    lambda x: primc.jvp(lambda z: pnp.cumsum(z * z), (x,), (pnp.ones_like(x),))[1],
+    (np.arange(4.0),),
+  )
 
 
 @pytest.mark.parametrize("k", range(4))
 def test_a_program_staged_into_a_trace_equals_it_bound_again(k, monkeypatch):
   from primc import trace
+
   fn, args = list(_nested_programs())[k]
   inner = primc.make_program(fn)(*args)
   outer = lambda *xs: trace.eval_program(inner, *xs)
@@ -156,6 +179,7 @@ def test_a_program_staged_into_a_trace_equals_it_bound_again(k, monkeypatch):
 
 def test_staging_keeps_each_equation_s_source_and_gives_inputs_back_as_they_came():
   from primc import trace
+
   inner = primc.make_program(lambda x, y: (pnp.sin(x) + y, y))(np.ones(3), np.ones(3))
   seen = {}
 
@@ -163,6 +187,7 @@ def test_staging_keeps_each_equation_s_source_and_gives_inputs_back_as_they_came
     out, back = trace.eval_program(inner, x, y)
     seen["back_is_y"] = back is y
     return out
+
   staged = primc.make_program(outer)(np.ones(3), np.ones(3))
   assert seen["back_is_y"]
   assert [e.source for e in staged.eqns] == [e.source for e in inner.eqns]
@@ -173,10 +198,12 @@ def test_arguments_of_other_types_bind_each_equation_again():
   # a float32 tracer given to a float64 program: not staged; the shape rules run and
   # name the mismatch as any op would
   from primc import trace
+
   inner = primc.make_program(lambda x, y: x + y)(np.ones(3), np.ones(3))
   with pytest.raises(primc.PrimcError, match="add"):
     primc.make_program(lambda x, y: trace.eval_program(inner, x, y))(
-        np.ones(3, np.float32), np.ones(3))
+      np.ones(3, np.float32), np.ones(3)
+    )
   with pytest.raises(primc.PrimcError, match="shape"):
     primc.make_program(lambda x, y: trace.eval_program(inner, x, y))(np.ones(3), np.ones(4))
 
@@ -186,18 +213,24 @@ def test_shape_free_keys_are_equal_across_batch_sizes_only():
 
   def loss(w, x):
     return pnp.mean(pnp.tanh(x @ w) ** 2)
+
   key = lambda f, *args: shape_free_key(primc.make_program(primc.grad(f))(*args))
   w = np.ones((3, 20))
   assert key(loss, w, np.ones((100, 3))) == key(loss, w, np.ones((37, 3)))
   # a different structure, an axis, a literal value, a dtype: other keys
   assert key(loss, w, np.ones((100, 3))) != key(
-      lambda w, x: pnp.mean(pnp.sin(x @ w) ** 2), w, np.ones((100, 3)))
+    lambda w, x: pnp.mean(pnp.sin(x @ w) ** 2), w, np.ones((100, 3))
+  )
   assert key(lambda w, x: pnp.sum(x @ w, axis=0).sum(), w, np.ones((100, 3))) != key(
-      lambda w, x: pnp.sum(x @ w, axis=1).sum(), w, np.ones((100, 3)))
+    lambda w, x: pnp.sum(x @ w, axis=1).sum(), w, np.ones((100, 3))
+  )
   assert key(lambda w, x: (x @ w * 2.0).sum(), w, np.ones((100, 3))) != key(
-      lambda w, x: (x @ w * 3.0).sum(), w, np.ones((100, 3)))
-  assert key(loss, w, np.ones((100, 3))) != key(loss, w.astype(np.float32),
-                                                 np.ones((100, 3), np.float32))
+    lambda w, x: (x @ w * 3.0).sum(), w, np.ones((100, 3))
+  )
+  assert key(loss, w, np.ones((100, 3))) != key(
+    loss, w.astype(np.float32), np.ones((100, 3), np.float32)
+  )
   # sizes that are equal in one program and not in the other: other keys
   assert key(lambda w, x: (x @ w).sum(), np.ones((3, 40)), np.ones((40, 3))) != key(
-      lambda w, x: (x @ w).sum(), np.ones((3, 40)), np.ones((41, 3)))
+    lambda w, x: (x @ w).sum(), np.ones((3, 40)), np.ones((41, 3))
+  )

@@ -1,6 +1,7 @@
 """Transforms called outside `jit` keep their programs (`primc.kept`): traced once per
 function, state and signature; every call's result is the one a fresh trace gives (the
 oracle: the same call with keeping off, and closed forms)."""
+
 import functools
 import os
 
@@ -46,6 +47,7 @@ def test_grad_in_a_loop_traces_once():
 
 def test_a_new_lambda_over_new_data_keeps_one_program():
   """`grad(lambda w: loss(w, batch))` made anew for every batch: the batch is an input."""
+
   def loss(w, x, y):
     return pnp.mean((pnp.tanh(x @ w) - y) ** 2)
 
@@ -65,7 +67,7 @@ SCALE = np.array([1.0, 2.0, 3.0])
 
 
 def _scaled(w):
-  return pnp.sum(SCALE * w ** 2)
+  return pnp.sum(SCALE * w**2)
 
 
 def test_a_global_array_changed_in_place_or_rebound_is_seen():
@@ -158,19 +160,27 @@ def test_state_read_through_a_module_is_seen_at_the_second_call(monkeypatch, cap
 # every call's result is the one the transform gives without keeping, drawing the same
 # numbers (one draw per call)
 
+
 def _stochastic(rs, noise_shape):
   def objective(params, t):
     mean, log_std = params[:2], params[2:]
     samples = rs.standard_normal(noise_shape) * pnp.exp(log_std) + mean
     return pnp.mean(pnp.sum(pnp.tanh(samples) ** 2, axis=-1)) * (1.0 + 0.1 * t)
+
   return objective
 
 
-@pytest.mark.parametrize("transform", [
-    lambda f: primc.grad(f), lambda f: primc.value_and_grad(f),
-    lambda f: primc.jacrev(f), lambda f: primc.jacfwd(f),
+@pytest.mark.parametrize(
+  "transform",
+  [
+    lambda f: primc.grad(f),
+    lambda f: primc.value_and_grad(f),
+    lambda f: primc.jacrev(f),
+    lambda f: primc.jacfwd(f),
     lambda f: primc.hessian(f),
-    lambda f: primc.grad(lambda p, t: (f(p, t), {"p": p * 2.0}), has_aux=True)])
+    lambda f: primc.grad(lambda p, t: (f(p, t), {"p": p * 2.0}), has_aux=True),
+  ],
+)
 @pytest.mark.parametrize("source", ["closure", "global"])
 def test_functions_drawing_random_numbers_are_kept_by_their_structure(transform, source):
   def make(seed):
@@ -178,6 +188,7 @@ def test_functions_drawing_random_numbers_are_kept_by_their_structure(transform,
       return _stochastic(np.random.RandomState(seed), (50, 2))
     np.random.seed(seed)
     return _stochastic(np.random, (50, 2))
+
   kept_fn, plain_fn = transform(make(3)), None
   state = np.random.get_state() if source == "global" else None
   params = np.array([0.1, -0.2, -1.0, -0.5])
@@ -198,11 +209,9 @@ def test_vmap_is_not_kept_by_structure():
   f = lambda x: pnp.sum(x * rs.standard_normal(3))
   xs = np.ones((4, 3))
   for _ in range(3):
-    rs2 = np.random.RandomState(0)
     got = primc.vmap(f)(xs)
     assert got.shape == (4,)
-  assert "kept by the structure of its trace" not in kept.stats().get("kept_miss_reasons",
-                                                                       {})
+  assert "kept by the structure of its trace" not in kept.stats().get("kept_miss_reasons", {})
 
 
 def test_a_structure_that_changes_at_every_call_stops_being_tried():
@@ -238,18 +247,16 @@ def _body(x, y):
 
 
 TRANSFORMS = {
-    "grad": lambda f, x, y: primc.grad(f)(x, y),
-    "grad_argnums": lambda f, x, y: primc.grad(lambda a, b: pnp.sum(f(a, b)),
-                                               argnums=(0, 1))(x, y),
-    "value_and_grad": lambda f, x, y: primc.value_and_grad(f, argnums=1)(x, y),
-    "jvp": lambda f, x, y: primc.jvp(f, (x, y), (np.ones_like(x), y)),
-    "vmap": lambda f, x, y: primc.vmap(f, in_axes=(0, None))(np.stack([x, 2 * x]), y),
-    "jacfwd": lambda f, x, y: primc.jacfwd(lambda a: pnp.sin(a) * f(a, y))(x),
-    "jacrev": lambda f, x, y: primc.jacrev(f)(x, y),
-    "hessian": lambda f, x, y: primc.hessian(f)(x, y),
-    "hvp": lambda f, x, y: primc.hvp(f, (x, y), (y, x)),
-    "elementwise_grad": lambda f, x, y: primc.elementwise_grad(
-        lambda a: pnp.sin(a) * f(a, y))(x),
+  "grad": lambda f, x, y: primc.grad(f)(x, y),
+  "grad_argnums": lambda f, x, y: primc.grad(lambda a, b: pnp.sum(f(a, b)), argnums=(0, 1))(x, y),
+  "value_and_grad": lambda f, x, y: primc.value_and_grad(f, argnums=1)(x, y),
+  "jvp": lambda f, x, y: primc.jvp(f, (x, y), (np.ones_like(x), y)),
+  "vmap": lambda f, x, y: primc.vmap(f, in_axes=(0, None))(np.stack([x, 2 * x]), y),
+  "jacfwd": lambda f, x, y: primc.jacfwd(lambda a: pnp.sin(a) * f(a, y))(x),
+  "jacrev": lambda f, x, y: primc.jacrev(f)(x, y),
+  "hessian": lambda f, x, y: primc.hessian(f)(x, y),
+  "hvp": lambda f, x, y: primc.hvp(f, (x, y), (y, x)),
+  "elementwise_grad": lambda f, x, y: primc.elementwise_grad(lambda a: pnp.sin(a) * f(a, y))(x),
 }
 
 
@@ -267,8 +274,9 @@ def test_every_transform_keeps_and_agrees_with_a_fresh_trace(name):
     else:
       f = lambda a, b: _body(a, b) * c
     got, want = run(f, x, y), _unkept(lambda: run(f, x, y))
-    for g, w in zip(primc.tree_util.tree_leaves(got), primc.tree_util.tree_leaves(want),
-                    strict=True):
+    for g, w in zip(
+      primc.tree_util.tree_leaves(got), primc.tree_util.tree_leaves(want), strict=True
+    ):
       np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
   s = kept.stats()
   assert s["kept_misses"] == 1 and s["kept_hits"] == 3 and "kept_not_kept" not in s, s
@@ -276,13 +284,13 @@ def test_every_transform_keeps_and_agrees_with_a_fresh_trace(name):
 
 def test_partial_and_keywords():
   def loss(w, x, power=2):
-    return pnp.sum(x * w ** power)
+    return pnp.sum(x * w**power)
 
   w = np.array([1.0, 2.0])
   for k in range(3):
     x = np.array([1.0, float(k)])
     np.testing.assert_allclose(primc.grad(functools.partial(loss, x=x))(w), 2 * x * w)
-    np.testing.assert_allclose(primc.grad(loss)(w, x, power=3), 3 * x * w ** 2)
+    np.testing.assert_allclose(primc.grad(loss)(w, x, power=3), 3 * x * w**2)
   assert kept.stats()["kept_misses"] == 2
 
 
@@ -340,14 +348,14 @@ class _Scenario:
   def fun(self):
     data, box, cell = self.data, self.box, self.cell
     return {
-        "closure": lambda w: pnp.sum(pnp.tanh(w * data) ** 2),
-        "global": _reads_global,
-        "nested": lambda w: pnp.sum(pnp.tanh(w * _helper()) ** 2),
-        "default": (lambda w, d=data: pnp.sum(pnp.tanh(w * d) ** 2)),
-        "partial": functools.partial(lambda w, d: pnp.sum(pnp.tanh(w * d) ** 2), d=data),
-        "method": self.holder.loss,
-        "dict": lambda w: pnp.sum(pnp.tanh(w * box["d"]) ** 2),
-        "list": lambda w: pnp.sum(pnp.tanh(w * cell[0]) ** 2),
+      "closure": lambda w: pnp.sum(pnp.tanh(w * data) ** 2),
+      "global": _reads_global,
+      "nested": lambda w: pnp.sum(pnp.tanh(w * _helper()) ** 2),
+      "default": (lambda w, d=data: pnp.sum(pnp.tanh(w * d) ** 2)),
+      "partial": functools.partial(lambda w, d: pnp.sum(pnp.tanh(w * d) ** 2), d=data),
+      "method": self.holder.loss,
+      "dict": lambda w: pnp.sum(pnp.tanh(w * box["d"]) ** 2),
+      "list": lambda w: pnp.sum(pnp.tanh(w * cell[0]) ** 2),
     }[self.place]
 
   def change(self, how, value):
@@ -360,21 +368,28 @@ class _Scenario:
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 KEPT_TRANSFORMS = {
-    "grad": lambda f, w: primc.grad(f)(w),
-    "value_and_grad": lambda f, w: primc.value_and_grad(f)(w),
-    "jvp": lambda f, w: primc.jvp(f, (w,), (np.ones(3),)),
-    "hessian": lambda f, w: primc.hessian(f)(w),
-    "vmap_grad": lambda f, w: primc.vmap(primc.grad(f))(np.stack([w, -w])),
+  "grad": lambda f, w: primc.grad(f)(w),
+  "value_and_grad": lambda f, w: primc.value_and_grad(f)(w),
+  "jvp": lambda f, w: primc.jvp(f, (w,), (np.ones(3),)),
+  "hessian": lambda f, w: primc.hessian(f)(w),
+  "vmap_grad": lambda f, w: primc.vmap(primc.grad(f))(np.stack([w, -w])),
 }
 
 
 @settings(max_examples=60, deadline=None)
-@given(place=st.sampled_from(["closure", "global", "nested", "default", "partial", "method",
-                              "dict", "list"]),
-       transform=st.sampled_from(sorted(KEPT_TRANSFORMS)),
-       changes=st.lists(st.tuples(st.sampled_from(["in_place", "rebind", "none"]),
-                                  st.floats(-2, 2, allow_nan=False, width=32)),
-                        min_size=1, max_size=5))
+@given(
+  place=st.sampled_from(
+    ["closure", "global", "nested", "default", "partial", "method", "dict", "list"]
+  ),
+  transform=st.sampled_from(sorted(KEPT_TRANSFORMS)),
+  changes=st.lists(
+    st.tuples(
+      st.sampled_from(["in_place", "rebind", "none"]), st.floats(-2, 2, allow_nan=False, width=32)
+    ),
+    min_size=1,
+    max_size=5,
+  ),
+)
 def test_kept_results_follow_the_data_wherever_it_lives(place, transform, changes):
   kept.reset()
   scenario = _Scenario(place, np.array([0.5, -1.0, 2.0]))
@@ -384,8 +399,9 @@ def test_kept_results_follow_the_data_wherever_it_lives(place, transform, change
     scenario.change(how, value)
     f = scenario.fun()
     got, want = run(f, w), _unkept(lambda: run(f, w))
-    for g, x in zip(primc.tree_util.tree_leaves(got), primc.tree_util.tree_leaves(want),
-                    strict=True):
+    for g, x in zip(
+      primc.tree_util.tree_leaves(got), primc.tree_util.tree_leaves(want), strict=True
+    ):
       np.testing.assert_allclose(g, x, rtol=1e-10, atol=1e-14)
   s = kept.stats()
   assert "kept_not_kept" not in s, s  # every call kept: none fell back
@@ -394,14 +410,16 @@ def test_kept_results_follow_the_data_wherever_it_lives(place, transform, change
 def test_python_numbers_among_the_arguments_are_traced_unless_their_values_are_needed():
   """autograd's optimizers call `grad(objective)(params, step)`: one program for every
   step; a number used as a value (`range(n)`) is a value of the key instead."""
+
   def objective(w, step):
     return pnp.sum(pnp.tanh(w) ** 2) * (1.0 + 0.01 * step)
 
   w = np.linspace(-1, 1, 4)
   t = np.tanh(w)
   for step in range(10):
-    np.testing.assert_allclose(primc.grad(objective)(w, step),
-                               2 * t * (1 - t * t) * (1.0 + 0.01 * step), rtol=1e-12)
+    np.testing.assert_allclose(
+      primc.grad(objective)(w, step), 2 * t * (1 - t * t) * (1.0 + 0.01 * step), rtol=1e-12
+    )
   assert kept.stats()["kept_misses"] == 1, kept.stats()
 
   def repeated(w, n):
@@ -423,7 +441,7 @@ def _series_sin(x):
   term = x
   total = term
   for i in range(1000):
-    term = -term * x ** 2 / ((2 * i + 3) * (2 * i + 2))
+    term = -term * x**2 / ((2 * i + 3) * (2 * i + 2))
     total = total + term
     if pnp.abs(term) < 1e-3:
       break
@@ -447,6 +465,7 @@ def test_random_numbers_drawn_inside_a_function_reading_values(caplog):
   def f(x):
     y = pnp.sum(x * np.random.randn(3))  # a new draw at every call
     return y * 2.0 if y > -100.0 else y
+
   g = primc.grad(f)
   with caplog.at_level("WARNING"):
     outs = [g(np.ones(3)) for _ in range(4)]

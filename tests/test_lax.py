@@ -2,6 +2,7 @@
 by finite differences in float64 (orders 1-2, both modes where defined) and the transpose
 identity, batching against a loop over examples, in every path (eager, interpreted,
 compiled); traced once and never unrolled."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,8 +27,11 @@ def _branchy_ref(x):
 def test_cond_values_derivatives_batching_every_path():
   for x in (X, -X):
     want = _branchy_ref(x)
-    for got in (_branchy(x), primc.jit(_branchy)(x),
-                primc.interpret(primc.make_program(_branchy)(x), x)[0]):
+    for got in (
+      _branchy(x),
+      primc.jit(_branchy)(x),
+      primc.interpret(primc.make_program(_branchy)(x), x)[0],
+    ):
       np.testing.assert_allclose(got, want, rtol=1e-12)
     primc.check_grads(_branchy, (x,), order=2, modes=("fwd", "rev"))
     g = primc.grad(lambda x: pnp.sum(_branchy(x)))
@@ -56,10 +60,14 @@ def test_switch_and_its_index_errors():
   for i in range(3):
     want = [X + 1, X * 3, np.exp(X)][i]
     np.testing.assert_allclose(primc.jit(f)(np.int32(i), X), want, rtol=1e-12)
-    np.testing.assert_allclose(primc.interpret(primc.make_program(f)(np.int32(i), X),
-                                               np.int32(i), X)[0], want, rtol=1e-12)
-  for run in (lambda i: f(i, X), lambda i: primc.jit(f)(np.int32(i), X),
-              lambda i: primc.interpret(primc.make_program(f)(np.int32(0), X), np.int32(i), X)):
+    np.testing.assert_allclose(
+      primc.interpret(primc.make_program(f)(np.int32(i), X), np.int32(i), X)[0], want, rtol=1e-12
+    )
+  for run in (
+    lambda i: f(i, X),
+    lambda i: primc.jit(f)(np.int32(i), X),
+    lambda i: primc.interpret(primc.make_program(f)(np.int32(0), X), np.int32(i), X),
+  ):
     with pytest.raises(IndexError, match="out of range"):  # never clamped
       run(3)
     with pytest.raises(IndexError, match="out of range"):
@@ -109,17 +117,21 @@ _through_rule = primc.custom_vjp(_in_scan)
 _through_rule.defvjp(lambda x: (_in_scan(x), (x,)), lambda res, g: (pnp.sum(g, 0) * res[0],))
 
 
-@pytest.mark.parametrize("where", [_loop, _in_scan, _in_cond, _through_rule],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+  "where", [_loop, _in_scan, _in_cond, _through_rule], ids=lambda f: f.__name__
+)
 @pytest.mark.parametrize("how", ["grad", "jit", "vmap", "second"])
 def test_reverse_mode_through_while_is_a_clear_error_everywhere(where, how):
   """However the loop is reached (directly, inside a scan body or a cond branch, or in
   the residuals of a custom_vjp rule at second order), in every path: the same clear
   error, never a broken program or a zero gradient."""
   loss = lambda x: pnp.sum(where(x) ** 2)
-  fn = {"grad": primc.grad(loss), "jit": primc.jit(primc.grad(loss)),
-        "vmap": primc.vmap(primc.grad(loss)),
-        "second": primc.grad(lambda x: pnp.sum(primc.grad(loss)(x)))}[how]
+  fn = {
+    "grad": primc.grad(loss),
+    "jit": primc.jit(primc.grad(loss)),
+    "vmap": primc.vmap(primc.grad(loss)),
+    "second": primc.grad(lambda x: pnp.sum(primc.grad(loss)(x))),
+  }[how]
   x = np.full((2, 3) if how == "vmap" else 3, 0.5)
   if where is _through_rule and how != "second":  # its rule covers the first order
     assert np.all(np.isfinite(fn(x)))
@@ -141,7 +153,7 @@ def _scan_body(c, x):
 
 def _scan_ref(c, xs, reverse=False):
   ys = [None] * len(xs)
-  for i in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
+  for i in range(len(xs) - 1, -1, -1) if reverse else range(len(xs)):
     c, ys[i] = c * xs[i][0] + np.sin(c) * xs[i][1], c * 2.0 + xs[i][0]
   return c, np.array(ys)
 
@@ -157,8 +169,9 @@ def test_scan_values_and_derivatives_interpreted(length, reverse, seed):
   np.testing.assert_allclose(got_c, want_c, rtol=1e-12)
   np.testing.assert_allclose(got_ys, want_ys.reshape(length), rtol=1e-12)
   if length:
-    primc.check_grads(lambda c, xs: f(c, xs)[0] + pnp.sum(f(c, xs)[1] ** 2), (c0, xs),
-                      order=2, modes=("fwd", "rev"))
+    primc.check_grads(
+      lambda c, xs: f(c, xs)[0] + pnp.sum(f(c, xs)[1] ** 2), (c0, xs), order=2, modes=("fwd", "rev")
+    )
 
 
 def test_scan_compiled_batched_and_pytrees():
@@ -182,6 +195,7 @@ def test_scan_compiled_batched_and_pytrees():
       a, b = x
       new = {"h": pnp.tanh(carry["h"] * w + a), "n": carry["n"] + 1.0}
       return new, (pnp.sum(new["h"]), b * 2.0)
+
     carry, (s, b2) = lax.scan(step, {"h": np.zeros(2), "n": np.array(0.0)}, (xs, xs[:, 0]))
     return pnp.sum(carry["h"]) + pnp.sum(s) + pnp.sum(b2) * carry["n"]
 
@@ -214,12 +228,13 @@ def test_fori_loop_constant_bounds_reverse_mode_and_traced_bounds_forward():
   np.testing.assert_allclose(f(x), ref(0.7), rtol=1e-12)
   np.testing.assert_allclose(primc.jit(f)(x), ref(0.7), rtol=1e-12)
   primc.check_grads(f, (x,), order=2, modes=("fwd", "rev"))
-  np.testing.assert_allclose(primc.jit(primc.vmap(f))(np.array([0.7, 0.2])),
-                             [ref(0.7), ref(0.2)], rtol=1e-12)
+  np.testing.assert_allclose(
+    primc.jit(primc.vmap(f))(np.array([0.7, 0.2])), [ref(0.7), ref(0.2)], rtol=1e-12
+  )
   g = lambda n, x: lax.fori_loop(0, n, lambda i, v: v * x, x)  # traced bound: a while_loop
-  np.testing.assert_allclose(primc.jit(g)(np.int32(3), x), 0.7 ** 4, rtol=1e-12)
+  np.testing.assert_allclose(primc.jit(g)(np.int32(3), x), 0.7**4, rtol=1e-12)
   _, t = primc.jvp(lambda x: g(np.int32(3), x), (x,), (np.array(1.0),))
-  np.testing.assert_allclose(t, 4 * 0.7 ** 3, rtol=1e-12)
+  np.testing.assert_allclose(t, 4 * 0.7**3, rtol=1e-12)
 
 
 def test_traced_once_and_not_unrolled():
@@ -247,25 +262,39 @@ def test_one_plan_stages_of_a_control_flow_program_are_a_clear_error():
   np.testing.assert_allclose(f(X), X * 2.0)  # running it is not affected
 
 
-_UNARY = [pnp.sin, pnp.tanh, lambda v: v * v, lambda v: pnp.exp(0.3 * v), lambda v: -v,
-          lambda v: pnp.sqrt(1.0 + v * v)]
-_BINARY = [pnp.add, pnp.multiply, lambda a, b: a / (1.5 + b * b), pnp.maximum,
-           lambda a, b: a - 0.5 * b]
+_UNARY = [
+  pnp.sin,
+  pnp.tanh,
+  lambda v: v * v,
+  lambda v: pnp.exp(0.3 * v),
+  lambda v: -v,
+  lambda v: pnp.sqrt(1.0 + v * v),
+]
+_BINARY = [
+  pnp.add,
+  pnp.multiply,
+  lambda a, b: a / (1.5 + b * b),
+  pnp.maximum,
+  lambda a, b: a - 0.5 * b,
+]
 
 
 @st.composite
 def _bodies(draw):
   """A random step (carry, x) -> (carry', y) of the ops above, and a random branch pair."""
-  steps = draw(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 30)), min_size=1,
-                        max_size=4))
+  steps = draw(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 30)), min_size=1, max_size=4))
 
   def step(c, x):
     vals = [c, x]
     for kind, k in steps:
       a = vals[-1]
-      vals.append(_UNARY[k % len(_UNARY)](a) if kind == 0 else
-                  _BINARY[k % len(_BINARY)](a, vals[k % len(vals)]))
+      vals.append(
+        _UNARY[k % len(_UNARY)](a)
+        if kind == 0
+        else _BINARY[k % len(_BINARY)](a, vals[k % len(vals)])
+      )
     return 0.5 * pnp.tanh(pnp.sum(vals[-1])) + 0.5 * c, vals[-1] * x
+
   return step, draw(st.integers(1, 4)), draw(st.booleans()), draw(st.integers(0, 1000))
 
 
@@ -281,31 +310,35 @@ def test_random_scan_and_cond_bodies_differentiate_like_their_unrolled_loops(bod
 
   def unrolled(c, xs):
     ys = [None] * n
-    for i in (range(n - 1, -1, -1) if reverse else range(n)):
+    for i in range(n - 1, -1, -1) if reverse else range(n):
       c, ys[i] = step(c, xs[i])
     return c, pnp.stack(ys)
 
   for got, want in zip(f(c0, xs), unrolled(c0, xs)):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
   loss = lambda c, xs: f(c, xs)[0] + pnp.sum(f(c, xs)[1])
-  primc.check_grads(loss, (c0, xs), order=2, modes=("fwd", "rev"), eps=1e-5, atol=1e-4,
-                    rtol=1e-4)
-  branchy = lambda c, xs: lax.cond(c > 0, lambda v: step(v, xs[0])[1],
-                                   lambda v: step(-v, xs[-1])[1], c)
-  primc.check_grads(branchy, (c0, xs), order=2, modes=("fwd", "rev"), eps=1e-5, atol=1e-4,
-                    rtol=1e-4)
+  primc.check_grads(loss, (c0, xs), order=2, modes=("fwd", "rev"), eps=1e-5, atol=1e-4, rtol=1e-4)
+  branchy = lambda c, xs: lax.cond(
+    c > 0, lambda v: step(v, xs[0])[1], lambda v: step(-v, xs[-1])[1], c
+  )
+  primc.check_grads(
+    branchy, (c0, xs), order=2, modes=("fwd", "rev"), eps=1e-5, atol=1e-4, rtol=1e-4
+  )
 
 
 # --- loops run natively (codegen.loops): the runner called on the bodies' tables -----------
+
 
 @pytest.fixture
 def native_loops(monkeypatch):
   """Counts the loops that ran natively (and fails a test whose loops should have)."""
   from primc.codegen import loops
+
   ran = []
   real = loops._Prepared.run
-  monkeypatch.setattr(loops._Prepared, "run", lambda self, *a: ran.append(self.kind) or real(
-      self, *a))
+  monkeypatch.setattr(
+    loops._Prepared, "run", lambda self, *a: ran.append(self.kind) or real(self, *a)
+  )
   return ran
 
 
@@ -330,7 +363,7 @@ def test_native_scan_matches_the_interpreter(native_loops, length, reverse):
     np.testing.assert_allclose(g, w, rtol=1e-13)
   a, b = c  # against a Python loop
   ys = [None] * length
-  for i in (range(length - 1, -1, -1) if reverse else range(length)):
+  for i in range(length - 1, -1, -1) if reverse else range(length):
     ys[i] = (a * xs[i], b * 2.0)
     a, b = a * 0.9 + np.sin(xs[i][0]), b + np.sum(xs[i] * a)
   np.testing.assert_allclose(got[0][0], a, rtol=1e-13)
@@ -347,12 +380,11 @@ def test_native_while_and_fori_loops_match_python_loops(native_loops):
   for _ in range(300):
     want = want * 0.99 + np.sin(want) * 0.01
   np.testing.assert_allclose(primc.jit(f)(x), want, rtol=1e-12)
-  w = lambda x, n: lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1.0, c[1] * 1.01),
-                                  (0.0, x))
+  w = lambda x, n: lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1.0, c[1] * 1.01), (0.0, x))
   for n in (0.0, 1.0, 57.0):  # zero, one and many steps
     k, v = primc.jit(w)(x, n)
     assert k == n
-    np.testing.assert_allclose(v, x * 1.01 ** n, rtol=1e-12)
+    np.testing.assert_allclose(v, x * 1.01**n, rtol=1e-12)
   # reverse mode through a fixed-trip loop: the stored steps replayed natively too
   g = primc.grad(lambda x: pnp.sum(f(x)))
   np.testing.assert_allclose(primc.jit(g)(x), g(x), rtol=1e-12)
@@ -364,6 +396,7 @@ def test_native_loop_bodies_raise_index_errors(native_loops):
 
   def f(i0):
     return lax.fori_loop(0, 4, lambda k, i: i + pnp.take(table, i).astype(np.int64), i0)
+
   assert primc.jit(f)(np.int64(0)) == 0 + 0  # take(0) = 0 forever
   with pytest.raises(IndexError):
     primc.jit(f)(np.int64(1))  # 1, 2, 4, 8: index 8 of 5 in the fourth step
@@ -378,7 +411,7 @@ def test_nested_loops_and_large_bodies():
   f = lambda x: lax.fori_loop(0, 3, lambda i, c: inner(c) + 1.0, x)
   want = x.copy()
   for _ in range(3):
-    want = want * 1.1 ** 5 + 1.0
+    want = want * 1.1**5 + 1.0
   np.testing.assert_allclose(primc.jit(f)(x), want, rtol=1e-12)
   big = R.standard_normal((512, 512)).astype(np.float32)
   h = lambda y: lax.fori_loop(0, 3, lambda i, c: pnp.tanh(c) * 0.5 + c, y)
@@ -391,6 +424,7 @@ def test_nested_loops_and_large_bodies():
 def test_native_loops_called_from_threads_at_once(native_loops):
   """Concurrent calls of one compiled loop each get their own carry buffers and tables."""
   import threading
+
   f = primc.jit(lambda x, n: lax.fori_loop(0, 200, lambda i, c: c * 0.99 + n, x))
   results = {}
 
@@ -402,6 +436,7 @@ def test_native_loops_called_from_threads_at_once(native_loops):
     for _ in range(200):
       want = want * 0.99 + k
     results[k] = np.allclose(got, want, rtol=1e-12)
+
   threads = [threading.Thread(target=call, args=(k,)) for k in range(6)]
   for t in threads:
     t.start()

@@ -1,5 +1,6 @@
 """The shape of the code: layers that only import downward, no import cycles, few
 function-local imports (each with its reason)."""
+
 import ast
 import os
 
@@ -9,17 +10,41 @@ FOLDERS = {"primc": "primc", "passes": "primc.passes", "codegen": "primc.codegen
 
 # Bottom to top: a module imports only modules of its own layer or of lower ones.
 LAYERS = [
-    ("IR", ["primc.core", "primc.tree", "primc.trace", "primc.prims", "primc.interpreter",
-            "primc.settings", "primc.breaks"]),
-    ("transforms and ops", ["primc.ad", "primc.batching", "primc.numpy", "primc.contraction",
-                            "primc.custom", "primc.lax"]),
-    ("passes", ["primc.passes"]),
-    ("codegen", ["primc.codegen"]),
-    ("compile and the functional API", ["primc.compile", "primc.api", "primc.segmented",
-                                        "primc.kept", "primc.replayed"]),
-    ("front ends", ["primc.eager", "primc.static", "primc.nn", "primc.optimizer",
-                    "primc.autograd", "primc.functional", "primc.dask"]),
-    ("public API, CLI, pytest plugin", ["primc", "primc.cli", "primc.pytest_plugin"]),
+  (
+    "IR",
+    [
+      "primc.core",
+      "primc.tree",
+      "primc.trace",
+      "primc.prims",
+      "primc.interpreter",
+      "primc.settings",
+      "primc.breaks",
+    ],
+  ),
+  (
+    "transforms and ops",
+    ["primc.ad", "primc.batching", "primc.numpy", "primc.contraction", "primc.custom", "primc.lax"],
+  ),
+  ("passes", ["primc.passes"]),
+  ("codegen", ["primc.codegen"]),
+  (
+    "compile and the functional API",
+    ["primc.compile", "primc.api", "primc.segmented", "primc.kept", "primc.replayed"],
+  ),
+  (
+    "front ends",
+    [
+      "primc.eager",
+      "primc.static",
+      "primc.nn",
+      "primc.optimizer",
+      "primc.autograd",
+      "primc.functional",
+      "primc.dask",
+    ],
+  ),
+  ("public API, CLI, pytest plugin", ["primc", "primc.cli", "primc.pytest_plugin"]),
 ]
 
 
@@ -57,8 +82,10 @@ def imports(module: str, path: str, known) -> list[tuple[str, int, bool, str]]:
       if isinstance(child, ast.Import):
         targets = [a.name for a in child.names]
       elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
-        targets = [f"{child.module}.{a.name}" if f"{child.module}.{a.name}" in known
-                   else child.module for a in child.names]
+        targets = [
+          f"{child.module}.{a.name}" if f"{child.module}.{a.name}" in known else child.module
+          for a in child.names
+        ]
       for t in targets:
         while t not in known and "." in t:
           t = t.rsplit(".", 1)[0]
@@ -77,8 +104,10 @@ def test_layers_import_only_downward_and_nothing_imports_in_a_cycle():
     for target, line, local, text in imports(m, path, mods):
       edges.setdefault(m, set()).add(target)
       if layer_of(target) > layer_of(m):
-        upward.append(f"{m}:{line} imports {target} ({LAYERS[layer_of(target)][0]} is above "
-                      f"{LAYERS[layer_of(m)][0]}): {text.strip()}")
+        upward.append(
+          f"{m}:{line} imports {target} ({LAYERS[layer_of(target)][0]} is above "
+          f"{LAYERS[layer_of(m)][0]}): {text.strip()}"
+        )
   assert not upward, "\n".join(upward)
   # cycles: depth-first search for a back edge
   state, stack = {}, []
@@ -88,7 +117,7 @@ def test_layers_import_only_downward_and_nothing_imports_in_a_cycle():
     stack.append(m)
     for t in sorted(edges.get(m, ())):
       if state.get(t) == "open":
-        raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(t):] + [t]))
+        raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(t) :] + [t]))
       if t not in state:
         dfs(t)
     stack.pop()
@@ -101,8 +130,12 @@ def test_layers_import_only_downward_and_nothing_imports_in_a_cycle():
 
 def test_function_local_imports_are_few_and_say_why():
   mods = modules()
-  local = [(m, line, text) for m, path in mods.items()
-           for _, line, is_local, text in imports(m, path, mods) if is_local]
+  local = [
+    (m, line, text)
+    for m, path in mods.items()
+    for _, line, is_local, text in imports(m, path, mods)
+    if is_local
+  ]
   assert len(local) <= 10, local
   for m, line, text in local:
     assert "#" in text, f"{m}:{line}: a function-local import needs its reason: {text.strip()}"

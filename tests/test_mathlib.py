@@ -1,5 +1,6 @@
 """The vectorizable math library: max ulp error against numpy (float64/longdouble
 references) on dense samples, and exact IEEE edge cases."""
+
 import numpy as np
 import pytest
 from numba import njit
@@ -15,10 +16,12 @@ _kernels = {}
 def run(name, x):
   fn = getattr(mathlib, mathlib.FUNCTIONS[(name, x.dtype.name)])
   if fn not in _kernels:
+
     @njit(error_model="numpy")
     def kernel(x, out):
       for i in range(x.size):
         out[i] = fn(x[i])
+
     _kernels[fn] = kernel
   out = np.empty_like(x)
   _kernels[fn](x, out)
@@ -32,11 +35,17 @@ def samples(name, dtype):
     parts = [rng.uniform(lo, hi, 200_000), rng.uniform(-1, 1, 50_000)]
   elif name == "log":
     top = 38 if dtype == "float32" else 300
-    parts = [10.0 ** rng.uniform(-top, top, 200_000), rng.uniform(0.5, 2, 50_000),
-             rng.uniform(0, 1e-38 if dtype == "float32" else 1e-307, 10_000)]  # denormals
+    parts = [
+      10.0 ** rng.uniform(-top, top, 200_000),
+      rng.uniform(0.5, 2, 50_000),
+      rng.uniform(0, 1e-38 if dtype == "float32" else 1e-307, 10_000),
+    ]  # denormals
   elif name == "tanh":
-    parts = [rng.uniform(-20, 20, 200_000), rng.uniform(-1, 1, 50_000),
-             10.0 ** rng.uniform(-30, 0, 10_000)]
+    parts = [
+      rng.uniform(-20, 20, 200_000),
+      rng.uniform(-1, 1, 50_000),
+      10.0 ** rng.uniform(-30, 0, 10_000),
+    ]
   else:
     limit = mathlib.SINCOS_LIMIT[dtype]
     parts = [rng.uniform(-10, 10, 200_000), rng.uniform(-limit, limit, 100_000)]
@@ -66,15 +75,17 @@ def test_max_ulp_error(name, dtype):
 @pytest.mark.parametrize("name", list(BOUNDS))
 def test_edge_cases_match_numpy_exactly(name, dtype):
   tiny = np.finfo(dtype).tiny
-  x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, tiny, -tiny, tiny / 8, 1.0, -1.0],
-               dtype)
+  x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, tiny, -tiny, tiny / 8, 1.0, -1.0], dtype)
   if name in ("sin", "cos"):
     x = x[np.isnan(x) | (np.abs(x) <= mathlib.SINCOS_LIMIT[dtype])]  # larger: kernels use libm
   with np.errstate(all="ignore"):
     got, want = run(name, x), REFERENCE[name](x)
   np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-  close = np.isclose(got, want, rtol=4 * np.finfo(dtype).eps, atol=0) | (got == want) | (
-      np.isnan(got) & np.isnan(want))
+  close = (
+    np.isclose(got, want, rtol=4 * np.finfo(dtype).eps, atol=0)
+    | (got == want)
+    | (np.isnan(got) & np.isnan(want))
+  )
   assert close.all(), (x[~close], got[~close], want[~close])
   zeros = (want == 0) & ~np.isnan(want)
   np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))  # ±0 kept

@@ -1,6 +1,7 @@
 """numpy's other integer dtypes (int8, int16, uint8, uint16, uint32, uint64) as values in
 every path: numpy's promotion (uint8 * float32 -> float32), wraparound and accumulation
 dtypes, against numpy itself; derivatives in float arguments beside them."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,24 +12,24 @@ import primc.numpy as pnp
 
 DTYPES = ["int8", "int16", "uint8", "uint16", "uint32", "uint64"]
 OPS = {  # name: (primc's, numpy's) as functions of (a, b, w): a, b integers, w float32
-    "add": lambda m: lambda a, b, w: m.add(a, b),
-    "multiply": lambda m: lambda a, b, w: m.multiply(a, b),
-    "subtract": lambda m: lambda a, b, w: m.subtract(a, b),
-    "maximum": lambda m: lambda a, b, w: m.maximum(a, b),
-    "times_float32": lambda m: lambda a, b, w: m.multiply(a, w),
-    "sum": lambda m: lambda a, b, w: m.sum(a),
-    "prod": lambda m: lambda a, b, w: m.prod(a[:3]),
-    "cumsum": lambda m: lambda a, b, w: m.cumsum(a),
-    "compare": lambda m: lambda a, b, w: m.less(a, b),
-    "where": lambda m: lambda a, b, w: m.where(a > b, a, b),
-    "reshape": lambda m: lambda a, b, w: m.reshape(a, (2, 3)),
-    "index": lambda m: lambda a, b, w: a[::2],
-    "astype_float": lambda m: lambda a, b, w: a.astype(np.float64) * 0.5,
+  "add": lambda m: lambda a, b, w: m.add(a, b),
+  "multiply": lambda m: lambda a, b, w: m.multiply(a, b),
+  "subtract": lambda m: lambda a, b, w: m.subtract(a, b),
+  "maximum": lambda m: lambda a, b, w: m.maximum(a, b),
+  "times_float32": lambda m: lambda a, b, w: m.multiply(a, w),
+  "sum": lambda m: lambda a, b, w: m.sum(a),
+  "prod": lambda m: lambda a, b, w: m.prod(a[:3]),
+  "cumsum": lambda m: lambda a, b, w: m.cumsum(a),
+  "compare": lambda m: lambda a, b, w: m.less(a, b),
+  "where": lambda m: lambda a, b, w: m.where(a > b, a, b),
+  "reshape": lambda m: lambda a, b, w: m.reshape(a, (2, 3)),
+  "index": lambda m: lambda a, b, w: a[::2],
+  "astype_float": lambda m: lambda a, b, w: a.astype(np.float64) * 0.5,
 }
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(DTYPES), st.sampled_from(sorted(OPS)), st.integers(0, 2 ** 31))
+@given(st.sampled_from(DTYPES), st.sampled_from(sorted(OPS)), st.integers(0, 2**31))
 def test_integer_ops_match_numpy_plain_and_jitted(dtype, op, seed):
   info = np.iinfo(dtype)
   rng = np.random.default_rng(seed)

@@ -2,6 +2,7 @@
 exactly the arguments the driver can read (anything else goes to the general path, which
 converts it), count references right, and report a failed driver instead of returning
 garbage; the ctypes fallback must give the same results."""
+
 import sys
 
 import numpy as np
@@ -55,8 +56,14 @@ def test_arguments_the_entry_does_not_take_still_give_right_results():
   raw = np.zeros(3 * 4 * 4 + 1, np.uint8)[1:].view(np.float32).reshape(3, 4)  # unaligned
   raw[...] = x
   assert not raw.flags.aligned
-  others = [(x.astype(">f4"), y), (x.view(Sub), y), (raw, y),
-            (np.asfortranarray(x), y), (x[:, ::-1], y), (x.astype(np.float64), y)]
+  others = [
+    (x.astype(">f4"), y),
+    (x.view(Sub), y),
+    (raw, y),
+    (np.asfortranarray(x), y),
+    (x[:, ::-1], y),
+    (x.astype(np.float64), y),
+  ]
   for a, b in others:
     check(f(a, b), a, b)
     check(f(x, y), x, y)  # and the entry again
@@ -107,9 +114,16 @@ def test_a_failed_driver_raises_and_releases_its_outputs(result, monkeypatch):
     sizes = np.array([size], np.int64)
     float32 = np.dtype(np.float32)
     spec = native.EntrySpec(
-        inputs=((float32, (2,)),), consts=(), outputs=((True, (2,), id(float32)),),
-        buffers=(), stack_arena=True, views=(), sizes=sizes.ctypes.data,
-        driver=driver.address, result=result)
+      inputs=((float32, (2,)),),
+      consts=(),
+      outputs=((True, (2,), id(float32)),),
+      buffers=(),
+      stack_arena=True,
+      views=(),
+      sizes=sizes.ctypes.data,
+      driver=driver.address,
+      result=result,
+    )
     run = native.entry(spec, (sizes, float32, driver))
     x = np.array([1.0, 2.0], np.float32)
     before = sys.getrefcount(float32)
@@ -148,6 +162,7 @@ def test_large_outputs_and_arenas_take_the_pooled_runner():
 def test_flat_forms():
   from primc.codegen.executor import _flat_form
   from primc.tree import TreeDef
+
   tup = TreeDef("tuple", None, (LEAF, LEAF))
   assert _flat_form(LEAF, 1) == "leaf" and _flat_form(tup, 2) == "tuple"
   assert _flat_form(None, 3) == "list" and _flat_form(LEAF, 0) is None
@@ -160,8 +175,11 @@ def test_integer_arrays_of_an_equal_but_distinct_c_type():
   # type number, which the entry checks
   f = primc.jit(lambda i, x: pnp.take(x, i) * 2.0)
   x = f32(6)
-  for idx in (np.array([0, 5, 2], np.int64), np.array([0, 5, 2], dtype="q"),
-              np.array([3, 1], np.int32)):
+  for idx in (
+    np.array([0, 5, 2], np.int64),
+    np.array([0, 5, 2], dtype="q"),
+    np.array([3, 1], np.int32),
+  ):
     np.testing.assert_allclose(f(idx, x), x[idx] * 2, rtol=1e-6)
   longlong = np.array([0, 5, 2], dtype="q")
   exe = next(e for e, _ in f._compiled.values() if e.plan.in_avals[0].dtype == "int64")
@@ -173,14 +191,24 @@ def _argument_forms():
   (0-d included) and of equal sizes in other shapes, dtypes, strided and byte-swapped
   views, numpy and Python scalars."""
   from hypothesis import strategies as st
+
   shapes = st.sampled_from([(), (1,), (3,), (1, 3), (3, 1), (2, 3), (1, 1, 1)])
   dtypes = st.sampled_from([np.float32, np.float64, np.int32])
-  arrays = st.builds(lambda s, d, seed: np.random.default_rng(seed).uniform(-3, 3, s).astype(d),
-                     shapes, dtypes, st.integers(0, 9))
+  arrays = st.builds(
+    lambda s, d, seed: np.random.default_rng(seed).uniform(-3, 3, s).astype(d),
+    shapes,
+    dtypes,
+    st.integers(0, 9),
+  )
   views = arrays.map(lambda a: np.repeat(a[..., None], 2, -1)[..., 0] if a.ndim else a)
   swapped = arrays.map(lambda a: a.astype(a.dtype.newbyteorder(">")))
-  scalars = st.one_of(st.floats(-3, 3).map(np.float32), st.floats(-3, 3).map(np.float64),
-                      st.floats(-3, 3), st.integers(-3, 3), st.integers(-3, 3).map(np.int32))
+  scalars = st.one_of(
+    st.floats(-3, 3).map(np.float32),
+    st.floats(-3, 3).map(np.float64),
+    st.floats(-3, 3),
+    st.integers(-3, 3),
+    st.integers(-3, 3).map(np.int32),
+  )
   return st.one_of(arrays, views, swapped, scalars)
 
 
@@ -209,8 +237,11 @@ def test_any_sequence_of_argument_forms_gives_numpys_results():
   run()
 
 
-@pytest.mark.parametrize("x", [np.float32(0.5), np.float64(0.5), 0.5, np.array(0.5)],
-                         ids=["np.float32", "np.float64", "float", "0-d"])
+@pytest.mark.parametrize(
+  "x",
+  [np.float32(0.5), np.float64(0.5), 0.5, np.array(0.5)],
+  ids=["np.float32", "np.float64", "float", "0-d"],
+)
 def test_scalars_and_0d_arrays_take_the_native_entry(x, monkeypatch):
   f = primc.jit(primc.grad(primc.grad(lambda t: pnp.tanh(t * 1.0))))
   want = f(x)
@@ -228,6 +259,7 @@ def test_arenas_are_shared_across_sizes_and_distinct_across_threads():
   pages); concurrent calls each take their own block and get their own right results."""
   import threading
   from primc.codegen import executor
+
   f = primc.jit(lambda x, w: pnp.sum(pnp.tanh(pnp.tanh(x @ w) @ w.T) ** 2, axis=1))
   w = R.standard_normal((64, 64)).astype(np.float32) / 8
   want = lambda x: np.sum(np.tanh(np.tanh(x @ w) @ w.T) ** 2, axis=1)
@@ -240,10 +272,11 @@ def test_arenas_are_shared_across_sizes_and_distinct_across_threads():
   results = {}
 
   def call(k):
-    xs = x[k * 512:(k + 1) * 512] * (k + 1)
+    xs = x[k * 512 : (k + 1) * 512] * (k + 1)
     for _ in range(20):
       got = f(xs, w)
     results[k] = np.allclose(got, want(xs), rtol=2e-5)
+
   threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
   for t in threads:
     t.start()
@@ -259,6 +292,7 @@ def test_a_larger_size_reuses_the_memory_of_smaller_blocks(monkeypatch):
   import gc
   import weakref
   from primc.codegen import executor
+
   monkeypatch.setattr(executor, "BLOCKS", executor.ArenaBlocks())  # this test's pool
   f = primc.jit(lambda x, w: pnp.sum(pnp.tanh(pnp.tanh(x @ w) @ w.T) ** 2, axis=1))
   w = R.standard_normal((64, 64)).astype(np.float32) / 8
@@ -278,6 +312,7 @@ def test_a_larger_size_reuses_the_memory_of_smaller_blocks(monkeypatch):
 
 def test_arena_size_classes():
   from primc.codegen.executor import ArenaBlocks
+
   size_class = ArenaBlocks.size_class
   for n in list(range(0, 70000, 97)) + [2**k + d for k in range(12, 40) for d in (-1, 0, 1)]:
     c = size_class(n)
@@ -287,6 +322,7 @@ def test_arena_size_classes():
 
 def test_an_arena_block_the_system_refuses_is_a_memory_error():
   from primc.codegen.executor import Block
+
   with pytest.raises(MemoryError, match="cannot map"):
     Block(1 << 60)
   assert Block(0).size == 0 and Block(4096).memory.size == 4096

@@ -1,5 +1,6 @@
 """primc.numpy on plain values: numpy's own function runs (no primitive bound, nothing
 traced or compiled), with primc's results; primc's path runs where the two differ."""
+
 import numpy as np
 import pytest
 
@@ -10,24 +11,44 @@ from primc import core
 R = np.random.default_rng(0)
 X, Y = R.standard_normal(128), R.standard_normal(128)
 M = R.standard_normal((16, 16)).astype(np.float32)
-I = R.integers(-5, 5, 128).astype(np.int32)
-CALLS = [("add", (X, 1.0), {}), ("subtract", (X, Y), {}), ("multiply", (M, 2), {}),
-         ("divide", (I, 3), {}), ("exp", (X,), {}), ("log", (np.abs(X) + 1,), {}),
-         ("tanh", (M,), {}), ("sin", (X,), {}), ("sqrt", (np.abs(X),), {}),
-         ("maximum", (X, 0.0), {}), ("where", (X > 0, X, Y), {}), ("sum", (M,), {"axis": 0}),
-         ("mean", (I,), {}), ("max", (M,), {"axis": 1, "keepdims": True}),
-         ("argmax", (X,), {}), ("dot", (M, M), {}), ("matmul", (M, M), {}),
-         ("reshape", (X, (8, 16)), {}), ("transpose", (M,), {}),
-         ("concatenate", ([X, Y],), {}), ("stack", ([X, Y],), {"axis": 1}),
-         ("clip", (X, -1.0, 1.0), {}), ("cumsum", (I,), {}), ("sort", (X,), {}),
-         ("logical_and", (X > 0, Y > 0), {}), ("floor_divide", (I, 2), {})]
+INTS = R.integers(-5, 5, 128).astype(np.int32)
+CALLS = [
+  ("add", (X, 1.0), {}),
+  ("subtract", (X, Y), {}),
+  ("multiply", (M, 2), {}),
+  ("divide", (INTS, 3), {}),
+  ("exp", (X,), {}),
+  ("log", (np.abs(X) + 1,), {}),
+  ("tanh", (M,), {}),
+  ("sin", (X,), {}),
+  ("sqrt", (np.abs(X),), {}),
+  ("maximum", (X, 0.0), {}),
+  ("where", (X > 0, X, Y), {}),
+  ("sum", (M,), {"axis": 0}),
+  ("mean", (INTS,), {}),
+  ("max", (M,), {"axis": 1, "keepdims": True}),
+  ("argmax", (X,), {}),
+  ("dot", (M, M), {}),
+  ("matmul", (M, M), {}),
+  ("reshape", (X, (8, 16)), {}),
+  ("transpose", (M,), {}),
+  ("concatenate", ([X, Y],), {}),
+  ("stack", ([X, Y],), {"axis": 1}),
+  ("clip", (X, -1.0, 1.0), {}),
+  ("cumsum", (INTS,), {}),
+  ("sort", (X,), {}),
+  ("logical_and", (X > 0, Y > 0), {}),
+  ("floor_divide", (INTS, 2), {}),
+]
 
 
 @pytest.fixture
 def nothing_bound(monkeypatch):
   """Fails a test in which any primitive is bound (traced or run eagerly)."""
+
   def refuse(prim, args, params):
     raise AssertionError(f"{prim.name} was bound")
+
   monkeypatch.setattr(core, "binder", [refuse])
 
 

@@ -1,4 +1,5 @@
 """Primitive registry and numpy implementations against independent numpy oracles."""
+
 import numpy as np
 import pytest
 
@@ -30,13 +31,22 @@ def test_every_primitive_has_a_rule_in_every_table():
   from primc import ad, batching
   from primc.codegen import kernels
   from primc.core import TRAITS
-  tables = {"abstract": abstract_rules, "impl": impl_rules, "jvp": ad.jvp_rules,
-            "batching": batching.batch_rules}
-  missing = [f"{p.name}: {t}" for p in P.ALL_PRIMITIVES for t, table in tables.items()
-             if p not in table]
+
+  tables = {
+    "abstract": abstract_rules,
+    "impl": impl_rules,
+    "jvp": ad.jvp_rules,
+    "batching": batching.batch_rules,
+  }
+  missing = [
+    f"{p.name}: {t}" for p in P.ALL_PRIMITIVES for t, table in tables.items() if p not in table
+  ]
   missing += [f"{p.name}: kernel emission" for p in P.ALL_PRIMITIVES if not kernels.emits(p)]
-  missing += [f"{p.name}: transpose rule {'missing' if p.linear else 'without linear args'}"
-              for p in P.ALL_PRIMITIVES if (p in ad.transpose_rules) != (p.linear is not None)]
+  missing += [
+    f"{p.name}: transpose rule {'missing' if p.linear else 'without linear args'}"
+    for p in P.ALL_PRIMITIVES
+    if (p in ad.transpose_rules) != (p.linear is not None)
+  ]
   assert not missing, missing
   for p in P.ALL_PRIMITIVES:
     assert p.traits and p.traits <= set(TRAITS), p.name
@@ -49,6 +59,7 @@ def test_every_primitive_folds_when_its_inputs_are_constants(case, rng):
   case's equation of the primitive, its inputs made literals, becomes a literal."""
   from primc import passes
   from primc.core import Eqn, Lit, Program, results, run
+
   xs = case.make(rng)
   program = primc.make_program(case.fn)(*xs)
   values = {}  # each equation's input values
@@ -87,9 +98,15 @@ def test_impl_matches_numpy(case, dtype, rng):
     np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == "float32" else 1e-12, atol=1e-6)
 
 
-@pytest.mark.parametrize("shape,dims,out", [
-    ((), (), (2, 3)), ((1,), (1,), (4, 5)), ((3, 1), (0, 2), (3, 4, 5)), ((1, 1), (0, 1), (2, 2)),
-])
+@pytest.mark.parametrize(
+  "shape,dims,out",
+  [
+    ((), (), (2, 3)),
+    ((1,), (1,), (4, 5)),
+    ((3, 1), (0, 2), (3, 4, 5)),
+    ((1, 1), (0, 1), (2, 2)),
+  ],
+)
 def test_broadcast_in_dim_edge_cases(shape, dims, out, rng):
   x = rng.standard_normal(shape)
   got = P.broadcast_in_dim(x, out, dims)
@@ -99,12 +116,18 @@ def test_broadcast_in_dim_edge_cases(shape, dims, out, rng):
 
 def test_shape_rules_reject_bad_params():
   x = np.zeros((2, 3), np.float32)
-  for call in [lambda: P.reshape(x, (4,)), lambda: P.transpose(x, (0, 0)),
-               lambda: P.slice_(x, (0, 2), (2, 5)), lambda: P.broadcast_in_dim(x, (3, 3), (0, 1)),
-               lambda: P.reduce_sum(x, (2,)), lambda: P.concatenate([x, x.T], 0),
-               lambda: P.gather(x, np.zeros(2, np.float32), 0),
-               lambda: P.dot_general(x, x, (((1,), (1,)), ((0,), (1,)))),
-               lambda: P.add(x, x.astype(np.float64)), lambda: P.select(x, x, x)]:
+  for call in [
+    lambda: P.reshape(x, (4,)),
+    lambda: P.transpose(x, (0, 0)),
+    lambda: P.slice_(x, (0, 2), (2, 5)),
+    lambda: P.broadcast_in_dim(x, (3, 3), (0, 1)),
+    lambda: P.reduce_sum(x, (2,)),
+    lambda: P.concatenate([x, x.T], 0),
+    lambda: P.gather(x, np.zeros(2, np.float32), 0),
+    lambda: P.dot_general(x, x, (((1,), (1,)), ((0,), (1,)))),
+    lambda: P.add(x, x.astype(np.float64)),
+    lambda: P.select(x, x, x),
+  ]:
     with pytest.raises(primc.ShapeError):
       call()
 

@@ -4,6 +4,7 @@ halving, pairs first, gave NaN where numpy gives inf). Oracle: numpy itself, bit
 in every path: interpreted, jit, jit(vmap), the eager tape and static programs. The
 derivative (the product of the others, no division) is checked by finite differences in
 float64, with zeros among the factors, at orders 1 and 2."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,9 +27,13 @@ def products(draw):
   mags = draw(st.lists(st.sampled_from(MAGNITUDES), min_size=size, max_size=size))
   signs = draw(st.lists(st.sampled_from([-1.0, 1.0]), min_size=size, max_size=size))
   x = (np.array(mags) * np.array(signs)).astype(np.float32).reshape(shape)
-  axis = draw(st.one_of(st.none(), st.integers(-ndim, ndim - 1),
-                        st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim,
-                                 unique=True).map(tuple)))
+  axis = draw(
+    st.one_of(
+      st.none(),
+      st.integers(-ndim, ndim - 1),
+      st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim, unique=True).map(tuple),
+    )
+  )
   return x, axis, draw(st.booleans())
 
 
@@ -70,11 +75,15 @@ def test_product_variants_keep_numpy_order(name):
   x = np.array([[1e30, 1e30, 1e-30, np.nan], [-1e-30, np.inf, -1e-30, 2.0]], np.float32)
   mask = np.array([True, True, True, False])
   ours, theirs = {
-      "nanprod": (lambda a: pnp.nanprod(a, axis=1), lambda a: np.nanprod(a, axis=1)),
-      "prod_where": (lambda a: pnp.prod(a, axis=1, where=mask),
-                     lambda a: np.prod(a, axis=1, where=mask)),
-      "prod_initial": (lambda a: pnp.prod(a, axis=1, initial=1e-30),
-                       lambda a: np.prod(a, axis=1, initial=1e-30)),
+    "nanprod": (lambda a: pnp.nanprod(a, axis=1), lambda a: np.nanprod(a, axis=1)),
+    "prod_where": (
+      lambda a: pnp.prod(a, axis=1, where=mask),
+      lambda a: np.prod(a, axis=1, where=mask),
+    ),
+    "prod_initial": (
+      lambda a: pnp.prod(a, axis=1, initial=1e-30),
+      lambda a: np.prod(a, axis=1, initial=1e-30),
+    ),
   }[name]
   with np.errstate(all="ignore"):
     want = theirs(x)

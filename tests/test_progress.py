@@ -1,4 +1,5 @@
 """A first call that compiles says so on a terminal, and only there."""
+
 import os
 import pty
 import subprocess
@@ -42,8 +43,9 @@ def test_a_compiling_first_call_shows_progress_on_a_terminal_only(tmp_path):
   assert "primc: compiled value_and_grad(loss): " in out, out
   # a pipe (logs, CI, captured output): nothing, whatever the delay
   env["PRIMC_CACHE_DIR"] = str(tmp_path / "b")
-  piped = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True,
-                         text=True, timeout=300)
+  piped = subprocess.run(
+    [sys.executable, "-c", CODE], env=env, capture_output=True, text=True, timeout=300
+  )
   assert piped.returncode == 0 and "result" in piped.stdout
   assert "compil" not in piped.stderr, piped.stderr
   # warm: nothing compiles, nothing is shown

@@ -2,6 +2,7 @@
 traced index) inside functions given to the transforms outside `jit`: traced again with
 the call's values, the path taken is differentiated as one program (as autograd's tape
 records it). Random branching programs against numpy and finite differences."""
+
 import functools
 
 import numpy as np
@@ -13,14 +14,25 @@ import primc
 import primc.numpy as pnp
 from primc import autograd, eager, static
 
-OPS = [lambda y: y * y, lambda y: pnp.sin(y), lambda y: y * 3.0 - 1.0,
-       lambda y: pnp.tanh(y) + y, lambda y: pnp.exp(-y * y)]
-NP_OPS = [lambda y: y * y, np.sin, lambda y: y * 3.0 - 1.0, lambda y: np.tanh(y) + y,
-          lambda y: np.exp(-y * y)]
+OPS = [
+  lambda y: y * y,
+  lambda y: pnp.sin(y),
+  lambda y: y * 3.0 - 1.0,
+  lambda y: pnp.tanh(y) + y,
+  lambda y: pnp.exp(-y * y),
+]
+NP_OPS = [
+  lambda y: y * y,
+  np.sin,
+  lambda y: y * 3.0 - 1.0,
+  lambda y: np.tanh(y) + y,
+  lambda y: np.exp(-y * y),
+]
 
 
 def _program(steps, ops, record=None):
   """y through `steps` (threshold, op if above, op if not), branching on sum(y)."""
+
   def f(x):
     y = x
     for threshold, above, below in steps:
@@ -29,11 +41,17 @@ def _program(steps, ops, record=None):
         record.append(bool(taken))
       y = ops[above](y) if taken else ops[below](y)
     return (y * y).sum()
+
   return f
 
 
-STEPS = st.lists(st.tuples(st.floats(-2, 2, allow_nan=False), st.integers(0, len(OPS) - 1),
-                           st.integers(0, len(OPS) - 1)), min_size=1, max_size=4)
+STEPS = st.lists(
+  st.tuples(
+    st.floats(-2, 2, allow_nan=False), st.integers(0, len(OPS) - 1), st.integers(0, len(OPS) - 1)
+  ),
+  min_size=1,
+  max_size=4,
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
@@ -66,6 +84,7 @@ def test_a_while_loop_on_values_differentiates_its_iterations():
     while pnp.abs(y * y - x).max() > 1e-12:
       y = 0.5 * (y + x / y)
     return pnp.sum(y)
+
   x = np.array([4.0, 9.0, 2.0])
   np.testing.assert_allclose(primc.grad(newton_sqrt)(x), 0.5 / np.sqrt(x), rtol=1e-9)
 
@@ -89,8 +108,12 @@ def _same_path_nearby(steps, x, eps):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(STEPS, st.lists(st.lists(st.floats(-1, 1, allow_nan=False), min_size=3, max_size=3),
-                       min_size=2, max_size=4))
+@given(
+  STEPS,
+  st.lists(
+    st.lists(st.floats(-1, 1, allow_nan=False), min_size=3, max_size=3), min_size=2, max_size=4
+  ),
+)
 def test_under_jit_graph_breaks_take_each_calls_path(steps, points):
   """One jitted function called on inputs that take different paths: each call's value
   and gradient are its own path's (numpy, finite differences), whichever paths were
@@ -99,6 +122,7 @@ def test_under_jit_graph_breaks_take_each_calls_path(steps, points):
   points = [np.array(p) for p in points]
   assume(all(_same_path_nearby(steps, x, eps) for x in points))
   from primc.settings import config
+
   config.interpret = True  # the programs on the interpreter (compiled: the tests below)
   try:
     value = primc.jit(_program(steps, OPS))
@@ -144,6 +168,7 @@ def test_under_jit_a_while_loop_on_values_compiles_per_trip_count(caplog):
 def test_fullgraph_makes_a_graph_break_an_error():
   def f(x):
     return x * 2.0 if pnp.sum(x) > 0 else x
+
   with pytest.raises(primc.PrimcError, match="if.*fullgraph"):
     primc.jit(f, fullgraph=True)(np.ones(2))
   np.testing.assert_allclose(primc.jit(f)(np.ones(2)), [2.0, 2.0])
@@ -152,9 +177,11 @@ def test_fullgraph_makes_a_graph_break_an_error():
 
 def test_under_jit_an_int_of_a_traced_index_is_a_break():
   table = np.arange(10.0) ** 2
+
   def f(x):
     k = int(pnp.argmax(x))
     return x[k] * table[k]
+
   jf, jg = primc.jit(f), primc.jit(primc.grad(f))
   for x in (np.array([1.0, 5.0, 2.0]), np.array([7.0, 5.0, 2.0]), np.array([1.0, 5.0, 8.0])):
     k = int(np.argmax(x))
@@ -165,6 +192,7 @@ def test_under_jit_an_int_of_a_traced_index_is_a_break():
 def _fixed_point():
   """autograd's fixed_point, as a custom_vjp: the forward loops to convergence on values;
   bwd by the implicit function theorem, z = cos(z) a."""
+
   @primc.custom_vjp
   def solve(a):
     z = a * 0.0
@@ -181,6 +209,7 @@ def _fixed_point():
   def bwd(res, g):
     a, z = res
     return (g * pnp.cos(z) / (1.0 + a * pnp.sin(z)),)
+
   solve.defvjp(fwd, bwd)
   return solve
 
@@ -202,6 +231,7 @@ def _fixed_point_of():
   """autograd's `fixed_point` as users write it with primc: a custom_vjp whose forward
   loops to convergence on values, and whose bwd solves the adjoint fixed point with the
   same function (a loop on the values of the residuals and the cotangent)."""
+
   @functools.partial(primc.custom_vjp, nondiff_argnums=(0,))
   def fixed_point(f, a, x0):
     x, prev = f(a, x0), x0
@@ -219,6 +249,7 @@ def _fixed_point_of():
     w = fixed_point(lambda _, w: vjp_x(w)[0] + g, a, pnp.zeros_like(g))
     _, vjp_a = primc.vjp(lambda a: f(a, x), a)
     return vjp_a(w)[0], pnp.zeros_like(x)
+
   fixed_point.defvjp(fwd, bwd)
   return fixed_point
 
@@ -247,6 +278,7 @@ def test_a_custom_vjp_whose_bwd_loops_on_values_in_every_path():
 
 def _root_by_newton():
   """sqrt, whose bwd finds 1 / (2 sqrt(a)) by Newton's iteration on values."""
+
   @primc.custom_vjp
   def root(a):
     return pnp.sqrt(a)
@@ -256,6 +288,7 @@ def _root_by_newton():
     while pnp.abs(4.0 * a * r * r - 1.0).max() > 1e-14:
       r = r * (1.5 - 2.0 * a * r * r)
     return (g * r,)
+
   root.defvjp(lambda a: (root(a), a), bwd)
   return root
 
@@ -265,8 +298,10 @@ def test_a_bwd_on_values_batched_per_example_and_in_static_programs():
   loss = lambda a: pnp.sum(root(a) * pnp.array([1.0, -2.0]))
   batch = np.array([[0.3, 2.0], [5.0, 0.7], [1.0, 1.0]])
   want = np.array([1.0, -2.0]) / (2 * np.sqrt(batch))
-  for path, fn in [("vmap(grad)", primc.vmap(primc.grad(loss))),
-                   ("jit(vmap(grad))", primc.jit(primc.vmap(primc.grad(loss))))]:
+  for path, fn in [
+    ("vmap(grad)", primc.vmap(primc.grad(loss))),
+    ("jit(vmap(grad))", primc.jit(primc.vmap(primc.grad(loss)))),
+  ]:
     np.testing.assert_allclose(fn(batch), want, rtol=1e-12, err_msg=path)
   static.enable_static()  # a static program: the executor runs bwd on the fed values
   try:
@@ -276,8 +311,9 @@ def test_a_bwd_on_values_batched_per_example_and_in_static_programs():
     g = autograd.grad(y, x)
     g = g[0] if isinstance(g, (list, tuple)) else g
     for row, w in zip(batch, want):
-      np.testing.assert_allclose(static.Executor().run(feed={"x": row}, fetch_list=[g])[0],
-                                 w, rtol=1e-12, err_msg="static")
+      np.testing.assert_allclose(
+        static.Executor().run(feed={"x": row}, fetch_list=[g])[0], w, rtol=1e-12, err_msg="static"
+      )
   finally:
     static.disable_static()
 
@@ -291,19 +327,30 @@ def test_a_bwd_on_values_has_no_derivative_of_its_own():
 
 def test_writing_a_traced_value_into_a_numpy_array_is_refused():
   buf = np.zeros(3)
+
   def scalar(x):
     buf[0] = x[0]
     return pnp.sum(x)
+
   def row(x):
     buf[:] = x
     return pnp.sum(x)
+
   def index(x):
     buf[1] = pnp.argmax(x)
     return pnp.sum(x)
+
   for f in (scalar, row, index):  # every transform, kept or run as it is
-    for transform in (primc.grad, primc.jit, primc.value_and_grad, primc.jacrev,
-                      primc.jacfwd, primc.elementwise_grad):
-      with pytest.raises(primc.PrimcError, match="written into a numpy array.*"
-                         "test_python_control_flow.py"):
+    for transform in (
+      primc.grad,
+      primc.jit,
+      primc.value_and_grad,
+      primc.jacrev,
+      primc.jacfwd,
+      primc.elementwise_grad,
+    ):
+      with pytest.raises(
+        primc.PrimcError, match="written into a numpy array.*test_python_control_flow.py"
+      ):
         transform(f)(np.ones(3))
   assert not buf.any()

@@ -1,6 +1,7 @@
 """Pytrees through every transform (namedtuples, dataclasses, registered classes beside
 tuples, lists and dicts), has_aux on each derivative transform, jit's keyword and static
 arguments."""
+
 import collections
 import dataclasses
 
@@ -28,8 +29,9 @@ class Box:
     self.value, self.scale = value, scale
 
 
-tree_util.register_pytree_node(Box, lambda b: ((b.value,), b.scale),
-                               lambda scale, children: Box(children[0], scale))
+tree_util.register_pytree_node(
+  Box, lambda b: ((b.value,), b.scale), lambda scale, children: Box(children[0], scale)
+)
 
 R = np.random.default_rng(5)
 X = R.standard_normal((4, 3))
@@ -48,10 +50,10 @@ def _numpy_grad(w, b):
 
 
 CONTAINERS = {
-    "namedtuple": lambda w, b: Params(w, b),
-    "dataclass": lambda w, b: Layer(w, b),
-    "dict": lambda w, b: {"w": w, "b": b},
-    "registered": None,
+  "namedtuple": lambda w, b: Params(w, b),
+  "dataclass": lambda w, b: Layer(w, b),
+  "dict": lambda w, b: {"w": w, "b": b},
+  "registered": None,
 }
 
 
@@ -75,7 +77,7 @@ def test_registered_class_keeps_its_aux_data_through_transforms():
   f = lambda bx: Box(bx.value * bx.scale, bx.scale)
   for out in (f(box), primc.jit(f)(box), primc.vmap(f)(Box(np.ones((2, 3)), 2.5))):
     assert type(out) is Box and out.scale == 2.5
-  g = primc.grad(lambda bx: pnp.sum(bx.value ** 2) * bx.scale)(box)
+  g = primc.grad(lambda bx: pnp.sum(bx.value**2) * bx.scale)(box)
   assert type(g) is Box and g.scale == 2.5
   np.testing.assert_allclose(g.value, 2 * np.arange(3.0) * 2.5)
   # the aux data is part of the signature: another scale is another program
@@ -117,8 +119,9 @@ def test_has_aux_on_every_derivative_transform(path):
   assert int(aux["n"]) == 3
   out, pullback, aux = primc.vjp(_with_aux, x, has_aux=True)
   np.testing.assert_allclose(pullback(np.ones(3))[0], 2 * np.cos(x), rtol=1e-12)
-  (value, aux), g = wrap(primc.value_and_grad(lambda x: (pnp.sum(_with_aux(x)[0]),
-                                                         _with_aux(x)[1]), has_aux=True))(x)
+  (value, aux), g = wrap(
+    primc.value_and_grad(lambda x: (pnp.sum(_with_aux(x)[0]), _with_aux(x)[1]), has_aux=True)
+  )(x)
   np.testing.assert_allclose(g, 2 * np.cos(x), rtol=1e-12)
   with pytest.raises(primc.PrimcError, match="return a pair"):
     primc.jacrev(lambda x: pnp.sin(x), has_aux=True)(x)
@@ -128,18 +131,20 @@ def test_jit_keyword_and_static_arguments():
   @primc.jit
   def scaled(x, scale=2.0):
     return x * scale
+
   x = np.ones(2, np.float32)
   np.testing.assert_allclose(scaled(x), [2, 2])
   np.testing.assert_allclose(scaled(x, scale=np.float32(3)), [3, 3])
   np.testing.assert_allclose(scaled(x=x), [2, 2])
-  power = primc.jit(lambda x, n: x ** n, static_argnames="n")
+  power = primc.jit(lambda x, n: x**n, static_argnames="n")
   np.testing.assert_allclose(power(x * 2, n=3), [8, 8])
   np.testing.assert_allclose(power(x * 2, 2), [4, 4])
-  by_position = primc.jit(lambda x, n: x ** n, static_argnums=1)  # an int, not a tuple
+  by_position = primc.jit(lambda x, n: x**n, static_argnums=1)  # an int, not a tuple
   for _ in range(2):  # a static Python scalar stays one on every path (no 0-d array)
     np.testing.assert_allclose(by_position(x * 2, 3), [8, 8])
   mode = primc.jit(static_argnames=("mode",))(
-      lambda x, mode: pnp.sum(x) if mode == "sum" else pnp.max(x))
+    lambda x, mode: pnp.sum(x) if mode == "sum" else pnp.max(x)
+  )
   assert float(mode(np.arange(3.0), mode="sum")) == 3.0
   assert float(mode(np.arange(3.0), mode="max")) == 2.0
   with pytest.raises(primc.PrimcError, match="static_argnames"):
@@ -154,9 +159,15 @@ def test_ir_values_are_leaves_not_dataclass_containers():
   fields, giving a transform an extra output."""
   from primc import ad
   from primc.core import Lit, ShapedArray, Var
+
   aval = ShapedArray((2,), "float64")
-  for leaf in (aval, Var(aval), Lit.of(np.float64(0.5), sized=True), ad.Zero(aval),
-               ad.UndefinedPrimal(aval)):
+  for leaf in (
+    aval,
+    Var(aval),
+    Lit.of(np.float64(0.5), sized=True),
+    ad.Zero(aval),
+    ad.UndefinedPrimal(aval),
+  ):
     assert primc.tree_util.tree_leaves([leaf]) == [leaf]
   const = np.array([0.1, 0.2, 0.3])
   f = lambda x: pnp.sum(pnp.reshape(pnp.mean(const), (1,)) * 0.5) + 0.0 * pnp.sum(x)
@@ -169,6 +180,7 @@ def test_ir_values_are_leaves_not_dataclass_containers():
 
 def test_ravel_pytree_round_trips_and_differentiates():
   from primc.tree_util import ravel_pytree
+
   tree = {"w": np.arange(6.0).reshape(2, 3), "b": (np.ones(2), np.float64(3.0))}
   flat, unravel = ravel_pytree(tree)
   assert flat.shape == (9,)
@@ -178,8 +190,9 @@ def test_ravel_pytree_round_trips_and_differentiates():
   # d/d(tree) of sum(flat^2) through ravel: 2 * leaves; and through unravel
   g = primc.grad(lambda t: pnp.sum(ravel_pytree(t)[0] ** 2))(tree)
   np.testing.assert_allclose(g["w"], 2 * tree["w"])
-  np.testing.assert_allclose(primc.grad(lambda f: pnp.sum(unravel(f)["w"]))(flat),
-                             [0.0] * 3 + [1.0] * 6)  # (keys sorted: b, then w)
+  np.testing.assert_allclose(
+    primc.grad(lambda f: pnp.sum(unravel(f)["w"]))(flat), [0.0] * 3 + [1.0] * 6
+  )  # (keys sorted: b, then w)
 
 
 @pytest.mark.parametrize("jac", ["jacfwd", "jacrev"])
@@ -192,8 +205,10 @@ def test_jacobians_of_pytree_inputs_and_outputs_in_jaxs_layout(jac):
   eps = 1e-6
   for path, x in (("a", d["a"]), ("b", d["b"][0])):
     for k in range(x.size):
-      plus, minus = {"a": d["a"].copy(), "b": (d["b"][0].copy(),)}, {
-          "a": d["a"].copy(), "b": (d["b"][0].copy(),)}
+      plus, minus = (
+        {"a": d["a"].copy(), "b": (d["b"][0].copy(),)},
+        {"a": d["a"].copy(), "b": (d["b"][0].copy(),)},
+      )
       leaf = (lambda t: t["a"]) if path == "a" else (lambda t: t["b"][0])
       leaf(plus)[k] += eps
       leaf(minus)[k] -= eps

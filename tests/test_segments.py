@@ -1,6 +1,7 @@
 """Rows filled stretch by stretch (codegen.segments): the rewritten loop against the plain
 one on random loop bodies (pure Python, int32 truncation included), and compiled programs
 whose rows are constant between comparisons of their index against the interpreter."""
+
 import types
 from unittest import mock
 
@@ -18,7 +19,7 @@ from primc.tree import tree_flatten
 
 
 def _wrap32(x):  # numpy's int32 truncation; the result computes on as the kernels' int64
-  return ((int(x) + 2 ** 31) % 2 ** 32) - 2 ** 31
+  return ((int(x) + 2**31) % 2**32) - 2**31
 
 
 NP = types.SimpleNamespace(int32=_wrap32, int64=np.int64, float32=np.float32)
@@ -26,18 +27,35 @@ NP = types.SimpleNamespace(int32=_wrap32, int64=np.int64, float32=np.float32)
 
 def _run(lines, arrays, start, stop):
   """Runs loop lines with LOAD/STORE over `arrays` (a dict of flat numpy arrays)."""
-  env = dict(np=NP, F=np.float32, NONNEG=lambda x: x, abs=abs, min=min, max=max,
-             LOAD=lambda p, k, dt: arrays[p][k],
-             STORE=lambda p, k, v, dt: arrays[p].__setitem__(k, v),
-             start=start, stop=stop, **{k: k for k in arrays})
+  env = dict(
+    np=NP,
+    F=np.float32,
+    NONNEG=lambda x: x,
+    abs=abs,
+    min=min,
+    max=max,
+    LOAD=lambda p, k, dt: arrays[p][k],
+    STORE=lambda p, k, v, dt: arrays[p].__setitem__(k, v),
+    start=start,
+    stop=stop,
+    **{k: k for k in arrays},
+  )
   with np.errstate(all="ignore"):
     exec("\n".join(lines), env)
 
 
 ATOMS = {  # an invariant the body reads: a word, an element, a constant
-    "int": st.sampled_from(["a", "b", "0", "1", "3", "c"]),
-    "float": st.sampled_from(["LOAD(x, 2, F)", "LOAD(x, c, F)", "np.float32(0.0)",
-                              "np.float32(-0.0)", "np.float32(1.5)", "LOAD(x, 0, F)"]),
+  "int": st.sampled_from(["a", "b", "0", "1", "3", "c"]),
+  "float": st.sampled_from(
+    [
+      "LOAD(x, 2, F)",
+      "LOAD(x, c, F)",
+      "np.float32(0.0)",
+      "np.float32(-0.0)",
+      "np.float32(1.5)",
+      "LOAD(x, 0, F)",
+    ]
+  ),
 }
 
 
@@ -56,24 +74,38 @@ def _bodies(draw, varying: bool):
     {"int": ints, "bool": bools, "float": floats}[kind].append(name)
 
   def pick(b, f):  # a float chosen by the comparison b
-    return draw(st.sampled_from([f"{f} if {b} else {draw(ATOMS['float'])}",
-                                 f"np.float32({b}) * {f}", f"{f} + np.float32({b})"]))
+    return draw(
+      st.sampled_from(
+        [
+          f"{f} if {b} else {draw(ATOMS['float'])}",
+          f"np.float32({b}) * {f}",
+          f"{f} + np.float32({b})",
+        ]
+      )
+    )
 
   forms = {  # kind -> (its statement's expression of t, an index value, and k, an
-             # invariant; the kind of value it makes)
-      "shift": lambda t, k: (f"{t} {draw(st.sampled_from('+-'))} {k}", "int"),
-      "rev": lambda t, k: (f"{k} - {t}", "int"),
-      "clamp": lambda t, k: (f"min(max({t} - {k}, 0), b - 1)", "int"),
-      "wrap": lambda t, k: (f"np.int32({t} + big)", "int"),
-      "abs": lambda t, k: (f"abs({t} - {k})", "int"),
-      "cmp": lambda t, k: (f"{t} {draw(st.sampled_from(['==', '!=', '<', '<=', '>', '>=']))} "
-                           f"{k}", "bool"),
-      "chain": lambda t, k: (f"0 <= {t} - {k} < b", "bool"),
-      "pick": lambda t, k: (pick(bools[-1], draw(st.sampled_from(floats))), "float"),
-      "arith": lambda t, k: (f"{draw(st.sampled_from(floats))} {draw(st.sampled_from('+-*'))} "
-                             f"{draw(st.sampled_from(floats))}", "float"),
-      "move": lambda t, k: (draw(st.sampled_from([f"LOAD(x, min(max({t}, 0), 9), F)",
-                                                  f"np.float32({t})"])), "float"),
+    # invariant; the kind of value it makes)
+    "shift": lambda t, k: (f"{t} {draw(st.sampled_from('+-'))} {k}", "int"),
+    "rev": lambda t, k: (f"{k} - {t}", "int"),
+    "clamp": lambda t, k: (f"min(max({t} - {k}, 0), b - 1)", "int"),
+    "wrap": lambda t, k: (f"np.int32({t} + big)", "int"),
+    "abs": lambda t, k: (f"abs({t} - {k})", "int"),
+    "cmp": lambda t, k: (
+      f"{t} {draw(st.sampled_from(['==', '!=', '<', '<=', '>', '>=']))} {k}",
+      "bool",
+    ),
+    "chain": lambda t, k: (f"0 <= {t} - {k} < b", "bool"),
+    "pick": lambda t, k: (pick(bools[-1], draw(st.sampled_from(floats))), "float"),
+    "arith": lambda t, k: (
+      f"{draw(st.sampled_from(floats))} {draw(st.sampled_from('+-*'))} "
+      f"{draw(st.sampled_from(floats))}",
+      "float",
+    ),
+    "move": lambda t, k: (
+      draw(st.sampled_from([f"LOAD(x, min(max({t}, 0), 9), F)", f"np.float32({t})"])),
+      "float",
+    ),
   }
 
   def step(kind):
@@ -98,13 +130,18 @@ def _bodies(draw, varying: bool):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(varying=st.booleans(), data=st.data(),
-       words=st.tuples(st.integers(-3, 40), st.integers(0, 40), st.integers(-5, 60)),
-       start=st.integers(0, 5), length=st.integers(0, 300), near=st.booleans(),
-       x=st.lists(st.sampled_from([1.0, -2.5, 0.0, -0.0, np.nan, np.inf]), min_size=10,
-                  max_size=10))
-def test_a_row_filled_by_stretches_equals_the_plain_loop(varying, data, words, start, length,
-                                                         near, x):
+@given(
+  varying=st.booleans(),
+  data=st.data(),
+  words=st.tuples(st.integers(-3, 40), st.integers(0, 40), st.integers(-5, 60)),
+  start=st.integers(0, 5),
+  length=st.integers(0, 300),
+  near=st.booleans(),
+  x=st.lists(st.sampled_from([1.0, -2.5, 0.0, -0.0, np.nan, np.inf]), min_size=10, max_size=10),
+)
+def test_a_row_filled_by_stretches_equals_the_plain_loop(
+  varying, data, words, start, length, near, x
+):
   # the rewrite of `for j in range(start, stop): body` stores what the plain loop stores,
   # element for element (NaN and -0.0 included), on rows of any length (the threshold
   # lowered so that short rows take the rewritten path too); an index truncated to int32
@@ -113,8 +150,7 @@ def test_a_row_filled_by_stretches_equals_the_plain_loop(varying, data, words, s
   body = data.draw(_bodies(varying))
   names = iter(range(1000))
   with mock.patch.object(segments, "SEGMENT_MIN", data.draw(st.sampled_from([0, 1, 8]))):
-    rewritten = segments.segmented_loop("j", "start", "stop", body,
-                                        lambda p: f"{p}_{next(names)}")
+    rewritten = segments.segmented_loop("j", "start", "stop", body, lambda p: f"{p}_{next(names)}")
   stop = start + length
   a, b, c = words
   plain = ["for j in range(start, stop):", *("  " + s for s in body)]
@@ -122,9 +158,12 @@ def test_a_row_filled_by_stretches_equals_the_plain_loop(varying, data, words, s
   for lines in (plain, rewritten):
     if lines is None:
       continue
-    arrays = {"x": np.array(x, np.float32), "out": np.full(stop + 50, 7, np.float32),
-              "out2": np.full(stop + 50, 7, np.float32)}
-    words_env = dict(a=a, b=b, c=c % 10, r=5, big=2 ** 31 - 30 if near else 1000)
+    arrays = {
+      "x": np.array(x, np.float32),
+      "out": np.full(stop + 50, 7, np.float32),
+      "out2": np.full(stop + 50, 7, np.float32),
+    }
+    words_env = dict(a=a, b=b, c=c % 10, r=5, big=2**31 - 30 if near else 1000)
     _run([f"{k} = {v}" for k, v in words_env.items()] + lines, arrays, start, stop)
     results.append(arrays)
   if rewritten is not None:
@@ -133,7 +172,7 @@ def test_a_row_filled_by_stretches_equals_the_plain_loop(varying, data, words, s
       np.testing.assert_array_equal(got, want)
       assert (np.signbit(got) == np.signbit(want)).all()
   elif not varying:
-    row = results[0]["out"][5 + start:5 + stop]
+    row = results[0]["out"][5 + start : 5 + stop]
     assert (row.view(np.int32) == row[:1].view(np.int32)).all() or np.isnan(row).all()
 
 
@@ -143,22 +182,28 @@ def test_which_bodies_are_rewritten():
   # the index as a value, a body with nothing to split on: left as they are
   fresh = iter(range(100))
   name = lambda p: f"{p}{next(fresh)}"
-  one_hot = ["v1 = np.int32(z1 + j) == np.int32(i + z2)", "v2 = np.float32(v1) * LOAD(p, i, F)",
-             "STORE(q, i * n + j, v2, F)"]
+  one_hot = [
+    "v1 = np.int32(z1 + j) == np.int32(i + z2)",
+    "v2 = np.float32(v1) * LOAD(p, i, F)",
+    "STORE(q, i * n + j, v2, F)",
+  ]
   lines = segments.segmented_loop("j", "0", "n", one_hot, name)
   assert lines is not None and any(s.strip().startswith("while") for s in lines)
   assert lines[-4].startswith("for j in range(sj")  # the plain loop finishes the row
   padded = ["v1 = LOAD(p, i, F) if 0 <= j - z1 < z2 else 0.0", "STORE(q, j + i * n, v1, F)"]
   assert segments.segmented_loop("j", "0", "n", padded, name) is not None
-  for body in (["v1 = LOAD(p, i * n + j, F)", "STORE(q, i * n + j, v1, F)"],
-               ["v1 = np.float32(j == i) * np.float32(j)", "STORE(q, i * n + j, v1, F)"],
-               ["v1 = LOAD(p, i, F) * 2.0", "STORE(q, i * n + j, v1, F)"],
-               ["v1 = np.float32(j == i)", "STORE(q, i * n + 2 * j, v1, F)"],
-               ["v1 = np.float32(j == i)", "STORE(q, i * n + j, v1, F)", "nbig += 1"]):
+  for body in (
+    ["v1 = LOAD(p, i * n + j, F)", "STORE(q, i * n + j, v1, F)"],
+    ["v1 = np.float32(j == i) * np.float32(j)", "STORE(q, i * n + j, v1, F)"],
+    ["v1 = LOAD(p, i, F) * 2.0", "STORE(q, i * n + j, v1, F)"],
+    ["v1 = np.float32(j == i)", "STORE(q, i * n + 2 * j, v1, F)"],
+    ["v1 = np.float32(j == i)", "STORE(q, i * n + j, v1, F)", "nbig += 1"],
+  ):
     assert segments.segmented_loop("j", "0", "n", body, name) is None, body
 
 
 # --- compiled programs -----------------------------------------------------------------------
+
 
 def _compiled_equals_interpreted(fn, *args, rtol=1e-6):
   compiled = tree_flatten(primc.jit(fn)(*args))[0]
@@ -166,8 +211,9 @@ def _compiled_equals_interpreted(fn, *args, rtol=1e-6):
   want = primc.interpret(program, *tree_flatten(list(args))[0])
   for g, w in zip(compiled, want, strict=True):
     assert g.shape == w.shape and g.dtype == w.dtype
-    np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * np.abs(w[np.isfinite(w)]).max(initial=1),
-                               equal_nan=True)
+    np.testing.assert_allclose(
+      g, w, rtol=rtol, atol=rtol * np.abs(w[np.isfinite(w)]).max(initial=1), equal_nan=True
+    )
     zero = (g == 0) & (w == 0)
     assert (np.signbit(g[zero]) == np.signbit(w[zero])).all()
 
@@ -178,21 +224,26 @@ def _rewritten(fn, *args) -> bool:
 
 SPECIALS = st.sampled_from([0.5, -1.25, 2.0, 0.0, -0.0, np.nan, np.inf, -np.inf])
 ONE_HOT_FORMS = {
-    "shifted eye": lambda x, k: pnp.where(
-        pnp.arange(x.shape[0])[:, None] + k == pnp.arange(300)[None, :], x[:, None], -0.0),
-    "reversed eye": lambda x, k: pnp.flip(pnp.eye(x.shape[0], 300, k=k), axis=1) * x[:, None],
-    "band": lambda x, k: pnp.where(
-        pnp.abs(pnp.arange(x.shape[0])[:, None] - pnp.arange(300)[None, :]) <= k,
-        x[:, None] * 2.0, x[:, None] * 0.0),
-    "padded eye": lambda x, k: pnp.pad(
-        pnp.eye(x.shape[0], 280) * x[:, None], ((0, 0), (k, 20 - k))),
-    "eye times a row": lambda x, k: pnp.eye(x.shape[0], 300, k=k) * pnp.exp(x)[:, None]
-        + pnp.eye(x.shape[0], 300, k=-k) * x[:, None],
-    "concatenated": lambda x, k: pnp.concatenate(
-        [pnp.eye(x.shape[0], 150, k=k) * x[:, None], pnp.eye(x.shape[0], 150) / x[:, None]],
-        axis=1),
-    "triangle": lambda x, k: pnp.where(
-        pnp.arange(x.shape[0])[:, None] >= pnp.arange(300)[None, :] - k, x[:, None], 1.0),
+  "shifted eye": lambda x, k: pnp.where(
+    pnp.arange(x.shape[0])[:, None] + k == pnp.arange(300)[None, :], x[:, None], -0.0
+  ),
+  "reversed eye": lambda x, k: pnp.flip(pnp.eye(x.shape[0], 300, k=k), axis=1) * x[:, None],
+  "band": lambda x, k: pnp.where(
+    pnp.abs(pnp.arange(x.shape[0])[:, None] - pnp.arange(300)[None, :]) <= k,
+    x[:, None] * 2.0,
+    x[:, None] * 0.0,
+  ),
+  "padded eye": lambda x, k: pnp.pad(pnp.eye(x.shape[0], 280) * x[:, None], ((0, 0), (k, 20 - k))),
+  "eye times a row": lambda x, k: (
+    pnp.eye(x.shape[0], 300, k=k) * pnp.exp(x)[:, None]
+    + pnp.eye(x.shape[0], 300, k=-k) * x[:, None]
+  ),
+  "concatenated": lambda x, k: pnp.concatenate(
+    [pnp.eye(x.shape[0], 150, k=k) * x[:, None], pnp.eye(x.shape[0], 150) / x[:, None]], axis=1
+  ),
+  "triangle": lambda x, k: pnp.where(
+    pnp.arange(x.shape[0])[:, None] >= pnp.arange(300)[None, :] - k, x[:, None], 1.0
+  ),
 }
 
 

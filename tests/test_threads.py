@@ -1,6 +1,7 @@
 """Threads: primc's pool (every task runs once, on whichever thread claims it; a worker
 that never arrives costs nothing; a taken pool runs the tasks on the caller), the thread
 count (affinity and cgroup quotas), fork, and numba's pool where it is chosen."""
+
 import ctypes
 import os
 import subprocess
@@ -15,10 +16,12 @@ from primc.codegen import native, pool, runner, threads
 
 needs_pool = pytest.mark.skipif(not pool.supported(), reason="primc's pool is Linux's")
 
-KERNEL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                          ctypes.c_void_p)
-RUN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_int64)
+KERNEL = ctypes.CFUNCTYPE(
+  ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p
+)
+RUN = ctypes.CFUNCTYPE(
+  ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64
+)
 
 
 class Recorder:
@@ -57,7 +60,7 @@ def test_every_task_runs_once_and_results_combine():
       rec = Recorder(ntasks)
       assert _run(p, rec, ntasks) == 1
       assert [len(r) for r in rec.ran] == [1] * ntasks
-  rec = Recorder(50, {7: 0})         # a failed task: 0
+  rec = Recorder(50, {7: 0})  # a failed task: 0
   assert _run(p, rec, 50) == 0
   rec = Recorder(50, {3: -1, 9: 0})  # an index error wins over a failure
   assert _run(p, rec, 50) == -1
@@ -117,6 +120,7 @@ def _threaded_program():
   import primc
   import primc.numpy as pnp
   from primc.codegen import kernels
+
   f = primc.jit(lambda x: pnp.tanh(x) * 2.0 + 1.0)
   x = np.linspace(-1, 1, 64 * kernels.PARALLEL_MIN, dtype=np.float32)
   return f, x, np.tanh(x) * 2 + 1
@@ -135,6 +139,7 @@ def test_threaded_programs_called_from_many_threads():
         np.testing.assert_allclose(f(x * k), np.tanh(x * k) * 2 + 1, rtol=1e-6, atol=1e-6)
     except Exception as e:  # noqa: BLE001 (reported below)
       errors.append(e)
+
   ts = [threading.Thread(target=call, args=(k,)) for k in (1.0, 0.5, 2.0, -1.0)]
   for t in ts:
     t.start()
@@ -177,8 +182,9 @@ CHILD = textwrap.dedent("""
 def test_fork_after_a_threaded_kernel(choice):
   env = dict(os.environ, PRIMC_THREADS=choice)
   env.pop("NUMBA_THREADING_LAYER", None)
-  proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
-                        text=True, timeout=600)
+  proc = subprocess.run(
+    [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600
+  )
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "fork ok" in proc.stdout
   if choice == "primc" and pool.supported():
@@ -221,8 +227,9 @@ def test_a_warm_process_runs_threads_without_numba_and_numba_beside(tmp_path, ch
   env = dict(os.environ, PRIMC_CACHE_DIR=str(tmp_path), PRIMC_THREADS=choice)
   env.pop("NUMBA_THREADING_LAYER", None)
   for mode in ("cold", "warm"):
-    proc = subprocess.run([sys.executable, "-c", WARM_CHILD, mode], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+      [sys.executable, "-c", WARM_CHILD, mode], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
   if choice == "primc" and pool.supported():
     assert "ok primc" in proc.stdout
@@ -233,10 +240,15 @@ def test_a_warm_process_runs_threads_without_numba_and_numba_beside(tmp_path, ch
 def test_a_layer_the_user_chose_is_numbas_to_start(tmp_path):
   """numba's pool chosen and NUMBA_THREADING_LAYER set: numba starts its pool on that
   layer, as the user asked."""
-  env = dict(os.environ, PRIMC_CACHE_DIR=str(tmp_path), NUMBA_THREADING_LAYER="workqueue",
-             PRIMC_THREADS="numba")
-  proc = subprocess.run([sys.executable, "-c", WARM_CHILD, "cold"], env=env,
-                        capture_output=True, text=True, timeout=600)
+  env = dict(
+    os.environ,
+    PRIMC_CACHE_DIR=str(tmp_path),
+    NUMBA_THREADING_LAYER="workqueue",
+    PRIMC_THREADS="numba",
+  )
+  proc = subprocess.run(
+    [sys.executable, "-c", WARM_CHILD, "cold"], env=env, capture_output=True, text=True, timeout=600
+  )
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "ok workqueue" in proc.stdout
 
@@ -247,8 +259,12 @@ def test_products_call_a_blas_of_their_own_on_one_thread():
   import primc
   from threadpoolctl import threadpool_info
   from primc.codegen import openblas
-  numpy_blas = lambda: {(i["filepath"], i["num_threads"]) for i in threadpool_info()
-                        if i["user_api"] == "blas" and "numpy" in i["filepath"]}
+
+  numpy_blas = lambda: {
+    (i["filepath"], i["num_threads"])
+    for i in threadpool_info()
+    if i["user_api"] == "blas" and "numpy" in i["filepath"]
+  }
   before = numpy_blas()
   a = np.random.default_rng(0).standard_normal((512, 600)).astype(np.float32)
   got = primc.jit(lambda a, b: a @ b)(a, a.T)
@@ -262,27 +278,54 @@ def test_products_call_a_blas_of_their_own_on_one_thread():
 
 # -- how many threads -------------------------------------------------------------------
 
+
 def _files(files: dict):
   return lambda path: files.get(path)
 
 
-@pytest.mark.parametrize("files, want", [
+@pytest.mark.parametrize(
+  "files, want",
+  [
     ({"/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/cpu.max": "max 100000\n"}, None),
     ({"/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/cpu.max": "150000 100000\n"}, 2),
     ({"/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/cpu.max": "100000 100000\n"}, 1),
-    ({"/proc/self/cgroup": "0::/ci/job\n", "/sys/fs/cgroup/ci/job/cpu.max": "max 100000",
-      "/sys/fs/cgroup/ci/cpu.max": "300000 100000", "/sys/fs/cgroup/cpu.max": "max 100000"},
-     3),  # a parent's quota binds its children
-    ({"/proc/self/cgroup": "0::/a\n", "/sys/fs/cgroup/a/cpu.max": "50000 100000",
-      "/sys/fs/cgroup/cpu.max": "400000 100000"}, 1),  # half a CPU: one thread
-    ({"/proc/self/cgroup": "2:cpu,cpuacct:/docker/x\n1:memory:/docker/x\n",
-      "/sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_quota_us": "200000\n",
-      "/sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_period_us": "100000\n"}, 2),  # v1
-    ({"/proc/self/cgroup": "1:cpu:/\n", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n",
-      "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, None),
+    (
+      {
+        "/proc/self/cgroup": "0::/ci/job\n",
+        "/sys/fs/cgroup/ci/job/cpu.max": "max 100000",
+        "/sys/fs/cgroup/ci/cpu.max": "300000 100000",
+        "/sys/fs/cgroup/cpu.max": "max 100000",
+      },
+      3,
+    ),  # a parent's quota binds its children
+    (
+      {
+        "/proc/self/cgroup": "0::/a\n",
+        "/sys/fs/cgroup/a/cpu.max": "50000 100000",
+        "/sys/fs/cgroup/cpu.max": "400000 100000",
+      },
+      1,
+    ),  # half a CPU: one thread
+    (
+      {
+        "/proc/self/cgroup": "2:cpu,cpuacct:/docker/x\n1:memory:/docker/x\n",
+        "/sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_quota_us": "200000\n",
+        "/sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_period_us": "100000\n",
+      },
+      2,
+    ),  # v1
+    (
+      {
+        "/proc/self/cgroup": "1:cpu:/\n",
+        "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n",
+        "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n",
+      },
+      None,
+    ),
     ({}, None),  # no cgroups (not Linux)
     ({"/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/cpu.max": "garbage"}, None),
-])
+  ],
+)
 def test_cgroup_cpu_quota(files, want):
   assert threads.cgroup_cpu_quota(_files(files)) == want
 

@@ -1,6 +1,7 @@
 """Tiered execution: a new program runs on the interpreter while a background process
 compiles it, then on native code; the worker fills the cache; a failed worker falls back
 to compiling in process."""
+
 import collections
 import logging
 import os
@@ -36,8 +37,10 @@ def fresh_cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def args(rng):
-  return (rng.standard_normal((3, 2)).astype(np.float32),
-          rng.standard_normal((4, 3)).astype(np.float32))
+  return (
+    rng.standard_normal((3, 2)).astype(np.float32),
+    rng.standard_normal((4, 3)).astype(np.float32),
+  )
 
 
 def executables(fn):
@@ -110,8 +113,7 @@ def test_out_arrays_are_written_by_the_interpreted_tier(fresh_cache, args):
   stop_worker(executables(fn)[0])
 
 
-def test_a_failed_worker_falls_back_to_compiling_in_process(fresh_cache, args, monkeypatch,
-                                                           caplog):
+def test_a_failed_worker_falls_back_to_compiling_in_process(fresh_cache, args, monkeypatch, caplog):
   start = tiered.start
   monkeypatch.setattr(tiered, "start", lambda key, plan: start("0" * 32, plan))  # no such plan
   fn = primc.jit(step, tiered=True)
@@ -130,12 +132,14 @@ def test_tiering_follows_the_environment_variable(fresh_cache, args):
   code = "import primc; print(primc.config.tiered)"
   for value, want in (("1", "True"), ("0", "False"), ("", "None"), ("auto", "None")):
     env = dict(os.environ, PRIMC_TIERED=value)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True).stdout.strip()
+    out = subprocess.run(
+      [sys.executable, "-c", code], env=env, capture_output=True, text=True
+    ).stdout.strip()
     assert out == want, (value, out)
 
 
 # -- the default policy: the first call interpreted where cheaper, every later one native --
+
 
 def test_calls_are_interpreted_while_they_cost_less_than_the_compile():
   x = np.ones((64, 8), np.float32)
@@ -146,7 +150,8 @@ def test_calls_are_interpreted_while_they_cost_less_than_the_compile():
   assert tiered.interpreted_calls(small, new_kernels=5, cores=5) < calls  # 5 compilers
   assert tiered.interpreted_calls(small, new_kernels=0, cores=2) == 0
   big = primc.make_program(lambda x: pnp.sin(x) * pnp.exp(-x * x) + pnp.tanh(x))(
-      np.ones(10 ** 7, np.float32))  # W5's size: ~0.5 s interpreted, one kernel
+    np.ones(10**7, np.float32)
+  )  # W5's size: ~0.5 s interpreted, one kernel
   assert tiered.interpreted_calls(big, new_kernels=1, cores=2) == 0
 
 
@@ -155,8 +160,7 @@ def default_policy(monkeypatch):
   monkeypatch.setattr(primc.config, "tiered", None)
 
 
-def test_default_interprets_its_count_of_calls_then_native(fresh_cache, args,
-                                                             default_policy):
+def test_default_interprets_its_count_of_calls_then_native(fresh_cache, args, default_policy):
   w, x = args
   fn = primc.jit(step)
   first = fn(w, x)
@@ -181,10 +185,11 @@ def test_default_interprets_its_count_of_calls_then_native(fresh_cache, args,
 
 
 def test_default_compiles_first_where_interpreting_costs_more(fresh_cache, default_policy):
-  x = np.linspace(-3, 3, 10 ** 7).astype(np.float32)
+  x = np.linspace(-3, 3, 10**7).astype(np.float32)
   fn = primc.jit(lambda x: pnp.sin(x) * pnp.exp(-x * x) + pnp.tanh(x))
-  np.testing.assert_allclose(fn(x)[::1000], (np.sin(x) * np.exp(-x * x) + np.tanh(x))[::1000],
-                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(
+    fn(x)[::1000], (np.sin(x) * np.exp(-x * x) + np.tanh(x))[::1000], rtol=1e-5, atol=1e-6
+  )
   assert isinstance(executables(fn)[0], Executable)
 
 
@@ -197,6 +202,7 @@ def test_precompile_finishes_a_tiered_compile(fresh_cache, args, default_policy)
 
 def test_the_eager_tape_follows_the_configuration(fresh_cache, monkeypatch):
   from primc import compile as compiler
+
   monkeypatch.setattr(primc.config, "tiered", True)
   monkeypatch.setattr(compiler, "_executables", collections.OrderedDict())
   x = primc.to_tensor(np.array([0.5, -1.5, 2.0], np.float32), stop_gradient=False)
@@ -211,10 +217,11 @@ def test_the_eager_tape_follows_the_configuration(fresh_cache, monkeypatch):
 def test_reusing_dead_intermediates_matches_the_interpreter(rng):
   def f(x, y):
     t = pnp.sin(x) * pnp.exp(-x * x) + pnp.tanh(x)
-    u = primc.stop_gradient(t) * y          # an identity impl: two names, one array
-    v = pnp.reshape(u, (4, 6)).T * 2.0      # views of an intermediate
+    u = primc.stop_gradient(t) * y  # an identity impl: two names, one array
+    v = pnp.reshape(u, (4, 6)).T * 2.0  # views of an intermediate
     g = primc.grad(lambda x: pnp.sum(pnp.sin(x) * pnp.exp(-x * x) + pnp.tanh(x)))(x)
     return g, v, u * u, t
+
   x, y = (rng.standard_normal((6, 4)).astype(np.float32) for _ in range(2))
   program = primc.make_program(f)(x, y)
   spare = {}

@@ -17,6 +17,7 @@ and the parameters' cotangent `abar' = -lam df/dargs`. The times' cotangents are
 made of `odeint` calls, so a gradient of a gradient differentiates it again. Forward mode
 (`jvp`, `jacfwd`) has no rule, as in JAX.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,20 +31,29 @@ from primc.trace import aval_of
 from primc.tree import tree_flatten, tree_unflatten
 
 RTOL = ATOL = 1.49012e-8  # scipy's defaults
-MXSTEP = 5000             # steps per requested time before the row is NaN
+MXSTEP = 5000  # steps per requested time before the row is NaN
 
 # Dormand-Prince 5(4): nodes, stage weights, the 5th-order solution's weights and the
 # difference of the 4th-order one's (the error estimate)
 _C = (0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0)
-_A = ((),
-      (1 / 5,),
-      (3 / 40, 9 / 40),
-      (44 / 45, -56 / 15, 32 / 9),
-      (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
-      (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656))
+_A = (
+  (),
+  (1 / 5,),
+  (3 / 40, 9 / 40),
+  (44 / 45, -56 / 15, 32 / 9),
+  (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
+  (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
+)
 _B = (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84)
-_E = (35 / 384 - 5179 / 57600, 0.0, 500 / 1113 - 7571 / 16695, 125 / 192 - 393 / 640,
-      -2187 / 6784 + 92097 / 339200, 11 / 84 - 187 / 2100, -1 / 40)
+_E = (
+  35 / 384 - 5179 / 57600,
+  0.0,
+  500 / 1113 - 7571 / 16695,
+  125 / 192 - 393 / 640,
+  -2187 / 6784 + 92097 / 339200,
+  11 / 84 - 187 / 2100,
+  -1 / 40,
+)
 
 
 def _rms(x):
@@ -75,8 +85,9 @@ def _first_step(f, y0, t0, f0, rtol, atol):
   f1 = f(y0 + h0 * f0, t0 + h0)
   d2 = _rms((f1 - f0) / scale) / h0
   top = pnp.maximum(d1, d2)
-  h1 = pnp.where(top <= 1e-15, pnp.maximum(1e-6, h0 * 1e-3),
-                 (0.01 / pnp.maximum(top, 1e-300)) ** 0.2)
+  h1 = pnp.where(
+    top <= 1e-15, pnp.maximum(1e-6, h0 * 1e-3), (0.01 / pnp.maximum(top, 1e-300)) ** 0.2
+  )
   return pnp.minimum(100 * h0, h1)
 
 
@@ -102,8 +113,13 @@ def _solve(func, rtol, atol, mxstep, y0, t, *args):
       ratio = _rms(err / (atol + rtol * pnp.maximum(pnp.abs(y), pnp.abs(y_new))))
       ok = ratio <= 1.0
       grow = pnp.clip(0.9 * pnp.maximum(ratio, 1e-10) ** -0.2, 0.2, 10.0)
-      return (pnp.where(ok, pnp.where(last, s_next, s_now + h_try), s_now),
-              pnp.where(ok, y_new, y), pnp.where(ok, f_new, fy), h_try * grow, n + 1)
+      return (
+        pnp.where(ok, pnp.where(last, s_next, s_now + h_try), s_now),
+        pnp.where(ok, y_new, y),
+        pnp.where(ok, f_new, fy),
+        h_try * grow,
+        n + 1,
+      )
 
     s_now, y, fy, h = carry
     s_end, y, fy, h, _ = lax.while_loop(unfinished, advance, (s_now, y, fy, h, 0))
@@ -129,12 +145,15 @@ def _backward(func, rtol, atol, mxstep, res, g):
   shapes = [aval_of(a).shape for a in args]
   sizes = [int(np.prod(s)) for s in shapes]
   n = int(np.prod(aval_of(ys).shape[1:]))
-  flat = lambda parts: pnp.concatenate([pnp.reshape(p, (-1,)) for p in parts]) if parts else (
-      pnp.zeros((0,), aval_of(ys).dtype))
+  flat = lambda parts: (
+    pnp.concatenate([pnp.reshape(p, (-1,)) for p in parts])
+    if parts
+    else (pnp.zeros((0,), aval_of(ys).dtype))
+  )
 
   def adjoint(state, s, *args):
     y = pnp.reshape(state[:n], aval_of(ys).shape[1:])
-    lam = pnp.reshape(state[n:2 * n], aval_of(ys).shape[1:])
+    lam = pnp.reshape(state[n : 2 * n], aval_of(ys).shape[1:])
     dy, pull = vjp(lambda y, *a: func(y, s, *a), y, *args)
     lam_y, *lam_args = pull(lam)
     return flat([dy, -lam_y, *(-c for c in lam_args)])
@@ -144,37 +163,74 @@ def _backward(func, rtol, atol, mxstep, res, g):
   t_bar = [None] * aval_of(t).shape[0]
   for i in range(len(t_bar) - 1, 0, -1):
     t_bar[i] = pnp.sum(g[i] * func(ys[i], t[i], *args))
-    state = _odeint(adjoint, rtol, atol, mxstep, flat([ys[i], lam, abar]),
-                    pnp.stack([t[i], t[i - 1]]), *args)[-1]
-    lam = pnp.reshape(state[n:2 * n], aval_of(lam).shape) + g[i - 1]
-    abar = state[2 * n:]
+    state = _odeint(
+      adjoint, rtol, atol, mxstep, flat([ys[i], lam, abar]), pnp.stack([t[i], t[i - 1]]), *args
+    )[-1]
+    lam = pnp.reshape(state[n : 2 * n], aval_of(lam).shape) + g[i - 1]
+    abar = state[2 * n :]
   t_bar[0] = -pnp.sum((lam - g[0]) * func(ys[0], t[0], *args))
   offsets = np.cumsum([0] + sizes)
-  args_bar = [pnp.reshape(abar[lo:hi], shape)
-              for lo, hi, shape in zip(offsets[:-1], offsets[1:], shapes)]
+  args_bar = [
+    pnp.reshape(abar[lo:hi], shape) for lo, hi, shape in zip(offsets[:-1], offsets[1:], shapes)
+  ]
   return (lam, pnp.stack(t_bar), *args_bar)
 
 
 _odeint.defvjp(_forward, _backward)
 
 
-def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None, mu=None,
-           rtol=None, atol=None, tcrit=None, h0=0.0, hmax=0.0, hmin=0.0, ixpr=0, mxstep=0,
-           mxhnil=0, mxordn=12, mxords=5, printmessg=0, tfirst=False):
+def odeint(
+  func,
+  y0,
+  t,
+  args=(),
+  Dfun=None,
+  col_deriv=0,
+  full_output=0,
+  ml=None,
+  mu=None,
+  rtol=None,
+  atol=None,
+  tcrit=None,
+  h0=0.0,
+  hmax=0.0,
+  hmin=0.0,
+  ixpr=0,
+  mxstep=0,
+  mxhnil=0,
+  mxordn=12,
+  mxords=5,
+  printmessg=0,
+  tfirst=False,
+):
   """scipy.integrate.odeint: y(t) for y' = func(y, t, *args), y(t[0]) = y0, at every time
   of `t` (a monotonic 1-d array; row 0 is y0). Differentiable in reverse mode in y0, t and
   args (a tuple of arrays or pytrees), to any order; `func` must read what it is differentiated by
   through `args`, not from an enclosing scope. `rtol`/`atol` as scipy's (default 1.49e-8),
   `mxstep` steps per time (default 5000; past it the row is NaN), `tfirst` as scipy's.
   scipy's solver options (Dfun, full_output, tcrit, h0, hmax, hmin, ...) are refused."""
-  options = dict(Dfun=(Dfun, None), col_deriv=(col_deriv, 0), full_output=(full_output, 0),
-                 ml=(ml, None), mu=(mu, None), tcrit=(tcrit, None), h0=(h0, 0.0),
-                 hmax=(hmax, 0.0), hmin=(hmin, 0.0), ixpr=(ixpr, 0), mxhnil=(mxhnil, 0),
-                 mxordn=(mxordn, 12), mxords=(mxords, 5), printmessg=(printmessg, 0))
+  options = dict(
+    Dfun=(Dfun, None),
+    col_deriv=(col_deriv, 0),
+    full_output=(full_output, 0),
+    ml=(ml, None),
+    mu=(mu, None),
+    tcrit=(tcrit, None),
+    h0=(h0, 0.0),
+    hmax=(hmax, 0.0),
+    hmin=(hmin, 0.0),
+    ixpr=(ixpr, 0),
+    mxhnil=(mxhnil, 0),
+    mxordn=(mxordn, 12),
+    mxords=(mxords, 5),
+    printmessg=(printmessg, 0),
+  )
   for name, (value, default) in options.items():
     if value is not default and not (np.isscalar(value) and value == default):
-      raise NotSupportedError(f"primc.scipy.integrate.odeint's {name}= (scipy's LSODA "
-                              f"option; primc's solver is Dormand-Prince 5(4))")
+      raise NotSupportedError(
+        f"primc.scipy.integrate.odeint's {name}= (scipy's LSODA "
+        f"option; primc's solver is Dormand-Prince 5(4))"
+      )
   args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
   leaves, tree = tree_flatten(list(args))  # (pytrees: a network's list of (W, b))
   y0, t, *leaves = (pnp.asarray(a, np.float64) for a in (y0, t, *leaves))  # as scipy
@@ -185,16 +241,20 @@ def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None,
     func = lambda y, s, *flat: user(s, y, *tree_unflatten(tree, list(flat)))
   else:
     func = lambda y, s, *flat: user(y, s, *tree_unflatten(tree, list(flat)))
-  return _odeint(func, float(rtol or RTOL), float(atol or ATOL), int(mxstep or MXSTEP),
-                 y0, t, *leaves)
+  return _odeint(
+    func, float(rtol or RTOL), float(atol or ATOL), int(mxstep or MXSTEP), y0, t, *leaves
+  )
 
 
 def __getattr__(name: str):
   import scipy.integrate
+
   if name.startswith("__") or not hasattr(scipy.integrate, name):
     raise AttributeError(f"module 'primc.scipy.integrate' has no attribute {name!r}")
-  raise NotSupportedError(f"primc.scipy.integrate.{name} (scipy.integrate.{name}) is not "
-                          f"supported yet; the README's scipy section lists what is")
+  raise NotSupportedError(
+    f"primc.scipy.integrate.{name} (scipy.integrate.{name}) is not "
+    f"supported yet; the README's scipy section lists what is"
+  )
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

@@ -1,6 +1,7 @@
 """`scipy.linalg` functions with scipy's signatures, built on `primc.numpy.linalg` (its
 primitives and their derivative rules of every order). Names scipy.linalg has and primc
 does not raise NotSupportedError naming them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,12 +42,28 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
 
 
 @_op
-def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
-          assume_a="gen", transposed=False):
+def solve(
+  a,
+  b,
+  lower=False,
+  overwrite_a=False,
+  overwrite_b=False,
+  check_finite=True,
+  assume_a="gen",
+  transposed=False,
+):
   """x with a x = b (or a^T x = b, `transposed`); every `assume_a` solves the general
   system (the same x for the matrices it assumes)."""
-  if assume_a not in ("gen", "general", "sym", "symmetric", "her", "hermitian", "pos",
-                      "positive definite"):
+  if assume_a not in (
+    "gen",
+    "general",
+    "sym",
+    "symmetric",
+    "her",
+    "hermitian",
+    "pos",
+    "positive definite",
+  ):
     raise NotSupportedError(f"scipy.linalg.solve with assume_a={assume_a!r}")
   return pnp.linalg.solve(pnp.matrix_transpose(a) if transposed else a, b)
 
@@ -97,8 +114,9 @@ def solve_sylvester(a, b, q):
   m, n = pnp.shape(q)
   dtype = aval_of(q).dtype
   a, b = pnp.astype(a, dtype), pnp.astype(b, dtype)
-  k = pnp.add(pnp.kron(a, pnp.eye(n, dtype=dtype)),
-              pnp.kron(pnp.eye(m, dtype=dtype), pnp.matrix_transpose(b)))
+  k = pnp.add(
+    pnp.kron(a, pnp.eye(n, dtype=dtype)), pnp.kron(pnp.eye(m, dtype=dtype), pnp.matrix_transpose(b))
+  )
   return pnp.reshape(pnp.linalg.solve(k, pnp.ravel(q)), (m, n))
 
 
@@ -110,8 +128,9 @@ def solve_banded(l_and_u, ab, b, overwrite_ab=False, overwrite_b=False, check_fi
   lower, upper = (int(k) for k in l_and_u)
   rows, n = pnp.shape(ab)
   if rows != lower + upper + 1:
-    raise ValueError(f"solve_banded: ab has {rows} rows, (l, u) = {(lower, upper)} needs "
-                     f"{lower + upper + 1}")
+    raise ValueError(
+      f"solve_banded: ab has {rows} rows, (l, u) = {(lower, upper)} needs {lower + upper + 1}"
+    )
   i, j = np.indices((n, n))
   band = upper + i - j
   inside = (band >= 0) & (band < rows)
@@ -137,10 +156,13 @@ def block_diag(*arrs):
 
 def __getattr__(name: str):
   import scipy.linalg
+
   if name.startswith("__") or not hasattr(scipy.linalg, name):
     raise AttributeError(f"module 'primc.scipy.linalg' has no attribute {name!r}")
-  raise NotSupportedError(f"primc.scipy.linalg.{name} (scipy.linalg.{name}) is not "
-                          f"supported yet; the README's scipy section lists what is")
+  raise NotSupportedError(
+    f"primc.scipy.linalg.{name} (scipy.linalg.{name}) is not "
+    f"supported yet; the README's scipy section lists what is"
+  )
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

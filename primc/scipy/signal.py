@@ -6,6 +6,7 @@ the input's windows gathered at constant positions (one row per output element, 
 per kernel position) times the flattened kernel. Derivatives in both operands follow from
 the gather and the product. Other scipy.signal names raise NotSupportedError naming them.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,9 @@ def _operands(in1, in2, name):
   in1, in2 = pnp._promote_list([pnp._float(in1), pnp._float(in2)])
   s1, s2 = aval_of(in1).shape, aval_of(in2).shape
   if len(s1) != len(s2):
-    raise ValueError(f"{name}: in1 and in2 should have the same dimensionality, got shapes "
-                     f"{s1} and {s2}")
+    raise ValueError(
+      f"{name}: in1 and in2 should have the same dimensionality, got shapes {s1} and {s2}"
+    )
   if 0 in s1 or 0 in s2:
     raise ValueError(f"{name}: empty input of shape {s1 if 0 in s1 else s2}")
   return in1, in2
@@ -50,8 +52,10 @@ def _correlate(in1, in2, mode, name):
     if not all(n >= m for n, m in zip(s1, s2)):
       if all(m >= n for n, m in zip(s1, s2)):
         return _correlate(in2, in1, mode, name)[0], True
-      raise ValueError(f"{name}: for 'valid' mode, one input must be at least as large as "
-                       f"the other in every dimension, got shapes {s1} and {s2}")
+      raise ValueError(
+        f"{name}: for 'valid' mode, one input must be at least as large as "
+        f"the other in every dimension, got shapes {s1} and {s2}"
+      )
     x = in1
   else:
     x = pnp.pad(in1, [(m - 1, m - 1) for m in s2])
@@ -77,8 +81,7 @@ def convolve(in1, in2, mode="full", method="auto", *, axes=None, dot_axes=None):
   if axes is not None or dot_axes is not None:
     return _convolve_axes(in1, in2, mode, axes, dot_axes)
   in1, in2 = _operands(in1, in2, "convolve")
-  if mode == "valid" and not all(n >= m for n, m in zip(aval_of(in1).shape,
-                                                        aval_of(in2).shape)):
+  if mode == "valid" and not all(n >= m for n, m in zip(aval_of(in1).shape, aval_of(in2).shape)):
     in1, in2 = in2, in1  # convolution commutes; scipy swaps for 'valid' too
   return _correlate(in1, _flip_all(in2), mode, "convolve")[0]
 
@@ -91,8 +94,7 @@ def _axis_pairs(pairs, nd1, nd2, what):
   except (TypeError, ValueError):
     raise ValueError(f"convolve: {what} must be a pair of sequences of axes, got {pairs!r}")
   if len(first) != len(second):
-    raise ValueError(f"convolve: {what} pairs {len(first)} axes of in1 with {len(second)} "
-                     f"of in2")
+    raise ValueError(f"convolve: {what} pairs {len(first)} axes of in1 with {len(second)} of in2")
   for axis, nd in [(a, nd1) for a in first] + [(a, nd2) for a in second]:
     if not -nd <= axis < nd:
       raise ValueError(f"convolve: {what} names axis {axis} of an array of {nd} dimensions")
@@ -117,13 +119,17 @@ def _convolve_axes(in1, in2, mode, axes, dot_axes):
       raise ValueError(f"convolve: an axis of {which} is named twice in axes/dot_axes")
   for a, b in zip(dot1, dot2):
     if s1[a] != s2[b]:
-      raise ValueError(f"convolve: dot axes {a} of in1 and {b} of in2 differ in size "
-                       f"({s1[a]} vs {s2[b]})")
+      raise ValueError(
+        f"convolve: dot axes {a} of in1 and {b} of in2 differ in size ({s1[a]} vs {s2[b]})"
+      )
   n, m = [s1[a] for a in conv1], [s2[b] for b in conv2]
-  if mode == "valid" and not (all(x >= y for x, y in zip(n, m)) or
-                              all(y >= x for x, y in zip(n, m))):
-    raise ValueError(f"convolve: for 'valid' mode, one input must be at least as large as "
-                     f"the other along every convolved axis, got {n} and {m}")
+  if mode == "valid" and not (
+    all(x >= y for x, y in zip(n, m)) or all(y >= x for x, y in zip(n, m))
+  ):
+    raise ValueError(
+      f"convolve: for 'valid' mode, one input must be at least as large as "
+      f"the other along every convolved axis, got {n} and {m}"
+    )
   rest1 = [a for a in range(len(s1)) if a not in conv1 + dot1]
   rest2 = [b for b in range(len(s2)) if b not in conv2 + dot2]
   a = pnp.transpose(in1, rest1 + list(dot1) + list(conv1))
@@ -137,12 +143,19 @@ def _convolve_axes(in1, in2, mode, axes, dot_axes):
   flat = flat.reshape(starts.shape[1], offsets.shape[1])  # (positions, in1's elements)
   lead2 = [s2[x] for x in rest2 + list(dot2)]
   windows = pnp.take(pnp.reshape(b, lead2 + [-1]), flat.astype(np.int64), axis=len(lead2))
-  kernel = pnp.reshape(pnp.flip(a, tuple(range(len(rest1) + len(dot1), len(s1)))),
-                       [s1[x] for x in rest1 + list(dot1)] + [-1])
+  kernel = pnp.reshape(
+    pnp.flip(a, tuple(range(len(rest1) + len(dot1), len(s1)))),
+    [s1[x] for x in rest1 + list(dot1)] + [-1],
+  )
   k = len(dot1)
-  out = pnp.tensordot(kernel, windows,
-                      axes=(list(range(len(rest1), len(rest1) + k + 1)),
-                            list(range(len(rest2), len(rest2) + k)) + [len(lead2) + 1]))
+  out = pnp.tensordot(
+    kernel,
+    windows,
+    axes=(
+      list(range(len(rest1), len(rest1) + k + 1)),
+      list(range(len(rest2), len(rest2) + k)) + [len(lead2) + 1],
+    ),
+  )
   out = pnp.reshape(out, [s1[x] for x in rest1] + [s2[x] for x in rest2] + full)
   if mode == "full":
     return out
@@ -174,11 +187,14 @@ def _correlate2d_same(in1, in2, mode):
 def _two_d(fn, name):
   def fn2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
     if boundary != "fill" or fillvalue != 0:
-      raise NotSupportedError(f"scipy.signal.{name} with boundary={boundary!r}, "
-                              f"fillvalue={fillvalue!r} (zero fill is supported)")
+      raise NotSupportedError(
+        f"scipy.signal.{name} with boundary={boundary!r}, "
+        f"fillvalue={fillvalue!r} (zero fill is supported)"
+      )
     if pnp.ndim(in1) != 2 or pnp.ndim(in2) != 2:
       raise ValueError(f"{name} inputs must both be 2-D arrays")
     return fn(in1, in2, mode)
+
   fn2d.__name__ = name
   return _op(fn2d)
 
@@ -189,10 +205,13 @@ correlate2d = _two_d(_correlate2d_same, "correlate2d")
 
 def __getattr__(name: str):
   import scipy.signal
+
   if name.startswith("__") or not hasattr(scipy.signal, name):
     raise AttributeError(f"module 'primc.scipy.signal' has no attribute {name!r}")
-  raise NotSupportedError(f"primc.scipy.signal.{name} (scipy.signal.{name}) is not "
-                          f"supported yet; the README's scipy section lists what is")
+  raise NotSupportedError(
+    f"primc.scipy.signal.{name} (scipy.signal.{name}) is not "
+    f"supported yet; the README's scipy section lists what is"
+  )
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

@@ -9,6 +9,7 @@ compositions of primitives, with scipy's values at the edges of their domains (p
 zeros, infinities), and derivatives that stay finite where the value is (`_guarded`).
 Other names scipy.special has raise NotSupportedError.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -73,8 +74,9 @@ def betaln(a, b):
 def beta(a, b):
   """B(a, b), signed as Γ(a) Γ(b) / Γ(a + b)."""
   a, b = pnp._float(a), pnp._float(b)
-  sign = pnp.multiply(pnp.multiply(pnp.sign(gamma(a)), pnp.sign(gamma(b))),
-                      pnp.sign(gamma(pnp.add(a, b))))
+  sign = pnp.multiply(
+    pnp.multiply(pnp.sign(gamma(a)), pnp.sign(gamma(b))), pnp.sign(gamma(pnp.add(a, b)))
+  )
   return pnp.multiply(pnp.stop_gradient(sign), pnp.exp(betaln(a, b)))
 
 
@@ -96,8 +98,9 @@ def expit(x):
   """1 / (1 + exp(-x)), without overflow for either sign."""
   x = pnp._float(x)
   e = pnp.exp(pnp.negative(pnp.abs(x)))
-  return pnp.where(pnp.greater_equal(x, 0.0), pnp.reciprocal(pnp.add(1.0, e)),
-                   pnp.divide(e, pnp.add(1.0, e)))
+  return pnp.where(
+    pnp.greater_equal(x, 0.0), pnp.reciprocal(pnp.add(1.0, e)), pnp.divide(e, pnp.add(1.0, e))
+  )
 
 
 @_op
@@ -116,6 +119,7 @@ def logit(p):
 def _xlog(log_fn, name):
   """x * log_fn(y), 0 where x = 0 (whatever y is); d/dx = log_fn(y) and d/dy = x
   log_fn'(y), as scipy's function is differentiated elsewhere (autograd)."""
+
   @custom_jvp
   def f(x, y):
     x, y = pnp.broadcast_arrays(pnp._float(x), pnp._float(y))
@@ -128,6 +132,7 @@ def _xlog(log_fn, name):
     tx, ty = tangents
     dy = y if log_fn is pnp.log else pnp.add(1.0, y)
     return f(x, y), pnp.add(pnp.multiply(tx, log_fn(y)), pnp.divide(pnp.multiply(ty, x), dy))
+
   f.__name__ = name
   return _op(f)
 
@@ -189,13 +194,20 @@ def ndtr(x):
 @_op
 def log_ndtr(x):
   """log(ndtr(x)): log1p(-ndtr(-x)) above 0; far in the lower tail (x < -20, where ndtr
-  underflows) its asymptotic series -x^2/2 - log(-x) - log(2 pi)/2 + log(1 - 1/x^2 + 3/x^4 - ...)."""
+  underflows) its asymptotic series
+  -x^2/2 - log(-x) - log(2 pi)/2 + log(1 - 1/x^2 + 3/x^4 - ...)."""
   x = pnp._float(x)
   tail, upper = pnp.less(x, -20.0), pnp.greater(x, 0.0)
-  body = pnp.where(upper, _guarded(pnp.logical_not(upper),  # log1p: ndtr near 1 is 1 - ...
-                                   lambda z: pnp.log1p(pnp.negative(ndtr(pnp.negative(z)))),
-                                   x, 1.0),
-                   _guarded(pnp.logical_or(tail, upper), lambda z: pnp.log(ndtr(z)), x, 0.0))
+  body = pnp.where(
+    upper,
+    _guarded(
+      pnp.logical_not(upper),  # log1p: ndtr near 1 is 1 - ...
+      lambda z: pnp.log1p(pnp.negative(ndtr(pnp.negative(z)))),
+      x,
+      1.0,
+    ),
+    _guarded(pnp.logical_or(tail, upper), lambda z: pnp.log(ndtr(z)), x, 0.0),
+  )
 
   def series(z):
     w = pnp.reciprocal(pnp.multiply(z, z))
@@ -203,8 +215,11 @@ def log_ndtr(x):
     for k in range(1, 8):  # 1 - 1/z^2 + 3/z^4 - 15/z^6 + ...: terms below 1e-17 at |z| > 20
       term = pnp.multiply(term, pnp.multiply(w, -(2 * k - 1)))
       s = pnp.add(s, term)
-    return pnp.add(pnp.subtract(pnp.multiply(-0.5, pnp.multiply(z, z)), pnp.log(pnp.negative(z))),
-                   pnp.subtract(pnp.log(s), 0.5 * np.log(2 * np.pi)))
+    return pnp.add(
+      pnp.subtract(pnp.multiply(-0.5, pnp.multiply(z, z)), pnp.log(pnp.negative(z))),
+      pnp.subtract(pnp.log(s), 0.5 * np.log(2 * np.pi)),
+    )
+
   return pnp.where(tail, _guarded(pnp.logical_not(tail), series, x, -30.0), body)
 
 
@@ -217,9 +232,12 @@ def ndtri(p):
 def _special(name: str):
   def fn(*xs):
     return P.special_p.bind(*(pnp._float(x) for x in pnp._promote(*xs)), name=name)
+
   fn.__name__ = fn.__qualname__ = name
-  fn.__doc__ = (f"scipy.special.{name}: scipy's own function in both paths (its C code, "
-                f"called by kernels); derivatives of every order in the last operand.")
+  fn.__doc__ = (
+    f"scipy.special.{name}: scipy's own function in both paths (its C code, "
+    f"called by kernels); derivatives of every order in the last operand."
+  )
   return _op(fn)
 
 
@@ -232,10 +250,13 @@ jn, yn = _special("jv"), _special("yv")  # integer orders: the same values
 
 def __getattr__(name: str):
   import scipy.special
+
   if name.startswith("__") or not hasattr(scipy.special, name):
     raise AttributeError(f"module 'primc.scipy.special' has no attribute {name!r}")
-  raise NotSupportedError(f"primc.scipy.special.{name} (scipy.special.{name}) is not "
-                          f"supported yet; the README's scipy section lists what is")
+  raise NotSupportedError(
+    f"primc.scipy.special.{name} (scipy.special.{name}) is not "
+    f"supported yet; the README's scipy section lists what is"
+  )
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

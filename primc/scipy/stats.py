@@ -3,6 +3,7 @@ traced like `primc.numpy`'s functions: compositions of `primc.scipy.special`, wi
 scipy's values outside the support (-inf log-densities, zero densities). Methods and
 distributions scipy has and primc does not raise NotSupportedError naming them.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -31,17 +32,21 @@ class _Distribution:
     """Samples, from scipy itself: sampling is not differentiated (as in autograd and
     jax.random's callers), so traced parameters are refused."""
     if any(isinstance(a, Tracer) for a in (*args, *kwargs.values())):
-      raise NotSupportedError(f"primc.scipy.stats.{self.name}.rvs of traced parameters "
-                              f"(sampling is not differentiable; sample outside the "
-                              f"function and pass the samples in)")
+      raise NotSupportedError(
+        f"primc.scipy.stats.{self.name}.rvs of traced parameters "
+        f"(sampling is not differentiable; sample outside the "
+        f"function and pass the samples in)"
+      )
     # scipy.stats takes ~0.6 s to import: loaded on the first sample only
     return getattr(importlib.import_module("scipy.stats"), self.name).rvs(*args, **kwargs)
 
   def __getattr__(self, method):
     if method.startswith("__"):
       raise AttributeError(method)
-    raise NotSupportedError(f"primc.scipy.stats.{self.name}.{method} is not supported yet "
-                            f"(the README's scipy section lists what is)")
+    raise NotSupportedError(
+      f"primc.scipy.stats.{self.name}.{method} is not supported yet "
+      f"(the README's scipy section lists what is)"
+    )
 
 
 def _standardized(x, loc, scale):
@@ -53,17 +58,21 @@ def _log_of(fn, other):
   """log fn, where fn < 1/2; log1p(-other) where fn is near 1 (other = 1 - fn, computed
   on its own: the cdf's sf, the sf's cdf), so that a log-probability near 0 keeps its
   digits."""
+
   def log_fn(*args, **kwargs):
     p, q = fn(*args, **kwargs), other(*args, **kwargs)
     small = pnp.less(p, 0.5)
-    return pnp.where(small, pnp.log(pnp.where(small, p, 0.5)),
-                     pnp.log1p(pnp.negative(pnp.where(small, 0.5, q))))
+    return pnp.where(
+      small, pnp.log(pnp.where(small, p, 0.5)), pnp.log1p(pnp.negative(pnp.where(small, 0.5, q)))
+    )
+
   return log_fn
 
 
 def _with_cdfs(name, cdf, sf, **methods):
-  return _Distribution(name, cdf=cdf, sf=sf, logcdf=_log_of(cdf, sf), logsf=_log_of(sf, cdf),
-                       **methods)
+  return _Distribution(
+    name, cdf=cdf, sf=sf, logcdf=_log_of(cdf, sf), logsf=_log_of(sf, cdf), **methods
+  )
 
 
 def _exp_of(logpdf):
@@ -95,8 +104,16 @@ def _norm_ppf(q, loc=0.0, scale=1.0):
   return pnp.add(pnp.multiply(special.ndtri(q), scale), loc)
 
 
-norm = _Distribution("norm", logpdf=_norm_logpdf, pdf=_exp_of(_norm_logpdf), cdf=_norm_cdf,
-                     logcdf=_norm_logcdf, sf=_norm_sf, logsf=_norm_logsf, ppf=_norm_ppf)
+norm = _Distribution(
+  "norm",
+  logpdf=_norm_logpdf,
+  pdf=_exp_of(_norm_logpdf),
+  cdf=_norm_cdf,
+  logcdf=_norm_logcdf,
+  sf=_norm_sf,
+  logsf=_norm_logsf,
+  ppf=_norm_ppf,
+)
 
 
 def _t_logpdf(x, df, loc=0.0, scale=1.0):
@@ -105,8 +122,10 @@ def _t_logpdf(x, df, loc=0.0, scale=1.0):
   half = pnp.multiply(0.5, pnp.add(df, 1.0))
   const = pnp.subtract(special.gammaln(half), special.gammaln(pnp.multiply(0.5, df)))
   const = pnp.subtract(const, pnp.multiply(0.5, pnp.log(pnp.multiply(df, np.pi))))
-  return pnp.subtract(pnp.subtract(const, log_scale),
-                      pnp.multiply(half, pnp.log1p(pnp.divide(pnp.multiply(z, z), df))))
+  return pnp.subtract(
+    pnp.subtract(const, log_scale),
+    pnp.multiply(half, pnp.log1p(pnp.divide(pnp.multiply(z, z), df))),
+  )
 
 
 def _t_cdf_standard(z, df, log=False):
@@ -121,8 +140,9 @@ def _t_cdf_standard(z, df, log=False):
   r = pnp.negative(pnp.divide(pnp.where(middle, zz, 0.0), df))
   term, total = pnp.ones_like(r), pnp.ones_like(r)
   for k in range(20):
-    ratio = pnp.divide(pnp.multiply(0.5 + k, pnp.add(pnp.multiply(0.5, df), 0.5 + k)),
-                       (1.5 + k) * (k + 1))
+    ratio = pnp.divide(
+      pnp.multiply(0.5 + k, pnp.add(pnp.multiply(0.5, df), 0.5 + k)), (1.5 + k) * (k + 1)
+    )
     term = pnp.multiply(term, pnp.multiply(ratio, r))
     total = pnp.add(total, term)
   inner = pnp.add(0.5, pnp.multiply(pnp.multiply(pnp.exp(_t_logpdf(0.0, df)), z), total))
@@ -130,8 +150,9 @@ def _t_cdf_standard(z, df, log=False):
   tail = pnp.multiply(0.5, special.betainc(pnp.multiply(0.5, df), 0.5, w))
   below = pnp.less(z, 0.0)
   if log:
-    return pnp.where(middle, pnp.log(inner), pnp.where(below, pnp.log(tail),
-                                                        pnp.log1p(pnp.negative(tail))))
+    return pnp.where(
+      middle, pnp.log(inner), pnp.where(below, pnp.log(tail), pnp.log1p(pnp.negative(tail)))
+    )
   return pnp.where(middle, inner, pnp.where(below, tail, pnp.subtract(1.0, tail)))
 
 
@@ -139,12 +160,19 @@ def _t_function(upper, log):
   def fn(x, df, loc=0.0, scale=1.0):
     z = _standardized(x, loc, scale)[0]
     return _t_cdf_standard(pnp.negative(z) if upper else z, df, log)
+
   return fn
 
 
-t = _Distribution("t", logpdf=_t_logpdf, pdf=_exp_of(_t_logpdf), cdf=_t_function(False, False),
-                  logcdf=_t_function(False, True), sf=_t_function(True, False),
-                  logsf=_t_function(True, True))
+t = _Distribution(
+  "t",
+  logpdf=_t_logpdf,
+  pdf=_exp_of(_t_logpdf),
+  cdf=_t_function(False, False),
+  logcdf=_t_function(False, True),
+  sf=_t_function(True, False),
+  logsf=_t_function(True, True),
+)
 
 
 def _outside(condition, value):
@@ -156,8 +184,10 @@ def _gamma_logpdf(x, a, loc=0.0, scale=1.0):
   z, log_scale = _standardized(x, loc, scale)
   a = pnp._float(a)
   inside = pnp.where(pnp.less(z, 0.0), 1.0, z)
-  value = pnp.subtract(pnp.subtract(special.xlogy(pnp.subtract(a, 1.0), inside), inside),
-                       pnp.add(special.gammaln(a), log_scale))
+  value = pnp.subtract(
+    pnp.subtract(special.xlogy(pnp.subtract(a, 1.0), inside), inside),
+    pnp.add(special.gammaln(a), log_scale),
+  )
   return _outside(pnp.less(z, 0.0), value)
 
 
@@ -173,8 +203,7 @@ def _gamma_sf(x, a, loc=0.0, scale=1.0):
   return _gamma_cdf(x, a, loc, scale, upper=True)
 
 
-gamma = _with_cdfs("gamma", _gamma_cdf, _gamma_sf, logpdf=_gamma_logpdf,
-                   pdf=_exp_of(_gamma_logpdf))
+gamma = _with_cdfs("gamma", _gamma_cdf, _gamma_sf, logpdf=_gamma_logpdf, pdf=_exp_of(_gamma_logpdf))
 
 
 def _chi2_logpdf(x, df, loc=0.0, scale=1.0):
@@ -197,8 +226,10 @@ def _beta_logpdf(x, a, b, loc=0.0, scale=1.0):
   a, b = pnp._float(a), pnp._float(b)
   off = pnp.logical_or(pnp.less(z, 0.0), pnp.greater(z, 1.0))
   inside = pnp.where(off, 0.5, z)
-  value = pnp.add(special.xlogy(pnp.subtract(a, 1.0), inside),
-                  special.xlog1py(pnp.subtract(b, 1.0), pnp.negative(inside)))
+  value = pnp.add(
+    special.xlogy(pnp.subtract(a, 1.0), inside),
+    special.xlog1py(pnp.subtract(b, 1.0), pnp.negative(inside)),
+  )
   return _outside(off, pnp.subtract(value, pnp.add(special.betaln(a, b), log_scale)))
 
 
@@ -226,8 +257,9 @@ def _poisson_logpmf(k, mu, loc=0.0):
   mu = pnp._float(mu)
   off = pnp.logical_or(pnp.less(k, 0.0), pnp.not_equal(k, pnp.floor(k)))
   inside = pnp.where(off, 0.0, k)
-  value = pnp.subtract(pnp.subtract(special.xlogy(inside, mu), mu),
-                       special.gammaln(pnp.add(inside, 1.0)))
+  value = pnp.subtract(
+    pnp.subtract(special.xlogy(inside, mu), mu), special.gammaln(pnp.add(inside, 1.0))
+  )
   return _outside(off, value)
 
 
@@ -237,7 +269,8 @@ def _poisson_cdf(k, mu, loc=0.0, upper=False):
   k = pnp.floor(pnp.subtract(pnp._float(k), loc))
   below = pnp.less(k, 0.0)
   value = (special.gammainc if upper else special.gammaincc)(
-      pnp.add(pnp.where(below, 0.0, k), 1.0), mu)
+    pnp.add(pnp.where(below, 0.0, k), 1.0), mu
+  )
   return pnp.where(below, 1.0 if upper else 0.0, value)
 
 
@@ -245,15 +278,17 @@ def _poisson_sf(k, mu, loc=0.0):
   return _poisson_cdf(k, mu, loc, upper=True)
 
 
-poisson = _with_cdfs("poisson", _poisson_cdf, _poisson_sf, logpmf=_poisson_logpmf,
-                     pmf=_exp_of(_poisson_logpmf))
+poisson = _with_cdfs(
+  "poisson", _poisson_cdf, _poisson_sf, logpmf=_poisson_logpmf, pmf=_exp_of(_poisson_logpmf)
+)
 
 
 def _dirichlet_logpdf(x, alpha):
   """x: points of the simplex along the last axis (scipy takes them along the first)."""
   x, alpha = pnp._float(x), pnp._float(alpha)
-  norm_const = pnp.subtract(special.gammaln(pnp.sum(alpha, -1)),
-                            pnp.sum(special.gammaln(alpha), -1))
+  norm_const = pnp.subtract(
+    special.gammaln(pnp.sum(alpha, -1)), pnp.sum(special.gammaln(alpha), -1)
+  )
   return pnp.add(pnp.sum(special.xlogy(pnp.subtract(alpha, 1.0), x), -1), norm_const)
 
 
@@ -311,16 +346,20 @@ def _mvn_entropy(mean=None, cov=1.0):
   return pnp.multiply(0.5, pnp.add(log_det, k * (1.0 + 2 * _HALF_LOG_2PI)))
 
 
-multivariate_normal = _Distribution("multivariate_normal", logpdf=_mvn_logpdf,
-                                    pdf=_exp_of(_mvn_logpdf), entropy=_mvn_entropy)
+multivariate_normal = _Distribution(
+  "multivariate_normal", logpdf=_mvn_logpdf, pdf=_exp_of(_mvn_logpdf), entropy=_mvn_entropy
+)
 
 
 def __getattr__(name: str):
   import scipy.stats
+
   if name.startswith("__") or not hasattr(scipy.stats, name):
     raise AttributeError(f"module 'primc.scipy.stats' has no attribute {name!r}")
-  raise NotSupportedError(f"primc.scipy.stats.{name} (scipy.stats.{name}) is not supported "
-                          f"yet; the README's scipy section lists what is")
+  raise NotSupportedError(
+    f"primc.scipy.stats.{name} (scipy.stats.{name}) is not supported "
+    f"yet; the README's scipy section lists what is"
+  )
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too
