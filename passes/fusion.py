@@ -313,6 +313,17 @@ class FusedProgram(Program):
     return tuple(e.kw["kind"] for e in self.eqns)
 
 
+def _candidates(first: int | None, lo: int, n: int):
+  """The regions an equation may join, in the order tried: `first` (its last producer's),
+  then the latest back to `lo` (lazily: the first that takes it usually ends the search,
+  and a list of every region per equation made fusion quadratic in program length)."""
+  if first is not None and first < n:
+    yield first
+  for k in range(n - 1, lo - 1, -1):
+    if k != first:
+      yield k
+
+
 def _place(program: Program) -> tuple[list[_Region], list[str]]:
   regions: list[_Region] = []
   where: dict[Var, int] = {}
@@ -320,12 +331,9 @@ def _place(program: Program) -> tuple[list[_Region], list[str]]:
   for eqn in program.eqns:
     producers = [where[a] for a in eqn.inputs if isinstance(a, Var) and a in where]
     lo = max(producers, default=0)
-    candidates = ([lo] if producers else []) + list(range(len(regions) - 1, lo - 1, -1))
     why = []
     chosen = None
-    for k in dict.fromkeys(candidates):
-      if k >= len(regions):
-        continue
+    for k in _candidates(lo if producers else None, lo, len(regions)):
       blockers = fusion_blockers(regions[k], eqn)
       blockers = blockers or unprofitable(regions[k], eqn)  # legal: does it pay?
       if not blockers:
