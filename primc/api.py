@@ -109,6 +109,8 @@ def _kept(differentiates: bool = False, replayable: bool = True):
       def kept_fn(*args, **kwargs):
         if kept.wanted():
           return kept.call(remake, key, fun, args, kwargs, scalars, replayable)
+        if tracing():  # (made anew: one kept would hold this trace's values, and the
+          return remake(fun)(*args, **kwargs)  # function rebuilt around a later one's)
         if not plain:
           plain.append(remake(fun))
         return plain[0](*args, **kwargs)

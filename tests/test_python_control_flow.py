@@ -347,6 +347,7 @@ def test_writing_a_traced_value_into_a_numpy_array_is_refused():
       primc.value_and_grad,
       primc.jacrev,
       primc.jacfwd,
+      primc.hessian,
       primc.elementwise_grad,
     ):
       with pytest.raises(
