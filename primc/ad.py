@@ -798,7 +798,7 @@ def jvp_eval(program: Program, primals: Sequence, tangents: Sequence) -> tuple[l
 
 
 @without_gc
-def jvp_program(program: Program, wrt=None) -> Program:
+def jvp_program(program: Program, wrt: Sequence[bool] | None = None) -> Program:
   """Forward mode: the program `(*inputs, *tangents) -> (*outputs, *output_tangents)`.
 
   Args:
@@ -822,7 +822,9 @@ def jvp_program(program: Program, wrt=None) -> Program:
 
 
 @without_gc
-def linearize_program(program: Program, wrt=None) -> tuple[Program, Program]:
+def linearize_program(
+  program: Program, wrt: Sequence[bool] | None = None
+) -> tuple[Program, Program]:
   """JVP followed by partial evaluation.
 
   Returns:
@@ -959,7 +961,11 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
 
 
 @without_gc
-def vjp_program(program: Program, wrt=None, ct_outputs=None) -> Program:
+def vjp_program(
+  program: Program,
+  wrt: Sequence[bool] | None = None,
+  ct_outputs: Sequence[bool] | None = None,
+) -> Program:
   """Reverse mode: `(*inputs, *output_cotangents) -> (*outputs, *input_cotangents)`.
 
   Args:

@@ -32,6 +32,8 @@ from primc.trace import (
 )
 from primc.tree import tree_flatten, tree_unflatten
 
+ArgNums = int | Sequence[int]  # the arguments a transform differentiates (positions)
+
 stop_gradient = pnp.stop_gradient
 
 
@@ -203,7 +205,9 @@ def _pick(values, idx_tree):
 
 
 @_kept(differentiates=True)
-def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, *, argnum=None) -> Callable:
+def value_and_grad(
+  fun: Callable, argnums: ArgNums = 0, has_aux: bool = False, *, argnum: ArgNums | None = None
+) -> Callable:
   """Returns a function computing `(fun(*args), gradient of fun wrt args[argnums])`.
 
   Args:
@@ -258,7 +262,9 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, *, argnum=No
 
 
 @_kept(differentiates=True)
-def grad(fun: Callable, argnums=0, has_aux: bool = False, *, argnum=None) -> Callable:
+def grad(
+  fun: Callable, argnums: ArgNums = 0, has_aux: bool = False, *, argnum: ArgNums | None = None
+) -> Callable:
   """Returns a function computing the gradient of `fun` wrt `args[argnums]`.
 
   Args:
@@ -276,7 +282,7 @@ def grad(fun: Callable, argnums=0, has_aux: bool = False, *, argnum=None) -> Cal
   return _named("grad", fun, grad_fn)
 
 
-def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
+def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False) -> tuple:
   """Forward mode: `(fun(*primals), J @ tangents)`. Tangents match primals' structure;
   integer primals take (ignored) integer tangents; non-float outputs get zero tangents.
   With `has_aux`, fun returns `(output, aux)` and jvp `(output, tangent, aux)`."""
@@ -320,7 +326,7 @@ def _linearized(fun, primals, has_aux, what):
   return program, leaves, in_tree, out_idx, aux_idx, res[:n_out], res[n_out:], linear_p
 
 
-def vjp(fun: Callable, *primals, has_aux: bool = False):
+def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
   """Reverse mode: returns `(fun(*primals), vjp_fn)` (and aux if has_aux), where
   `vjp_fn(ct)` gives the cotangents of the primals (a tuple, None for integer inputs)."""
   program, leaves, in_tree, out_idx, aux_idx, outs, res, linear_p = _linearized(
@@ -361,7 +367,7 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
   return (out, vjp_fn, _pick(outs, aux_idx)) if has_aux else (out, vjp_fn)
 
 
-def linearize(fun: Callable, *primals):
+def linearize(fun: Callable, *primals: Any) -> tuple:
   """Returns `(fun(*primals), f_jvp)` where `f_jvp(*tangents)` evaluates the linear map
   (the linear program, with residuals computed once)."""
   program, leaves, in_tree, out_idx, _, outs, res, linear_p = _linearized(
@@ -385,7 +391,7 @@ def linearize(fun: Callable, *primals):
 
 
 @_kept(replayable=False)
-def vmap(fun: Callable, in_axes=0, out_axes=0) -> Callable:
+def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0) -> Callable:
   """Vectorizes `fun` over an axis of its arguments.
 
   Args:
@@ -476,7 +482,7 @@ def _checked_pair(out, what):
   return tuple(out)
 
 
-def ravel_pytree(tree):
+def ravel_pytree(tree: Any) -> tuple[Any, Callable]:
   """A pytree's leaves as one flat array (numpy's promotion of their dtypes), and the
   function that makes such a flat array a pytree of that structure again: JAX's
   `jax.flatten_util.ravel_pytree`, autograd's `misc.flatten`. Traced or not, and
@@ -557,7 +563,7 @@ def _per_argnum(jac_one, argnums, name, has_aux=False):
 
 
 @_kept()
-def jacfwd(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
+def jacfwd(fun: Callable, argnums: ArgNums = 0, has_aux: bool = False) -> Callable:
   """The Jacobian by forward mode, all basis tangents pushed through one batched program.
   Shape: output shape + input shape (a tuple of Jacobians for tuple argnums); with
   `has_aux`, fun returns `(output, aux)` and so does the Jacobian function."""
@@ -584,7 +590,7 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
 
 
 @_kept()
-def jacrev(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
+def jacrev(fun: Callable, argnums: ArgNums = 0, has_aux: bool = False) -> Callable:
   """The Jacobian by reverse mode, all basis cotangents pulled back in one batched program.
   Shape: output shape + input shape (single-array outputs); with `has_aux`, fun returns
   `(output, aux)` and so does the Jacobian function."""
@@ -609,12 +615,12 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False) -> Callable:
   return _per_argnum(one, argnums, "jacrev", has_aux)
 
 
-def hessian(fun: Callable, argnums=0) -> Callable:
+def hessian(fun: Callable, argnums: ArgNums = 0) -> Callable:
   """The Hessian, `jacfwd(jacrev(fun))`: shape input shape + input shape for scalar fun."""
   return jacfwd(jacrev(fun, argnums), argnums)
 
 
-def hvp(fun: Callable, primals: Sequence, tangents: Sequence):
+def hvp(fun: Callable, primals: Sequence, tangents: Sequence) -> Any:
   """The Hessian-vector product `H(primals) @ tangents` (forward-over-reverse), without
   forming the Hessian. Returns the structure of the primals (a tuple)."""
   return jvp(grad(fun, argnums=tuple(range(len(primals)))), primals, tangents)[1]
@@ -658,7 +664,7 @@ def check_grads(
   f: Callable,
   args: Sequence,
   order: int = 1,
-  modes=("fwd", "rev"),
+  modes: Sequence[str] = ("fwd", "rev"),
   eps: float | None = None,
   atol: float | None = None,
   rtol: float | None = None,

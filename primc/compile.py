@@ -16,6 +16,8 @@ import os
 import pickle
 import re
 import sys
+import types
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -51,7 +53,7 @@ PROGRAMS_KEPT = 256  # executables by program key (the tapes' backward programs)
 
 
 @functools.cache
-def backend():
+def backend() -> types.ModuleType:
   """`primc.codegen`, imported on the first compile. Then the garbage collector's view of
   the objects that exist is frozen (`gc.freeze`, unless PRIMC_GC_FREEZE=0): the imports
   leave ~10^5 long-lived objects (numba, llvmlite) that the next full collection would
@@ -372,7 +374,7 @@ def _received(fun_bytes, name, static_argnums, programs):
 
 
 @without_gc
-def build_plan(traced, prefer=frozenset()):
+def build_plan(traced: Program, prefer: frozenset = frozenset()) -> tuple:
   optimized = passes.optimize(inline_calls(traced))
   if has_control_flow(optimized):
     raise PrimcError(
@@ -390,8 +392,11 @@ def build_plan(traced, prefer=frozenset()):
 
 
 def load_executable(
-  traced: Program, tiered: bool | None = None, prefer=frozenset(), label: str = "a program"
-):
+  traced: Program,
+  tiered: bool | None = None,
+  prefer: frozenset = frozenset(),
+  label: str = "a program",
+) -> Any:
   """The executable of a traced program, its run plan from the plan cache if this program
   (and this environment) was compiled before, else built by the passes, fusion and
   codegen: its compiled kernels; or, while a kernel was never compiled into the cache
@@ -455,7 +460,7 @@ _executables: "collections.OrderedDict[str, object]" = collections.OrderedDict()
 _eager_kernels: set[str] = set()  # kernels the eager tape's programs ran (their variants)
 
 
-def executable(program: Program):
+def executable(program: Program) -> Any:
   """The executable of a traced program, kept by its key (at most PROGRAMS_KEPT, least
   recently used first): the eager tape runs its backward programs through it."""
   program = inline_calls(program)
@@ -509,7 +514,7 @@ def parse_arg_spec(spec: str) -> np.ndarray:
   return np.zeros(shape, _DTYPES[m.group(1)])
 
 
-def example_args(signature) -> list:
+def example_args(signature: Sequence) -> list:
   """Arrays for a warm-up signature: a sequence of specs like "f32[2,2]" (or arrays)."""
   return [parse_arg_spec(a) if isinstance(a, str) else np.asarray(a) for a in signature]
 
@@ -525,8 +530,14 @@ kept.IDENTITY_TYPES += (Jitted,)  # a jitted function keeps what it closed over 
 
 
 def jit(
-  fun=None, *, static_argnums=(), static_argnames=(), warmup=(), tiered=None, fullgraph=False
-):
+  fun: Callable | None = None,
+  *,
+  static_argnums: int | Sequence[int] = (),
+  static_argnames: str | Sequence[str] = (),
+  warmup: Sequence = (),
+  tiered: bool | None = None,
+  fullgraph: bool = False,
+) -> Any:
   """Compiles `fun` to native code per input signature.
 
   Each new signature (pytree structure, shapes, dtypes, static arguments) traces `fun`,

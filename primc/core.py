@@ -86,7 +86,7 @@ def index_error(index: int, axis: int, size: int) -> PrimcIndexError:
 _dtype_names: dict = {}
 
 
-def dtype_name(dtype) -> str:
+def dtype_name(dtype: Any) -> str:
   """`np.dtype(dtype).name`, memoized (numpy computes `.name` anew, ~3 µs, and tracing
   asks for it once per abstract value)."""
   try:
@@ -261,7 +261,7 @@ class _NoCycleCollection:
 NO_GC = _NoCycleCollection()
 
 
-def without_gc(fn):
+def without_gc(fn: Callable) -> Callable:
   """`fn` run with the cycle collector paused (`NO_GC`)."""
 
   @functools.wraps(fn)
@@ -485,7 +485,7 @@ def alpha_equal(a: Program, b: Program) -> bool:
   return len(a.outputs) == len(b.outputs) and all(same(x, y) for x, y in zip(a.outputs, b.outputs))
 
 
-def results(eqn: Eqn, out) -> Sequence:
+def results(eqn: Eqn, out: Any) -> Sequence:
   """A primitive's result as one value per output."""
   return out if eqn.prim.multiple_results else (out,)
 
@@ -508,7 +508,7 @@ def pp_lit(lit: Lit) -> str:
   return f"const:{lit.aval.str_short()}"
 
 
-def pp_param(v) -> str:
+def pp_param(v: Any) -> str:
   if isinstance(v, np.dtype):
     return v.name
   return repr(v)

@@ -151,7 +151,7 @@ class Tensor:
   clear_gradient = clear_grad
 
 
-def to_tensor(data, dtype=None, stop_gradient: bool = True) -> Tensor:
+def to_tensor(data: Any, dtype: Any = None, stop_gradient: bool = True) -> Tensor:
   """A tensor from data (Python floats become float32, ints int32, as in primc.numpy)."""
   if isinstance(data, np.ndarray) and type(data) is not np.ndarray:
     data = plain_array(data)

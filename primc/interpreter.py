@@ -7,12 +7,14 @@ equation's declared output.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from primc.core import Program, impl_rules, results, run
 
 
-def interpret(program: Program, *args) -> list[np.ndarray]:
+def interpret(program: Program, *args: Any) -> list[np.ndarray]:
   """Runs `program` on numpy arrays.
 
   Args:

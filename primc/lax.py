@@ -21,7 +21,7 @@ select of every branch and `while_loop` into a loop until no example continues.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -437,7 +437,7 @@ batching.batch_rules[scan_p] = _scan_batch
 # its own.
 
 
-def python_call(fn: Callable, args: Sequence, out_avals: Sequence[ShapedArray], name: str):
+def python_call(fn: Callable, args: Sequence, out_avals: Sequence[ShapedArray], name: str) -> Any:
   """`fn(*values) -> list of arrays` bound as one equation on `args`, giving `out_avals`."""
   return python_call_p.bind(*args, fn=NamedFunction(fn, name, "python"), out_avals=tuple(out_avals))
 
@@ -588,7 +588,7 @@ def _traced(x) -> bool:
 
 
 @_on_front_ends(_python_switch)
-def switch(index, branches: Sequence[Callable], *operands):
+def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
   """`branches[index](*operands)`: one branch runs. An index outside [0, len(branches)) is an
   error (JAX clamps it). Every branch returns the same structure, shapes and dtypes."""
   branches = list(branches)
@@ -640,7 +640,7 @@ def switch(index, branches: Sequence[Callable], *operands):
 
 
 @_on_front_ends(_python_cond)
-def cond(pred, true_fun: Callable, false_fun: Callable, *operands):
+def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
   """true_fun(*operands) if pred else false_fun(*operands), with one branch running (a
   traced `pred` is a scalar; its truth is `pred != 0`)."""
   pred = pnp.asarray(pred)
@@ -655,7 +655,7 @@ def _truth(x):
 
 
 @_on_front_ends(_python_while)
-def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
+def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
   """val = body_fun(val) while cond_fun(val); the carry keeps its structure, shapes and
   dtypes. Forward-mode differentiable; reverse mode needs `scan` or `fori_loop` with
   constant bounds."""
@@ -681,7 +681,9 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
 
 
 @_on_front_ends(_python_scan, unrolled=True)
-def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = False):
+def scan(
+  f: Callable, init: Any, xs: Any = None, length: int | None = None, reverse: bool = False
+) -> tuple:
   """carry, y = f(carry, x) for each x along the leading axis of xs (a pytree; None with
   `length` for no xs); returns (final carry, ys stacked along a new leading axis).
   Differentiable in both modes, batchable."""
@@ -736,7 +738,7 @@ def _scan(f, init, xs, length, reverse, name):
 
 
 @_on_front_ends(_python_fori, unrolled=True)
-def fori_loop(lower, upper, body_fun: Callable, init_val):
+def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
   """val = body_fun(i, val) for i in range(lower, upper). Constant bounds make it a scan
   (differentiable in both modes); traced bounds a while_loop (forward mode only)."""
   if not _traced(lower) and not _traced(upper):

@@ -22,7 +22,7 @@ import inspect
 import math
 import operator
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -620,7 +620,7 @@ def where(condition, x=None, y=None):
 _where = where  # (for functions with a `where=` parameter)
 
 
-def stop_gradient(x):
+def stop_gradient(x: Any) -> Any:
   """Identity whose derivative is zero: gradients do not flow through it."""
   return P.stop_gradient(as_array(x))
 

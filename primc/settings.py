@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import difflib
 import os
+from typing import Iterator
 
 
 @dataclasses.dataclass
@@ -54,7 +55,7 @@ config = Config()
 
 
 @contextlib.contextmanager
-def raw_transforms():
+def raw_transforms() -> Iterator[None]:
   """Within this block, transforms return unoptimized programs."""
   old = config.optimize_transforms
   config.optimize_transforms = False

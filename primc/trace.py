@@ -544,7 +544,9 @@ def _stage(program: Program, args) -> list:
   ]
 
 
-def make_program(fn: Callable, *, static_argnums=()) -> Callable[..., Program]:
+def make_program(
+  fn: Callable, *, static_argnums: int | Sequence[int] = ()
+) -> Callable[..., Program]:
   """`make_program(fn)(*example_args)` traces `fn` into a printable `Program`.
 
   Arguments may be pytrees of arrays; only shapes and dtypes of the examples matter.
