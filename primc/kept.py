@@ -452,10 +452,6 @@ def _lazy(traced_scalars, args):
   return at
 
 
-def _unflatten(tree, values):
-  return (tuple(values), {}) if type(tree) is int else tree_unflatten(tree, values)
-
-
 @without_gc
 def call(
   transform: Callable,
@@ -864,11 +860,7 @@ def _flat_call(transform, fun, leaves, tree, traced, n, walk) -> Callable:
 
   def flat(*xs):
     rebuilt = _Walk(iter(xs[n:]), walk.holders)(fun)
-    values = list(leaves)
-    for k, x in zip(traced, xs[:n]):
-      values[k] = x
-    args, kwargs = _unflatten(tree, values)
-    return transform(rebuilt)(*args, **kwargs)
+    return replayed.called(transform(rebuilt), leaves, tree, traced)(*xs[:n])
 
   return flat
 

@@ -34,7 +34,7 @@ def _unflatten(tree, values):
   return (tuple(values), {}) if type(tree) is int else tree_unflatten(tree, values)
 
 
-def _called(fun: Callable, leaves: list, tree, traced: list[int]) -> Callable:
+def called(fun: Callable, leaves: list, tree, traced: list[int]) -> Callable:
   """`fun` as a function of its traced leaves (the others are the call's values)."""
 
   def flat(*xs):
@@ -53,7 +53,7 @@ def forward(
   """`fun` traced alone on the call's traced leaves (`arrays`): (program, out_tree).
   Raises what tracing raises (values read by Python: a ConcretizationError)."""
   program, captured, out_tree = trace_flat(
-    _called(fun, leaves, tree, traced), [aval_of(x) for x in arrays], weak
+    called(fun, leaves, tree, traced), [aval_of(x) for x in arrays], weak
   )
   assert not captured
   return program, out_tree
@@ -104,6 +104,6 @@ def replaying(
       ins, _ = tree_flatten((args, kwargs)) if type(tree) is not int else (list(args), None)
       return tree_unflatten(out_tree, eval_program(structure, *[ins[k] for k in traced], *consts))
 
-    return _called(transform(replay), leaves, tree, traced)(*xs[:n])
+    return called(transform(replay), leaves, tree, traced)(*xs[:n])
 
   return flat
