@@ -865,22 +865,11 @@ def _flat_call(transform, fun, leaves, tree, traced, n, walk) -> Callable:
   return flat
 
 
-def _forward_fingerprint(fun, leaves, tree, traced, weak, walk, inputs) -> str:
-  """The fingerprint of `fun` itself traced on these values (its path): what a path's
-  check compares (a trace without the transform: the constants drawn inside show
-  there, at a fraction of the transform's cost)."""
-  flat = _flat_call(lambda f: f, fun, leaves, tree, traced, len(weak), walk)
-  program = trace_flat(
-    flat, [aval_of(x) for x in inputs], tuple(weak) + (False,) * (len(inputs) - len(weak)), inputs
-  )[0]
-  return _fingerprint(program)
-
-
-def _forward(fun, leaves, tree, traced, weak, walk, inputs) -> tuple | None:
-  """`fun` traced alone on the traced leaves, then the lifted arrays (`inputs`): its
-  program, out_tree and fingerprint; None where that fails other than by reading a value
-  (the transform is then traced with the function, and says what is wrong in its own
-  words: an argument it refuses, before the function runs)."""
+def _traced_alone(fun, leaves, tree, traced, weak, walk, inputs, concrete: bool = False):
+  """`fun` itself traced on the traced leaves, then the lifted arrays (`inputs`; with
+  their values where `concrete`: its path): (program, out_tree, the lifted arrays'
+  tracers, to see writes into them). A trace without the transform: the constants
+  drawn inside show there, at a fraction of the transform's cost."""
   flat = _flat_call(lambda f: f, fun, leaves, tree, traced, len(weak), walk)
   lifted = []
 
@@ -888,17 +877,36 @@ def _forward(fun, leaves, tree, traced, weak, walk, inputs) -> tuple | None:
     lifted.extend(xs[len(weak) :])
     return flat(*xs)
 
+  program, captured, out_tree = trace_flat(
+    recorded,
+    [aval_of(x) for x in inputs],
+    tuple(weak) + (False,) * (len(inputs) - len(weak)),
+    inputs if concrete else None,
+  )
+  assert not captured
+  return program, out_tree, lifted
+
+
+def _forward_fingerprint(fun, leaves, tree, traced, weak, walk, inputs) -> str:
+  """The fingerprint of `fun` traced alone on these values (its path): what a path's
+  check compares."""
+  return _fingerprint(_traced_alone(fun, leaves, tree, traced, weak, walk, inputs, True)[0])
+
+
+def _forward(fun, leaves, tree, traced, weak, walk, inputs) -> tuple | None:
+  """`fun` traced alone (`_traced_alone`): its program, out_tree and fingerprint; None
+  where that fails other than by reading a value (the transform is then traced with the
+  function, and says what is wrong in its own words: an argument it refuses, before the
+  function runs), or where it writes into an array it reads by name (which the
+  transform refuses: the array is outside the program)."""
   try:
-    program, captured, out_tree = trace_flat(
-      recorded, [aval_of(x) for x in inputs], tuple(weak) + (False,) * (len(inputs) - len(weak))
-    )
+    program, out_tree, lifted = _traced_alone(fun, leaves, tree, traced, weak, walk, inputs)
   except ConcretizationError:
     raise
   except Exception:  # noqa: BLE001 - see above
     return None
-  assert not captured
-  if any(t.version for t in lifted):  # it writes into an array it reads by name, which
-    return None  # the transform refuses (outside the program)
+  if any(t.version for t in lifted):
+    return None
   return program, out_tree, _fingerprint(program)
 
 
