@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from primc import ad, batching, kept, passes
+from primc import ad, batching, kept, passes, tape
 from primc import numpy as pnp
 from primc.settings import config
 from primc import prims as P
@@ -55,8 +55,11 @@ def _to_evaluate(program: Program) -> Program:
   return optimize(program) if not tracing() else program
 
 
-def _trace(fn: Callable, args: Sequence) -> tuple[Program, list, list, Any, Any]:
-  """Traces fn(*args) with every array leaf of args as a program input."""
+def _trace(
+  fn: Callable, args: Sequence, optimized: bool = True
+) -> tuple[Program, list, list, Any, Any]:
+  """Traces fn(*args) with every array leaf of args as a program input; the program
+  `optimize`d unless not `optimized` (a program run once, on values: `primc.tape`)."""
   leaves, in_tree = tree_flatten(list(args))
   weak = weak_leaves(leaves)
   leaves = [as_array(x) for x in leaves]
@@ -75,7 +78,7 @@ def _trace(fn: Callable, args: Sequence) -> tuple[Program, list, list, Any, Any]
     # so the branches this call takes are its program (differentiated as one path, as
     # autograd's tape records it; kept per path by primc.kept, under jit by primc.breaks)
     program, captured, out_tree = trace_path(flat_fn, leaves, values, weak)
-  return optimize(program), leaves, captured, in_tree, out_tree
+  return (optimize(program) if optimized else program), leaves, captured, in_tree, out_tree
 
 
 def _named(transform: str, fun: Callable, wrapper: Callable) -> Callable:
@@ -86,7 +89,7 @@ def _named(transform: str, fun: Callable, wrapper: Callable) -> Callable:
   return wrapper
 
 
-def _kept(differentiates: bool = False, replayable: bool = True):
+def _kept(differentiates: bool = False, replayable: bool = True, taped: bool = False):
   """Makes a transform's functions, called outside any trace, run kept programs
   (`primc.kept`), keyed by the transform and every argument it was made with (so the
   kept program is the transform made again with those, by construction). Where it
@@ -94,7 +97,8 @@ def _kept(differentiates: bool = False, replayable: bool = True):
   arguments are traced there only (elsewhere they are Python values, as
   `_python_values_bound` binds them). `replayable`: it calls the function on arguments
   of the arguments' own shapes (not `vmap`), so a function's trace may stand in for it
-  (`primc.replayed`)."""
+  (`primc.replayed`). `taped`: it runs on values by `primc.tape` (reverse mode), so a long
+  function's first calls do that rather than make its program (`kept._Taped`)."""
 
   def decorate(transform):
     @functools.wraps(transform)
@@ -110,7 +114,7 @@ def _kept(differentiates: bool = False, replayable: bool = True):
 
       def kept_fn(*args, **kwargs):
         if kept.wanted():
-          return kept.call(remake, key, fun, args, kwargs, scalars, replayable)
+          return kept.call(remake, key, fun, args, kwargs, scalars, replayable, taped)
         if tracing():  # (made anew: one kept would hold this trace's values, and the
           return remake(fun)(*args, **kwargs)  # function rebuilt around a later one's)
         if not plain:
@@ -204,7 +208,7 @@ def _pick(values, idx_tree):
   return tree_unflatten(td, [values[i] for i in leaves])
 
 
-@_kept(differentiates=True)
+@_kept(differentiates=True, taped=True)
 def value_and_grad(
   fun: Callable, argnums: ArgNums = 0, has_aux: bool = False, *, argnum: ArgNums | None = None
 ) -> Callable:
@@ -225,7 +229,7 @@ def value_and_grad(
   def value_and_grad_fn(*args, **kwargs):
     nums = _argnums(argnums, len(args))
     f, args = _python_values_bound(_keywords(fun, kwargs), args, nums)
-    program, leaves, captured, _, out_tree = _trace(f, args)
+    program, leaves, captured, _, out_tree = _trace(f, args, optimized=tracing())
     owners = _leaf_owners(args)
     wrt = [o in nums for o in owners] + [False] * len(captured)
     for o, leaf in zip(owners, leaves):
@@ -245,11 +249,15 @@ def value_and_grad(
         f"{value_aval} (use vjp, jacrev or primc.autograd.grad), at "
         f"{user_source()}"
       )
-    ct_mask = [i == value_idx for i in range(len(program.outputs))]
-    vjp_p = _to_evaluate(ad.vjp_program(program, wrt, ct_mask))
     one = np.ones(value_aval.shape, value_aval.dtype)
-    res = eval_program(vjp_p, *leaves, *captured, one)
-    outs, cts = res[: len(program.outputs)], iter(res[len(program.outputs) :])
+    if tracing():  # a program of the caller's: the transform's program, staged into it
+      ct_mask = [i == value_idx for i in range(len(program.outputs))]
+      res = eval_program(ad.vjp_program(program, wrt, ct_mask), *leaves, *captured, one)
+      outs, cts = res[: len(program.outputs)], iter(res[len(program.outputs) :])
+    else:  # on values, once: equation by equation (`primc.tape`)
+      out_cts = [one if i == value_idx else None for i in range(len(program.outputs))]
+      outs, cts = tape.vjp(program, leaves, wrt, out_cts)
+      cts = iter(cts)
     by_arg = {}  # the cotangents come in argument order, whatever the order of argnums
     for i in sorted(set(nums)):
       n = len(tree_flatten(args[i])[0])
@@ -261,7 +269,7 @@ def value_and_grad(
   return _named("value_and_grad", fun, value_and_grad_fn)
 
 
-@_kept(differentiates=True)
+@_kept(differentiates=True, taped=True)
 def grad(
   fun: Callable, argnums: ArgNums = 0, has_aux: bool = False, *, argnum: ArgNums | None = None
 ) -> Callable:

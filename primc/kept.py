@@ -318,13 +318,13 @@ def _fingerprint(program) -> str:
   return h.hexdigest()
 
 
-def runner(program) -> Callable[[list], list]:
+def runner(program, guarded: bool = True) -> Callable[[list], list]:
   """`program` as a function of its inputs' values, for programs run again and again:
   each equation's numpy implementation (its ufunc, where it is one) called in turn on
   values in numbered slots, IEEE results as in compiled code; no shape rules again (they
   held when the program was traced); equations of constants computed once, here. An
   error runs the program again by `eval_program`, whose checks name the op and the
-  user's line."""
+  user's line. Not `guarded`: neither that nor numpy's error state (the caller's)."""
   slots: dict = {}
   template: list = []
   known: set = set()  # slots whose value is a constant
@@ -359,6 +359,14 @@ def runner(program) -> Callable[[list], list]:
       steps.append(step)
   outputs = [slot(a) for a in program.outputs]
 
+  def bare(values: list) -> list:
+    env = template.copy()
+    for k, x in zip(inputs, values):
+      env[k] = x
+    for step in steps:
+      _step(env, *step)
+    return [env[k] for k in outputs]
+
   def run(values: list) -> list:
     env = template.copy()
     for k, x in zip(inputs, values):
@@ -371,7 +379,7 @@ def runner(program) -> Callable[[list], list]:
       return eval_program(program, *values)
     return [env[k] for k in outputs]
 
-  return run
+  return run if guarded else bare
 
 
 def _step(env, impl, ins, kw, outs, multiple) -> None:
@@ -461,13 +469,14 @@ def call(
   kwargs: dict,
   traced_scalars: Callable[[int], bool] | None = None,
   replayable: bool = False,
+  taped: bool = False,
 ):
   """`transform(fun)(*args, **kwargs)` by a kept program. `key`: the transform and its
   parameters; `traced_scalars(args)(k)`: whether the k-th leaf of `(args, kwargs)`, a
-  Python scalar, is traced (weak, as `jit` traces it) rather than a value of the key
-  (None: every one is); `replayable`: the transform calls the function on arguments of
-  the arguments' shapes, so a function not kept by what it reads is kept by the
-  structure of its trace (`_by_structure`)."""
+  Python scalar, is traced (weak, as `jit` traces it), not a value of the key (None:
+  every one is); `replayable`: it calls the function on arguments of their own shapes
+  (a function not kept by what it reads: `_by_structure`); `taped`: a long function's
+  first calls run on values (`primc.tape`, `_Taped`)."""
   plain = lambda: _plainly(lambda: transform(fun)(*args, **kwargs))
   if replayable:
     plain = functools.partial(
@@ -478,10 +487,9 @@ def call(
     _count("not_kept")
     return plain()
   walk = _Walk()
-  # Python numbers among the arguments are traced (weak) first, so `grad(loss)(w, step)`
-  # keeps one program for every step; a function that needs one's value (`range(n)`,
-  # `if flag:`) is kept with them as values of the key (`traced_scalars`: as the
-  # transform binds them), from then on
+  # Python numbers among the arguments are traced (weak) first: `grad(loss)(w, step)` keeps
+  # one program for every step; a function needing one's value (`range(n)`, `if flag:`)
+  # is kept with them as values of the key (`traced_scalars`), from then on
   static = code in _static_scalars and traced_scalars is not None
   leaves, tree, traced, statics = _argument_leaves(
     args, kwargs, _lazy(traced_scalars, args) if static else _numbers
@@ -490,11 +498,8 @@ def call(
   weak = weak_leaves([leaves[k] for k in traced])
   try:
     state = (walk(fun), tuple(walk(s) for s in statics))
-  except NotKept as e:
-    return _not_kept(code, str(e), plain)
-  try:
     lifted = [as_array(x) for x in walk.leaves]
-  except PrimcError as e:  # (an array of a dtype primc does not take: as it is, baked)
+  except (NotKept, PrimcError) as e:  # (an array of a dtype primc does not take: baked)
     return _not_kept(code, str(e).splitlines()[0], plain)
   inputs = arrays + lifted
   full_key = (key, state, tree, tuple(traced), weak, tuple(vars(config).values()))
@@ -505,11 +510,19 @@ def call(
     return _not_kept(code, str(e), plain)
   if isinstance(entry, breaks.Paths):  # Python reads values: the path they take
     return _on_path(entry, inputs, full_key, code, fun)
-  if entry is not None and _hit(entry, full_key):
+  replay = (transform, leaves, tree, traced, inputs, code, plain)
+  if type(entry) is _Taped and entry.calls >= 2 and not entry.due():
+    return _on_tape(entry, replay)  # (its third call on: the walk trusted, as at a hit)
+  if type(entry) is _Entry and _hit(entry, full_key):
     return _run(entry, inputs)
-  drawn = _random_state()
+  drawn, reason = _random_state(), None
   try:  # the function traced alone, once (a transform of it replays that trace)
     forward = _forward(fun, leaves, tree, traced, weak, walk, inputs) if replayable else None
+    if type(entry) is _Taped or (entry is None and taped and _tapes(forward)):
+      entry = _taped(entry, forward, drawn, full_key, (key, state, fun), replay)
+      if type(entry) is not _Taped:
+        return entry  # (the call's result, by the tape)
+      entry, reason = None, "calls on values cost enough: made"
     if entry is not None and forward is not None and forward[2] == entry.forward:
       _count("checked")  # the second call: the first call's program
       return _run(entry, inputs)
@@ -517,21 +530,21 @@ def call(
       transform, fun, leaves, tree, traced, arrays, lifted, weak, walk, structure=forward
     )
   except (PrimcError, NotKept) as e:  # (a ConcretizationError: Python reads a value)
-    if (
-      not static
-      and traced_scalars is not None
-      and any(type(leaves[k]) in (int, float) for k in traced)
-    ):
+    if not static and traced_scalars is not None and _has_numbers(leaves, traced):
       _static_scalars.add(code)  # its numbers' values first (`range(n)`): values of the key
-      return call(transform, key, fun, args, kwargs, traced_scalars, replayable)
+      return call(transform, key, fun, args, kwargs, traced_scalars, replayable, taped)
     if isinstance(e, ConcretizationError):
       return _kept_paths(
         full_key, transform, fun, leaves, tree, traced, arrays, lifted, weak, walk, code, plain
       )
     return _not_kept(code, str(e).splitlines()[0], plain)
   if entry is None:
-    return _first(made, drawn, forward, inputs, (full_key, key, state, code, fun))
+    return _first(made, drawn, forward, inputs, (full_key, key, state, code, fun), reason)
   return _run(_kept_or_checked(full_key, entry, made, key, state, code, fun), inputs)
+
+
+def _has_numbers(leaves, traced) -> bool:
+  return any(type(leaves[k]) in (int, float) for k in traced)
 
 
 def _on_path(paths: breaks.Paths, inputs, full_key, code, fun):
@@ -543,7 +556,7 @@ def _on_path(paths: breaks.Paths, inputs, full_key, code, fun):
   return tree_unflatten(out_tree, flat)
 
 
-def _first(made, drawn, forward, inputs, keys):
+def _first(made, drawn, forward, inputs, keys, reason: str | None = None):
   """The first call of a function, by the program `made`, then kept (`keys`: the call's
   full key, the transform's, the state's, the code's and the function), with what its
   second call compares (`forward`: the function's trace alone, or None: the transform's
@@ -551,15 +564,85 @@ def _first(made, drawn, forward, inputs, keys):
   Python's generators before), which its program holds as constants: then traced at
   every call, as numpy's functions draw at every call, and said once."""
   full_key, key, state, code, fun = keys
-  if _random_state() != drawn:
-    _not_kept(code, "it draws random numbers while traced", None)
-    log.warning(
-      "%s draws random numbers while traced (numpy's or Python's generator): traced at every call",
-      getattr(fun, "__qualname__", fun),
-    )
+  if _drew(drawn, code, fun):
     return _run(made, inputs)
   made.forward = None if forward is None else forward[2]
-  return _run(_kept_or_checked(full_key, None, made, key, state, code, fun), inputs)
+  return _run(_kept_or_checked(full_key, None, made, key, state, code, fun, reason), inputs)
+
+
+def _drew(drawn, code, fun) -> bool:
+  """Whether tracing drew random numbers (`drawn`: numpy's and Python's generators
+  before): then the function is not kept, and that is said once."""
+  if _random_state() == drawn:
+    return False
+  _not_kept(code, "it draws random numbers while traced", None)
+  log.warning(
+    "%s draws random numbers while traced (numpy's or Python's generator): traced at every call",
+    getattr(fun, "__qualname__", fun),
+  )
+  return True
+
+
+TAPE_SECONDS_PER_EQN = 2e-4  # making a kept gradient, per equation of the function (W12's HMM)
+TAPE_MIN_SECONDS = 0.05  # a kept program cheaper to make than this is made at the first call
+
+
+def _tapes(forward) -> bool:
+  """Whether a function traced alone as `forward` is long enough to run on values first."""
+  return forward is not None and TAPE_SECONDS_PER_EQN * len(forward[0].eqns) >= TAPE_MIN_SECONDS
+
+
+class _Taped:
+  """A function whose first calls run on values (`primc.tape`, autograd's way: no program
+  made), until they have cost what making its kept program is estimated to cost (ski
+  rental: at most twice the better choice's time, whether it is called twice or a
+  thousand times; a long gradient costs ~10x a call on values to make). Its first call
+  keeps the function's trace alone (`forward`), its second compares a new one against it,
+  later ones trust the walk as a kept program's hits do."""
+
+  __slots__ = ("forward", "calls", "seconds")
+
+  def __init__(self, forward):
+    self.forward, self.calls, self.seconds = forward, 0, 0.0
+
+  def due(self) -> bool:
+    """Whether its calls have cost what making its program is estimated to cost."""
+    return self.seconds >= TAPE_SECONDS_PER_EQN * len(self.forward[0].eqns)
+
+
+def _taped(entry, forward, drawn, full_key, keys, replay):
+  """A call of a function that runs on values first (`_Taped`): its result, or the
+  `_Taped` entry whose calls have cost enough (its kept program is made now)."""
+  key, state, fun = keys
+  code, plain = replay[5], replay[6]
+  if entry is None:
+    if _drew(drawn, code, fun):
+      return _on_tape(_Taped(forward), replay)
+    entry = _Taped(forward)
+    _count("misses", _reason(key, state[0]))
+    _keep(full_key, entry)
+  elif forward is None or forward[2] != entry.forward[2]:
+    _unkeep(full_key, code, fun, "with the same arguments (state read through an object?)")
+    return plain()
+  elif entry.due():
+    return entry
+  return _on_tape(entry, replay)
+
+
+def _on_tape(entry: _Taped, replay):
+  """`transform(fun)(*args, **kwargs)` on values, the function replayed from its trace."""
+  transform, leaves, tree, traced, inputs, code, plain = replay
+  program, out_tree, _ = entry.forward
+  start = time.perf_counter()
+  flat = replayed.replaying(transform, program, out_tree, leaves, tree, traced)
+  try:
+    out = _plainly(lambda: flat(*inputs))
+  except PrimcError as e:  # as it would run unkept, which says what is wrong
+    return _not_kept(code, str(e).splitlines()[0], plain)
+  entry.calls += 1
+  entry.seconds += time.perf_counter() - start
+  _count("taped")
+  return out
 
 
 def _random_state() -> tuple:
@@ -658,12 +741,12 @@ def _hit(entry: _Entry, full_key) -> bool:
   return True
 
 
-def _kept_or_checked(full_key, entry, made, key, state, code, fun) -> _Entry:
+def _kept_or_checked(full_key, entry, made, key, state, code, fun, reason=None) -> _Entry:
   """The entry a call runs: `made` kept (the first call), or checked against the kept
   one (the second: traced again, the same program?), a different one unkeeping the
   function (numpy random numbers drawn inside it)."""
   if entry is None:
-    _count("misses", _reason(key, state[0]))
+    _count("misses", reason or _reason(key, state[0]))
     _keep(full_key, made)
     return made
   if entry.fingerprint == made.fingerprint:

@@ -49,7 +49,7 @@ from primc.trace import (
   size_constant,
   trace_flat,
   tracing,
-  user_op,
+  user_ops,
   user_source,
 )
 from primc.trace import as_array as leaf_array
@@ -108,17 +108,20 @@ def _op(fn):
 
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
-    with user_op(name):
-      try:
-        return fn(*args, **kwargs)
-      except PrimcError as e:
-        if not getattr(e, "located", False):
-          raise locate(e, f"{name} on ({_describe_args(args)}): {e}") from None
-        if not str(e).startswith(name):  # located by argument conversion: add the op
-          out = type(e)(f"{name}: {e}")
-          out.located = True
-          raise out from None
-        raise
+    ops = user_ops()  # (`trace.user_op`'s stack, without a context manager: every op)
+    ops.append(name)
+    try:
+      return fn(*args, **kwargs)
+    except PrimcError as e:
+      if not getattr(e, "located", False):
+        raise locate(e, f"{name} on ({_describe_args(args)}): {e}") from None
+      if not str(e).startswith(name):  # located by argument conversion: add the op
+        out = type(e)(f"{name}: {e}")
+        out.located = True
+        raise out from None
+      raise
+    finally:
+      ops.pop()
 
   return wrapped
 
@@ -250,6 +253,17 @@ _raw_asarray, _raw_broadcast_to = asarray, broadcast_to  # (not the public, wrap
 
 def _promote(*args):
   """Converts operands to one dtype and one shape (numpy rules, weak Python scalars)."""
+  first = args[0]
+  if type(first) is Tracer and not first.weak:  # traced values of one dtype: broadcast only
+    aval = first.ir_var.aval
+    for a in args:
+      if type(a) is not Tracer or a.weak or a.ir_var.aval.dtype != aval.dtype:
+        break
+    else:
+      if builtins.all(a.ir_var.aval.shape == aval.shape for a in args):
+        return list(args)
+      shape = broadcast_shapes(*[a.ir_var.aval.shape for a in args])
+      return [_raw_broadcast_to(a, shape) for a in args]
   args = [as_array(a) if isinstance(a, (list, tuple)) else a for a in args]
   strong = [aval_of(a).dtype for a in args if not _is_weak(a)]
   if strong:

@@ -251,6 +251,11 @@ def user_source() -> str:
 _OURS: dict[str, bool] = {}  # file name -> whether it is primc's own (or contextlib's)
 
 
+def user_ops() -> list[str]:
+  """This thread's stack of user-facing ops being run (`user_op`)."""
+  return _state.user_ops
+
+
 @contextlib.contextmanager
 def user_op(name: str):
   """Names the user-facing op (e.g. `matmul`) that errors inside its primitives report."""

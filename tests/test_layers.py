@@ -30,7 +30,14 @@ LAYERS = [
   ("codegen", ["primc.codegen"]),
   (
     "compile and the functional API",
-    ["primc.compile", "primc.api", "primc.segmented", "primc.kept", "primc.replayed"],
+    [
+      "primc.compile",
+      "primc.api",
+      "primc.segmented",
+      "primc.kept",
+      "primc.replayed",
+      "primc.tape",
+    ],
   ),
   (
     "front ends",

@@ -1,0 +1,142 @@
+"""Reverse mode on values: a program's vector-Jacobian product evaluated one equation at a
+time, as autograd's tape evaluates it, for a program that runs once.
+
+`ad.vjp_program` differentiates a whole program into a new one: right for a program run
+again and again (kept, optimized, compiled), but it costs tens of microseconds per
+equation in Python before the first value comes out (the 946-step HMM's `value_and_grad`:
+~3 s, autograd's 0.5 s). Evaluated on values instead, each equation is linearized by its
+own rules *once per kind*: the one-equation program `prim[params](avals)` is linearized
+and its linear part transposed (`ad.linearize_program`, `ad.transpose_program`), and the
+two small programs are kept by that key (`_rules`), so a chain of a thousand steps of the
+same shapes makes a dozen of them. A call is then two sweeps of numpy: forward, each
+equation's primal program giving its outputs and the residuals its transpose needs (the
+tape); backward, the transposes in reverse order on the cotangents.
+
+The results are those of `vjp_program`'s program (the same rules, unoptimized across
+equations); tests compare the two on every primitive's programs.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from primc import ad, passes
+from primc.core import Eqn, Lit, Program, Var, impl_rules, results
+from primc.kept import runner
+from primc.trace import eval_program
+from primc.settings import config
+
+_KINDS: dict = {}  # (prim, params, input avals, active mask) -> `_made`
+MAX_KINDS = 4096
+
+
+def _one(eqn: Eqn) -> Program:
+  """`eqn` alone, as a program of fresh inputs (literals too: the kind is by types)."""
+  ins = tuple([Var(a.aval) for a in eqn.inputs])
+  outs = tuple([Var(v.aval) for v in eqn.outputs])
+  return Program(ins, (Eqn(eqn.prim, ins, eqn.params, outs, eqn.source),), outs)
+
+
+def _made(eqn: Eqn, active: tuple[bool, ...]):
+  """The equation's primal program (inputs -> outputs, residuals) and the transpose of its
+  linear part (residuals, output cotangents -> cotangents of the active inputs), as
+  runners (`kept.runner`, unguarded: `vjp` guards the whole call), and the number of
+  outputs; None where no output is a float (no derivative flows through)."""
+  if not any(v.aval.is_float for v in eqn.outputs):
+    return None
+  primal, linear = ad.linearize_program(_one(eqn), active)
+  n_res = len(primal.outputs) - len(eqn.outputs)
+  n_lin = len(linear.inputs) - n_res
+  transposed = ad.transpose_program(linear, [False] * n_res + [True] * n_lin)
+  if config.optimize_transforms:
+    primal, transposed = passes.optimize(primal, rounds=1), passes.optimize(transposed, rounds=1)
+  return runner(primal, guarded=False), runner(transposed, guarded=False), len(eqn.outputs)
+
+
+def _rules(eqn: Eqn, active: tuple[bool, ...]):
+  """`_made`, kept by the equation's kind (made anew where its parameters do not hash)."""
+  key = (eqn.prim, eqn.params, tuple([a.aval for a in eqn.inputs]), active)
+  try:
+    made = _KINDS.get(key, _KINDS)
+  except TypeError:
+    return _made(eqn, active)
+  if made is _KINDS:
+    if len(_KINDS) >= MAX_KINDS:
+      _KINDS.pop(next(iter(_KINDS)))
+    made = _KINDS[key] = _made(eqn, active)
+  return made
+
+
+def _sweeps(program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequence):
+  """Both sweeps, unguarded (`vjp`)."""
+  env = dict(zip(program.inputs, args, strict=True))
+  active = {v for v, w in zip(program.inputs, wrt) if w}
+  tape = []
+  for eqn in program.eqns:
+    xs = [a.value if type(a) is Lit else env[a] for a in eqn.inputs]
+    mask = tuple([a in active for a in eqn.inputs])
+    made = _rules(eqn, mask) if True in mask else None
+    if made is None:
+      outs = results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw))
+    else:
+      primal, transposed, n = made
+      vals = primal(xs)
+      tape.append((eqn, mask, transposed, vals[n:]))
+      active.update([v for v in eqn.outputs if v.aval.is_float])
+      outs = vals[:n]
+    for v, x in zip(eqn.outputs, outs):
+      env[v] = x
+  cts: dict = {}
+  for a, ct in zip(program.outputs, out_cts, strict=True):
+    if ct is not None and a in active:
+      _accumulate(cts, a, np.asarray(ct, a.aval.dtype))
+  for eqn, mask, transposed, res in reversed(tape):
+    floats = [v for v in eqn.outputs if v.aval.is_float]
+    given = [cts.pop(v, None) for v in floats]
+    if all(c is None for c in given):
+      continue
+    given = [
+      np.zeros(v.aval.shape, v.aval.dtype) if c is None else c for c, v in zip(given, floats)
+    ]
+    for a, c in zip([a for a, m in zip(eqn.inputs, mask) if m], transposed([*res, *given])):
+      _accumulate(cts, a, c)
+  outs = [np.asarray(a.value if type(a) is Lit else env[a]) for a in program.outputs]
+  grads = [
+    np.asarray(cts[v]) if v in cts else np.zeros(v.aval.shape, v.aval.dtype)
+    for v, w in zip(program.inputs, wrt)
+    if w
+  ]
+  return outs, grads
+
+
+def _accumulate(cts: dict, v: Var, ct) -> None:
+  cts[v] = cts[v] + ct if v in cts else ct
+
+
+def vjp(
+  program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequence
+) -> tuple[list, list]:
+  """`program`'s outputs on `args` and the cotangents of the inputs marked in `wrt` (in
+  order) for the output cotangents `out_cts` (one per output; None for an output that
+  takes none): the values of `ad.vjp_program(program, wrt, ...)`'s program, IEEE results
+  as in compiled code. Where anything fails, that program is made and run instead, whose
+  checks name the op and the user's line (or which agrees there was nothing wrong)."""
+  try:
+    with np.errstate(all="ignore"):
+      return _sweeps(program, args, wrt, out_cts)
+  except Exception:  # noqa: BLE001 - see above
+    return _by_program(program, args, wrt, out_cts)
+
+
+def _by_program(program: Program, args, wrt, out_cts) -> tuple[list, list]:
+  mask = [ct is not None for ct in out_cts]
+  vjp_p = ad.vjp_program(program, wrt, mask)
+  res = eval_program(vjp_p, *args, *[ct for ct in out_cts if ct is not None])
+  return res[: len(program.outputs)], res[len(program.outputs) :]
+
+
+def clear() -> None:
+  """Forgets the kept kinds (tests; `primc.kept.reset`)."""
+  _KINDS.clear()

@@ -1,0 +1,234 @@
+"""Reverse mode on values (`primc.tape`): its results are those of the program
+`ad.vjp_program` makes, for every primitive's cases and for random compositions; a
+long function's first calls outside `jit` run on it, then its kept program (`kept._Taped`),
+every call's result the same as a fresh trace's."""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import primc
+import primc.numpy as pnp
+from primc import ad, kept, tape
+from primc.trace import eval_program
+
+from prim_cases import case_id
+from test_ad import DIFF_CASES
+from test_ad_random import BINARY, RESHAPES, UNARY
+
+
+def _by_program(program, args, wrt, cts):
+  res = eval_program(
+    ad.vjp_program(program, wrt, [c is not None for c in cts]),
+    *args,
+    *[c for c in cts if c is not None],
+  )
+  return res[: len(program.outputs)], res[len(program.outputs) :]
+
+
+def _agree(program, args, rng, rtol=1e-10):
+  wrt = [v.aval.is_float for v in program.inputs]
+  cts = [
+    rng.standard_normal(v.aval.shape).astype(v.aval.dtype) if v.aval.is_float else None
+    for v in program.outputs
+  ]
+  want_outs, want_cts = _by_program(program, args, wrt, cts)
+  outs, got = tape.vjp(program, args, wrt, cts)
+  assert len(got) == len(want_cts)
+  for g, w in zip([*outs, *got], [*want_outs, *want_cts], strict=True):
+    assert np.shape(g) == np.shape(w) and np.asarray(g).dtype == np.asarray(w).dtype
+    np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", DIFF_CASES, ids=case_id)
+def test_every_primitive_on_the_tape_agrees_with_its_vjp_program(case, rng):
+  xs = case.make(rng)
+  program = primc.make_program(case.fn)(*xs)
+  if not any(v.aval.is_float for v in program.inputs):
+    pytest.skip("no float input")  # (an integer-only case: nothing to differentiate)
+  _agree(program, [np.asarray(x) for x in xs], rng)
+
+
+def test_a_case_of_every_differentiable_primitive_was_run():
+  """The cases above cover each differentiable primitive (the skip is for integer-only
+  cases of primitives that have float cases too)."""
+  floats = {
+    c.prim
+    for c in DIFF_CASES
+    if any(np.asarray(x).dtype.kind == "f" for x in c.make(np.random.default_rng(0)))
+  }
+  assert floats == {c.prim for c in DIFF_CASES}
+
+
+def _composition(ops):
+  def f(x, y):
+    values = [x, y]
+    for kind, k, a, b in ops:
+      if kind == "unary":
+        v = UNARY[k % len(UNARY)](values[a % len(values)])
+      elif kind == "binary":
+        v = BINARY[k % len(BINARY)](values[a % len(values)], values[b % len(values)])
+      else:
+        v = RESHAPES[k % len(RESHAPES)](values[a % len(values)])
+        v = pnp.broadcast_to(pnp.sum(v), x.shape) + x  # (back to x's shape: fan-out)
+      values.append(v)
+    return pnp.sum(values[-1] ** 2) + pnp.sum(values[2] if len(values) > 2 else x)
+
+  return f
+
+
+OPS = st.lists(
+  st.tuples(
+    st.sampled_from(["unary", "binary", "reshape"]),
+    st.integers(0, 20),
+    st.integers(0, 20),
+    st.integers(0, 20),
+  ),
+  min_size=1,
+  max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=OPS, seed=st.integers(0, 2**16))
+def test_random_compositions_on_the_tape_agree_with_the_vjp_program(ops, seed):
+  rng = np.random.default_rng(seed)
+  x, y = rng.standard_normal((3, 4)) * 0.5, rng.standard_normal((3, 4)) * 0.5
+  program = primc.make_program(_composition(ops))(x, y)
+  _agree(program, [x, y], rng, rtol=1e-9)
+
+
+def test_a_primitive_without_reverse_mode_says_so_as_the_program_does():
+  """The tape falls back to the program where anything fails: its error is the one."""
+  from primc import lax
+
+  f = lambda x: pnp.sum(lax.while_loop(lambda v: pnp.sum(v * v) < 50.0, lambda v: v * 1.7, x))
+  with pytest.raises(primc.PrimcError, match="reverse-mode differentiation through while"):
+    primc.grad(f)(np.ones(3))
+
+
+# ---------------------------------------------------------------------------------------
+# A long function's first calls outside jit: on values, then its kept program
+
+
+@pytest.fixture
+def taped(monkeypatch):
+  """Every function is long enough to run on values first; a kept program is made once
+  the calls on values have cost `estimate` seconds (set per test)."""
+  kept.reset()
+  monkeypatch.setattr(kept, "TAPE_MIN_SECONDS", 0.0)
+  yield monkeypatch
+  kept.reset()
+
+
+def _loss(w, data):
+  a = w
+  for t in range(data.shape[0]):
+    a = pnp.log(pnp.sum(pnp.exp(a[:, None] + data[t]), axis=0))
+  return pnp.sum(a)
+
+
+def _oracle(w, data):
+  return primc.jit(primc.value_and_grad(_loss))(w, data)
+
+
+def test_first_calls_run_on_values_then_the_kept_program(taped):
+  taped.setattr(kept, "TAPE_SECONDS_PER_EQN", 1.0)  # calls on values until made... never
+  rng = np.random.default_rng(0)
+  data = rng.standard_normal((6, 4, 4)) * 0.3
+  f = primc.value_and_grad(_loss)
+  for _ in range(4):
+    w = rng.standard_normal(4)
+    (v, g), (v0, g0) = f(w, data), _oracle(w, data)
+    np.testing.assert_allclose(v, v0, rtol=1e-12)
+    np.testing.assert_allclose(g, g0, rtol=1e-10)
+  s = kept.stats()
+  assert s["kept_taped"] == 4 and "kept_hits" not in s and s["kept_misses"] == 1, s
+  taped.setattr(kept, "TAPE_SECONDS_PER_EQN", 0.0)  # they have cost enough: made now
+  for _ in range(4):
+    w = rng.standard_normal(4)
+    (v, g), (v0, g0) = f(w, data), _oracle(w, data)
+    np.testing.assert_allclose(g, g0, rtol=1e-10)
+  s = kept.stats()
+  assert s["kept_taped"] == 4 and s["kept_checked"] == 1 and s["kept_hits"] == 2, s
+
+
+@pytest.mark.parametrize("transform", ["grad", "value_and_grad", "grad_aux", "argnums"])
+@pytest.mark.parametrize("change", ["in_place", "rebind", "none"])
+def test_calls_on_values_follow_the_data_as_kept_programs_do(taped, transform, change):
+  """A global array changed between calls, read by name: every call's result is that of
+  the transform without keeping."""
+  taped.setattr(kept, "TAPE_SECONDS_PER_EQN", 1.0)
+  global _DATA
+  _DATA = np.array([0.5, -1.0, 2.0])
+  loss = lambda w, s=1.0: pnp.sum(pnp.tanh(w * _DATA) ** 2) * s
+  run = {
+    "grad": lambda w: primc.grad(loss)(w),
+    "value_and_grad": lambda w: primc.value_and_grad(loss)(w),
+    "grad_aux": lambda w: primc.grad(lambda v: (loss(v), {"d": v * 2.0}), has_aux=True)(w),
+    "argnums": lambda w: primc.grad(loss, argnums=(0, 1))(w, 1.5),
+  }[transform]
+  w = np.array([0.3, 0.2, -0.4])
+  for step in range(5):
+    if change == "in_place":
+      _DATA[...] = step - 1.0
+    elif change == "rebind":
+      _DATA = np.full(3, step * 0.5)
+    got = run(w)
+    kept_on = primc.config.keep_transforms
+    primc.config.keep_transforms = False
+    try:
+      want = run(w)
+    finally:
+      primc.config.keep_transforms = kept_on
+    for g, x in zip(primc.tree_util.tree_leaves(got), primc.tree_util.tree_leaves(want)):
+      np.testing.assert_allclose(g, x, rtol=1e-12)
+    want_grad = 2 * np.tanh(w * _DATA) * (1 - np.tanh(w * _DATA) ** 2) * _DATA
+    first = primc.tree_util.tree_leaves(got)[1 if transform == "value_and_grad" else 0]
+    np.testing.assert_allclose(
+      first, want_grad * (1.5 if transform == "argnums" else 1.0), rtol=1e-10
+    )
+  assert kept.stats()["kept_taped"] == 5
+
+
+def test_random_numbers_drawn_inside_are_drawn_at_every_call_on_values(taped, caplog):
+  f = lambda w: pnp.sum(w * np.random.standard_normal(4))
+  w = np.ones(4)
+  for seed in range(3):
+    np.random.seed(seed)
+    want = np.random.standard_normal(4)
+    np.random.seed(seed)
+    np.testing.assert_array_equal(primc.grad(f)(w), want)
+    assert np.random.standard_normal() == np.random.RandomState(seed).standard_normal(5)[4]
+  assert "draws random numbers while traced" in caplog.text
+
+
+def test_state_changed_unseen_before_the_second_call_on_values_is_seen(taped, caplog):
+  taped.setattr(kept, "TAPE_SECONDS_PER_EQN", 1.0)
+  f = lambda w: pnp.sum(w * float(os.environ["PRIMC_TEST_SCALE"]))
+  for scale in (2.0, 3.0, 5.0):
+    taped.setenv("PRIMC_TEST_SCALE", str(scale))
+    np.testing.assert_array_equal(primc.grad(f)(np.ones(3)), [scale] * 3)
+  assert "changed between two calls" in caplog.text
+
+
+def test_a_long_function_runs_on_values_first_by_default():
+  """Without any setting: a 60-step chain's first call runs on values, a 2-step one's
+  makes its program."""
+  kept.reset()
+  rng = np.random.default_rng(1)
+  long_data = rng.standard_normal((60, 4, 4)) * 0.3
+  w = rng.standard_normal(4)
+  v, g = primc.value_and_grad(_loss)(w, long_data)
+  assert kept.stats().get("kept_taped") == 1
+  program = primc.make_program(_loss)(w, long_data)
+  (v0,), (g0, _) = _by_program(program, [w, long_data], [True, True], [np.ones(())])
+  np.testing.assert_allclose(v, v0, rtol=1e-12)
+  np.testing.assert_allclose(g, g0, rtol=1e-9)
+  kept.reset()
+  primc.value_and_grad(_loss)(w, long_data[:2])
+  assert "kept_taped" not in kept.stats()
+  kept.reset()
