@@ -534,9 +534,7 @@ def call(
       _static_scalars.add(code)  # its numbers' values first (`range(n)`): values of the key
       return call(transform, key, fun, args, kwargs, traced_scalars, replayable, taped)
     if isinstance(e, ConcretizationError):
-      return _kept_paths(
-        full_key, transform, fun, leaves, tree, traced, arrays, lifted, weak, walk, code, plain
-      )
+      return _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped)
     return _not_kept(code, str(e).splitlines()[0], plain)
   if entry is None:
     return _first(made, drawn, forward, inputs, (full_key, key, state, code, fun), reason)
@@ -643,6 +641,60 @@ def _on_tape(entry: _Taped, replay):
   entry.seconds += time.perf_counter() - start
   _count("taped")
   return out
+
+
+class _TapedPath:
+  """A long path of a function whose Python reads values, run on values (`primc.tape`)
+  until its calls have cost what making its program would (as `_Taped`), then made: a
+  path is often taken once (a loop to convergence from a new start), and its program
+  would cost ~10x that call. The path's callable for `breaks.Paths`: `(inputs, _) -> the
+  transform's flat outputs, then the guards' values` (the outputs None where the guards
+  differ: the path is not this call's)."""
+
+  def __init__(self, transform, traced_as, alone, make):
+    program, fun_tree, read = alone  # (the function traced alone: outputs, then guards)
+    n = len(program.outputs) - len(read)
+    self.alone = core.Program(program.inputs, program.eqns, program.outputs[:n])
+    self.guards = [value for value, _ in read]
+    check = passes.dce(core.Program(program.inputs, program.eqns, program.outputs[n:]))
+    self.check = runner(check)
+    self.transform, self.traced_as, self.fun_tree, self.make = transform, traced_as, fun_tree, make
+    self.made, self.calls, self.seconds, self.pending, self.n_out = None, 0, 0.0, None, 0
+    self.forward = _fingerprint(self.alone)  # (what the path's first reuse compares)
+    self.entry = self  # (`_on_path` reads the path's counts there)
+
+  def first(self, xs):
+    """(self, the transform's output tree): its first call, on values (the flat result
+    is the next `__call__`'s)."""
+    self.pending, out_tree = self._on_values(xs)
+    self.n_out = len(self.pending)
+    return self, out_tree
+
+  def _on_values(self, xs):
+    _, leaves, tree, traced, _, _ = self.traced_as
+    start = time.perf_counter()
+    fn = replayed.replaying(self.transform, self.alone, self.fun_tree, leaves, tree, traced)
+    flat, out_tree = tree_flatten(_plainly(lambda: fn(*xs)))
+    self.seconds += time.perf_counter() - start
+    _count("taped")
+    return flat, out_tree
+
+  def __call__(self, xs, _=None):
+    if self.made is not None:
+      self.calls += 1
+      return _run(self.made, xs)
+    if self.pending is not None:
+      flat, self.pending = self.pending, None
+      self.calls += 1
+      return flat + self.guards
+    got = self.check(list(xs))
+    if not all(np.array_equal(g, w) for g, w in zip(got, self.guards)):
+      return [None] * self.n_out + got  # (not this call's path)
+    self.calls += 1
+    if self.seconds >= TAPE_SECONDS_PER_EQN * len(self.alone.eqns):
+      self.made = self.make(list(xs), [], False)[0]
+      return _run(self.made, xs)
+    return self._on_values(xs)[0] + got
 
 
 def _random_state() -> tuple:
@@ -795,18 +847,26 @@ def _checked_path(paths, inputs, full_key, code, fun, flat, out_tree):
   return full[: len(full) - len(guards)], tree
 
 
-def _kept_paths(
-  full_key, transform, fun, leaves, tree, traced, arrays, lifted, weak, walk, code, plain
-):
+def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped):
   """A function whose Python reads traced values (`if loss < tol:`, a loop to
-  convergence): its paths kept, each traced with the values that take it (`_paths`).
-  Where it cannot be (an error in that trace), the call runs as it would unkept."""
+  convergence): its paths kept, each traced with the values that take it (`_paths`);
+  a long path of a `taped` transform runs on values first (`_TapedPath`). Where it
+  cannot be (an error in that trace), the call runs as it would unkept. `replay`: as
+  `call` makes it."""
+  transform, leaves, tree, traced, _, code, plain = replay
   n = len(arrays)
+  traced_as = (fun, leaves, tree, traced, weak, walk)
 
-  def make(xs, guards):
+  def make(xs, guards, on_values=taped):
+    found = []
+    program, fun_tree, _ = _traced_alone(*traced_as, xs, True, found)
+    if on_values and _tapes((program,)):
+      guards += [value for value, _ in found]
+      return _TapedPath(transform, traced_as, (program, fun_tree, found), make).first(xs)
     entry = _make(transform, fun, leaves, tree, traced, xs[:n], xs[n:], weak, walk, guards)
-    entry[0].traced_as = (fun, leaves, tree, traced, weak, walk)
-    entry[0].forward = _forward_fingerprint(*entry[0].traced_as, xs)
+    entry[0].traced_as = traced_as
+    alone = core.Program(program.inputs, program.eqns, program.outputs[: -len(found) or None])
+    entry[0].forward = _fingerprint(alone)  # (the trace a path's first reuse compares)
     return entry
 
   try:
@@ -948,11 +1008,14 @@ def _flat_call(transform, fun, leaves, tree, traced, n, walk) -> Callable:
   return flat
 
 
-def _traced_alone(fun, leaves, tree, traced, weak, walk, inputs, concrete: bool = False):
+def _traced_alone(
+  fun, leaves, tree, traced, weak, walk, inputs, concrete: bool = False, guards=None
+):
   """`fun` itself traced on the traced leaves, then the lifted arrays (`inputs`; with
-  their values where `concrete`: its path): (program, out_tree, the lifted arrays'
-  tracers, to see writes into them). A trace without the transform: the constants
-  drawn inside show there, at a fraction of the transform's cost."""
+  their values where `concrete`: its path, the values Python read appended to `guards`
+  and the program's last outputs): (program, out_tree, the lifted arrays' tracers, to
+  see writes into them). A trace without the transform: the constants drawn inside
+  show there, at a fraction of the transform's cost."""
   flat = _flat_call(lambda f: f, fun, leaves, tree, traced, len(weak), walk)
   lifted = []
 
@@ -965,6 +1028,7 @@ def _traced_alone(fun, leaves, tree, traced, weak, walk, inputs, concrete: bool 
     [aval_of(x) for x in inputs],
     tuple(weak) + (False,) * (len(inputs) - len(weak)),
     inputs if concrete else None,
+    guards,
   )
   assert not captured
   return program, out_tree, lifted
@@ -1000,6 +1064,8 @@ def _paths(make, inputs):
   def path(xs):
     guards = []
     entry, out_tree = make(xs, guards)
+    if type(entry) is _TapedPath:
+      return entry, guards, out_tree
     run = lambda ys, _: _run(entry, ys)
     run.entry = entry
     return run, guards, out_tree

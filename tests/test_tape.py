@@ -232,3 +232,39 @@ def test_a_long_function_runs_on_values_first_by_default():
   primc.value_and_grad(_loss)(w, long_data[:2])
   assert "kept_taped" not in kept.stats()
   kept.reset()
+
+
+# ---------------------------------------------------------------------------------------
+# Functions whose Python reads values: a long path's first calls on values, then made
+
+
+def _grows(w, limit):
+  x, n = w, 0
+  while pnp.sum(x * x) < limit and n < 30:  # Python reads a value: one path per count
+    x = x * 1.3 + pnp.sin(x)
+    n += 1
+  return pnp.sum(pnp.tanh(x) ** 2) + 0.1 * n
+
+
+def _by_programs(thunk, monkeypatch):
+  """The call without keeping, its derivative by `ad.vjp_program` (not the tape)."""
+  with monkeypatch.context() as m:
+    m.setattr(tape, "vjp", tape._by_program)
+    m.setattr(primc.config, "keep_transforms", False)
+    return thunk()
+
+
+@pytest.mark.parametrize("made_after", ["never", "at_once"])
+def test_paths_run_on_values_then_made_agree_with_the_vjp_program(taped, made_after):
+  taped.setattr(kept, "TAPE_SECONDS_PER_EQN", 1.0 if made_after == "never" else 0.0)
+  rng = np.random.default_rng(3)
+  starts = [rng.uniform(0.2, 1.5, 4) * scale for scale in (0.1, 0.3, 1.0, 2.0)]  # 4 paths
+  f = primc.value_and_grad(_grows)
+  for w in starts + starts[::-1] + starts:  # new paths, then each path again
+    (v, g), (v0, g0) = f(w, 40.0), _by_programs(lambda: f(w, 40.0), taped)
+    np.testing.assert_allclose(v, v0, rtol=1e-12)
+    np.testing.assert_allclose(g, g0, rtol=1e-10)
+  s = kept.stats()
+  assert s["kept_taped"] >= 4, s
+  if made_after == "at_once":  # each path made at its second call, checked once
+    assert s["kept_taped"] == 4 and s["kept_checked"] == 4 and s["kept_hits"] == 11, s
