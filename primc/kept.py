@@ -523,7 +523,7 @@ def call(
       if type(entry) is not _Taped:
         return entry  # (the call's result, by the tape)
       entry, reason = None, "calls on values cost enough: made"
-    if entry is not None and forward is not None and forward[2] == entry.forward:
+    if entry is not None and forward is not None and _digest(forward) == entry.forward:
       _count("checked")  # the second call: the first call's program
       return _run(entry, inputs)
     made = _make(
@@ -564,7 +564,7 @@ def _first(made, drawn, forward, inputs, keys, reason: str | None = None):
   full_key, key, state, code, fun = keys
   if _drew(drawn, code, fun):
     return _run(made, inputs)
-  made.forward = None if forward is None else forward[2]
+  made.forward = None if forward is None else _digest(forward)
   return _run(_kept_or_checked(full_key, None, made, key, state, code, fun, reason), inputs)
 
 
@@ -619,7 +619,7 @@ def _taped(entry, forward, drawn, full_key, keys, replay):
     entry = _Taped(forward)
     _count("misses", _reason(key, state[0]))
     _keep(full_key, entry)
-  elif forward is None or forward[2] != entry.forward[2]:
+  elif forward is None or not core.alpha_equal(forward[0], entry.forward[0]):
     _unkeep(full_key, code, fun, "with the same arguments (state read through an object?)")
     return plain()
   elif entry.due():
@@ -1040,8 +1040,9 @@ def _forward_fingerprint(fun, leaves, tree, traced, weak, walk, inputs) -> str:
   return _fingerprint(_traced_alone(fun, leaves, tree, traced, weak, walk, inputs, True)[0])
 
 
-def _forward(fun, leaves, tree, traced, weak, walk, inputs) -> tuple | None:
-  """`fun` traced alone (`_traced_alone`): its program, out_tree and fingerprint; None
+def _forward(fun, leaves, tree, traced, weak, walk, inputs) -> list | None:
+  """`fun` traced alone (`_traced_alone`): [its program, out_tree, fingerprint or None
+  until `_digest` computes it]; None
   where that fails other than by reading a value (the transform is then traced with the
   function, and says what is wrong in its own words: an argument it refuses, before the
   function runs), or where it writes into an array it reads by name (which the
@@ -1054,7 +1055,15 @@ def _forward(fun, leaves, tree, traced, weak, walk, inputs) -> tuple | None:
     return None
   if any(t.version for t in lifted):
     return None
-  return program, out_tree, _fingerprint(program)
+  return [program, out_tree, None]
+
+
+def _digest(forward: list) -> str:
+  """The fingerprint of `_forward`'s program, computed at its first use (a long function
+  run once on values never needs it)."""
+  if forward[2] is None:
+    forward[2] = _fingerprint(forward[0])
+  return forward[2]
 
 
 def _paths(make, inputs):
