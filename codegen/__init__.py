@@ -13,6 +13,10 @@
                program that has them) and its run plan (steps as data)
   runner.py    the one native function (LLVM IR) that runs a plan's steps; threads by
                handing a step's tasks to numba's thread pool
+  pipeline.py  the one door: a traced program to its executable (`executable`), as one
+               list of named steps (plan cache, tiering, control flow, the compile)
+  segmented.py programs with control flow: straight-line segments and bodies, each
+               compiled through the door, their loops and branches run here
   loops.py     control-flow loops over compiled bodies, run natively (the runner called
                on the bodies' pointer tables, step after step)
   loader.py    content-addressed module files under the cache directory (run only when

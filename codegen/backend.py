@@ -6,8 +6,6 @@ serial programs from the cache never imports it).
 
 from __future__ import annotations
 
-import os
-import sys
 
 from primc.codegen import (
   cache,
@@ -15,11 +13,13 @@ from primc.codegen import (
   kernel_workers,
   loops,
   module,
+  pipeline,
   plan,
   store,
   target,
   tiered,
 )
+from primc.codegen.pipeline import jit_disabled
 
 # what primc.compile uses of code generation (`primc.compile.backend()`)
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
   "kernel_workers",
   "loops",
   "module",
+  "pipeline",
   "plan",
   "store",
   "target",
@@ -36,12 +37,3 @@ __all__ = [
 ]
 
 target.configure_numba()  # numba, imported later, compiles for PRIMC_CPU's CPU too
-
-
-def jit_disabled() -> bool:
-  """numba's NUMBA_DISABLE_JIT (its config once numba is imported, else the environment):
-  then programs run on the reference interpreter."""
-  config = sys.modules.get("numba.core.config")
-  if config is not None:
-    return bool(config.DISABLE_JIT)
-  return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")

@@ -17,7 +17,7 @@ row stride). The loop's data, an int64 array `d`:
 `primc_loop(d)` returns the runner's status (1, or 2 for an index out of bounds with the
 program's error record set, 3 for a failure). A loop whose programs the native loop cannot
 take (nested control flow, an interpreted tier, outputs that are inputs or literals) gets
-None here and runs in Python (`primc.segmented`), with the same results.
+None here and runs in Python (`codegen.segmented`), with the same results.
 """
 
 from __future__ import annotations

@@ -15,16 +15,13 @@ import logging
 import os
 import pickle
 import re
-import sys
 import types
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from primc import breaks, kept, passes
-from primc.settings import config
+from primc import breaks, kept
 from primc.core import (
-  NATIVE_DTYPES,
   NO_GC,
   ConcretizationError,
   PrimcError,
@@ -33,7 +30,6 @@ from primc.core import (
   without_gc,
 )
 from primc.custom import inline_calls
-from primc.segmented import Segmented, has_control_flow
 from primc.trace import (
   SCALAR_ARRAYS,
   Tracer,
@@ -330,7 +326,7 @@ class Jitted:
   def _compile_path(self, static, leaves, tree, error):
     with NO_GC:
       traced, guards, out_tree = self._trace_path(static, leaves, tree, error)
-      return self._load(inline_calls(traced)), guards, out_tree
+      return self._load(traced), guards, out_tree
 
   def precompile(self, *args) -> "Jitted":
     """Compiles for the signature of these example arguments without running (so a copy
@@ -375,20 +371,8 @@ def _received(fun_bytes, name, static_argnums, programs):
 
 @without_gc
 def build_plan(traced: Program, prefer: frozenset = frozenset()) -> tuple:
-  optimized = passes.optimize(inline_calls(traced))
-  if has_control_flow(optimized):
-    raise PrimcError(
-      "this program has control flow (cond, while, scan): it is compiled as "
-      "straight-line segments and bodies, one plan each, not one plan; the "
-      "optimized and traced stages show it whole"
-    )
-  fused = passes.fuse(optimized)
-  plan = backend().module.build(fused, prefer)
-  show = passes.print_after_names()
-  for stage, value in (("fuse", fused), ("codegen", plan.source)):
-    if stage in show:
-      print(f"--- after {stage}\n{value}", file=sys.stderr)
-  return optimized, fused, plan
+  """(optimized, fused, plan) of a straight-line program (`codegen.pipeline.build_plan`)."""
+  return backend().pipeline.build_plan(traced, prefer)
 
 
 def load_executable(
@@ -397,63 +381,12 @@ def load_executable(
   prefer: frozenset = frozenset(),
   label: str = "a program",
 ) -> Any:
-  """The executable of a traced program, its run plan from the plan cache if this program
-  (and this environment) was compiled before, else built by the passes, fusion and
-  codegen: its compiled kernels; or, while a kernel was never compiled into the cache
-  and tiering asks for it (`tiered`, None: `config.tiered`; see `codegen.tiered`), the
-  interpreter while a background process compiles them; or the interpreter alone
-  (`config.interpret`, or
-  NUMBA_DISABLE_JIT=1). `prefer`: kernels the caller ran at other sizes of this program
-  (see `codegen.module.build`); `label`: what a long compile says it compiles."""
-  codegen = backend()
-  st = codegen.store.current()
-  traced = inline_calls(traced)  # custom rules are done with: the functions' programs
-  foreign = traced.dtypes() - set(NATIVE_DTYPES)
-  if foreign:
-    _interpreted_dtypes(frozenset(foreign))
-    program = passes.optimize(traced)
-    return codegen.tiered.Tiered(codegen.module.interpreted(program), program, None)
-  if has_control_flow(traced):  # straight-line segments and bodies compiled one by one
-    return Segmented(
-      passes.optimize(traced),
-      lambda program: load_executable(program, tiered, prefer, label),
-      None if config.interpret or codegen.jit_disabled() else codegen.loops,
-    )
-  key = codegen.cache.program_key(traced)
-  plan, optimized = st.read_entry("plan", key, codegen.plan.Plan.from_bytes), None
-  interpret_only = config.interpret or codegen.jit_disabled()
-  tiered = config.tiered if tiered is None else tiered  # None: interpreted_calls decides
-  if plan is None:
-    # compiling first for sure (a first plan: kernels may be new too): workers start
-    # while the passes run. The default decides after the plan; prestarted workers made
-    # no difference to its compiles (W3 at 65,536 points: 2.9-3.4 s either way) and
-    # slowed its interpreted first steps (the MLP's 0.12 -> 0.15 s)
-    if not (prefer or interpret_only or tiered is not False):
-      codegen.kernel_workers.prestart()
-    optimized, _, plan = build_plan(traced, prefer)
-    st.write_entry("plan", key, plan.to_bytes())
-  new = 0 if interpret_only or tiered is False else sum(not st.sealed(k) for k in plan.kernels)
-  if interpret_only or new:
-    program = passes.optimize(traced) if optimized is None else optimized
-    calls = (
-      None
-      if interpret_only or tiered
-      else codegen.tiered.interpreted_calls(program, new, codegen.kernel_workers.workers())
-    )
-    if calls != 0:
-      job = None if interpret_only else codegen.tiered.start(key, plan)
-      if job is not None or interpret_only:
-        return codegen.tiered.Tiered(plan, program, job, key, calls)
-  return codegen.executor.Executable.load(plan, label)
-
-
-@functools.cache
-def _interpreted_dtypes(dtypes: frozenset) -> None:
-  log.warning(
-    "programs of %s run on the interpreter, in numpy's own loops (native code is "
-    "float32/float64/int32/int64/bool)",
-    ", ".join(sorted(dtypes)),
-  )
+  """The executable of a traced program, through code generation's one door
+  (`codegen.pipeline.executable`: the plan cache, tiering, control flow's segments and the
+  compile, as one list of steps). `tiered`: interpret the first calls while the kernels
+  compile (None: as the program and `config.tiered` decide); `prefer`: kernels the caller
+  ran at other sizes of this program; `label`: what a long compile says it compiles."""
+  return backend().pipeline.executable(traced, tiered=tiered, prefer=prefer, label=label)
 
 
 _executables: "collections.OrderedDict[str, object]" = collections.OrderedDict()

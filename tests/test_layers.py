@@ -33,7 +33,6 @@ LAYERS = [
     [
       "primc.compile",
       "primc.api",
-      "primc.segmented",
       "primc.kept",
       "primc.replayed",
       "primc.tape",
