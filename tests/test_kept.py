@@ -114,9 +114,13 @@ def test_a_bound_method_reads_its_object_afresh():
   assert kept.stats()["kept_misses"] == 1
 
 
-def test_random_numbers_drawn_inside_are_drawn_at_every_call(caplog):
+@pytest.mark.parametrize("first_calls", ["made", "on_values"])
+def test_random_numbers_drawn_inside_are_drawn_at_every_call(caplog, monkeypatch, first_calls):
   """numpy random numbers drawn while tracing: the function is traced at every call (as
-  without keeping), once per call (the generator's stream as numpy's), and logged."""
+  without keeping), once per call (the generator's stream as numpy's), and logged;
+  whether its first calls make its program or run on values (`primc.tape`)."""
+  if first_calls == "on_values":
+    monkeypatch.setattr(kept, "TAPE_MIN_SECONDS", 0.0)
   f = lambda w: pnp.sum(w * np.random.standard_normal(4))
   w = np.ones(4)
   for seed in range(4):

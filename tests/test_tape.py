@@ -194,18 +194,6 @@ def test_calls_on_values_follow_the_data_as_kept_programs_do(taped, transform, c
   assert kept.stats()["kept_taped"] == 5
 
 
-def test_random_numbers_drawn_inside_are_drawn_at_every_call_on_values(taped, caplog):
-  f = lambda w: pnp.sum(w * np.random.standard_normal(4))
-  w = np.ones(4)
-  for seed in range(3):
-    np.random.seed(seed)
-    want = np.random.standard_normal(4)
-    np.random.seed(seed)
-    np.testing.assert_array_equal(primc.grad(f)(w), want)
-    assert np.random.standard_normal() == np.random.RandomState(seed).standard_normal(5)[4]
-  assert "draws random numbers while traced" in caplog.text
-
-
 def test_state_changed_unseen_before_the_second_call_on_values_is_seen(taped, caplog):
   taped.setattr(kept, "TAPE_SECONDS_PER_EQN", 1.0)
   f = lambda w: pnp.sum(w * float(os.environ["PRIMC_TEST_SCALE"]))
