@@ -346,14 +346,14 @@ def _broadcast_rule(x, *, shape, broadcast_dimensions):
 
 
 def _broadcast_impl(x, *, shape, broadcast_dimensions):
-  expanded = np.reshape(
-    x,
-    [
-      x.shape[broadcast_dimensions.index(d)] if d in broadcast_dimensions else 1
-      for d in range(len(shape))
-    ],
-  )
-  return np.array(np.broadcast_to(expanded, shape), order="C")
+  x = np.asarray(x)
+  dims = [
+    x.shape[broadcast_dimensions.index(d)] if d in broadcast_dimensions else 1
+    for d in range(len(shape))
+  ]
+  out = np.empty(shape, x.dtype)  # (a fresh C-ordered array, filled by numpy's broadcast)
+  out[...] = x.reshape(dims)
+  return out
 
 
 abstract_rules[broadcast_in_dim_p] = _broadcast_rule
