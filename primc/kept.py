@@ -43,6 +43,7 @@ import hashlib
 import logging
 import os
 import random
+import sys
 import sysconfig
 import threading
 import time
@@ -64,6 +65,9 @@ MAX_DEPTH = 8  # functions reached through functions, at most
 MAX_NODES = 4096  # objects a walk visits, at most (beyond: the call is not kept)
 HOT_CALLS = 64  # calls of one kept program before it is compiled
 HOT_SECONDS = 0.02  # ... and interpreted time spent in it (s): compiling must pay
+LOAD_SECONDS = 0.35  # ... and, before a process's first compile, what loading the code
+# generation costs the calling thread (measured: 0.35-0.46 s at a small gradient's first
+# compile, cold or warm cache; its interpreted calls take ~0.3 ms, native ~0.04 ms)
 OPTIMIZE_SECONDS = 8e-5  # a round of the passes, per equation (interpreted: optimize then)
 
 compiler: list = [None]  # `jit`'s (primc.compile): program -> executable(leaves, outs)
@@ -915,13 +919,19 @@ def _run(entry: _Entry, inputs: list):
     _optimize(entry)
   if (
     entry.calls >= HOT_CALLS
-    and entry.seconds >= HOT_SECONDS
+    and entry.seconds >= HOT_SECONDS + (0.0 if _codegen_loaded() else LOAD_SECONDS)
     and config.compile_hot_transforms
     and _compiler() is not None
   ):
     entry.executable = compiler[0](entry.program)
     _count("compiled")
   return tree_unflatten(entry.out_tree, outs)
+
+
+def _codegen_loaded() -> bool:
+  """Whether code generation is loaded in this process (a compile is then only its own
+  cost: the ski-rental rule counts the load once, for the first)."""
+  return "primc.codegen.backend" in sys.modules
 
 
 def _optimize(entry: _Entry) -> None:

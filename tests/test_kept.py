@@ -386,14 +386,19 @@ def test_partial_and_keywords():
   assert kept.stats()["kept_misses"] == 2
 
 
-def test_a_hot_kept_program_is_compiled(monkeypatch):
+@pytest.mark.parametrize("loaded", [True, False])
+def test_a_hot_kept_program_is_compiled_once_calls_pay_for_it(monkeypatch, loaded):
+  """Compiled after HOT_CALLS calls and HOT_SECONDS of interpreting, plus LOAD_SECONDS
+  where code generation is not loaded yet (here: never reached)."""
   monkeypatch.setattr(kept, "HOT_CALLS", 3)
   monkeypatch.setattr(kept, "HOT_SECONDS", 0.0)
+  monkeypatch.setattr(kept, "LOAD_SECONDS", 1e6)
+  monkeypatch.setattr(kept, "_codegen_loaded", lambda: loaded)
   f = lambda w: pnp.sum(pnp.tanh(2 * w + 1) ** 2)
   w = np.linspace(-1, 1, 7)
   for _ in range(6):
     np.testing.assert_allclose(primc.grad(f)(w), _tanh_loss_grad(w), rtol=1e-10, atol=1e-15)
-  assert kept.stats()["kept_compiled"] == 1
+  assert kept.stats().get("kept_compiled") == (1 if loaded else None)
 
 
 # ---------------------------------------------------------------------------------------
