@@ -664,8 +664,12 @@ class _TapedPath:
     self.check = runner(check)
     self.transform, self.traced_as, self.fun_tree, self.make = transform, traced_as, fun_tree, make
     self.made, self.calls, self.seconds, self.pending, self.n_out = None, 0, 0.0, None, 0
-    self.forward = _fingerprint(self.alone)  # (what the path's first reuse compares)
     self.entry = self  # (`_on_path` reads the path's counts there)
+
+  @functools.cached_property
+  def forward(self) -> str:
+    """What the path's first reuse compares (`_checked_path`): made then, if ever."""
+    return _fingerprint(self.alone)
 
   def first(self, xs):
     """(self, the transform's output tree): its first call, on values (the flat result
