@@ -250,14 +250,12 @@ def value_and_grad(
         f"{user_source()}"
       )
     one = np.ones(value_aval.shape, value_aval.dtype)
-    if tracing():  # a program of the caller's: the transform's program, staged into it
-      ct_mask = [i == value_idx for i in range(len(program.outputs))]
-      res = eval_program(ad.vjp_program(program, wrt, ct_mask), *leaves, *captured, one)
-      outs, cts = res[: len(program.outputs)], iter(res[len(program.outputs) :])
-    else:  # on values, once: equation by equation (`primc.tape`)
-      out_cts = [one if i == value_idx else None for i in range(len(program.outputs))]
-      outs, cts = tape.vjp(program, leaves, wrt, out_cts)
-      cts = iter(cts)
+    out_cts = [one if i == value_idx else None for i in range(len(program.outputs))]
+    # inside a trace, the transform's program staged into the caller's; on values, once,
+    # equation by equation
+    vjp = tape.by_program if tracing() else tape.vjp
+    outs, cts = vjp(program, [*leaves, *captured], wrt, out_cts)
+    cts = iter(cts)
     by_arg = {}  # the cotangents come in argument order, whatever the order of argnums
     for i in sorted(set(nums)):
       n = len(tree_flatten(args[i])[0])

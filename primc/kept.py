@@ -372,16 +372,11 @@ def runner(program, guarded: bool = True) -> Callable[[list], list]:
     return [env[k] for k in outputs]
 
   def run(values: list) -> list:
-    env = template.copy()
-    for k, x in zip(inputs, values):
-      env[k] = x
     try:
       with np.errstate(all="ignore"):
-        for step in steps:
-          _step(env, *step)
+        return bare(values)
     except Exception:  # the reference path raises it, located (or agrees it was none)
       return eval_program(program, *values)
-    return [env[k] for k in outputs]
 
   return run if guarded else bare
 
@@ -589,9 +584,14 @@ TAPE_SECONDS_PER_EQN = 2e-4  # making a kept gradient, per equation of the funct
 TAPE_MIN_SECONDS = 0.05  # a kept program cheaper to make than this is made at the first call
 
 
+def _making(program) -> float:
+  """The estimated seconds of making the kept program of a function traced as `program`."""
+  return TAPE_SECONDS_PER_EQN * len(program.eqns)
+
+
 def _tapes(forward) -> bool:
   """Whether a function traced alone as `forward` is long enough to run on values first."""
-  return forward is not None and TAPE_SECONDS_PER_EQN * len(forward[0].eqns) >= TAPE_MIN_SECONDS
+  return forward is not None and _making(forward[0]) >= TAPE_MIN_SECONDS
 
 
 class _Taped:
@@ -609,7 +609,7 @@ class _Taped:
 
   def due(self) -> bool:
     """Whether its calls have cost what making its program is estimated to cost."""
-    return self.seconds >= TAPE_SECONDS_PER_EQN * len(self.forward[0].eqns)
+    return self.seconds >= _making(self.forward[0])
 
 
 def _taped(entry, forward, drawn, full_key, keys, replay):
@@ -636,15 +636,29 @@ def _on_tape(entry: _Taped, replay):
   transform, leaves, tree, traced, inputs, code, plain = replay
   program, out_tree, _ = entry.forward
   start = time.perf_counter()
-  flat = replayed.replaying(transform, program, out_tree, leaves, tree, traced)
   try:
-    out = _plainly(lambda: flat(*inputs))
+    out = _on_values(transform, program, out_tree, leaves, tree, traced, inputs)
   except PrimcError as e:  # as it would run unkept, which says what is wrong
     return _not_kept(code, str(e).splitlines()[0], plain)
   entry.calls += 1
   entry.seconds += time.perf_counter() - start
-  _count("taped")
   return out
+
+
+def _on_values(transform, program, fun_tree, leaves, tree, traced, xs):
+  """`transform` of the function whose trace alone is `program` (its output tree
+  `fun_tree`), on the values `xs` (traced leaves, then lifted arrays): replayed, not kept,
+  so `grad`-like transforms run it on values (`primc.tape`)."""
+  _count("taped")
+  fn = replayed.replaying(transform, program, fun_tree, leaves, tree, traced)
+  return _plainly(lambda: fn(*xs))
+
+
+def _guards_apart(program, n: int) -> tuple:
+  """A program traced with `n` guards (its last outputs): (without them, of them alone)."""
+  k = len(program.outputs) - n
+  apart = lambda outputs: core.Program(program.inputs, program.eqns, outputs)
+  return apart(program.outputs[:k]), apart(program.outputs[k:])
 
 
 class _TapedPath:
@@ -657,11 +671,9 @@ class _TapedPath:
 
   def __init__(self, transform, traced_as, alone, make):
     program, fun_tree, read = alone  # (the function traced alone: outputs, then guards)
-    n = len(program.outputs) - len(read)
-    self.alone = core.Program(program.inputs, program.eqns, program.outputs[:n])
+    self.alone, guarded = _guards_apart(program, len(read))
     self.guards = [value for value, _ in read]
-    check = passes.dce(core.Program(program.inputs, program.eqns, program.outputs[n:]))
-    self.check = runner(check)
+    self.check = runner(passes.dce(guarded))
     self.transform, self.traced_as, self.fun_tree, self.make = transform, traced_as, fun_tree, make
     self.made, self.calls, self.seconds, self.pending, self.n_out = None, 0, 0.0, None, 0
     self.entry = self  # (`_on_path` reads the path's counts there)
@@ -681,11 +693,9 @@ class _TapedPath:
   def _on_values(self, xs):
     _, leaves, tree, traced, _, _ = self.traced_as
     start = time.perf_counter()
-    fn = replayed.replaying(self.transform, self.alone, self.fun_tree, leaves, tree, traced)
-    flat, out_tree = tree_flatten(_plainly(lambda: fn(*xs)))
+    out = _on_values(self.transform, self.alone, self.fun_tree, leaves, tree, traced, xs)
     self.seconds += time.perf_counter() - start
-    _count("taped")
-    return flat, out_tree
+    return tree_flatten(out)
 
   def __call__(self, xs, _=None):
     if self.made is not None:
@@ -699,7 +709,7 @@ class _TapedPath:
     if not all(np.array_equal(g, w) for g, w in zip(got, self.guards)):
       return [None] * self.n_out + got  # (not this call's path)
     self.calls += 1
-    if self.seconds >= TAPE_SECONDS_PER_EQN * len(self.alone.eqns):
+    if self.seconds >= _making(self.alone):
       self.made = self.make(list(xs), [], False)[0]
       return _run(self.made, xs)
     return self._on_values(xs)[0] + got
@@ -873,7 +883,7 @@ def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped):
       return _TapedPath(transform, traced_as, (program, fun_tree, found), make).first(xs)
     entry = _make(transform, fun, leaves, tree, traced, xs[:n], xs[n:], weak, walk, guards)
     entry[0].traced_as = traced_as
-    alone = core.Program(program.inputs, program.eqns, program.outputs[: -len(found) or None])
+    alone = _guards_apart(program, len(found))[0]
     entry[0].forward = _fingerprint(alone)  # (the trace a path's first reuse compares)
     return entry
 

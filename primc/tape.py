@@ -127,16 +127,13 @@ def vjp(
     with np.errstate(all="ignore"):
       return _sweeps(program, args, wrt, out_cts)
   except Exception:  # noqa: BLE001 - see above
-    return _by_program(program, args, wrt, out_cts)
+    return by_program(program, args, wrt, out_cts)
 
 
-def _by_program(program: Program, args, wrt, out_cts) -> tuple[list, list]:
+def by_program(program: Program, args, wrt, out_cts) -> tuple[list, list]:
+  """`vjp`'s results by `ad.vjp_program`'s program, evaluated (staged into the caller's
+  program while tracing)."""
   mask = [ct is not None for ct in out_cts]
   vjp_p = ad.vjp_program(program, wrt, mask)
   res = eval_program(vjp_p, *args, *[ct for ct in out_cts if ct is not None])
   return res[: len(program.outputs)], res[len(program.outputs) :]
-
-
-def clear() -> None:
-  """Forgets the kept kinds (tests; `primc.kept.reset`)."""
-  _KINDS.clear()

@@ -22,6 +22,7 @@ import numpy as np
 
 from primc import core
 from primc.core import (
+  ALL_INT_DTYPES,
   ConcretizationError,
   Eqn,
   Lit,
@@ -181,17 +182,8 @@ class Tracer:
     if self.concrete is not None and self.concrete.dtype.kind in "iub":
       return self._read()  # a trace of values: an index array (no derivative to lose)
     _refuse_numpy_write(self)
-    if self.aval.dtype in (
-      "bool",
-      "int8",
-      "int16",
-      "int32",
-      "int64",
-      "uint8",
-      "uint16",
-      "uint32",
-      "uint64",
-    ):  # an index: with values, a graph break
+    # an index (with values: a graph break)
+    if self.aval.dtype == "bool" or self.aval.dtype in ALL_INT_DTYPES:
       raise ConcretizationError(
         f"a traced index array {self.aval} cannot index a numpy array while tracing "
         f"(numpy needs its values): pnp.take(table, idx, axis=0) is table[idx] as a "

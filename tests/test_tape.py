@@ -237,7 +237,7 @@ def _grows(w, limit):
 def _by_programs(thunk, monkeypatch):
   """The call without keeping, its derivative by `ad.vjp_program` (not the tape)."""
   with monkeypatch.context() as m:
-    m.setattr(tape, "vjp", tape._by_program)
+    m.setattr(tape, "vjp", tape.by_program)
     m.setattr(primc.config, "keep_transforms", False)
     return thunk()
 
