@@ -41,6 +41,7 @@ from primc.codegen import openblas
 from primc.codegen.segments import segmented_loop
 from primc.codegen.writer import Writer
 from primc.passes.fusion import lazy_eqns
+from primc.passes.lower import lowering_rules
 
 lower_rules: dict[Primitive, Callable] = {}  # (ctx, eqn, *operand expressions) -> expr
 SIGNATURE = "int64(int64, int64, int64, CPointer(voidptr))"
@@ -339,9 +340,14 @@ REGION_EMITTED = {
 
 
 def emits(prim: Primitive) -> bool:
-  """Whether kernels compute `prim`: a lowering rule, an index load, or its region's
-  emitter."""
-  return prim in lower_rules or prim in INDEX_LOADS or bool(prim.traits & set(REGION_EMITTED))
+  """Whether kernels compute `prim`: a lowering rule, an index load, its region's emitter,
+  or the primitives `passes.lower` rewrites it into."""
+  return (
+    prim in lower_rules
+    or prim in INDEX_LOADS
+    or bool(prim.traits & set(REGION_EMITTED))
+    or prim in lowering_rules
+  )
 
 
 # what a kernel's source leaves out of its region's IR: read at run time, not code

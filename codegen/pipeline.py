@@ -189,7 +189,7 @@ def build_plan(traced: Program, prefer: frozenset = frozenset()) -> tuple:
 
 
 def _built(optimized: Program, prefer: frozenset) -> tuple:
-  fused = passes.fuse(optimized)
+  fused = passes.fuse(passes.lower(optimized))
   plan = module.build(fused, prefer)
   show = passes.print_after_names()
   for stage, value in (("fuse", fused), ("codegen", plan.source)):

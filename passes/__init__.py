@@ -1,6 +1,7 @@
 """Optimization passes over primc programs, each a pure `Program -> Program` function.
 
   optimize(program)   simplify · CSE · DCE to a fixed point (passes.pipeline)
+  lower(program)      primitives kernels do not compute (conv) rewritten into ones they do
   fuse(program)       group equations into regions codegen emits as one loop nest each
 
 Passes depend only on `primc`'s IR and rule tables; they never mutate their input.
@@ -16,5 +17,6 @@ from primc.passes.fusion import (
   region_p,
   unprofitable,
 )
+from primc.passes.lower import lower, lowering_rules
 from primc.passes.pipeline import PIPELINE, equation_counts, optimize, print_after_names
 from primc.passes.simplify import simplify

@@ -756,6 +756,48 @@ defbilinear(
   lambda ct, x, y, *, dimension_numbers: _dot_transpose_rhs(ct, x, y.aval, dimension_numbers),
 )
 
+
+def _conv_transpose_lhs(ct, x_aval, w, *, window_strides, rhs_dilation, feature_group_count):
+  """Cotangent of conv's input: ct dilated by the strides and padded by the dilated window
+  less one (plus the rows the forward never reached), convolved with the kernel flipped,
+  its in and out channels swapped within each group."""
+  g, w_aval = feature_group_count, aval_of(w)
+  o, cg, *win = w_aval.shape
+  nd, ct_sp = len(win), aval_of(ct).shape[2:]
+  config = [(0, 0, 0), (0, 0, 0)]
+  for n, k, s, d, m in zip(x_aval.shape[2:], win, window_strides, rhs_dilation, ct_sp):
+    config.append(((k - 1) * d, n - (m - 1) * s - 1, s - 1))
+  spatial = tuple(range(3, 3 + nd))
+  wt = P.reshape(w, (g, o // g, cg, *win))
+  wt = P.reshape(P.transpose(wt, (0, 2, 1) + spatial), (g * cg, o // g, *win))
+  wt = P.rev(wt, tuple(range(2, 2 + nd)))
+  return P.conv(P.pad(ct, config), wt, (1,) * nd, rhs_dilation, g)
+
+
+def _conv_transpose_rhs(ct, x, w_aval, *, window_strides, rhs_dilation, feature_group_count):
+  """Cotangent of conv's kernel: a convolution of the input (its channels of a group as the
+  batch, the examples as channels) with ct as the kernel, strides and dilation swapped,
+  cut to the window."""
+  g, x_aval = feature_group_count, aval_of(x)
+  n, c, *size = x_aval.shape
+  o, cg, *win = w_aval.shape
+  nd = len(win)
+  spatial = tuple(range(3, 3 + nd))
+  xt = P.transpose(P.reshape(x, (n, g, cg, *size)), (2, 1, 0) + spatial)
+  xt = P.reshape(xt, (cg, g * n, *size))
+  kt = P.transpose(ct, (1, 0) + tuple(range(2, 2 + nd)))
+  out = P.conv(xt, kt, rhs_dilation, window_strides, g)  # (cg, o, *out)
+  if aval_of(out).shape[2:] != tuple(win):
+    out = P.slice_(out, (0,) * (2 + nd), (cg, o, *win))
+  return P.transpose(out, (1, 0) + tuple(range(2, 2 + nd)))
+
+
+defbilinear(
+  P.conv_p,
+  lambda ct, x, w, **params: _conv_transpose_lhs(ct, x.aval, w, **params),
+  lambda ct, x, w, **params: _conv_transpose_rhs(ct, x, w.aval, **params),
+)
+
 # Primitives that are linear in some argument: each must have a transpose rule.
 LINEAR_PRIMITIVES = tuple(p for p in P.ALL_PRIMITIVES if p.linear is not None)
 

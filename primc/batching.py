@@ -150,6 +150,36 @@ def _dot_general_rule(args, dims, *, dimension_numbers):
 batch_rules[P.dot_general_p] = _dot_general_rule
 
 
+def _conv_rule(args, dims, *, window_strides, rhs_dilation, feature_group_count):
+  """The batch folded into the examples (input batched), the output channels (kernel
+  batched: each group's channels of every example kept together), or both as more groups."""
+  (x, w), (dx, dw) = args, dims
+  g = feature_group_count
+  conv = lambda a, b, groups: P.conv(a, b, window_strides, rhs_dilation, groups)
+  if dw is None:
+    b, n, *rest = aval_of(x).shape
+    out = conv(P.reshape(x, (b * n, *rest)), w, g)
+    return P.reshape(out, (b, n, *aval_of(out).shape[1:])), 0
+  b, o, *kernel = aval_of(w).shape
+  nd = len(kernel) - 1
+  spatial = tuple(range(4, 4 + nd))
+  if dx is None:
+    wt = P.transpose(P.reshape(w, (b, g, o // g, *kernel)), (1, 0, 2, 3) + spatial)
+    out = conv(x, P.reshape(wt, (g * b * o // g, *kernel)), g)
+    n, _, *sp = aval_of(out).shape
+    out = P.transpose(P.reshape(out, (n, g, b, o // g, *sp)), (2, 0, 1, 3) + spatial)
+    return P.reshape(out, (b, n, o, *sp)), 0
+  _, n, c, *size = aval_of(x).shape
+  xt = P.reshape(P.transpose(x, (1, 0, 2) + tuple(range(3, 3 + nd))), (n, b * c, *size))
+  out = conv(xt, P.reshape(w, (b * o, *kernel)), b * g)
+  _, _, *sp = aval_of(out).shape
+  out = P.transpose(P.reshape(out, (n, b, o, *sp)), (1, 0, 2) + tuple(range(3, 3 + nd)))
+  return out, 0
+
+
+batch_rules[P.conv_p] = _conv_rule
+
+
 def batch_program(program: Program, batched: Sequence[bool], size: int) -> Program:
   """Vectorizes `program` over a leading axis of size `size` of the `batched` inputs.
 

@@ -197,6 +197,7 @@ TRAITS = {
   "generator": "makes an array from its parameters alone",
   "sorting": "orders its operand along its last axis (argsort)",
   "linalg": "a LAPACK routine on the matrices of its last two axes (batched)",
+  "convolution": "sums of products over sliding windows (conv); lowered before fusion",
   "nondifferentiable": "zero derivative by definition",
   "integer": "takes integer (or bool) operands only (bitwise operations)",
 }

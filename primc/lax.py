@@ -1,5 +1,6 @@
 """Structured control flow (`primc.lax`, JAX's spellings): `cond`, `switch`, `while_loop`,
-`fori_loop`, `scan`.
+`fori_loop`, `scan`; and (from `primc.convolution`) `conv_general_dilated`, `conv`,
+`conv_transpose`, `reduce_window`.
 
 Each is one equation holding the programs of its branches or body, traced once (values a
 branch or body reads from an enclosing trace become extra operands):
@@ -27,6 +28,12 @@ import numpy as np
 
 from primc import ad, batching
 from primc import numpy as pnp
+from primc.convolution import (  # noqa: F401  (primc.lax's names)
+  conv,
+  conv_general_dilated,
+  conv_transpose,
+  reduce_window,
+)
 from primc import prims as P
 from primc.core import (
   NamedFunction,

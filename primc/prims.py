@@ -665,6 +665,88 @@ abstract_rules[dot_general_p] = _dot_general_rule
 impl_rules[dot_general_p] = _errstate(_dot_general_impl)
 
 
+# conv: a convolution in its one canonical form (JAX's conv_general_dilated with VALID
+# padding, no lhs dilation, NC* / OI* layouts; `primc.lax.conv_general_dilated` reaches the
+# rest with pad and transpose). lhs (N, C, *in), rhs (O, C // groups, *window) -> (N, O,
+# *out): out[n, o, y] = sum_{c, k} lhs[n, g(o) * C/G + c, y * stride + k * dilation]
+# rhs[o, c, k], g(o) = o // (O / G). Its transposes are convolutions too (primc.ad); before
+# fusion it is lowered to windows and a dot_general (primc.passes.lower).
+conv_p = Primitive("conv", traits=("convolution",), linear=(0, 1))
+
+
+def conv_out_size(size: int, window: int, stride: int, dilation: int) -> int:
+  return (size - (window - 1) * dilation - 1) // stride + 1
+
+
+def _conv_rule(x, w, *, window_strides, rhs_dilation, feature_group_count):
+  g, nd = feature_group_count, x.ndim - 2
+  _check(x.dtype == w.dtype, lambda: f"operand dtypes differ: {x.dtype} vs {w.dtype}")
+  _check(x.dtype != "bool", "expects numeric operands")
+  _check(
+    nd >= 1 and w.ndim == x.ndim and len(window_strides) == len(rhs_dilation) == nd,
+    lambda: (
+      f"conv of {x.shape} and {w.shape}: needs (N, C, *spatial) and (O, I, *window), "
+      f"and a stride and a dilation per spatial dim"
+    ),
+  )
+  _check(
+    g >= 1 and x.shape[1] == g * w.shape[1] and w.shape[0] % g == 0,
+    lambda: (
+      f"conv of {x.shape} and {w.shape} in {g} groups: the input's {x.shape[1]} "
+      f"channels must be groups x the kernel's {w.shape[1]}, its {w.shape[0]} outputs a "
+      f"multiple of the groups"
+    ),
+  )
+  _check(
+    all(s >= 1 for s in window_strides) and all(d >= 1 for d in rhs_dilation),
+    lambda: f"strides {window_strides} and dilations {rhs_dilation} must be >= 1",
+  )
+  out = [
+    conv_out_size(n, k, s, d)
+    for n, k, s, d in zip(x.shape[2:], w.shape[2:], window_strides, rhs_dilation)
+  ]
+  _check(
+    all(o >= 1 for o in out),
+    lambda: (
+      f"conv: window {w.shape[2:]} dilated by {rhs_dilation} exceeds the input's {x.shape[2:]}"
+    ),
+  )
+  return ShapedArray((x.shape[0], w.shape[0], *out), x.dtype)
+
+
+def conv_windows(x: np.ndarray, window, strides, dilation) -> np.ndarray:
+  """A view of x (N, C, *in) as (N, C, *out, *window): each output position's window."""
+  out = [conv_out_size(n, k, s, d) for n, k, s, d in zip(x.shape[2:], window, strides, dilation)]
+  sp = x.strides[2:]
+  return np.lib.stride_tricks.as_strided(
+    x,
+    (*x.shape[:2], *out, *window),
+    (*x.strides[:2], *(a * s for a, s in zip(sp, strides)), *(a * d for a, d in zip(sp, dilation))),
+    writeable=False,
+  )
+
+
+def _conv_impl(x, w, *, window_strides, rhs_dilation, feature_group_count):
+  g, nd = feature_group_count, x.ndim - 2
+  n, c = x.shape[:2]
+  o, cg = w.shape[:2]
+  win = conv_windows(np.ascontiguousarray(x), w.shape[2:], window_strides, rhs_dilation)
+  out_sp = win.shape[2 : 2 + nd]
+  # (N, G, Cg, *out, *window) . (G, O/G, Cg, *window) -> (N, G, O/G, *out)
+  win = win.reshape(n, g, cg, *out_sp, *w.shape[2:])
+  wg = w.reshape(g, o // g, cg, *w.shape[2:])
+  sp, ks = (
+    "".join(chr(ord("p") + i) for i in range(nd)),
+    "".join(chr(ord("h") + i) for i in range(nd)),
+  )
+  out = np.einsum(f"Ngc{sp}{ks},gOc{ks}->NgO{sp}", win, wg, optimize=True)
+  return np.ascontiguousarray(out.reshape(n, o, *out_sp), dtype=x.dtype)
+
+
+abstract_rules[conv_p] = _conv_rule
+impl_rules[conv_p] = _errstate(_conv_impl)
+
+
 # ---------------------------------------------------------------------------------------
 # Creation and conversion
 
@@ -1063,6 +1145,16 @@ def dot_general(x, y, dimension_numbers):
   (lc, rc), (lb, rb) = dimension_numbers
   t = lambda d: tuple(int(i) for i in d)
   return dot_general_p.bind(x, y, dimension_numbers=((t(lc), t(rc)), (t(lb), t(rb))))
+
+
+def conv(x, w, window_strides, rhs_dilation, feature_group_count=1):
+  return conv_p.bind(
+    x,
+    w,
+    window_strides=tuple(int(s) for s in window_strides),
+    rhs_dilation=tuple(int(d) for d in rhs_dilation),
+    feature_group_count=int(feature_group_count),
+  )
 
 
 def full(shape, fill_value, dtype):

@@ -145,6 +145,40 @@ def _pad_oracle(x):
   return out
 
 
+def _conv_oracle(strides, dilation, groups):
+  """conv by its definition: a loop over the output positions and the window offsets."""
+
+  def conv(x, w):
+    n, c, *size = x.shape
+    o, cg, *win = w.shape
+    out = [(m - (k - 1) * d - 1) // s + 1 for m, k, s, d in zip(size, win, strides, dilation)]
+    y = np.zeros((n, o, *out), x.dtype)
+    for oc in range(o):
+      g = oc // (o // groups)
+      xs = x[:, g * cg : (g + 1) * cg]
+      for pos in np.ndindex(*out):
+        for off in np.ndindex(*win):
+          at = tuple(p * s + k * d for p, s, k, d in zip(pos, strides, off, dilation))
+          y[(slice(None), oc) + pos] += (
+            xs[(slice(None), slice(None)) + at] @ w[(oc, slice(None)) + off]
+          )
+    return y
+
+  return conv
+
+
+def _conv_case(x_shape, w_shape, strides, dilation, groups, name):
+  return Case(
+    P.conv_p,
+    lambda x, w: P.conv(x, w, strides, dilation, groups),
+    args(normal(*x_shape), normal(*w_shape)),
+    _conv_oracle(strides, dilation, groups),
+    linear=(0, 1),
+    bilinear=True,
+    name=name,
+  )
+
+
 CASES = [
   Case(P.neg_p, P.neg, args(normal(3, 4)), np.negative, linear=(0,)),
   Case(P.exp_p, P.exp, args(normal(3, 4)), np.exp),
@@ -508,6 +542,9 @@ CASES = [
     bilinear=True,
     name="dot_vectors",
   ),
+  _conv_case((2, 3, 9), (4, 3, 3), (2,), (1,), 1, "conv_1d_strided"),
+  _conv_case((2, 4, 7, 6), (6, 2, 3, 2), (2, 1), (1, 2), 2, "conv_2d_groups_dilated"),
+  _conv_case((1, 3, 5, 4, 4), (6, 1, 2, 2, 3), (1, 2, 1), (2, 1, 1), 3, "conv_3d_depthwise"),
   Case(P.full_p, lambda: P.full((2, 3), 1.5, "float64"), args(), lambda: np.full((2, 3), 1.5)),
   Case(
     P.iota_p,

@@ -1,0 +1,79 @@
+"""Lowering: primitives that kernels do not compute themselves, rewritten before fusion into
+primitives they do (`lowering_rules`, one function per primitive, written in primitives).
+
+  conv  its windows gathered from the flattened input (im2col: a gather at indices computed
+        from iotas, one loop nest) and one dot_general with the kernel per group, so the
+        product runs through BLAS: (outputs x channels * window) times (channels * window
+        x positions), for the forward and for both its transposes (a kernel's gradient is a
+        convolution whose window is the forward's output)
+
+Transforms never see the lowered form: derivatives, batching and the interpreter keep the
+one `conv` equation (its rules are convolutions); only code generation lowers it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from primc import prims as P
+from primc.core import Primitive, Program, results, run
+from primc.trace import aval_of, literal, trace_flat
+
+
+def _conv_windows(x, w, *, window_strides, rhs_dilation, feature_group_count):
+  g = feature_group_count
+  n, c, *size = aval_of(x).shape
+  o, cg, *win = aval_of(w).shape
+  out = [P.conv_out_size(*a) for a in zip(size, win, window_strides, rhs_dilation)]
+  k, s = math.prod(win), math.prod(out)
+  flat = P.reshape(x, (n, c, math.prod(size)))
+  cols = P.gather(flat, _window_offsets(size, win, out, window_strides, rhs_dilation), 2)
+  cols = P.reshape(cols, (n, g, cg * k, s))  # (n, c, k, s): the windows (im2col)
+  y = P.dot_general(P.reshape(w, (g, o // g, cg * k)), cols, (((2,), (2,)), ((0,), (1,))))
+  return P.reshape(P.transpose(y, (2, 0, 1, 3)), (n, o, *out))  # from (g, o/g, n, s)
+
+
+def _window_offsets(size, win, out, strides, dilation):
+  """(k, s) int32 indices into the flattened input: window offset k at output position s
+  reads the element at position * stride + offset * dilation, per dim (from two iotas of
+  the index matrix: one elementwise kernel, whatever the sizes)."""
+  shape = (math.prod(win), math.prod(out))
+  k, s = P.iota(shape, 0, "int32"), P.iota(shape, 1, "int32")
+  index = None
+  inner_k, inner_s = math.prod(win), math.prod(out)
+  for d in range(len(size)):
+    inner_k, inner_s = inner_k // win[d], inner_s // out[d]
+    kd, sd = _digit(k, inner_k, win[d], shape), _digit(s, inner_s, out[d], shape)
+    at = P.add(P.mul(kd, _int(dilation[d], shape)), P.mul(sd, _int(strides[d], shape)))
+    index = at if index is None else P.add(P.mul(index, _int(size[d], shape)), at)
+  return index
+
+
+def _digit(i, inner: int, base: int, shape):
+  """(i // inner) % base for non-negative i, as integer division and a product."""
+  q = P.div(i, _int(inner, shape)) if inner > 1 else i
+  return P.sub(q, P.mul(P.div(q, _int(base, shape)), _int(base, shape)))
+
+
+def _int(value, shape):
+  return P.full(shape, value, "int32")
+
+
+lowering_rules: dict[Primitive, Callable] = {P.conv_p: _conv_windows}
+
+
+def lower(program: Program) -> Program:
+  """`program` with every equation of a primitive in `lowering_rules` replaced by its rule's
+  equations (the program itself when it has none)."""
+  if not any(e.prim in lowering_rules for e in program.eqns):
+    return program
+
+  def apply(eqn, xs):
+    rule = lowering_rules.get(eqn.prim)
+    return results(eqn, rule(*xs, **eqn.kw) if rule else eqn.prim.bind(*xs, **eqn.kw))
+
+  def fn(*args):
+    return run(program, args, apply, lit=literal)
+
+  return trace_flat(fn, list(program.in_avals))[0]
