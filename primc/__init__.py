@@ -43,6 +43,8 @@ _SUBMODULES = (
   "functional",
   "nn",
   "optimizer",
+  "random",
+  "vision",
   "static",
   "tree_util",
 )
@@ -82,7 +84,7 @@ _NAMES = {
   "custom": ["custom_jvp", "custom_vjp"],
   "compile": ["cache_stats", "jit"],
   "eager": ["GradManager", "PyLayer", "PyLayerContext", "Tensor", "to_tensor"],
-  "nn": ["seed"],
+  "nn": ["seed", "rand", "randn", "randint"],
 }
 _HOME = {name: module for module, names in _NAMES.items() for name in names}
 __all__ = sorted(

@@ -32,7 +32,7 @@ from primc import numpy as pnp
 from primc.core import ConcretizationError, PrimcError
 from primc.custom import custom_vjp
 from primc.settings import config
-from primc.trace import Tracer, as_array, make_program, plain_array, trace_path
+from primc.trace import Tracer, as_array, make_program, plain_array, trace_path, tracing
 from primc.tree import partial_over_leaves, tree_flatten, tree_unflatten
 
 
@@ -188,6 +188,8 @@ def apply(fn: Callable, args, kwargs):
   """Runs a primc.numpy op on tensors; records a node when an input requires a gradient."""
   replay, tensors = partial_over_leaves(fn, args, kwargs, lambda x: isinstance(x, Tensor))
   values = [t.value for t in tensors]
+  if tracing():
+    return _traced_apply(fn, args, kwargs, replay, tensors, values)
   out = replay(*values)
   record = (
     _state.recording
@@ -208,6 +210,28 @@ def apply(fn: Callable, args, kwargs):
     for k, v in enumerate(out_leaves)
   ]
   return tree_unflatten(out_tree, wrapped)
+
+
+def _traced_apply(fn, args, kwargs, replay, tensors, values):
+  """An op on tensors inside a trace (jit, grad, vmap of a function that calls a layer):
+  tensors read as their values, the result traced. A trainable parameter's value is
+  refused: the compiled program would keep it as a constant, stale after the optimizer's
+  next step; `primc.nn.functional_call` passes parameters as arguments."""
+  if not any(isinstance(v, Tracer) for v in values):
+    leaves = tree_flatten((list(args), kwargs))[0]
+    if not any(isinstance(x, Tracer) for x in leaves):
+      return replay(*values)  # no traced operand: a constant of the trace
+  for t, v in zip(tensors, values):
+    if not t.stop_gradient and not isinstance(v, Tracer):
+      raise PrimcError(
+        f"a trainable parameter {getattr(t, 'name', None) or ''} of shape "
+        f"{tuple(np.shape(v))} is read inside a traced function ({getattr(fn, '__name__', fn)}): "
+        f"a compiled program would keep its value as a constant, stale after the next "
+        f"optimizer step; pass the parameters as arguments with "
+        f"primc.nn.functional_call(model, params, *args), or call model.eval() and "
+        f"primc.nn.freeze(model) for inference"
+      )
+  return replay(*values)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1749,8 +1749,26 @@ _TRACER_METHODS = {
     self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)
   ),
 }
+_FRONT_END_CLASSES: list[type] = []  # register_front_end's classes
+
+
+def _deferring(method):
+  """A Tracer's arithmetic operator that leaves a front end's value (an eager tensor: a
+  layer's parameter inside jit) to that value's reflected operator, which hands the
+  operation to its front end."""
+
+  @functools.wraps(method)
+  def binary(self, *rest):
+    if _FRONT_END_CLASSES and rest and isinstance(rest[0], tuple(_FRONT_END_CLASSES)):
+      return NotImplemented
+    return method(self, *rest)
+
+  return binary
+
+
 for _name, _fn in _TRACER_METHODS.items():
-  setattr(Tracer, _name, _fn if isinstance(_fn, property) else _apart_method(_fn))
+  _method = _fn if isinstance(_fn, property) else _apart_method(_fn)
+  setattr(Tracer, _name, _deferring(_method) if _name in _ARITHMETIC else _method)
 
 
 def _numpy_name(func) -> str:
@@ -2023,6 +2041,7 @@ def register_front_end(
   `fallback(func, args, kwargs)`. `value(x)`: the numpy value of one, where the front end
   has values as it goes (the eager tape: primc.lax's control flow then runs as Python's)."""
   _front_ends.append((cls, apply))
+  _FRONT_END_CLASSES.append(cls)
   _front_end_values[cls] = value
   g = globals()
   for name, fn in _TRACER_METHODS.items():

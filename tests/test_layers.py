@@ -24,7 +24,16 @@ LAYERS = [
   ),
   (
     "transforms and ops",
-    ["primc.ad", "primc.batching", "primc.numpy", "primc.contraction", "primc.custom", "primc.lax"],
+    [
+      "primc.ad",
+      "primc.batching",
+      "primc.numpy",
+      "primc.contraction",
+      "primc.custom",
+      "primc.convolution",
+      "primc.random",
+      "primc.lax",
+    ],
   ),
   ("passes", ["primc.passes"]),
   ("codegen", ["primc.codegen"]),
@@ -44,6 +53,7 @@ LAYERS = [
       "primc.eager",
       "primc.static",
       "primc.nn",
+      "primc.vision",
       "primc.optimizer",
       "primc.autograd",
       "primc.functional",
@@ -58,10 +68,13 @@ def modules() -> dict[str, str]:
   """Module name -> file, named as the installed package names them."""
   out = {}
   for folder, package in FOLDERS.items():
-    for name in os.listdir(os.path.join(ROOT, folder)):
-      if name.endswith(".py"):
-        module = package if name == "__init__.py" else f"{package}.{name[:-3]}"
-        out[module] = os.path.join(ROOT, folder, name)
+    for where, dirs, files in os.walk(os.path.join(ROOT, folder)):
+      dirs[:] = [d for d in dirs if d != "__pycache__" and (folder != "primc" or d not in FOLDERS)]
+      sub = os.path.relpath(where, os.path.join(ROOT, folder)).replace(os.sep, ".")
+      pkg = package if sub == "." else f"{package}.{sub}"
+      for name in files:
+        if name.endswith(".py"):
+          out[pkg if name == "__init__.py" else f"{pkg}.{name[:-3]}"] = os.path.join(where, name)
   return out
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from primc import numpy as pnp
 from primc import static
+from primc.core import PrimcError
 from primc.eager import Tensor
 
 
@@ -38,6 +39,27 @@ def seed(value: int) -> None:
   """Resets the generator of the initializers that were given no seed of their own."""
   global _rng
   _rng = np.random.default_rng(value)
+
+
+def generator() -> np.random.Generator:
+  """The generator `seed` resets: initializers without a seed, eager dropout, `rand`."""
+  return _rng
+
+
+def rand(shape, dtype="float32") -> Tensor:
+  """Uniform [0, 1) values (Paddle's `paddle.rand`), from the generator `seed` resets."""
+  return Tensor(_rng.random(tuple(shape)).astype(dtype))
+
+
+def randn(shape, dtype="float32") -> Tensor:
+  """Standard normal values (Paddle's `paddle.randn`)."""
+  return Tensor(_rng.standard_normal(tuple(shape)).astype(dtype))
+
+
+def randint(low=0, high=None, shape=(1,), dtype="int64") -> Tensor:
+  """Integers in [low, high) (Paddle's `paddle.randint`; [0, low) when high is None)."""
+  low, high = (0, low) if high is None else (low, high)
+  return Tensor(_rng.integers(low, high, tuple(shape)).astype(dtype))
 
 
 def _generator(seed):
@@ -73,11 +95,25 @@ class XavierUniform:
 
 
 class Layer:
-  """Holds parameters and sublayers; `__call__` runs `forward` (or `construct`)."""
+  """Holds parameters and sublayers; `__call__` runs `forward` (or `construct`). `train()`
+  and `eval()` set `training` here and in every sublayer (dropout and batch norm read it)."""
 
   def __init__(self):
     object.__setattr__(self, "_parameters", {})
     object.__setattr__(self, "_sublayers", {})
+    object.__setattr__(self, "training", True)
+
+  def train(self, mode: bool = True):
+    object.__setattr__(self, "training", bool(mode))
+    for layer in self._sublayers.values():
+      layer.train(mode)
+    return self
+
+  def eval(self):
+    return self.train(False)
+
+  def sublayers(self) -> list:
+    return list(self._sublayers.values())
 
   def create_parameter(
     self, shape, dtype="float32", is_bias=False, default_initializer=None, attr=None
@@ -106,6 +142,17 @@ class Layer:
       out += [p for p in layer.parameters() if all(p is not q for q in out)]
     return out
 
+  def named_parameters(self, prefix: str = "") -> list:
+    """(dotted name, parameter) pairs, this layer's first, in `parameters()`'s order."""
+    out = [(prefix + n, p) for n, p in self._parameters.items()]
+    seen = {id(p) for _, p in out}
+    for name, layer in self._sublayers.items():
+      for n, p in layer.named_parameters(f"{prefix}{name}."):
+        if id(p) not in seen:
+          seen.add(id(p))
+          out.append((n, p))
+    return out
+
   def trainable_params(self) -> list:
     return [p for p in self.parameters() if getattr(p, "trainable", True)]
 
@@ -121,6 +168,45 @@ class Layer:
 
 
 Cell = Layer  # MindSpore's name
+
+
+def functional_call(layer: Layer, params, *args, **kwargs):
+  """`layer(*args, **kwargs)` computed with `params` in place of its parameters' values
+  (PyTorch's `torch.func.functional_call`): the form in which `jit`, `grad` and `vmap` take
+  a model, its parameters as arguments.
+
+  Args:
+    layer: the model.
+    params: values in `layer.parameters()`'s order, or a dict by the names
+      `layer.named_parameters()` gives (missing names keep their values).
+  """
+  named = layer.named_parameters()
+  if isinstance(params, dict):
+    unknown = set(params) - {n for n, _ in named}
+    if unknown:
+      raise PrimcError(f"functional_call: no parameters named {sorted(unknown)}")
+    pairs = [(p, params[n]) for n, p in named if n in params]
+  else:
+    params = list(params)
+    if len(params) != len(named):
+      raise PrimcError(f"functional_call: {len(params)} values for {len(named)} parameters")
+    pairs = list(zip([p for _, p in named], params))
+  old = [(p, p.value) for p, _ in pairs]
+  try:
+    for p, v in pairs:
+      p.value = v
+    return layer(*args, **kwargs)
+  finally:
+    for p, v in old:
+      p.value = v
+
+
+def freeze(layer: Layer) -> Layer:
+  """Marks every parameter as fixed (`stop_gradient=True`): read as a constant in a
+  traced function (inference under `jit`), no longer trained."""
+  for p in layer.parameters():
+    p.stop_gradient = True
+  return layer
 
 
 def _is_static_param(value) -> bool:

@@ -1,0 +1,3 @@
+"""Vision models (Paddle's `paddle.vision`): `primc.vision.models`."""
+
+from primc.vision import models
