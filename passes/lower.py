@@ -27,37 +27,43 @@ def _conv_windows(x, w, *, window_strides, rhs_dilation, feature_group_count):
   o, cg, *win = aval_of(w).shape
   out = [P.conv_out_size(*a) for a in zip(size, win, window_strides, rhs_dilation)]
   k, s = math.prod(win), math.prod(out)
-  flat = P.reshape(x, (n, c, math.prod(size)))
-  cols = P.gather(flat, _window_offsets(size, win, out, window_strides, rhs_dilation), 2)
-  cols = P.reshape(cols, (n, g, cg * k, s))  # (n, c, k, s): the windows (im2col)
-  y = P.dot_general(P.reshape(w, (g, o // g, cg * k)), cols, (((2,), (2,)), ((0,), (1,))))
-  return P.reshape(P.transpose(y, (2, 0, 1, 3)), (n, o, *out))  # from (g, o/g, n, s)
+  # (c, n * size) rows: each channel's examples side by side, so the windows of every
+  # example are one matrix's columns and the product is one GEMM per group
+  rows = P.reshape(P.transpose(x, (1, 0, *range(2, 2 + len(size)))), (c, n * math.prod(size)))
+  cols = P.gather(rows, _window_offsets(n, size, win, out, window_strides, rhs_dilation), 1)
+  cols = P.reshape(cols, (g, cg * k, n * s))  # (c, k, n * s): the windows (im2col)
+  y = P.dot_general(P.reshape(w, (g, o // g, cg * k)), cols, (((2,), (1,)), ((0,), (0,))))
+  y = P.transpose(P.reshape(y, (g, o // g, n, s)), (2, 0, 1, 3))
+  return P.reshape(y, (n, o, *out))
 
 
-def _window_offsets(size, win, out, strides, dilation):
-  """(k, s) int32 indices into the flattened input: window offset k at output position s
-  reads the element at position * stride + offset * dilation, per dim (from two iotas of
-  the index matrix: one elementwise kernel, whatever the sizes)."""
-  shape = (math.prod(win), math.prod(out))
-  k, s = P.iota(shape, 0, "int32"), P.iota(shape, 1, "int32")
-  index = None
+def _window_offsets(n, size, win, out, strides, dilation):
+  """(k, n * s) int32 indices into the (channel, example * position) rows: window offset k
+  of example e at output position s reads position * stride + offset * dilation, per dim,
+  of example e (from two iotas of the index matrix: one elementwise kernel, whatever the
+  sizes)."""
+  shape = (math.prod(win), n * math.prod(out))
+  dtype = "int32" if n * math.prod(size) < 2**31 else "int64"
+  k, t = P.iota(shape, 0, dtype), P.iota(shape, 1, dtype)
+  index = _digit(t, math.prod(out), n)  # the example
   inner_k, inner_s = math.prod(win), math.prod(out)
   for d in range(len(size)):
     inner_k, inner_s = inner_k // win[d], inner_s // out[d]
-    kd, sd = _digit(k, inner_k, win[d], shape), _digit(s, inner_s, out[d], shape)
-    at = P.add(P.mul(kd, _int(dilation[d], shape)), P.mul(sd, _int(strides[d], shape)))
-    index = at if index is None else P.add(P.mul(index, _int(size[d], shape)), at)
+    kd, sd = _digit(k, inner_k, win[d]), _digit(t, inner_s, out[d])
+    at = P.add(P.mul(kd, _int(dilation[d], k)), P.mul(sd, _int(strides[d], k)))
+    index = P.add(P.mul(index, _int(size[d], k)), at)
   return index
 
 
-def _digit(i, inner: int, base: int, shape):
+def _digit(i, inner: int, base: int):
   """(i // inner) % base for non-negative i, as integer division and a product."""
-  q = P.div(i, _int(inner, shape)) if inner > 1 else i
-  return P.sub(q, P.mul(P.div(q, _int(base, shape)), _int(base, shape)))
+  q = P.div(i, _int(inner, i)) if inner > 1 else i
+  return P.sub(q, P.mul(P.div(q, _int(base, i)), _int(base, i)))
 
 
-def _int(value, shape):
-  return P.full(shape, value, "int32")
+def _int(value: int, like):
+  """`value` in the shape and integer dtype of `like`."""
+  return P.full(aval_of(like).shape, value, aval_of(like).dtype)
 
 
 lowering_rules: dict[Primitive, Callable] = {P.conv_p: _conv_windows}

@@ -69,9 +69,13 @@ class Optimizer:
       if p.grad is None:
         continue
       state = self._state.get(id(p)) or self._initial_state(p.numpy())
-      new, state = self._update(p.numpy(), p.grad.numpy(), state)
+      new, state = self._eager_update(p.numpy(), p.grad.numpy(), state)
       p.value = np.asarray(new, p.numpy().dtype)
       self._state[id(p)] = state
+
+  def _eager_update(self, param, grad, state):
+    """`_update` on arrays (an optimizer may update its own state in place there)."""
+    return self._update(param, grad, state)
 
   def clear_grad(self, set_to_zero: bool = True):
     for p in self._parameters or []:
@@ -100,3 +104,25 @@ class Adam(Optimizer):
 
   def _update(self, param, grad, state):
     return adam_update(param, grad, state, self.learning_rate, self.beta1, self.beta2, self.epsilon)
+
+  def _eager_update(self, param, grad, state):
+    """adam_update's arithmetic, in its order (the same roundings), with the moments
+    updated in place and two scratch arrays: a 100-million-parameter layer's step made
+    ~12 arrays of 400 MB, each paid in page faults, where this makes one (the result)."""
+    m, v, step = state
+    b1, b2 = self.beta1, self.beta2
+    step = step + 1.0
+    tmp = np.multiply(grad, 1.0 - b1)
+    m *= b1
+    m += tmp
+    np.multiply(grad, 1.0 - b2, out=tmp)
+    tmp *= grad
+    v *= b2
+    v += tmp
+    np.divide(v, 1.0 - b2**step, out=tmp)
+    np.sqrt(tmp, out=tmp)
+    tmp += self.epsilon
+    scaled = np.divide(m, 1.0 - b1**step)
+    scaled *= self.learning_rate
+    scaled /= tmp
+    return np.subtract(param, scaled, out=scaled), (m, v, step)
