@@ -83,13 +83,15 @@ def main():
 
 
 def seed_styles():
-  """The seeds' four ways to differentiate, each from its own example file."""
+  """The seeds' four ways to differentiate, each from its own example file, and the
+  dynamic-graph seed's convolutional network."""
+  import convnet
   import eager_tape
   import functional
   import grad_manager
   import static_programs
 
-  for module in (static_programs, eager_tape, functional, grad_manager):
+  for module in (static_programs, eager_tape, functional, grad_manager, convnet):
     t0 = time.perf_counter()
     module.main()
     print(f"({module.__name__} took {time.perf_counter() - t0:.2f} s)\n")

@@ -32,6 +32,7 @@ log_softmax = pnp.log_softmax
 tanh = pnp.tanh
 
 _SPATIAL = {1: "H", 2: "HW", 3: "DHW"}
+_LAYOUTS = ((1, "NCL"), (2, "NCHW"), (3, "NCDHW"))  # each rank's default data_format
 
 
 def _ints(value, n: int, what: str) -> tuple[int, ...]:
@@ -140,112 +141,49 @@ def _pool(x, kernel_size, stride, padding, ceil_mode, data_format, nd):
   return window, strides, full, spatial, pairs
 
 
-def max_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode=False, data_format="NCL"):
-  return _max_pool(x, kernel_size, stride, padding, ceil_mode, data_format, 1)
+def _max_pool_of(nd: int, layout: str):
+  def max_pool(x, kernel_size, stride=None, padding=0, ceil_mode=False, data_format=layout):
+    window, strides, full, _, _ = _pool(x, kernel_size, stride, padding, ceil_mode, data_format, nd)
+    return reduce_window(x, -np.inf, "max", window, strides, full)
+
+  max_pool.__name__ = max_pool.__qualname__ = f"max_pool{nd}d"
+  max_pool.__doc__ = f"""Max over each window of a {nd}-d input (stride defaults to the
+  window); padding never wins; `ceil_mode` adds a last window that starts inside the input."""
+  return max_pool
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, data_format="NCHW"):
-  """Max over each window (stride defaults to the window); padding never wins."""
-  return _max_pool(x, kernel_size, stride, padding, ceil_mode, data_format, 2)
-
-
-def max_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode=False, data_format="NCDHW"):
-  return _max_pool(x, kernel_size, stride, padding, ceil_mode, data_format, 3)
-
-
-def _max_pool(x, kernel_size, stride, padding, ceil_mode, data_format, nd):
-  window, strides, full, _, _ = _pool(x, kernel_size, stride, padding, ceil_mode, data_format, nd)
-  return reduce_window(x, -np.inf, "max", window, strides, full)
-
-
-def avg_pool1d(
-  x,
-  kernel_size,
-  stride=None,
-  padding=0,
-  ceil_mode=False,
-  exclusive=True,
-  divisor_override=None,
-  data_format="NCL",
-  count_include_pad=None,
-):
-  return _avg_pool(
+def _avg_pool_of(nd: int, layout: str):
+  def avg_pool(
     x,
     kernel_size,
-    stride,
-    padding,
-    ceil_mode,
-    exclusive,
-    divisor_override,
-    data_format,
-    count_include_pad,
-    1,
-  )
+    stride=None,
+    padding=0,
+    ceil_mode=False,
+    exclusive=True,
+    divisor_override=None,
+    data_format=layout,
+    count_include_pad=None,
+  ):
+    include = (not exclusive) if count_include_pad is None else bool(count_include_pad)
+    pool = _pool(x, kernel_size, stride, padding, ceil_mode, data_format, nd)
+    return _avg_pool(x, pool, include, divisor_override)
+
+  avg_pool.__name__ = avg_pool.__qualname__ = f"avg_pool{nd}d"
+  avg_pool.__doc__ = f"""Mean over each window of a {nd}-d input. The divisor counts the
+  window's elements inside the input (`exclusive=True`, Paddle's default) or inside the input
+  and its padding (`count_include_pad=True`, PyTorch's default), or is `divisor_override`."""
+  return avg_pool
 
 
-def avg_pool2d(
-  x,
-  kernel_size,
-  stride=None,
-  padding=0,
-  ceil_mode=False,
-  exclusive=True,
-  divisor_override=None,
-  data_format="NCHW",
-  count_include_pad=None,
-):
-  """Mean over each window. The divisor counts the window's elements inside the input
-  (`exclusive=True`, Paddle's default) or inside the input and its padding
-  (`count_include_pad=True`, PyTorch's default), or is `divisor_override`."""
-  return _avg_pool(
-    x,
-    kernel_size,
-    stride,
-    padding,
-    ceil_mode,
-    exclusive,
-    divisor_override,
-    data_format,
-    count_include_pad,
-    2,
-  )
+max_pool1d, max_pool2d, max_pool3d = (_max_pool_of(*a) for a in _LAYOUTS)
+avg_pool1d, avg_pool2d, avg_pool3d = (_avg_pool_of(*a) for a in _LAYOUTS)
 
 
-def avg_pool3d(
-  x,
-  kernel_size,
-  stride=None,
-  padding=0,
-  ceil_mode=False,
-  exclusive=True,
-  divisor_override=None,
-  data_format="NCDHW",
-  count_include_pad=None,
-):
-  return _avg_pool(
-    x,
-    kernel_size,
-    stride,
-    padding,
-    ceil_mode,
-    exclusive,
-    divisor_override,
-    data_format,
-    count_include_pad,
-    3,
-  )
-
-
-def _avg_pool(
-  x, kernel_size, stride, padding, ceil_mode, exclusive, divisor, data_format, count_include_pad, nd
-):
-  window, strides, full, spatial, pairs = _pool(
-    x, kernel_size, stride, padding, ceil_mode, data_format, nd
-  )
+def _avg_pool(x, pool, include: bool, divisor):
+  window, strides, full, spatial, pairs = pool
   total = reduce_window(x, 0.0, "add", window, strides, full)
   if divisor is not None:
     return pnp.divide(total, float(divisor))
-  include = (not exclusive) if count_include_pad is None else bool(count_include_pad)
   shape = _shape(x)
   ones, cut = [], []
   for d, n in enumerate(shape):

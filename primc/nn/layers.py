@@ -108,40 +108,21 @@ class Conv3D(_ConvNd):
 
 
 class MaxPool2D(Layer):
-  def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, data_format="NCHW"):
+  """`F.max_pool2d` as a layer: the same arguments."""
+
+  def __init__(self, kernel_size, stride=None, padding=0, **options):
     super().__init__()
-    self.args = (kernel_size, stride, padding, ceil_mode, data_format)
+    self.args, self.options = (kernel_size, stride, padding), options
 
   def forward(self, x):
-    return F.max_pool2d(x, *self.args)
+    return F.max_pool2d(x, *self.args, **self.options)
 
 
-class AvgPool2D(Layer):
-  def __init__(
-    self,
-    kernel_size,
-    stride=None,
-    padding=0,
-    ceil_mode=False,
-    exclusive=True,
-    divisor_override=None,
-    data_format="NCHW",
-    count_include_pad=None,
-  ):
-    super().__init__()
-    self.args = (
-      kernel_size,
-      stride,
-      padding,
-      ceil_mode,
-      exclusive,
-      divisor_override,
-      data_format,
-      count_include_pad,
-    )
+class AvgPool2D(MaxPool2D):
+  """`F.avg_pool2d` as a layer: the same arguments."""
 
   def forward(self, x):
-    return F.avg_pool2d(x, *self.args)
+    return F.avg_pool2d(x, *self.args, **self.options)
 
 
 class AdaptiveAvgPool2D(Layer):
