@@ -58,6 +58,18 @@ class Variable:
   def __bool__(self):
     raise PrimcError("the truth value of a static variable is not known while building")
 
+  def __iter__(self):
+    """Rows, where the first dimension is declared; a `None` one is known only when fed,
+    so iterating (`a, b = v`, `(dx,) = v`) is refused rather than stopped at the one row
+    the build-time shape has."""
+    if not self.shape or self.shape[0] is None or self.shape[0] < 0:
+      raise PrimcError(
+        f"cannot iterate static variable {self.name} of shape {self.shape}: its first "
+        f"dimension is known only when fed (autograd.grad of one input returns one "
+        f"variable: dx = autograd.grad(y, x))"
+      )
+    return (self[i] for i in range(self.shape[0]))
+
   __hash__ = object.__hash__
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import primc
+import primc.numpy as pnp
 from primc import nn
 from primc import random as R
 from primc.core import PrimcError
@@ -154,3 +155,29 @@ def test_parameters_enter_traced_functions_as_arguments(rng):
   for n, p in model.named_parameters():
     np.testing.assert_allclose(grads[n], p.grad.numpy(), rtol=2e-4, atol=1e-5)
   assert model[0].weight.numpy() is params["0.weight"]  # the values were put back
+
+
+def test_static_programs_differentiate_convolutions_and_refuse_unknown_rows(rng):
+  from primc import autograd, static
+
+  w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+  xs = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+  f = lambda x: pnp.sum(F.max_pool2d(F.relu(F.conv2d(x, w, padding=1)), 2) ** 2)
+  static.enable_static()
+  try:
+    x = static.data("x", shape=(None, 3, 8, 8), dtype="float32")
+    y = f(x)
+    dx = autograd.grad(y, x)
+    with pytest.raises(PrimcError, match="first dimension"):
+      (dx_row,) = dx  # a None batch: not one row
+    fixed = static.data("fixed", shape=(2, 3), dtype="float32")
+    rows = list(fixed)
+    value, grad, first = static.Executor().run(
+      feed={"x": xs, "fixed": np.arange(6, dtype=np.float32).reshape(2, 3)},
+      fetch_list=[y, dx, rows[1]],
+    )
+  finally:
+    static.disable_static()
+  np.testing.assert_allclose(value, f(xs), rtol=1e-5)
+  np.testing.assert_allclose(grad, primc.grad(f)(xs), rtol=1e-4, atol=1e-4)
+  np.testing.assert_array_equal(first, [3, 4, 5])
