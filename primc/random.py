@@ -3,7 +3,9 @@ bits out, by Philox-4x64-10 written in primc's integer operations.
 
 A draw is a pure function of its key and its shape: jitted, vmapped, differentiated and
 cached programs draw the same numbers for the same key in every process, and a key is an
-ordinary input (pass a new one for new numbers). Keys are int64[2], the two 64-bit words of
+ordinary input (pass a new one for new numbers). Bits and uniforms are the same compiled
+and interpreted; normals go through erfinv, whose compiled and numpy forms may differ in
+the last bits. Keys are int64[2], the two 64-bit words of
 Philox's key as two's-complement bit patterns; `key(seed)` is (seed, 0).
 
 The stream is numpy's: `uniform(key(s), (n,), "float64")` equals
