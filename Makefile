@@ -40,15 +40,20 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/w11_first.py
 	$(BIN)/python benchmarks/numpy_calls.py
 	$(BIN)/python benchmarks/w12_length.py
+	$(BIN)/python benchmarks/w14_cnn.py
 
+# torch pinned to the CPU build that machines of this project's kind keep on disk (a
+# newer or unpinned torch from the index is a CUDA build of several GB)
 bench-peers: $(STAMP)
-	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib autograd
+	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib autograd torch==2.13.0
 	$(BIN)/python benchmarks/suite.py --cpus $(PEER_CPUS) $(BENCH_ARGS)
 	$(BIN)/python benchmarks/w8_train.py --compare
 	$(BIN)/python benchmarks/w10_busy.py
 	$(BIN)/python benchmarks/w11_first.py
 	$(BIN)/python benchmarks/w12_length.py
 	$(BIN)/python benchmarks/w13_autograd.py $(if $(AUTOGRAD_EXAMPLES),--examples $(AUTOGRAD_EXAMPLES))
+	$(BIN)/python benchmarks/w14_cnn.py
+	$(BIN)/python benchmarks/check_torch.py
 
 clean:
 	rm -rf $(VENV) build site *.egg-info .pytest_cache

@@ -1,5 +1,5 @@
-"""W14: convolutional networks, primc against JAX (jit, CPU) in one run, PyTorch where it
-is importable.
+"""W14: convolutional networks, primc against JAX (jit, CPU) and PyTorch (eager, CPU) in
+one run (`make bench-peers` installs both).
 
 Rows: a small CNN (two conv-BN-ReLU-maxpool blocks and a linear layer) at 64x3x32x32 -
 its training step (forward, cross entropy, backward, Adam, one compiled function), its
@@ -7,9 +7,10 @@ inference, and the Hessian-vector product of its loss; and vgg11 at 1x3x224x224 
 training step and inference (dropout left out in every framework). Each row runs in a
 fresh process per framework: the first call from an empty cache (compile included), the
 median of later calls idle and beside one busy process, and the process's peak memory
-(its compile workers included). The networks are written once per framework with the
-same arithmetic (NCHW, batch statistics in training); the FLOPs of each row and this
-machine's GEMM rate bound the times.
+(its compile workers included), and the row's first values, compared with primc's. The
+networks are written once per framework with the same arithmetic (NCHW, batch statistics
+in training, the same initial values); the FLOPs of each row and this machine's GEMM rate
+bound the times.
 
   python benchmarks/w14_cnn.py [--rows small_train,...] [--repeat 10] [--json out.json]
 """
@@ -133,23 +134,95 @@ def jax_functions():
   return jax, jnp, jax.jit, nets
 
 
-def row(name: str, impl: str):
-  """(function, arguments) of a row in framework `impl`."""
-  lib, np_, jit, (small_loss, small_logits, vgg_loss, vgg_logits) = (
-    primc_functions() if impl == "primc" else jax_functions()
-  )
+def torch_row(name: str, p, x, labels):
+  """The row in PyTorch, eager (its CPU kernels: oneDNN's convolutions), as its users
+  write it: tensors that require gradients, `backward`, `torch.optim.Adam`."""
+  import torch
+  import torch.nn.functional as tF
+
+  tp = {k: torch.tensor(v, requires_grad=True) for k, v in p.items()}
+  tx, ty = torch.tensor(x), torch.tensor(labels)
+
+  def bn(h, g, b):
+    mean = h.mean(dim=(0, 2, 3), keepdim=True)
+    var = ((h - mean) ** 2).mean(dim=(0, 2, 3), keepdim=True)
+    return (h - mean) / torch.sqrt(var + 1e-5) * g[None, :, None, None] + b[None, :, None, None]
+
+  def logits(q, h):
+    if name.startswith("small"):
+      for i in range(len(SMALL)):
+        h = tF.max_pool2d(
+          torch.relu(bn(tF.conv2d(h, q[f"w{i}"], padding=1), q[f"g{i}"], q[f"b{i}"])), 2
+        )
+      return h.reshape(h.shape[0], -1) @ q["wl"] + q["bl"]
+    i = 0
+    for v in VGG11:
+      if v == "M":
+        h = tF.max_pool2d(h, 2)
+      else:
+        h, i = torch.relu(tF.conv2d(h, q[f"w{i}"], q[f"c{i}"], padding=1)), i + 1
+    h = h.reshape(h.shape[0], -1)
+    h = torch.relu(h @ q["l0"] + q["m0"])
+    return torch.relu(h @ q["l1"] + q["m1"]) @ q["l2"] + q["m2"]
+
+  def loss(q):
+    return -(tF.log_softmax(logits(q, tx), dim=1) * ty).sum(dim=1).mean()
+
+  if name.endswith("infer"):
+
+    def infer():
+      with torch.no_grad():
+        return logits(tp, tx).numpy()
+
+    return infer, ()
+  if name.endswith("hvp"):
+    tv = {k: torch.tensor(v) for k, v in _tangents(p).items()}
+    from torch.func import grad, jvp
+
+    plain = {k: t.detach() for k, t in tp.items()}
+    return lambda: jvp(grad(lambda q: loss(q)), (plain,), (tv,))[1]["w0"].numpy(), ()
+  opt = torch.optim.Adam(list(tp.values()), lr=1e-3)
+
+  def step():
+    opt.zero_grad()
+    value = loss(tp)
+    value.backward()
+    opt.step()
+    return value.item()
+
+  return step, ()
+
+
+def _tangents(p):
+  rng = np.random.default_rng(1)
+  return {k: rng.standard_normal(a.shape).astype("f4") for k, a in p.items()}
+
+
+def _inputs(name):
   rng = np.random.default_rng(0)
   vgg = name.startswith("vgg")
   p = vgg_params(rng) if vgg else small_params(rng)
   n, size = (1, 224) if vgg else (64, 32)
   x = rng.standard_normal((n, 3, size, size)).astype("f4")
   labels = np.eye(1000 if vgg else 10, dtype="f4")[rng.integers(0, 1000 if vgg else 10, n)]
+  return p, x, labels
+
+
+def row(name: str, impl: str):
+  """(function, arguments) of a row in framework `impl`."""
+  p, x, labels = _inputs(name)
+  if impl == "torch":
+    return torch_row(name, p, x, labels)
+  lib, np_, jit, (small_loss, small_logits, vgg_loss, vgg_logits) = (
+    primc_functions() if impl == "primc" else jax_functions()
+  )
+  vgg = name.startswith("vgg")
   loss, logits = (vgg_loss, vgg_logits) if vgg else (small_loss, small_logits)
   if name.endswith("infer"):
     return jit(logits), (p, x)
   if name.endswith("hvp"):
-    v = {k: rng.standard_normal(a.shape).astype("f4") for k, a in p.items()}
-    return jit(lambda p, v: lib.jvp(lambda q: lib.grad(loss)(q, x, labels), (p,), (v,))[1]), (p, v)
+    hvp = lambda p, v: lib.jvp(lambda q: lib.grad(loss)(q, x, labels), (p,), (v,))[1]["w0"]
+    return jit(hvp), (p, _tangents(p))
   zeros = {k: np.zeros_like(a) for k, a in p.items()}
 
   def step(p, m, v, t, x, labels):
@@ -157,7 +230,23 @@ def row(name: str, impl: str):
     p, m, v = adam(np_, p, g, m, v, t)
     return value, p, m, v
 
-  return jit(step), (p, zeros, zeros, np.float32(1.0), x, labels)
+  return _loss_only(jit(step)), (p, zeros, zeros, np.float32(1.0), x, labels)
+
+
+def _loss_only(step):
+  """The step, its result the loss (all of its outputs computed and waited for)."""
+
+  def run(*args):
+    out = step(*args)
+    _ready(out)
+    return out[0]
+
+  return run
+
+
+def value_of(out) -> list[float]:
+  """A row's result to compare across frameworks: its first 8 values."""
+  return [float(v) for v in np.asarray(out, dtype=np.float64).ravel()[:8]]
 
 
 ROWS = ["small_train", "small_infer", "small_hvp", "vgg11_train", "vgg11_infer"]
@@ -184,7 +273,8 @@ def _leaves(x):
 def child(name: str, impl: str, repeat: int, busy: int) -> dict:
   fn, args = row(name, impl)
   t = time.perf_counter()
-  _ready(fn(*args))
+  out = fn(*args)
+  _ready(out)
   cold = time.perf_counter() - t
   times = {}
   for load in sorted({0, busy}):
@@ -198,7 +288,12 @@ def child(name: str, impl: str, repeat: int, busy: int) -> dict:
       times[str(load)] = sorted(runs)[len(runs) // 2]
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   peak_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-  return {"cold_s": cold, "warm_s": times, "peak_mb": (peak + peak_children) / 1024}
+  return {
+    "cold_s": cold,
+    "warm_s": times,
+    "peak_mb": (peak + peak_children) / 1024,
+    "value": value_of(out),
+  }
 
 
 def run_child(name, impl, repeat, busy, cache) -> dict:
@@ -226,21 +321,24 @@ def available(impl: str) -> bool:
 def report(results: dict, busy: int) -> str:
   lines = [
     "| row | framework | cold first call | warm idle | warm beside busy | peak MB |"
-    " primc / JAX warm |",
-    "|---|---|---|---|---|---|---|",
+    " primc / it, warm | max rel. diff from primc |",
+    "|---|---|---|---|---|---|---|---|",
   ]
   for name, by in results.items():
     for impl, r in by.items():
       if "error" in r:
-        lines.append(f"| {name} | {impl} | error: {r['error'][-120:]} | | | | |")
+        lines.append(f"| {name} | {impl} | error: {r['error'][-120:]} | | | | | |")
         continue
-      ratio = ""
-      jax = by.get("jax", {})
-      if impl == "primc" and "warm_s" in jax:
-        ratio = f"{r['warm_s']['0'] / jax['warm_s']['0']:.2f}"
+      ratio, diff = "", ""
+      ours = by.get("primc", {})
+      if impl != "primc" and "warm_s" in ours:
+        ratio = f"{ours['warm_s']['0'] / r['warm_s']['0']:.2f}"
+        a, b = np.asarray(ours.get("value", [])), np.asarray(r.get("value", []))
+        if a.size and a.shape == b.shape:
+          diff = f"{np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-6)):.1e}"
       lines.append(
         f"| {name} | {impl} | {r['cold_s']:.2f} s | {1e3 * r['warm_s']['0']:.1f} ms | "
-        f"{1e3 * r['warm_s'][str(busy)]:.1f} ms | {r['peak_mb']:.0f} | {ratio} |"
+        f"{1e3 * r['warm_s'][str(busy)]:.1f} ms | {r['peak_mb']:.0f} | {ratio} | {diff} |"
       )
   return "\n".join(lines)
 
@@ -257,9 +355,9 @@ def main():
     name, impl, repeat, busy = a.child
     print(json.dumps(child(name, impl, int(repeat), int(busy))))
     return
-  impls = [i for i in ("primc", "jax") if available(i)]
-  if not available("torch"):
-    print("PyTorch is not importable here: its column is left out", flush=True)
+  impls = [i for i in ("primc", "jax", "torch") if available(i)]
+  if "torch" not in impls:
+    print("PyTorch is not importable here: its rows are left out", flush=True)
   results = {}
   for name in a.rows.split(","):
     for impl in impls:

@@ -9,6 +9,8 @@ uniform for weights, zeros for biases; one given no seed draws from the generato
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import numpy as np
 
 from primc import numpy as pnp
@@ -46,17 +48,19 @@ def generator() -> np.random.Generator:
   return _rng
 
 
-def rand(shape, dtype="float32") -> Tensor:
+def rand(shape: Sequence[int], dtype: Any = "float32") -> Tensor:
   """Uniform [0, 1) values (Paddle's `paddle.rand`), from the generator `seed` resets."""
   return Tensor(_rng.random(tuple(shape)).astype(dtype))
 
 
-def randn(shape, dtype="float32") -> Tensor:
+def randn(shape: Sequence[int], dtype: Any = "float32") -> Tensor:
   """Standard normal values (Paddle's `paddle.randn`)."""
   return Tensor(_rng.standard_normal(tuple(shape)).astype(dtype))
 
 
-def randint(low=0, high=None, shape=(1,), dtype="int64") -> Tensor:
+def randint(
+  low: int = 0, high: int | None = None, shape: Sequence[int] = (1,), dtype: Any = "int64"
+) -> Tensor:
   """Integers in [low, high) (Paddle's `paddle.randint`; [0, low) when high is None)."""
   low, high = (0, low) if high is None else (low, high)
   return Tensor(_rng.integers(low, high, tuple(shape)).astype(dtype))
