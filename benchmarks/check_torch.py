@@ -113,6 +113,40 @@ def check_norm_and_loss(rng, dtype, torch, tF, F, primc, pnp):
   return max(out)
 
 
+def check_seed_vgg11(torch, tF, primc):
+  """The dynamic-graph seed's program (vgg11, a 224x224 image, cross entropy,
+  `loss.backward()`) against the same network in PyTorch with the same weights: the loss
+  and every parameter's gradient (dropout off: `eval()`, so both are deterministic)."""
+  from primc.nn import functional as F
+  from primc.vision.models import vgg11
+
+  primc.seed(0)
+  model = vgg11().eval()
+  x, label = primc.rand([1, 3, 224, 224]), primc.randint(0, 1000)
+  loss = F.cross_entropy(model(x), label)
+  loss.backward()
+  named = model.named_parameters()
+  tp = {n: torch.tensor(p.numpy(), requires_grad=True) for n, p in named}
+  h = torch.tensor(x.numpy())
+  for i, layer in enumerate(model.features.sublayers()):
+    kind = type(layer).__name__
+    if kind == "Conv2D":
+      h = tF.conv2d(h, tp[f"features.{i}.weight"], tp[f"features.{i}.bias"], padding=1)
+    elif kind == "ReLU":
+      h = torch.relu(h)
+    else:
+      h = tF.max_pool2d(h, 2, 2)
+  h = tF.adaptive_avg_pool2d(h, (7, 7)).reshape(1, -1)
+  for j in (0, 3):  # Linear, ReLU, Dropout, Linear, ReLU, Dropout, Linear
+    h = torch.relu(h @ tp[f"classifier.{j}.weight"] + tp[f"classifier.{j}.bias"])
+  h = h @ tp["classifier.6.weight"] + tp["classifier.6.bias"]
+  tloss = tF.cross_entropy(h, torch.tensor(label.numpy()))
+  tloss.backward()
+  diffs = [rel(loss.numpy(), tloss.item())]
+  diffs += [rel(p.grad.numpy(), tp[n].grad.numpy()) for n, p in named]
+  return max(diffs), len(named)
+
+
 CHECKS = {"conv": check_conv, "pool": check_pool, "norm_and_loss": check_norm_and_loss}
 
 
@@ -128,7 +162,6 @@ def main():
   import primc.numpy as pnp
   from primc.nn import functional as F
 
-  torch.set_default_dtype(torch.float64)
   rng = np.random.default_rng(a.seed)
   failed = False
   for name, check in CHECKS.items():
@@ -140,6 +173,10 @@ def main():
         f"{name} {dtype}: {a.cases // 2 or 1} cases, max rel. diff {worst:.2e}"
         f" {'ok' if ok else 'OVER ' + str(TOL[dtype])}"
       )
+  worst, n = check_seed_vgg11(torch, tF, primc)
+  ok = worst <= TOL["float32"]
+  failed |= not ok
+  print(f"seed vgg11: loss and {n} gradients, max rel. diff {worst:.2e} {'ok' if ok else 'OVER'}")
   sys.exit(1 if failed else 0)
 
 

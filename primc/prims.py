@@ -645,20 +645,17 @@ def _dot_general_rule(x, y, *, dimension_numbers):
 
 
 def _dot_general_impl(x, y, *, dimension_numbers):
+  """As batched matrices (batch, x's free, contracted) @ (batch, contracted, y's free):
+  numpy's matmul sums long contractions through BLAS in blocks (einsum summed a batched
+  one's float32 products in sequence: errors of 1e-3 over 50,000 terms)."""
   (lc, rc), (lb, rb) = dimension_numbers
-  letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-  xs, ys = [None] * x.ndim, [None] * y.ndim
-  for a, b in zip(lb + lc, rb + rc):
-    xs[a] = ys[b] = next(letters)
-  xs = [c or next(letters) for c in xs]
-  ys = [c or next(letters) for c in ys]
-  out = (
-    [xs[d] for d in lb]
-    + [xs[d] for d in _dot_free(x.ndim, lc, lb)]
-    + [ys[d] for d in _dot_free(y.ndim, rc, rb)]
-  )
-  spec = f"{''.join(xs)},{''.join(ys)}->{''.join(out)}"
-  return np.asarray(np.einsum(spec, x, y, optimize=True), x.dtype)
+  xf, yf = _dot_free(x.ndim, lc, lb), _dot_free(y.ndim, rc, rb)
+  batch = [x.shape[d] for d in lb]
+  rows, cols = [x.shape[d] for d in xf], [y.shape[d] for d in yf]
+  k = math.prod(x.shape[d] for d in lc)
+  xm = x.transpose([*lb, *xf, *lc]).reshape(math.prod(batch), math.prod(rows), k)
+  ym = y.transpose([*rb, *rc, *yf]).reshape(math.prod(batch), k, math.prod(cols))
+  return np.asarray(np.matmul(xm, ym).reshape(batch + rows + cols), x.dtype)
 
 
 abstract_rules[dot_general_p] = _dot_general_rule
@@ -727,20 +724,22 @@ def conv_windows(x: np.ndarray, window, strides, dilation) -> np.ndarray:
 
 
 def _conv_impl(x, w, *, window_strides, rhs_dilation, feature_group_count):
+  """The windows copied out (im2col) and one matrix product per group: BLAS sums the long
+  contractions of a kernel's gradient (a window of the whole image) in blocks, where
+  einsum's loop over a strided view summed 50,176 float32 products in sequence (relative
+  errors of 1e-3 in vgg11's first gradients)."""
   g, nd = feature_group_count, x.ndim - 2
   n, c = x.shape[:2]
   o, cg = w.shape[:2]
   win = conv_windows(np.ascontiguousarray(x), w.shape[2:], window_strides, rhs_dilation)
   out_sp = win.shape[2 : 2 + nd]
-  # (N, G, Cg, *out, *window) . (G, O/G, Cg, *window) -> (N, G, O/G, *out)
-  win = win.reshape(n, g, cg, *out_sp, *w.shape[2:])
-  wg = w.reshape(g, o // g, cg, *w.shape[2:])
-  sp, ks = (
-    "".join(chr(ord("p") + i) for i in range(nd)),
-    "".join(chr(ord("h") + i) for i in range(nd)),
-  )
-  out = np.einsum(f"Ngc{sp}{ks},gOc{ks}->NgO{sp}", win, wg, optimize=True)
-  return np.ascontiguousarray(out.reshape(n, o, *out_sp), dtype=x.dtype)
+  k, s = math.prod(w.shape[2:]), math.prod(out_sp)
+  # (n, c, *out, *window) -> (c, *window, n, *out): rows (c, k), columns (n, positions)
+  order = (1, *range(2 + nd, 2 + 2 * nd), 0, *range(2, 2 + nd))
+  cols = np.ascontiguousarray(win.transpose(order)).reshape(g, cg * k, n * s)
+  y = np.matmul(w.reshape(g, o // g, cg * k), cols)  # (g, o / g, n * s)
+  y = y.reshape(o, n, *out_sp).swapaxes(0, 1)
+  return np.ascontiguousarray(y, dtype=x.dtype)
 
 
 abstract_rules[conv_p] = _conv_rule
