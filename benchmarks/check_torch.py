@@ -116,13 +116,18 @@ def check_norm_and_loss(rng, dtype, torch, tF, F, primc, pnp):
 def check_seed_vgg11(torch, tF, primc):
   """The dynamic-graph seed's program (vgg11, a 224x224 image, cross entropy,
   `loss.backward()`) against the same network in PyTorch with the same weights: the loss
-  and every parameter's gradient (dropout off: `eval()`, so both are deterministic)."""
+  and every parameter's gradient (dropout off: `eval()`, so both are deterministic). In
+  float64: a max pool routes its gradient to its window's largest element, and in float32
+  two elements within rounding of each other make the two frameworks' (or two BLAS thread
+  counts') choices differ somewhere in 3 million windows, moving 1e-3 of a gradient."""
   from primc.nn import functional as F
   from primc.vision.models import vgg11
 
   primc.seed(0)
   model = vgg11().eval()
-  x, label = primc.rand([1, 3, 224, 224]), primc.randint(0, 1000)
+  for _, p in model.named_parameters():
+    p.value = p.value.astype("float64")
+  x, label = primc.rand([1, 3, 224, 224], "float64"), primc.randint(0, 1000)
   loss = F.cross_entropy(model(x), label)
   loss.backward()
   named = model.named_parameters()
@@ -174,7 +179,7 @@ def main():
         f" {'ok' if ok else 'OVER ' + str(TOL[dtype])}"
       )
   worst, n = check_seed_vgg11(torch, tF, primc)
-  ok = worst <= TOL["float32"]
+  ok = worst <= TOL["float64"]
   failed |= not ok
   print(f"seed vgg11: loss and {n} gradients, max rel. diff {worst:.2e} {'ok' if ok else 'OVER'}")
   sys.exit(1 if failed else 0)
