@@ -29,7 +29,8 @@ from primc.core import PrimcError
 from primc.trace import aval_of
 
 
-def _tuple(value, n: int, what: str, default: int = 1) -> tuple[int, ...]:
+def per_dim(value, n: int, what: str, default: int = 1) -> tuple[int, ...]:
+  """`value` as n ints: None (the default), one int for every dim, or n of them."""
   if value is None:
     return (default,) * n
   if isinstance(value, (int, np.integer)):
@@ -148,9 +149,9 @@ def conv_general_dilated(
   nd = ndim - 2
   lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers, ndim)
   x, w = P.transpose(lhs, lhs_spec), P.transpose(rhs, rhs_spec)
-  strides = _tuple(window_strides, nd, "window_strides")
-  lhs_d = _tuple(lhs_dilation, nd, "lhs_dilation")
-  rhs_d = _tuple(rhs_dilation, nd, "rhs_dilation")
+  strides = per_dim(window_strides, nd, "window_strides")
+  lhs_d = per_dim(lhs_dilation, nd, "lhs_dilation")
+  rhs_d = per_dim(rhs_dilation, nd, "rhs_dilation")
   sizes = [(n - 1) * d + 1 if n else 0 for n, d in zip(aval_of(x).shape[2:], lhs_d)]
   windows = [(k - 1) * d + 1 for k, d in zip(aval_of(w).shape[2:], rhs_d)]
   pairs = padding_pairs(padding, sizes, windows, strides)
@@ -186,8 +187,8 @@ def conv_transpose(
   nd = aval_of(pnp.asarray(lhs)).ndim - 2
   _, rhs_spec, _ = _specs(dimension_numbers, nd + 2)
   window = [aval_of(pnp.asarray(rhs)).shape[d] for d in rhs_spec[2:]]
-  strides = _tuple(strides, nd, "strides")
-  rhs_d = _tuple(rhs_dilation, nd, "rhs_dilation")
+  strides = per_dim(strides, nd, "strides")
+  rhs_d = per_dim(rhs_dilation, nd, "rhs_dilation")
   if isinstance(padding, str):
     spans = [(k - 1) * d + 1 for k, d in zip(window, rhs_d)]
     padding = [_transpose_pads(padding, k, s) for k, s in zip(spans, strides)]
@@ -239,10 +240,10 @@ def reduce_window(
   nd = len(shape)
   fold = _FOLDS[computation] if isinstance(computation, str) else computation
   fold = {np.maximum: pnp.maximum, np.minimum: pnp.minimum, np.add: pnp.add}.get(fold, fold)
-  window = _tuple(window_dimensions, nd, "window_dimensions")
-  strides = _tuple(window_strides, nd, "window_strides")
-  base_d = _tuple(base_dilation, nd, "base_dilation")
-  win_d = _tuple(window_dilation, nd, "window_dilation")
+  window = per_dim(window_dimensions, nd, "window_dimensions")
+  strides = per_dim(window_strides, nd, "window_strides")
+  base_d = per_dim(base_dilation, nd, "base_dilation")
+  win_d = per_dim(window_dilation, nd, "window_dilation")
   sizes = [(n - 1) * d + 1 if n else 0 for n, d in zip(shape, base_d)]
   spans = [(k - 1) * d + 1 for k, d in zip(window, win_d)]
   pairs = padding_pairs(padding, sizes, spans, strides)

@@ -20,7 +20,7 @@ import numpy as np
 
 from primc import numpy as pnp
 from primc import random as prandom
-from primc.convolution import conv_general_dilated, padding_pairs, reduce_window
+from primc.convolution import conv_general_dilated, padding_pairs, per_dim, reduce_window
 from primc.core import PrimcError
 from primc.nn.base import generator
 from primc.trace import Tracer, aval_of
@@ -33,15 +33,6 @@ tanh = pnp.tanh
 
 _SPATIAL = {1: "H", 2: "HW", 3: "DHW"}
 _LAYOUTS = ((1, "NCL"), (2, "NCHW"), (3, "NCDHW"))  # each rank's default data_format
-
-
-def _ints(value, n: int, what: str) -> tuple[int, ...]:
-  if isinstance(value, (int, np.integer)):
-    return (int(value),) * n
-  value = tuple(int(v) for v in value)
-  if len(value) != n:
-    raise PrimcError(f"{what} needs {n} entries, got {value}")
-  return value
 
 
 def _pairs(padding, n: int):
@@ -78,9 +69,9 @@ def _conv(x, weight, bias, stride, padding, dilation, groups, data_format, nd):
   y = conv_general_dilated(
     x,
     weight,
-    _ints(stride, nd, "stride"),
+    per_dim(stride, nd, "stride"),
     _pairs(padding, nd),
-    rhs_dilation=_ints(dilation, nd, "dilation"),
+    rhs_dilation=per_dim(dilation, nd, "dilation"),
     dimension_numbers=dn,
     feature_group_count=groups,
   )
@@ -127,8 +118,8 @@ def _pool(x, kernel_size, stride, padding, ceil_mode, data_format, nd):
   shape = _shape(x)
   if len(shape) != nd + 2:
     raise PrimcError(f"a {nd}-d pool takes (N, C, *{nd} dims), got shape {shape}")
-  k = _ints(kernel_size, nd, "kernel_size")
-  s = k if stride is None else _ints(stride, nd, "stride")
+  k = per_dim(kernel_size, nd, "kernel_size")
+  s = k if stride is None else per_dim(stride, nd, "stride")
   spatial = list(range(1, nd + 1)) if last else list(range(2, nd + 2))
   sizes = [shape[d] for d in spatial]
   pairs = _pairs(padding, nd)

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from primc.convolution import per_dim
 from primc.core import PrimcError
 from primc.eager import Tensor
 from primc.nn import functional as F
@@ -70,7 +71,7 @@ class _ConvNd(Layer):
         f"Conv{self.nd}D: {in_channels} inputs and {out_channels} outputs must both be "
         f"multiples of groups={groups}"
       )
-    k = F._ints(kernel_size, self.nd, "kernel_size")
+    k = per_dim(kernel_size, self.nd, "kernel_size")
     fan_in = in_channels // groups * math.prod(k)
     init = weight_attr if callable(weight_attr) else Normal(0.0, math.sqrt(2.0 / fan_in))
     self.weight = self.create_parameter(
