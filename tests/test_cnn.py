@@ -181,3 +181,18 @@ def test_static_programs_differentiate_convolutions_and_refuse_unknown_rows(rng)
   np.testing.assert_allclose(value, f(xs), rtol=1e-5)
   np.testing.assert_allclose(grad, primc.grad(f)(xs), rtol=1e-4, atol=1e-4)
   np.testing.assert_array_equal(first, [3, 4, 5])
+
+
+def test_eager_adam_updates_in_place_with_the_functional_roundings(rng):
+  """`Adam.step`'s in-place arithmetic gives adam_update's result bit for bit."""
+  opt = primc.optimizer.Adam(learning_rate=0.01)
+  p = rng.standard_normal(1000).astype(np.float32)
+  fresh, in_place = opt._initial_state(p), tuple(np.copy(s) for s in opt._initial_state(p))
+  for _ in range(3):
+    g = rng.standard_normal(1000).astype(np.float32)
+    want, fresh = opt._update(p, g, fresh)
+    got, in_place = opt._eager_update(p, g, in_place)
+    np.testing.assert_array_equal(got, want)
+    for a, b in zip(in_place, fresh):
+      np.testing.assert_array_equal(a, b)
+    p = want

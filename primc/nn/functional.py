@@ -307,31 +307,44 @@ def batch_norm(
   """Batch normalization over every dim but the channels'. Training normalizes by the
   batch's statistics; inference (or `use_global_stats=True`) by the running ones. Returns
   the output only; `batch_statistics` gives what a layer folds into its running values."""
-  nd = len(_shape(x))
-  c = 1 if data_format[1] == "C" or nd == 2 else nd - 1
-  axes = tuple(d for d in range(nd) if d != c)
-  shape = [_shape(x)[d] if d == c else 1 for d in range(nd)]
+  shape, axes = _per_channel(x, data_format)
   use_batch = training if use_global_stats is None else not use_global_stats
   if use_batch:
-    mean = pnp.mean(x, axis=axes, keepdims=True)
-    var = pnp.mean(pnp.square(pnp.subtract(x, mean)), axis=axes, keepdims=True)
-  else:
-    mean, var = pnp.reshape(running_mean, shape), pnp.reshape(running_var, shape)
-  y = pnp.multiply(pnp.subtract(x, mean), pnp.reciprocal(pnp.sqrt(pnp.add(var, epsilon))))
+    return _normalized(x, axes, epsilon, weight, bias, shape)
+  mean, var = pnp.reshape(running_mean, shape), pnp.reshape(running_var, shape)
+  return _scaled(pnp.subtract(x, mean), var, epsilon, weight, bias, shape)
+
+
+def _per_channel(x, data_format):
+  """(the shape a channel's values broadcast from, the axes reduced over): every dim but
+  the channels' (the second, or the last for channels-last layouts)."""
+  full = _shape(x)
+  nd = len(full)
+  c = 1 if data_format[1] == "C" or nd == 2 else nd - 1
+  return [full[d] if d == c else 1 for d in range(nd)], tuple(d for d in range(nd) if d != c)
+
+
+def _normalized(x, axes, epsilon, weight, bias, shape=None):
+  """(x - mean) / sqrt(var + epsilon) over `axes`, then scaled and shifted."""
+  mean = pnp.mean(x, axis=axes, keepdims=True)
+  centered = pnp.subtract(x, mean)
+  var = pnp.mean(pnp.square(centered), axis=axes, keepdims=True)
+  return _scaled(centered, var, epsilon, weight, bias, shape)
+
+
+def _scaled(centered, var, epsilon, weight, bias, shape):
+  """centered / sqrt(var + epsilon) * weight + bias (weight and bias reshaped to `shape`)."""
+  y = pnp.multiply(centered, pnp.reciprocal(pnp.sqrt(pnp.add(var, epsilon))))
+  fit = (lambda v: v) if shape is None else (lambda v: pnp.reshape(v, shape))
   if weight is not None:
-    y = pnp.multiply(y, pnp.reshape(weight, shape))
-  if bias is not None:
-    y = pnp.add(y, pnp.reshape(bias, shape))
-  return y
+    y = pnp.multiply(y, fit(weight))
+  return y if bias is None else pnp.add(y, fit(bias))
 
 
 def batch_statistics(x, data_format="NCHW"):
   """(mean, unbiased variance) per channel of x: what running statistics are updated with."""
-  shape = _shape(x)
-  nd = len(shape)
-  c = 1 if data_format[1] == "C" or nd == 2 else nd - 1
-  axes = tuple(d for d in range(nd) if d != c)
-  count = math.prod(shape[d] for d in axes)
+  _, axes = _per_channel(x, data_format)
+  count = math.prod(_shape(x)[d] for d in axes)
   mean = pnp.mean(x, axis=axes)
   var = pnp.var(x, axis=axes)
   return mean, pnp.multiply(var, count / max(count - 1, 1))
@@ -340,10 +353,4 @@ def batch_statistics(x, data_format="NCHW"):
 def layer_norm(x, normalized_shape, weight=None, bias=None, epsilon=1e-5):
   """Normalization over the last len(normalized_shape) dims."""
   n = 1 if np.ndim(normalized_shape) == 0 else len(normalized_shape)
-  axes = tuple(range(-n, 0))
-  mean = pnp.mean(x, axis=axes, keepdims=True)
-  var = pnp.mean(pnp.square(pnp.subtract(x, mean)), axis=axes, keepdims=True)
-  y = pnp.multiply(pnp.subtract(x, mean), pnp.reciprocal(pnp.sqrt(pnp.add(var, epsilon))))
-  if weight is not None:
-    y = pnp.multiply(y, weight)
-  return y if bias is None else pnp.add(y, bias)
+  return _normalized(x, tuple(range(-n, 0)), epsilon, weight, bias)
