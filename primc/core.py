@@ -109,7 +109,7 @@ class ShapedArray:
   dtype: str
 
   def __post_init__(self):
-    object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+    object.__setattr__(self, "shape", tuple(map(int, self.shape)))
     object.__setattr__(self, "dtype", dtype_name(self.dtype))
 
   @property
@@ -159,7 +159,7 @@ class Lit:
   def of(value, dtype=None, sized: bool = False) -> "Lit":
     arr = np.array(value, dtype=dtype)
     arr.setflags(write=False)
-    return Lit(arr, ShapedArray(arr.shape, arr.dtype.name), sized)
+    return Lit(arr, ShapedArray(arr.shape, dtype_name(arr.dtype)), sized)
 
   @functools.cached_property  # (literals are compared and hashed often: CSE, rewrites)
   def _key(self):

@@ -371,6 +371,9 @@ def runner(program, guarded: bool = True) -> Callable[[list], list]:
       _step(env, *step)
     return [env[k] for k in outputs]
 
+  if len(steps) <= GENERATED_STEPS:
+    bare = _generated(template, inputs, steps, outputs)
+
   def run(values: list) -> list:
     try:
       with np.errstate(all="ignore"):
@@ -379,6 +382,36 @@ def runner(program, guarded: bool = True) -> Callable[[list], list]:
       return eval_program(program, *values)
 
   return run if guarded else bare
+
+
+GENERATED_STEPS = 48  # a runner of at most this many steps is one generated function
+
+
+def _generated(template: list, inputs: list, steps: list, outputs: list) -> Callable:
+  """`runner`'s steps as one Python function, a line per step (no per-step dispatch: the
+  tape's one-equation programs run ~2x faster); the same calls on the same values as its
+  loop of `_step`s. Slot k is the local `s<k>`; constants and implementations are globals."""
+  scope = {"_ndarray": np.ndarray, "_asarray": np.asarray}
+  known = set(inputs)
+  lines = [f"  s{k} = values[{i}]" for i, k in enumerate(inputs)]
+
+  def ref(k: int) -> str:
+    if k not in known:  # a constant (a literal, or folded when the runner was made)
+      scope[f"s{k}"] = template[k]
+      known.add(k)
+    return f"s{k}"
+
+  for i, (impl, ins, kw, outs, multiple) in enumerate(steps):
+    scope[f"f{i}"], scope[f"k{i}"] = impl, kw
+    call = f"f{i}({', '.join(map(ref, ins))}{', **k' + str(i) if kw else ''})"
+    lines.append(f"  r = {call}")
+    for j, k in enumerate(outs):
+      got = f"r[{j}]" if multiple else "r"
+      lines.append(f"  s{k} = {got} if type({got}) is _ndarray else _asarray({got})")
+      known.add(k)
+  lines.append(f"  return [{', '.join(map(ref, outputs))}]")
+  exec("def bare(values):\n" + "\n".join(lines), scope)  # noqa: S102 - our own text
+  return scope["bare"]
 
 
 def _step(env, impl, ins, kw, outs, multiple) -> None:

@@ -36,6 +36,7 @@ from primc.core import (
   PrimcTypeError,
   ShapedArray,
   ShapeError,
+  dtype_name,
   index_error,
 )
 from primc.batching import batch_program
@@ -53,6 +54,7 @@ from primc.trace import (
   user_source,
 )
 from primc.trace import as_array as leaf_array
+from primc.trace import state as trace_state
 
 
 class _ArrayType(type):
@@ -138,6 +140,9 @@ def _describe_args(args) -> str:
 
 
 def _is_python_scalar(x) -> bool:
+  t = type(x)
+  if t is float or t is int or t is bool:
+    return True
   return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
 
 
@@ -185,7 +190,7 @@ def _holds_tracer(x) -> bool:
   return isinstance(x, Tracer)
 
 
-def as_array(x):
+def _as_array(x):
   """An operand as an array, numpy's `array_like`: nested lists and tuples of arrays and
   scalars too (`array`), as `np.mean([a, b])` or `np.sum([1.0, 2.0])` take them."""
   if isinstance(x, (list, tuple)):
@@ -193,8 +198,11 @@ def as_array(x):
   return leaf_array(x)
 
 
+as_array = _as_array  # (public; `_as_array` inside ops: no front-end wrapper)
+
+
 def asarray(x, dtype=None):
-  x = as_array(x)
+  x = _as_array(x)
   if dtype is not None and dtype != aval_of(x).dtype and np.dtype(dtype).name != aval_of(x).dtype:
     return P.convert(x, dtype)
   return x
@@ -224,7 +232,7 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 
 def broadcast_to(x, shape):
   """numpy.broadcast_to: right-aligned numpy broadcasting into an explicit broadcast_in_dim."""
-  x = as_array(x)
+  x = _as_array(x)
   shape = tuple(int(d) for d in shape)
   xs = aval_of(x).shape
   if xs == shape:
@@ -253,18 +261,13 @@ _raw_asarray, _raw_broadcast_to = asarray, broadcast_to  # (not the public, wrap
 
 def _promote(*args):
   """Converts operands to one dtype and one shape (numpy rules, weak Python scalars)."""
-  first = args[0]
-  if type(first) is Tracer and not first.weak:  # traced values of one dtype: broadcast only
-    aval = first.ir_var.aval
-    for a in args:
-      if type(a) is not Tracer or a.weak or a.ir_var.aval.dtype != aval.dtype:
-        break
-    else:
-      if builtins.all(a.ir_var.aval.shape == aval.shape for a in args):
-        return list(args)
-      shape = broadcast_shapes(*[a.ir_var.aval.shape for a in args])
-      return [_raw_broadcast_to(a, shape) for a in args]
-  args = [as_array(a) if isinstance(a, (list, tuple)) else a for a in args]
+  shapes = _shapes_of_one_dtype(args)
+  if shapes is not None:  # traced values and arrays of one dtype: broadcast only
+    if shapes.count(shapes[0]) == len(shapes):
+      return list(args)
+    shape = broadcast_shapes(*shapes)
+    return [_raw_broadcast_to(a, shape) for a in args]
+  args = [_as_array(a) if isinstance(a, (list, tuple)) else a for a in args]
   strong = [aval_of(a).dtype for a in args if not _is_weak(a)]
   if strong:
     dtype = strong[0] if len(set(strong)) == 1 else _result_name(*strong)
@@ -277,16 +280,59 @@ def _promote(*args):
     tracers = [aval_of(a).dtype for a in args if isinstance(a, Tracer)]
     if tracers and np.dtype(dtype).kind == np.dtype(np.result_type(*tracers)).kind:
       dtype = np.result_type(*tracers).name  # weak traced values keep theirs
-  arrays = [np.asarray(a, dtype) if _is_python_scalar(a) else _raw_asarray(a, dtype) for a in args]
-  shape = broadcast_shapes(*(aval_of(a).shape for a in arrays))
-  return [_raw_broadcast_to(a, shape) for a in arrays]
+  arrays = [a if _is_python_scalar(a) else _raw_asarray(a, dtype) for a in args]
+  shape = broadcast_shapes(*(() if _is_python_scalar(a) else aval_of(a).shape for a in arrays))
+  return [
+    _weak_constant(a, dtype, shape) if _is_python_scalar(a) else _raw_broadcast_to(a, shape)
+    for a in arrays
+  ]
+
+
+def _shapes_of_one_dtype(args) -> list | None:
+  """The shapes of `args` where each is a traced value (not weak) or a numpy array, all of
+  one dtype (the common case of `_promote`, kept short); else None."""
+  dtype, shapes = None, []
+  for a in args:
+    t = type(a)
+    if t is Tracer and not a.weak:
+      aval = a.ir_var.aval
+      d, shape = aval.dtype, aval.shape
+    elif t is np.ndarray:
+      d, shape = dtype_name(a.dtype), a.shape
+    else:
+      return None
+    if dtype is None:
+      dtype = d
+    elif d != dtype:
+      return None
+    shapes.append(shape)
+  return shapes
+
+
+def _weak_constant(x, dtype: str, shape: tuple):
+  """The Python number `x` as an array of this dtype and shape; while tracing, broadcast
+  once per trace level (`x ** 2` in a loop stages one constant, not one per step), each
+  use a new traced object (an in-place write into one rebinds only that object)."""
+  value = np.asarray(x, dtype)
+  builders = trace_state.builders
+  if not builders or not shape:
+    return _raw_broadcast_to(value, shape)
+  builder = builders[-1]
+  key = (x.hex() if type(x) is float else x, type(x), dtype, shape)
+  kept = builder.constants.get(key)
+  if kept is None:
+    t = _raw_broadcast_to(value, shape)
+    kept = builder.constants[key] = (t.ir_var, t.concrete)
+  fresh = Tracer(builder, kept[0])
+  fresh.concrete = kept[1]
+  return fresh
 
 
 def _float(x):
   """x as a float array: integers and bools become float64 (numpy's rule for division and
   means; its transcendental ufuncs take int8, uint8 and bools to float16 and int16 and
   uint16 to float32, where primc computes in float64 in every path)."""
-  x = as_array(x)
+  x = _as_array(x)
   if aval_of(x).dtype in FLOAT_DTYPES:
     return x
   return P.convert(x, "float64")
@@ -310,7 +356,7 @@ def _axes(axis, ndim) -> tuple[int, ...]:
 
 def _unary(prim_fn, name, to_float=True):
   def fn(x):
-    return prim_fn(_float(x) if to_float else as_array(x))
+    return prim_fn(_float(x) if to_float else _as_array(x))
 
   fn.__name__ = name
   return _op(fn)
@@ -329,7 +375,7 @@ _abs = _unary(P.abs_, "abs", to_float=False)
 @_op
 def abs(x):
   """numpy.abs (of bools: themselves)."""
-  x = as_array(x)
+  x = _as_array(x)
   return x if aval_of(x).dtype == "bool" else _abs(x)
 
 
@@ -445,7 +491,7 @@ def clip(a, a_min=None, a_max=None, **bounds):
   a_max = bounds.get("max", a_max)
   if a_min is None and a_max is None:
     raise PrimcError("clip needs a_min or a_max (both are None)")
-  out = as_array(a)
+  out = _as_array(a)
   if a_min is not None:
     out = maximum(out, a_min)
   if a_max is not None:
@@ -516,7 +562,7 @@ divmod = divmod_
 
 def _rounding(prim, name):
   def fn(x):
-    x = as_array(x)
+    x = _as_array(x)
     if aval_of(x).dtype not in FLOAT_DTYPES:  # numpy 2: integers are already whole
       return x if prim is not P.rint_p else P.convert(x, "float64")
     return prim.bind(x)
@@ -534,7 +580,7 @@ rint = _rounding(P.rint_p, "rint")
 @_op
 def round_(a, decimals=0):
   """numpy.round: halves to even, at `decimals` places (scaled by 10**decimals)."""
-  a = as_array(a)
+  a = _as_array(a)
   if aval_of(a).dtype == "bool" and decimals >= 0:  # numpy's float16, as other float
     return P.convert(a, "float64")  # functions of bools (docs/guide/numpy.md)
   if aval_of(a).dtype not in FLOAT_DTYPES:
@@ -598,7 +644,7 @@ pow = power
 
 @_op
 def square(x):
-  x = as_array(x)
+  x = _as_array(x)
   return P.mul(x, x)
 
 
@@ -606,7 +652,7 @@ def square(x):
 def reciprocal(x):
   """1 / x; of integers numpy's integer result (1 and -1 their own reciprocals, 0 for
   larger magnitudes, the least integer for 0)."""
-  x = as_array(x)
+  x = _as_array(x)
   dtype = aval_of(x).dtype
   if dtype in ("int32", "int64"):
     least = full_like(x, np.iinfo(dtype).min)
@@ -623,7 +669,7 @@ def where(condition, x=None, y=None):
     return nonzero(condition)
   if x is None or y is None:
     raise PrimcError("where: either both or neither of x and y should be given")
-  condition = as_array(condition)
+  condition = _as_array(condition)
   if aval_of(condition).dtype != "bool":
     condition = not_equal(condition, 0)
   x, y = _promote(x, y)
@@ -636,7 +682,7 @@ _where = where  # (for functions with a `where=` parameter)
 
 def stop_gradient(x: Any) -> Any:
   """Identity whose derivative is zero: gradients do not flow through it."""
-  return P.stop_gradient(as_array(x))
+  return P.stop_gradient(_as_array(x))
 
 
 @_op
@@ -661,7 +707,7 @@ def scale(x, scale=1.0, bias=0.0, bias_after_scale=True):
 
 def assign(x):
   """Paddle's assign: a copy of x (a new object: a write into it leaves x, `_apart`)."""
-  return as_array(x)
+  return _as_array(x)
 
 
 def astype(x, dtype):
@@ -684,7 +730,7 @@ def full(shape, fill_value, dtype=None):
   """numpy.full (float32 by default, as JAX and Paddle); a traced `fill_value` (or an
   array, broadcast to `shape`) gives its dtype unless `dtype` says otherwise."""
   if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
-    value = as_array(fill_value)
+    value = _as_array(fill_value)
     return broadcast_to(value if dtype is None else astype(value, dtype), _shape(shape))
   return P.full(_shape(shape), fill_value, dtype or "float32")
 
@@ -699,10 +745,10 @@ def ones_like(x, dtype=None, shape=None):
 
 def full_like(x, fill_value, dtype=None, shape=None):
   """numpy.full_like; `shape` replaces x's (its dtype is kept)."""
-  a = aval_of(as_array(x))
+  a = aval_of(_as_array(x))
   shape = a.shape if shape is None else _shape(shape)
   if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
-    return broadcast_to(astype(as_array(fill_value), dtype or a.dtype), shape)
+    return broadcast_to(astype(_as_array(fill_value), dtype or a.dtype), shape)
   return P.full(shape, fill_value, dtype or a.dtype)
 
 
@@ -748,7 +794,7 @@ def reshape(x, shape, *more, order="C"):
   """numpy.reshape; order "F" reads and writes the elements in column-major order (the
   reshape of the transpose, transposed back); "A" is "C" here (traced arrays have no
   memory layout)."""
-  x = as_array(x)
+  x = _as_array(x)
   shape = _shape(shape) if not more else _shape((shape,) + more)
   if order == "F":
     full = _full_shape(aval_of(x), shape)
@@ -779,7 +825,7 @@ def _full_shape(aval, shape) -> tuple[int, ...]:
 @_op
 def transpose(x, axes=None, perm=None):
   """numpy.transpose (`perm=` is Paddle's name for `axes`)."""
-  x = as_array(x)
+  x = _as_array(x)
   axes = perm if axes is None else axes
   nd = aval_of(x).ndim
   axes = tuple(reversed(range(nd))) if axes is None else tuple(a % nd for a in axes)
@@ -788,7 +834,7 @@ def transpose(x, axes=None, perm=None):
 
 def moveaxis(x, source, destination):
   """Axes `source` (an int or a sequence) moved to `destination`, the others in order."""
-  x = as_array(x)
+  x = _as_array(x)
   nd = aval_of(x).ndim
   source = [int(a) % nd for a in ((source,) if isinstance(source, (int, np.integer)) else source)]
   destination = [
@@ -805,7 +851,7 @@ def moveaxis(x, source, destination):
 
 def expand_dims(x, axis):
   """New axes of length 1 at `axis` (an int or a tuple: positions in the result)."""
-  x = as_array(x)
+  x = _as_array(x)
   axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
   ndim = aval_of(x).ndim + len(axes)
   where_new = sorted(int(a) % ndim for a in axes)
@@ -816,7 +862,7 @@ def expand_dims(x, axis):
 
 
 def squeeze(x, axis=None):
-  x = as_array(x)
+  x = _as_array(x)
   shape = aval_of(x).shape
   axes = [i for i, n in enumerate(shape) if n == 1] if axis is None else _axes(axis, len(shape))
   return reshape(x, [n for i, n in enumerate(shape) if i not in axes])
@@ -837,7 +883,7 @@ def concat(x, axis=0):
 
 
 def _promote_list(arrays):
-  arrays = [as_array(a) for a in arrays]
+  arrays = [_as_array(a) for a in arrays]
   dtype = np.result_type(*(aval_of(a).dtype for a in arrays)).name
   return [asarray(a, dtype) for a in arrays]
 
@@ -862,7 +908,7 @@ def split(x, indices_or_sections=None, axis=0, num_or_sections=None):
       return split_sizes(x, num_or_sections, axis)
   if indices_or_sections is None:
     raise PrimcError("split needs indices_or_sections (or num_or_sections)")
-  x = as_array(x)
+  x = _as_array(x)
   shape = aval_of(x).shape
   axis = axis % len(shape)
   n = shape[axis]
@@ -888,7 +934,7 @@ def _split_at(x, axis, points):
 def array_split(x, indices_or_sections, axis=0):
   """numpy.array_split: like split, but k sections need not be equal (the first n % k are
   one longer)."""
-  x = as_array(x)
+  x = _as_array(x)
   axis = _axes(axis, aval_of(x).ndim)[0]
   if not isinstance(indices_or_sections, (int, np.integer)):
     return _split_at(x, axis, [int(p) for p in indices_or_sections])
@@ -901,7 +947,7 @@ def array_split(x, indices_or_sections, axis=0):
 
 def _split_along(name, axis_of, min_ndim):
   def fn(x, indices_or_sections):
-    x = as_array(x)
+    x = _as_array(x)
     nd = aval_of(x).ndim
     if nd < min_ndim:
       raise ShapeError(f"{name} needs an array of rank >= {min_ndim}, got {aval_of(x).shape}")
@@ -918,7 +964,7 @@ dsplit = _split_along("dsplit", lambda nd: 2, 3)
 
 def split_sizes(x, sizes, axis=0):
   """Paddle-style split by section sizes (one size may be -1: the rest)."""
-  n = aval_of(as_array(x)).shape[_axes(axis, aval_of(as_array(x)).ndim)[0]]
+  n = aval_of(_as_array(x)).shape[_axes(axis, aval_of(_as_array(x)).ndim)[0]]
   sizes = [int(k) for k in sizes]
   if sizes.count(-1) > 1 or builtins.any(k < -1 for k in sizes):
     raise ShapeError(f"section sizes {sizes}: at most one -1 and no other negative size")
@@ -940,7 +986,7 @@ def slice(input, axes, starts, ends):
 def strided_slice(x, axes, starts, ends, strides):
   """Paddle's strided_slice: `x[starts[i]:ends[i]:strides[i]]` along each of `axes`
   (any nonzero stride, negative ones included)."""
-  x = as_array(x)
+  x = _as_array(x)
   nd = aval_of(x).ndim
   if not len(axes) == len(starts) == len(ends) == len(strides):
     raise ShapeError("axes, starts, ends and strides need one entry each")
@@ -983,7 +1029,7 @@ def take(x, indices, axis=None, mode="raise"):
   index out of bounds raises IndexError (now for constant indices, at run time for traced
   ones). Asked for, `"wrap"` takes indices modulo the axis and `"clip"` clips them into
   it (negatives to 0), as numpy."""
-  x = as_array(x)
+  x = _as_array(x)
   if axis is None:
     x = reshape(x, (-1,))
     axis = 0
@@ -994,7 +1040,7 @@ def take(x, indices, axis=None, mode="raise"):
   if mode != "raise":
     if n == 0:
       raise PrimcIndexError("take: cannot do a non-empty take from an empty axis")
-    k = as_array(indices)
+    k = _as_array(indices)
     if aval_of(k).dtype not in ("int32", "int64"):
       raise PrimcIndexError(
         f"arrays used as indices must be of integer type, got {aval_of(k).dtype}"
@@ -1019,6 +1065,11 @@ def _expand_index(idx, ndim: int, shape=None) -> list:
   numpy's placement of advanced-index dims depends on it), 0-d integer arrays as integers,
   boolean masks (known while tracing; checked against `shape` when given) as the integer
   arrays of their nonzero entries."""
+  entries = idx if type(idx) is tuple else (idx,)
+  if builtins.all(type(k) is builtins.slice or k is None or type(k) is int for k in entries):
+    used = len(entries) - entries.count(None)  # (the common case, kept short)
+    if used <= ndim:
+      return [*entries, *[builtins.slice(None)] * (ndim - used)]
   out = []
   for k in list(idx) if isinstance(idx, tuple) else [idx]:
     if isinstance(k, Tracer):
@@ -1111,7 +1162,7 @@ def _basic(x, dims):
     elif _is_array(k):
       lo, hi, st = 0, n, 1
     else:
-      k = operator_index(k)
+      k = k if type(k) is int else operator_index(k)
       if not -n <= k < n:
         raise index_error(k, dim, n)
       lo, hi, st = k % n, k % n + 1, 1
@@ -1128,7 +1179,7 @@ def getitem(x, idx):
   bounds an IndexError), slices with any step, None, Ellipsis, integer arrays (constant or
   traced; several broadcast together, their dims placed as numpy places them) and boolean
   masks known while tracing."""
-  x = as_array(x)
+  x = _as_array(x)
   entries = _expand_index(idx, aval_of(x).ndim, aval_of(x).shape)
   if builtins.any(_is_array(k) for k in entries):
     return _advanced_index(x, entries)
@@ -1172,7 +1223,7 @@ def _advanced_index(x, entries):
     ) from None
   index = [
     broadcast_to(
-      as_array(_index_array(i if isinstance(i, Tracer) else np.broadcast_to(i, b), d, shape[d])), b
+      _as_array(_index_array(i if isinstance(i, Tracer) else np.broadcast_to(i, b), d, shape[d])), b
     )
     for i, d in zip(raw, adv)
   ]
@@ -1279,7 +1330,7 @@ _mean = mean  # (for functions with a `mean=` parameter)
 def max(x, axis=None, keepdims=False, initial=None, where=None):
   """numpy.max; `initial` takes part (and is the result of an empty reduction); `where`
   (a mask, with `initial`, as numpy requires) leaves entries out."""
-  x = as_array(x)
+  x = _as_array(x)
   a = aval_of(x)
   if a.dtype == "bool":  # numpy's maximum of bools: any
     return astype(max(astype(x, "int32"), axis, keepdims, initial, where), "bool")
@@ -1305,7 +1356,7 @@ def min(x, axis=None, keepdims=False, initial=None, where=None):
   """numpy.min: the maximum of the negated values, negated; of integers the maximum of
   their complements (`~x = -x - 1` reverses the order without overflowing: `-x` of the
   least integer is itself)."""
-  x = as_array(x)
+  x = _as_array(x)
   dtype = aval_of(x).dtype
   if dtype == "bool":
     return astype(min(astype(x, "int32"), axis, keepdims, initial, where), "bool")
@@ -1333,8 +1384,8 @@ def var(
   """numpy.var; `mean` (of the shape keepdims=True gives) is used instead of computing
   it, `where` (a mask broadcast against x) leaves entries out, `correction` is `ddof`."""
   ddof = _correction(ddof, correction)
-  x = as_array(x) if dtype is None else asarray(x, dtype)
-  m = _mean(x, axis, keepdims=True, where=where) if mean is None else as_array(mean)
+  x = _as_array(x) if dtype is None else asarray(x, dtype)
+  m = _mean(x, axis, keepdims=True, where=where) if mean is None else _as_array(mean)
   d = subtract(x, m)
   if where is not None:
     total = sum(multiply(d, d), axis, keepdims, where=where)
@@ -1465,7 +1516,7 @@ def matmul(x, y, transpose_x=False, transpose_y=False):
 @_op
 def dot(a, b):
   """numpy.dot for vectors and matrices (and scalars: multiply)."""
-  sa, sb = aval_of(as_array(a)).shape, aval_of(as_array(b)).shape
+  sa, sb = aval_of(_as_array(a)).shape, aval_of(_as_array(b)).shape
   if not sa or not sb:
     return multiply(a, b)
   if len(sa) <= 2 and len(sb) <= 2:
@@ -1593,7 +1644,7 @@ def cross_entropy(logits, labels, axis=-1, soft_label=False, reduction="mean"):
   lsm = log_softmax(logits, axis)
   a = aval_of(logits)
   axis = axis % a.ndim
-  labels = as_array(labels)
+  labels = _as_array(labels)
   if soft_label:
     loss = negative(sum(multiply(labels, lsm), axis))
   else:
@@ -1946,6 +1997,8 @@ _PLAIN_TYPES = frozenset(
 )
 _NATIVE = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
 _HALF = np.dtype(np.float16)
+_WHOLE = _NATIVE - {_HALF}  # (float16 results need `_numpy_result`'s check)
+_NUMBERS = frozenset({float, int, bool})
 
 
 def _plain(x) -> int:
@@ -2006,6 +2059,28 @@ def _front_end_aware(fn):
 
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
+    if twin is not None and not kwargs and not trace_state.builders:  # the common case:
+      for a in args:  # arrays and Python numbers, positional (kept short: every call)
+        t = type(a)
+        if t is np.ndarray:
+          if a.dtype in _WHOLE:
+            continue
+          break
+        if t not in _NUMBERS and ((t is not tuple and t is not list) or _plain(a) != 1):
+          break
+      else:
+        try:
+          out = twin(*args)
+        except Exception:  # primc's path says what is wrong in its own words
+          return _by_primc(args, kwargs)
+        if (type(out) is np.ndarray or isinstance(out, np.generic)) and out.dtype in _WHOLE:
+          return out
+    elif args and type(args[0]) is Tracer and trace_state.user_ops:  # an op's own call
+      out = fn(*args, **kwargs)  # (of a traced value, inside an op: staged, as it takes no
+      return out if same_object else _apart(out, args, kwargs, twin)  # front end's value)
+    return _general(args, kwargs)
+
+  def _general(args, kwargs):
     if twin is not None and "out" not in kwargs:
       half = False
       for a in (*args, *kwargs.values()) if kwargs else args:  # every call: kept short
@@ -2029,6 +2104,9 @@ def _front_end_aware(fn):
           out = None
         if out is not None:
           return out
+    return _by_primc(args, kwargs)
+
+  def _by_primc(args, kwargs):
     out = on_front_ends(fn, args, kwargs)
     return out if same_object else _apart(out, args, kwargs, twin)
 
@@ -2140,7 +2218,7 @@ flatten = ravel
 
 @_op
 def flip(m, axis=None):
-  m = as_array(m)
+  m = _as_array(m)
   axes = _axes(axis, aval_of(m).ndim)
   return P.rev(m, axes) if axes else m
 
@@ -2155,7 +2233,7 @@ def fliplr(m):
 
 @_op
 def rot90(m, k=1, axes=(0, 1)):
-  m = as_array(m)
+  m = _as_array(m)
   nd = aval_of(m).ndim
   a0, a1 = (a % nd for a in axes)
   if a0 == a1 or nd < 2:
@@ -2172,7 +2250,7 @@ def rot90(m, k=1, axes=(0, 1)):
 
 @_op
 def roll(a, shift, axis=None):
-  a = as_array(a)
+  a = _as_array(a)
   if axis is None:
     return reshape(roll(ravel(a), shift, 0), aval_of(a).shape)
   shifts = (shift,) if isinstance(shift, (int, np.integer)) else tuple(shift)
@@ -2198,7 +2276,7 @@ def pad(array, pad_width, mode="constant", constant_values=0):
   """numpy.pad with mode "constant" (a scalar constant), or one of the modes that repeat
   the array's own elements ("edge", "reflect", "symmetric", "wrap", any width): each axis
   gathered at the positions numpy's pad of its indices gives."""
-  x = as_array(array)
+  x = _as_array(array)
   if mode in _INDEX_PAD_MODES:
     nd = aval_of(x).ndim
     widths = np.broadcast_to(np.asarray(pad_width, np.int64), (nd, 2))
@@ -2232,7 +2310,7 @@ def pad(array, pad_width, mode="constant", constant_values=0):
 
 @_op
 def tile(A, reps):
-  A = as_array(A)
+  A = _as_array(A)
   reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
   shape = aval_of(A).shape
   nd = builtins.max(len(shape), len(reps))
@@ -2246,7 +2324,7 @@ def tile(A, reps):
 
 @_op
 def repeat(a, repeats, axis=None):
-  a = as_array(a)
+  a = _as_array(a)
   if not isinstance(repeats, (int, np.integer)):
     raise NotSupportedError("repeat with an array of repeats is not supported (an int is)")
   if axis is None:
@@ -2260,7 +2338,7 @@ def repeat(a, repeats, axis=None):
 
 
 def _triangle(m, k, lower: bool):
-  m = as_array(m)
+  m = _as_array(m)
   shape = aval_of(m).shape
   if len(shape) < 2:
     raise ShapeError(f"{'tril' if lower else 'triu'} needs an array of rank >= 2, got {shape}")
@@ -2283,7 +2361,7 @@ def triu(m, k=0):
 def diagonal(a, offset=0, axis1=0, axis2=1):
   """The diagonal (offset k: above for k > 0) of the matrices on axes axis1, axis2, as a
   last axis (numpy's)."""
-  a = as_array(a)
+  a = _as_array(a)
   shape = aval_of(a).shape
   if len(shape) < 2:
     raise ShapeError(f"diagonal needs at least 2 dimensions, got shape {shape}")
@@ -2307,7 +2385,7 @@ def make_diagonal(D, offset=0, axis1=-1, axis2=-2):
     raise NotSupportedError(
       "make_diagonal with offset != 0 or axes other than (-1, -2) (autograd's supported form)"
     )
-  D = as_array(D)
+  D = _as_array(D)
   n = aval_of(D).shape[-1]
   return expand_dims(D, -1) * eye(n, dtype=aval_of(D).dtype)
 
@@ -2315,7 +2393,7 @@ def make_diagonal(D, offset=0, axis1=-1, axis2=-2):
 @_op
 def diag(v, k=0):
   """A 1-D array's diagonal matrix (k: which diagonal), or a matrix's diagonal."""
-  v = as_array(v)
+  v = _as_array(v)
   shape = aval_of(v).shape
   if len(shape) == 2:
     return diagonal(v, k)
@@ -2337,7 +2415,7 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
 
 
 def _atleast(a, nd):
-  a = as_array(a)
+  a = _as_array(a)
   shape = aval_of(a).shape
   if len(shape) >= nd:
     return a
@@ -2362,7 +2440,7 @@ def hstack(tup):
 def column_stack(tup):
   cols = []
   for a in tup:
-    a = as_array(a)
+    a = _as_array(a)
     cols.append(reshape(a, (aval_of(a).shape[0], 1)) if aval_of(a).ndim == 1 else _atleast(a, 2))
   return concatenate(cols, 1)
 
@@ -2378,7 +2456,7 @@ def append(arr, values, axis=None):
 def diff(a, n=1, axis=-1, prepend=None, append=None):
   """numpy's `diff`; `prepend`/`append` (a scalar spread over the axis, or an array) are
   joined to `a` along `axis` first, with numpy's promotion (None: nothing joined)."""
-  a = as_array(a)
+  a = _as_array(a)
   if int(n) < 0:
     raise PrimcError(f"diff: order must be non-negative but got {n}")
   axis = _one_axis(axis, aval_of(a).ndim)
@@ -2387,7 +2465,7 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
   if prepend is not None or append is not None:
 
     def edge(v):
-      v = as_array(v)
+      v = _as_array(v)
       if aval_of(v).ndim == 0:
         shape = list(aval_of(a).shape)
         shape[axis] = 1
@@ -2482,14 +2560,14 @@ def std(
   be 0/0 elsewhere)."""
   ddof = _correction(ddof, correction)
   v = var(a, axis, keepdims, ddof=ddof, dtype=dtype, where=where, mean=mean)
-  shape = aval_of(as_array(a)).shape
+  shape = aval_of(_as_array(a)).shape
   if not ddof and where is None and builtins.all(shape[i] == 1 for i in _axes(axis, len(shape))):
     return multiply(stop_gradient(v), 0)
   return sqrt(v)
 
 
 def _arg_extreme(a, axis, reduce_fn):
-  a = as_array(a)
+  a = _as_array(a)
   if axis is None:
     a, axis = ravel(a), 0
   shape = aval_of(a).shape
@@ -2516,7 +2594,7 @@ def argmax(a, axis=None, keepdims=False):
 
 def _keep_arg(out, a, axis):
   """An arg-reduction's result with its axis kept (all axes, of length 1, when None)."""
-  ndim = aval_of(as_array(a)).ndim
+  ndim = aval_of(_as_array(a)).ndim
   if axis is None:
     return reshape(out, (1,) * ndim)
   return expand_dims(out, int(axis) % ndim)
@@ -2529,7 +2607,7 @@ def argmin(a, axis=None, keepdims=False):
 
 
 def _last_axis(a, axis):
-  a = as_array(a)
+  a = _as_array(a)
   if axis is None or aval_of(a).ndim == 0:
     return ravel(a), 0
   return a, _one_axis(axis, aval_of(a).ndim)
@@ -2578,7 +2656,7 @@ class _Concatenator:
       else it
       for it in items
     ]
-    strong = [aval_of(as_array(it)).dtype for it in items if not _is_python_scalar(it)]
+    strong = [aval_of(_as_array(it)).dtype for it in items if not _is_python_scalar(it)]
     dtype = np.result_type(*strong).name if strong else None
     for it in items:
       if _is_python_scalar(it) and dtype is not None:
@@ -2720,7 +2798,7 @@ def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
   u, s, v = _svd_parts(a)
   if not compute_uv:
     return s
-  m, n = aval_of(as_array(a)).shape[-2:]
+  m, n = aval_of(_as_array(a)).shape[-2:]
   if full_matrices and m != n:
     raise NotSupportedError(
       f"linalg.svd with full_matrices=True of a {m}x{n} matrix (a "
@@ -2818,7 +2896,7 @@ def index_update(x, idx, values, how="set"):
   """`x` with `values` set at, added at or multiplied into `x[idx]` (`x.at[idx]`):
   `set` keeps the last value where an index repeats (numpy's assignment), `add`
   accumulates repeats, `multiply` refuses them."""
-  x = as_array(x)
+  x = _as_array(x)
   shape, dtype = aval_of(x).shape, np.dtype(aval_of(x).dtype)
   leaves = idx if isinstance(idx, tuple) else (idx,)
   if builtins.any(isinstance(i, Tracer) for i in leaves):
@@ -2880,7 +2958,7 @@ class NotSupportedError(PrimcError, AttributeError):
 
 
 def _nan_mask(x):
-  x = as_array(x)
+  x = _as_array(x)
   if aval_of(x).dtype not in FLOAT_DTYPES:
     return P.full(aval_of(x).shape, False, "bool")
   return P.ne_p.bind(x, x)
@@ -2893,7 +2971,7 @@ def isnan(x):
 
 @_op
 def isinf(x):
-  x = as_array(x)
+  x = _as_array(x)
   if aval_of(x).dtype not in FLOAT_DTYPES:
     return P.full(aval_of(x).shape, False, "bool")
   return P.eq(P.abs_(x), full_like(x, np.inf))
@@ -2905,7 +2983,7 @@ def isfinite(x):
 
 
 def _truth(x):
-  x = as_array(x)
+  x = _as_array(x)
   return x if aval_of(x).dtype == "bool" else not_equal(x, 0)
 
 
@@ -2938,10 +3016,10 @@ def _bitwise(logical, prim, name):
   bitwise primitive on integers (bools mixed in become integers, as numpy's)."""
 
   def fn(*xs):
-    xs = [as_array(x) if not _is_python_scalar(x) else x for x in xs]
+    xs = [_as_array(x) if not _is_python_scalar(x) else x for x in xs]
     if builtins.all(not _is_python_scalar(x) and aval_of(x).dtype == "bool" for x in xs):
       return logical(*xs)
-    xs = _promote(*xs) if len(xs) > 1 else [as_array(xs[0])]
+    xs = _promote(*xs) if len(xs) > 1 else [_as_array(xs[0])]
     if builtins.any(aval_of(x).dtype in FLOAT_DTYPES for x in xs):
       raise PrimcTypeError(
         f"{name} of {', '.join(str(aval_of(x).dtype) for x in xs)}: "
@@ -3052,12 +3130,12 @@ def cbrt(x):
 
 @_op
 def positive(x):
-  return as_array(x)
+  return _as_array(x)
 
 
 def _real_only(name, fn):
   def op(x):
-    x = as_array(x)
+    x = _as_array(x)
     return fn(x)
 
   op.__name__ = name
@@ -3079,7 +3157,7 @@ def angle(z, deg=False):
 
 @_op
 def copy(a):
-  return as_array(a)
+  return _as_array(a)
 
 
 def ascontiguousarray(a, dtype=None):
@@ -3087,7 +3165,7 @@ def ascontiguousarray(a, dtype=None):
 
 
 def shape(a):
-  return tuple(aval_of(as_array(a)).shape)
+  return tuple(aval_of(_as_array(a)).shape)
 
 
 def size(a, axis=None):
@@ -3102,7 +3180,7 @@ def ndim(a):
 def result_type(*args):
   return np.result_type(
     *[
-      np.dtype(aval_of(as_array(a)).dtype) if not isinstance(a, (type, np.dtype, str)) else a
+      np.dtype(aval_of(_as_array(a)).dtype) if not isinstance(a, (type, np.dtype, str)) else a
       for a in args
     ]
   )
@@ -3127,7 +3205,7 @@ def identity(n, dtype="float32"):
 
 @_op
 def swapaxes(x, axis1, axis2):
-  x = as_array(x)
+  x = _as_array(x)
   nd = aval_of(x).ndim
   a, b = _axes(axis1, nd)[0], _axes(axis2, nd)[0]
   perm = list(range(nd))
@@ -3137,7 +3215,7 @@ def swapaxes(x, axis1, axis2):
 
 @_op
 def rollaxis(x, axis, start=0):
-  x = as_array(x)
+  x = _as_array(x)
   nd = aval_of(x).ndim
   axis = _axes(axis, nd)[0]
   if not -nd <= start <= nd:
@@ -3152,13 +3230,13 @@ def rollaxis(x, axis, start=0):
 
 @_op
 def atleast_1d(*arys):
-  out = [_atleast(as_array(a), 1) for a in arys]
+  out = [_atleast(_as_array(a), 1) for a in arys]
   return out[0] if len(out) == 1 else out
 
 
 @_op
 def atleast_2d(*arys):
-  out = [_atleast(as_array(a), 2) for a in arys]
+  out = [_atleast(_as_array(a), 2) for a in arys]
   return out[0] if len(out) == 1 else out
 
 
@@ -3167,7 +3245,7 @@ def atleast_3d(*arys):
   """numpy's: (N,) -> (1, N, 1), (M, N) -> (M, N, 1)."""
   out = []
   for a in arys:
-    a = as_array(a)
+    a = _as_array(a)
     s = aval_of(a).shape
     new = {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}.get(len(s), s)
     out.append(reshape(a, new))
@@ -3184,7 +3262,7 @@ def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
   """numpy.meshgrid; `sparse` gives each array with ones in the other dimensions."""
   if indexing not in ("xy", "ij"):
     raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
-  xs = [ravel(as_array(x)) for x in xi]
+  xs = [ravel(_as_array(x)) for x in xi]
   n = len(xs)
   lengths = [aval_of(x).shape[0] for x in xs]
   if indexing == "xy" and n >= 2:
@@ -3200,7 +3278,7 @@ def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
 
 @_op
 def broadcast_arrays(*args):
-  arrays = [as_array(a) for a in args]
+  arrays = [_as_array(a) for a in args]
   shape_ = broadcast_shapes(*(aval_of(a).shape for a in arrays))
   return [broadcast_to(a, shape_) for a in arrays]
 
@@ -3237,7 +3315,7 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
 
 @_op
 def vdot(a, b):
-  return sum(multiply(ravel(as_array(a)), ravel(as_array(b))))
+  return sum(multiply(ravel(_as_array(a)), ravel(_as_array(b))))
 
 
 @_op
@@ -3245,7 +3323,7 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
   """The cross product of 3-vectors along the last axis (or `axis`)."""
   if axis is not None:
     axisa = axisb = axisc = axis
-  a, b = moveaxis(as_array(a), axisa, -1), moveaxis(as_array(b), axisb, -1)
+  a, b = moveaxis(_as_array(a), axisa, -1), moveaxis(_as_array(b), axisb, -1)
   if aval_of(a).shape[-1] != 3 or aval_of(b).shape[-1] != 3:
     raise NotSupportedError(
       f"cross of vectors of {aval_of(a).shape[-1]} and "
@@ -3272,12 +3350,12 @@ def select(condlist, choicelist, default=0):
   out = default
   for cond_, choice in reversed(list(zip(condlist, choicelist))):
     out = where(cond_, choice, out)
-  return as_array(out)
+  return _as_array(out)
 
 
 @_op
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
-  x = as_array(x)
+  x = _as_array(x)
   dt = aval_of(x).dtype
   if dt not in FLOAT_DTYPES:
     return x
@@ -3292,7 +3370,7 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
 def _nans_as(a, fill):
   """`a` with its NaNs replaced by `fill` (integers and bools have none: `a` itself, so
   the nan- functions of integers are the plain ones, in numpy's dtypes)."""
-  a = as_array(a)
+  a = _as_array(a)
   if aval_of(a).dtype not in FLOAT_DTYPES:
     return a
   return where(_nan_mask(a), full_like(a, fill), a)
@@ -3321,7 +3399,7 @@ def _nan_extreme(name, reduce, fill):
   def fn(a, axis=None, keepdims=False, *, initial=None, where=None):
     """All-NaN slices give NaN, as numpy (which also warns), or `initial` when given;
     `where` (with `initial`) leaves entries out."""
-    a = as_array(a)
+    a = _as_array(a)
     best = reduce(_nans_as(a, fill), axis, keepdims, initial, where)
     if initial is not None or aval_of(a).dtype not in FLOAT_DTYPES:  # (no NaNs: numpy
       return best  # keeps the dtype)
@@ -3348,7 +3426,7 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
     known = np.asarray(weights, np.float64)
     if not np.all(np.sum(known, axis=None if known.ndim == 1 or axis is None else axis)):
       raise ZeroDivisionError("average: weights sum to zero, can't be normalized")
-  w = as_array(weights)
+  w = _as_array(weights)
   if aval_of(w).shape != aval_of(a).shape:
     if axis is None or aval_of(w).ndim != 1:
       raise ShapeError(
@@ -3389,7 +3467,7 @@ def _quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
   quantiles, as numpy computes it (`_lerp`; the median is the middle value, or the mean
   of the two middle ones, as numpy's `median`); a NaN in a slice makes its result NaN
   (NaNs sort last), as numpy."""
-  original = as_array(a)
+  original = _as_array(a)
   s, ax, flat = _sorted_along(original, axis)
   n = aval_of(s).shape[ax]
   if n == 0:
@@ -3420,7 +3498,7 @@ def _nan_quantiles(a, qs, axis, keepdims, name, median=False, weights=None):
   """As `_quantiles`, over each slice's values that are not NaN (their count is traced:
   the order statistics are gathered at positions computed from it); NaN for a slice of
   NaNs only."""
-  original = as_array(a)
+  original = _as_array(a)
   s, ax, flat = _sorted_along(original, axis)  # NaNs sort last
   if aval_of(s).shape[ax] == 0:
     raise ShapeError(f"{name} of an empty axis")
@@ -3473,7 +3551,7 @@ def _quantile_family(compute, prefix: str):
   `overwrite_input` is accepted and changes nothing (primc never writes its inputs)."""
 
   def median(a, axis=None, keepdims=False, *, overwrite_input=False):
-    shape = aval_of(as_array(a)).shape
+    shape = aval_of(_as_array(a)).shape
     if builtins.any(shape[i] == 0 for i in _axes(axis, len(shape))):  # numpy's median of
       return _mean(_float(a), axis, keepdims)  # nothing: NaN
     return compute(a, 0.5, axis, keepdims, f"{prefix}median", median=True)
@@ -3514,8 +3592,8 @@ def partition(a, kth, axis=-1):
 
 @_op
 def take_along_axis(arr, indices, axis):
-  arr = as_array(arr)
-  idx = as_array(indices)
+  arr = _as_array(arr)
+  idx = _as_array(indices)
   if axis is None:
     return take_along_axis(ravel(arr), idx, 0)
   nd = aval_of(arr).ndim
@@ -3552,7 +3630,7 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 @_op
 def array_equal(a1, a2, equal_nan=False):
-  a1, a2 = as_array(a1), as_array(a2)
+  a1, a2 = _as_array(a1), _as_array(a2)
   if aval_of(a1).shape != aval_of(a2).shape:
     return np.asarray(False)
   same = equal(a1, a2)
@@ -3566,7 +3644,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
   """numpy.cov, in numpy's dtype (at least float64 unless `dtype`); `fweights` (integer
   repeat counts) and `aweights` (observation weights) as numpy weighs them. With no
   degrees of freedom left (ddof >= n) it divides by 0: inf or nan, as numpy."""
-  kinds = [aval_of(as_array(v)).dtype for v in (m, y) if v is not None]
+  kinds = [aval_of(_as_array(v)).dtype for v in (m, y) if v is not None]
   kind = dtype or np.result_type(*kinds, np.float64).name
   x = _atleast(asarray(m, kind), 2)
   if not rowvar:
@@ -3620,10 +3698,10 @@ def searchsorted(a, v, side="left", sorter=None):
   NaN is above every number and equal to itself; int64, as numpy."""
   if side not in ("left", "right"):
     raise PrimcError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
-  a = ravel(as_array(a))
+  a = ravel(_as_array(a))
   if sorter is not None:
     a = take(a, sorter)
-  v = as_array(v)
+  v = _as_array(v)
   vs = aval_of(v).shape
   n = aval_of(a).shape[0]
   grid = vs + (n,)
@@ -3703,7 +3781,7 @@ def _correlate_mode(a, v, mode, name):
 @_op
 def correlate(a, v, mode="valid"):
   """numpy.correlate of 1-D real arrays: the sums of products of shifted copies."""
-  swapped = aval_of(as_array(v)).shape[0] > aval_of(as_array(a)).shape[0] and mode == "valid"
+  swapped = aval_of(_as_array(v)).shape[0] > aval_of(_as_array(a)).shape[0] and mode == "valid"
   a, v, before, after = _correlate_mode(a, v, mode, "correlate")
   out = _correlate_valid(pad(a, (before, after)), v)
   return flip(out) if swapped else out
@@ -3712,7 +3790,7 @@ def correlate(a, v, mode="valid"):
 @_op
 def convolve(a, v, mode="full"):
   """numpy.convolve of 1-D real arrays: correlate with v reversed."""
-  a, v = ravel(as_array(a)), ravel(as_array(v))
+  a, v = ravel(_as_array(a)), ravel(_as_array(v))
   if aval_of(v).shape[0] > aval_of(a).shape[0]:
     a, v = v, a
   return correlate(a, flip(v), mode)
@@ -3724,7 +3802,7 @@ def convolve(a, v, mode="full"):
 
 def _cumulative(scan, name, initial):
   def fn(x, axis=None, dtype=None, include_initial=False):
-    x = as_array(x) if dtype is None else asarray(x, dtype)
+    x = _as_array(x) if dtype is None else asarray(x, dtype)
     if aval_of(x).ndim == 0:  # numpy: a 0-d array is scanned as one element
       x = reshape(x, (1,))
     if axis is None:
@@ -3748,7 +3826,7 @@ cumulative_prod = _cumulative(cumprod, "cumulative_prod", 1)
 
 @_op
 def diagflat(v, k=0):
-  return diag(ravel(as_array(v)), k)
+  return diag(ravel(_as_array(v)), k)
 
 
 def tri(N, M=None, k=0, dtype="float64"):
@@ -3772,11 +3850,11 @@ def diag_indices_from(arr):
 
 @_op
 def ediff1d(ary, to_end=None, to_begin=None):
-  d = diff(ravel(as_array(ary)))
+  d = diff(ravel(_as_array(ary)))
   parts = (
-    ([ravel(as_array(to_begin))] if to_begin is not None else [])
+    ([ravel(_as_array(to_begin))] if to_begin is not None else [])
     + [d]
-    + ([ravel(as_array(to_end))] if to_end is not None else [])
+    + ([ravel(_as_array(to_end))] if to_end is not None else [])
   )
   return concatenate(parts, 0) if len(parts) > 1 else d
 
@@ -3868,11 +3946,11 @@ def polyval(p, x):
   infinite x gives NaN, 0 * inf, where the leading term would give inf), in numpy's
   dtypes (integer coefficients at integer x stay integers)."""
   coeffs = (
-    [getitem(as_array(p), k) for k in range(shape(p)[0])]
+    [getitem(_as_array(p), k) for k in range(shape(p)[0])]
     if not isinstance(p, (list, tuple))
     else list(p)
   )
-  x = as_array(x)
+  x = _as_array(x)
   out = zeros_like(x)
   for c in coeffs:
     out = add(multiply(out, x), c)
@@ -3939,11 +4017,11 @@ def piecewise(x, condlist, funclist):
   """numpy.piecewise: funclist[k](x) where condlist[k] (a later condition overriding an
   earlier one), an extra last function (or value) where none holds, else 0. Every
   function is evaluated on all of x (as JAX does)."""
-  x = as_array(x)
+  x = _as_array(x)
   conds = (
     [condlist]
     if isinstance(condlist, (Tracer, np.ndarray))
-    and aval_of(as_array(condlist)).shape == aval_of(x).shape
+    and aval_of(_as_array(condlist)).shape == aval_of(x).shape
     else list(condlist)
   )
   funcs = list(funclist)
@@ -3973,7 +4051,7 @@ def choose(a, choices, mode="raise"):
     if mode == "raise" and ((a < 0) | (a >= n)).any():
       raise ValueError("invalid entry in choice array")
     a = np.clip(a, 0, n - 1) if mode == "clip" else np.mod(a, n)
-  out = as_array(choices[-1])
+  out = _as_array(choices[-1])
   for k in range(n - 2, -1, -1):
     out = where(equal(a, k), choices[k], out)
   return out
@@ -3985,7 +4063,7 @@ def compress(condition, a, axis=None):
   true."""
   if isinstance(condition, Tracer):
     raise NotSupportedError("compress with a traced condition (the result's length depends on it)")
-  a = as_array(a)
+  a = _as_array(a)
   if axis is None:
     a, axis = ravel(a), 0
   return take(a, np.nonzero(np.asarray(condition))[0], axis=axis)
@@ -3994,7 +4072,7 @@ def compress(condition, a, axis=None):
 @_op
 def resize(a, new_shape):
   """a's elements repeated cyclically to fill `new_shape` (numpy.resize)."""
-  a = ravel(as_array(a))
+  a = ravel(_as_array(a))
   shape = (new_shape,) if isinstance(new_shape, (int, np.integer)) else tuple(new_shape)
   size = int(np.prod(shape, dtype=np.int64))
   n = aval_of(a).shape[0]
@@ -4008,7 +4086,7 @@ def isin(element, test_elements, assume_unique=False, invert=False, *, kind=None
   """Whether each element is among the (constant or traced) test_elements (NaN is among
   none, as numpy's); `assume_unique` and `kind` choose numpy's algorithm, not the result:
   accepted."""
-  element = as_array(element)
+  element = _as_array(element)
   tests = ravel(array(test_elements))
   grid = aval_of(element).shape + aval_of(tests).shape
   nd = aval_of(element).ndim
@@ -4047,7 +4125,7 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
   order_dims = list(range(len(dims)))[::-1] if order == "F" else list(range(len(dims)))
   flat = None
   for k in order_dims:
-    i = astype(as_array(multi_index[k]), "int64")
+    i = astype(_as_array(multi_index[k]), "int64")
     i = clip(i, 0, dims[k] - 1) if mode == "clip" else mod(i, dims[k])
     flat = i if flat is None else add(multiply(flat, dims[k]), i)
   return flat
@@ -4077,7 +4155,7 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):
 @_op
 def array_equiv(a1, a2):
   """Whether a1 and a2 are equal after broadcasting (False when they cannot broadcast)."""
-  a1, a2 = as_array(a1), as_array(a2)
+  a1, a2 = _as_array(a1), _as_array(a2)
   try:
     np.broadcast_shapes(aval_of(a1).shape, aval_of(a2).shape)
   except ValueError:
@@ -4087,21 +4165,21 @@ def array_equiv(a1, a2):
 
 @_op
 def real_if_close(a, tol=100):
-  return as_array(a)  # real arrays only (complex numbers are not supported)
+  return _as_array(a)  # real arrays only (complex numbers are not supported)
 
 
 @_op
 def apply_along_axis(func1d, axis, arr, *args, **kwargs):
   """func1d applied to every 1-D slice along `axis` (traced once on one slice and batched,
   not a loop); the result's axes take the place of `axis`, as numpy's."""
-  arr = as_array(arr)
+  arr = _as_array(arr)
   nd = aval_of(arr).ndim
   axis = int(axis) % nd
   moved = moveaxis(arr, axis, -1)
   lead = aval_of(moved).shape[:-1]
   rows = reshape(moved, (-1, aval_of(moved).shape[-1]))
   one = ShapedArray(aval_of(rows).shape[1:], aval_of(rows).dtype)
-  program, captured, _ = trace_flat(lambda row: [as_array(func1d(row, *args, **kwargs))], [one])
+  program, captured, _ = trace_flat(lambda row: [_as_array(func1d(row, *args, **kwargs))], [one])
   count = aval_of(rows).shape[0]
   batched = batch_program(program, [True] + [False] * len(captured), count)
   (out,) = eval_program(batched, rows, *captured)
@@ -4127,7 +4205,7 @@ hamming, hanning, blackman, bartlett, kaiser = map(
 
 @_op
 def vander(x, N=None, increasing=False):
-  x = ravel(as_array(x))
+  x = ravel(_as_array(x))
   n = shape(x)[0] if N is None else int(N)
   cols = [power(x, k) if k else ones_like(x) for k in range(n)]
   return stack(cols if increasing else cols[::-1], 1)
@@ -4135,7 +4213,7 @@ def vander(x, N=None, increasing=False):
 
 @_op
 def matrix_transpose(x):
-  x = as_array(x)
+  x = _as_array(x)
   if aval_of(x).ndim < 2:
     raise ShapeError(f"matrix_transpose needs rank >= 2, got {aval_of(x).shape}")
   return swapaxes(x, -1, -2)
@@ -4172,7 +4250,7 @@ def nanvar(
   if where is not None:
     ok = logical_and(ok, broadcast_to(asarray(where, "bool"), aval_of(a).shape))
   count = sum(P.convert(ok, aval_of(a).dtype), axis, True)
-  mean_ = divide(sum(a, axis, True, where=ok), count) if mean is None else as_array(mean)
+  mean_ = divide(sum(a, axis, True, where=ok), count) if mean is None else _as_array(mean)
   d = _where(ok, subtract(a, mean_), zeros_like(a))
   dof = subtract(count, float(ddof))
   out = _where(
@@ -4228,13 +4306,13 @@ def _nan_arg(a, axis, keepdims, arg, fill):
 
 @_op
 def isposinf(x):
-  x = as_array(x)
+  x = _as_array(x)
   return P.eq(x, full_like(x, np.inf)) if aval_of(x).dtype in FLOAT_DTYPES else isinf(x)
 
 
 @_op
 def isneginf(x):
-  x = as_array(x)
+  x = _as_array(x)
   return P.eq(x, full_like(x, -np.inf)) if aval_of(x).dtype in FLOAT_DTYPES else isinf(x)
 
 
@@ -4262,7 +4340,7 @@ def isscalar(element):
 
 @_op
 def unstack(x, axis=0):
-  x = as_array(x)
+  x = _as_array(x)
   ax = _axes(axis, aval_of(x).ndim)[0]
   return tuple(getitem(x, (builtins.slice(None),) * ax + (k,)) for k in range(shape(x)[ax]))
 
@@ -4306,7 +4384,7 @@ def unravel_index(indices, shape, order="C"):
 def delete(arr, obj, axis=None):
   """arr without the entries `obj` (constant ints, slices or masks) along `axis`
   (flattened when None)."""
-  arr = as_array(arr)
+  arr = _as_array(arr)
   if axis is None:
     arr, axis = reshape(arr, (-1,)), 0
   n = aval_of(arr).shape[axis]
@@ -4317,7 +4395,7 @@ def delete(arr, obj, axis=None):
 def insert(arr, obj, values, axis=None):
   """`values` inserted before position `obj` (one int) along `axis` (flattened when None),
   broadcast as numpy does for one position."""
-  arr = as_array(arr)
+  arr = _as_array(arr)
   if axis is None:
     arr, axis = reshape(arr, (-1,)), 0
   if not isinstance(obj, (int, np.integer)):
@@ -4384,7 +4462,7 @@ def flatnonzero(a, *, size=None, fill_value=None):
   padded with fill_value (0 by default), as JAX."""
   if not _static_size("flatnonzero", size, a):
     return asarray(_padded(np.flatnonzero(np.asarray(a)), size, fill_value))
-  flat = ravel(as_array(a))
+  flat = ravel(_as_array(a))
   return _first_true(
     not_equal(flat, zeros_like(flat)), int(size), 0 if fill_value is None else fill_value
   )
@@ -4394,7 +4472,7 @@ def flatnonzero(a, *, size=None, fill_value=None):
 def nonzero(a, *, size=None, fill_value=None):
   """A tuple of index arrays, one per dimension, of a's nonzero entries (see flatnonzero
   for size= and fill_value=, which may be a tuple, one per dimension)."""
-  shape = aval_of(as_array(a)).shape
+  shape = aval_of(_as_array(a)).shape
   fills = fill_value if isinstance(fill_value, tuple) else (fill_value,) * len(shape)
   if not _static_size("nonzero", size, a):
     return tuple(asarray(_padded(i, size, f)) for i, f in zip(np.nonzero(np.asarray(a)), fills))
@@ -4445,7 +4523,7 @@ def unique(
       "unique of a traced array with return_index, return_inverse, "
       "return_counts or axis is not supported"
     )
-  s = sort(ravel(as_array(ar)))  # (NaNs last)
+  s = sort(ravel(_as_array(ar)))  # (NaNs last)
   differs = not_equal(s[1:], s[:-1])
   if equal_nan and aval_of(s).dtype in FLOAT_DTYPES:  # a NaN after a NaN is the same value
     differs = logical_and(differs, logical_not(logical_and(isnan(s[1:]), isnan(s[:-1]))))
@@ -4459,7 +4537,7 @@ def unique(
 @_op
 def signbit(x):
   """Whether x's sign bit is set (true for -0.0 and -nan); x < 0 for integers."""
-  x = as_array(x)
+  x = _as_array(x)
   if aval_of(x).dtype not in FLOAT_DTYPES:
     return P.lt(x, zeros_like(x)) if aval_of(x).dtype != "bool" else zeros_like(x)
   return P.signbit_p.bind(x)
@@ -4533,7 +4611,7 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
   if weights is None:
     hist = sum(P.convert(hits, "int64"), 0)
   else:
-    w = ravel(as_array(weights))
+    w = ravel(_as_array(weights))
     hist = sum(
       multiply(
         P.convert(hits, aval_of(w).dtype if aval_of(w).dtype in FLOAT_DTYPES else "int64"),
@@ -4567,7 +4645,7 @@ def bincount(x, weights=None, minlength=0):
 
 def _last_axis_kept(t):
   """A per-matrix tolerance against (..., k) singular values: a scalar, or (...) -> (..., 1)."""
-  t = as_array(t)
+  t = _as_array(t)
   return expand_dims(t, -1) if aval_of(t).ndim else t
 
 
@@ -4577,7 +4655,7 @@ def _matrix_power(a, n):
   identity."""
   if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
     raise PrimcError(f"linalg.matrix_power: the exponent must be an int, got {n!r}")
-  a = as_array(a)
+  a = _as_array(a)
   shape = aval_of(a).shape
   if len(shape) < 2 or shape[-1] != shape[-2]:
     raise PrimcError(f"linalg.matrix_power takes square matrices, got {aval_of(a)}")
@@ -4598,7 +4676,7 @@ def _matrix_power(a, n):
 def _multi_dot(arrays):
   """numpy.linalg.multi_dot: matmul of the chain, left to right (a 1-D first array is a
   row, a 1-D last one a column, as numpy)."""
-  arrays = [as_array(a) for a in arrays]
+  arrays = [_as_array(a) for a in arrays]
   if len(arrays) < 2:
     raise PrimcError(f"linalg.multi_dot needs at least two arrays, got {len(arrays)}")
   out = arrays[0]
@@ -4649,7 +4727,7 @@ def _norm_of_matrices(x, keepdims=False, ord="fro"):
 def _norm_of_vectors(x, axis=None, keepdims=False, ord=2):
   """numpy.linalg.vector_norm: over `axis` (every axis when None, the array as one
   vector)."""
-  x = as_array(x)
+  x = _as_array(x)
   ndim = aval_of(x).ndim
   axes = _axes(axis, ndim)
   rest = [k for k in range(ndim) if k not in axes]
@@ -4673,7 +4751,7 @@ def _square_part(x, offset):
 @_linalg_op
 def _diagonal(x, offset=0):
   """numpy.linalg.diagonal: the diagonals of the last two axes (batched)."""
-  return einsum("...ii->...i", _square_part(as_array(x), offset))
+  return einsum("...ii->...i", _square_part(_as_array(x), offset))
 
 
 @_linalg_op
@@ -4684,7 +4762,7 @@ def _trace(x, offset=0, dtype=None):
 
 @_linalg_op
 def _tensorinv(a, ind=2):
-  a = as_array(a)
+  a = _as_array(a)
   shape = aval_of(a).shape
   rows, cols = shape[:ind], shape[ind:]
   inverse = _inv(reshape(a, (int(np.prod(rows)), int(np.prod(cols)))))
@@ -4694,7 +4772,7 @@ def _tensorinv(a, ind=2):
 @_linalg_op
 def _tensorsolve(a, b, axes=None):
   """x with tensordot(a, x, x.ndim) = b (numpy's reshape to a square system)."""
-  a, b = as_array(a), as_array(b)
+  a, b = _as_array(a), _as_array(b)
   if axes is not None:
     order = [k for k in range(aval_of(a).ndim) if k not in [k % aval_of(a).ndim for k in axes]] + [
       k % aval_of(a).ndim for k in axes
@@ -5024,7 +5102,7 @@ _wrap_ops()
 
 
 def _fftshift(x, axes=None, inverse=False):
-  x = as_array(x)
+  x = _as_array(x)
   shape = aval_of(x).shape
   axes = (
     tuple(range(len(shape)))

@@ -57,6 +57,7 @@ class _State(threading.local):
 
 
 _state = _State()
+state = _state  # (its builders, read where a call must know at once whether it traces)
 
 
 class Builder:
@@ -71,6 +72,9 @@ class Builder:
     # in a trace of values: each value Python read (a branch, an index), as (var, value,
     # source line), in order; the program is valid where these come out the same
     self.guards: list[tuple[Var, np.ndarray, str]] = []
+    # Python numbers broadcast to a shape (`x ** 2` in a loop): (key, dtype, shape) -> (var,
+    # value); staged once per trace level (`primc.numpy._weak_constant`)
+    self.constants: dict = {}
 
   def new_input(self, aval: ShapedArray) -> "Tracer":
     v = Var(aval)
@@ -328,7 +332,7 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
     out = impl_rules[prim](*args, **params)
     outs = [np.asarray(o) for o in (out if prim.multiple_results else [out])]  # 0-d: arrays
     for o, a in zip(outs, out_avals, strict=True):
-      assert o.shape == a.shape and o.dtype.name == a.dtype, (prim, o.shape, o.dtype, a)
+      assert o.shape == a.shape and dtype_name(o.dtype) == a.dtype, (prim, o.shape, o.dtype, a)
     return outs if prim.multiple_results else outs[0]
   builder = _state.builders[-1]
   inputs = tuple(
