@@ -566,7 +566,7 @@ def call(
       _static_scalars.add(code)  # its numbers' values first (`range(n)`): values of the key
       return call(transform, key, fun, args, kwargs, traced_scalars, replayable, taped)
     if isinstance(e, ConcretizationError):
-      return _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped)
+      return _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped, replayable)
     return _not_kept(code, str(e).splitlines()[0], plain)
   if entry is None:
     return _first(made, drawn, forward, inputs, (full_key, key, state, code, fun), reason)
@@ -898,12 +898,13 @@ def _checked_path(paths, inputs, full_key, code, fun, flat, out_tree):
   return full[: len(full) - len(guards)], tree
 
 
-def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped):
+def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped, replayable=False):
   """A function whose Python reads traced values (`if loss < tol:`, a loop to
   convergence): its paths kept, each traced with the values that take it (`_paths`);
   a long path of a `taped` transform runs on values first (`_TapedPath`). Where it
   cannot be (an error in that trace), the call runs as it would unkept. `replay`: as
-  `call` makes it."""
+  `call` makes it; `replayable`: the transform of a path is made from the path's trace
+  (`_replayed_path`), not by tracing the function again."""
   transform, leaves, tree, traced, _, code, plain = replay
   n = len(arrays)
   traced_as = (fun, leaves, tree, traced, weak, walk)
@@ -914,9 +915,13 @@ def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped):
     if on_values and _tapes((program,)):
       guards += [value for value, _ in found]
       return _TapedPath(transform, traced_as, (program, fun_tree, found), make).first(xs)
-    entry = _make(transform, fun, leaves, tree, traced, xs[:n], xs[n:], weak, walk, guards)
+    alone, guarded = _guards_apart(program, len(found))
+    if replayable:
+      guards += [value for value, _ in found]
+      entry = _replayed_path(transform, traced_as, alone, guarded, fun_tree, xs)
+    else:
+      entry = _make(transform, fun, leaves, tree, traced, xs[:n], xs[n:], weak, walk, guards)
     entry[0].traced_as = traced_as
-    alone = _guards_apart(program, len(found))[0]
     entry[0].forward = _fingerprint(alone)  # (the trace a path's first reuse compares)
     return entry
 
@@ -927,6 +932,28 @@ def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped):
   _count("misses", "Python reads values: a path kept")
   _keep(full_key, paths)
   return tree_unflatten(*reversed(paths.run(arrays + lifted)))
+
+
+def _replayed_path(transform, traced_as, alone, guarded, fun_tree, xs):
+  """The kept entry of a path of a `replayable` transform, from the path's trace alone
+  (`alone`: its outputs; `guarded`: the values Python read, its guards): the transform of
+  replaying that trace (no Python runs again, nothing is computed while tracing), its
+  guards' values after its outputs: (entry, the transform's output tree), as `_make`."""
+  fun, leaves, tree, traced, weak, walk = traced_as
+  flat = replayed.replaying(transform, alone, fun_tree, leaves, tree, traced)
+  trees = []
+
+  def with_guards(*ys):
+    outs, out_tree = tree_flatten(flat(*ys))
+    trees.append(out_tree)
+    return [*outs, *eval_program(guarded, *ys)]
+
+  avals = [aval_of(x) for x in xs]
+  program, captured, _ = trace_flat(
+    with_guards, avals, tuple(weak) + (False,) * (len(xs) - len(weak))
+  )
+  assert not captured
+  return _Entry(program, tree_flatten([0] * len(program.outputs))[1], walk.refs), trees[0]
 
 
 _unkept: set = set()  # (transform key, code): calls not kept (traced at every call)

@@ -568,3 +568,33 @@ def test_random_numbers_drawn_inside_a_function_reading_values(caplog):
     outs = [g(np.ones(3)) for _ in range(4)]
   assert len({tuple(np.round(o, 12)) for o in outs}) == 4  # never a stale draw
   assert "changed between two calls" in caplog.text
+
+
+@pytest.mark.parametrize("transform", ["grad", "value_and_grad", "elementwise_grad"])
+def test_a_new_path_runs_the_functions_python_once(transform, monkeypatch):
+  """A path of a grad-like transform is made from the function's trace of that path
+  (`kept._replayed_path`): its Python runs once per new path (the trace that finds the
+  path), and once more at the path's first reuse (the check); results as unkept."""
+  runs, sin = [], pnp.sin
+  monkeypatch.setattr(pnp, "sin", lambda x: runs.append(1) or sin(x))  # (counted where
+  # the function's closure does not change: a changed closure is a new key)
+
+  def f(x):
+    y = pnp.sin(x)  # (once per run of f)
+    for i in range(50):
+      y = y * 0.5 + pnp.cos(x) / (i + 2)
+      if pnp.sum(pnp.abs(y)) < 0.3:
+        break
+    return pnp.sum(y)
+
+  g = getattr(primc, transform)(f)
+  xs = [np.full(2, v) for v in (0.1, 0.1, 0.9, 0.9, 0.9, -2.0)]
+  got = [g(x) for x in xs]
+  assert primc.cache_stats()["kept_misses"] == 1
+  paths = 3  # (0.1, 0.9 and -2.0 stop after different numbers of steps)
+  assert len(runs) <= 1 + 2 * paths, len(runs)  # (the first call's abstract try, then each
+  # path's trace and its first reuse's check)
+  want = _unkept(lambda: [g(x) for x in xs])
+  flat = lambda r: np.concatenate([np.ravel(t) for t in (r if isinstance(r, tuple) else (r,))])
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(flat(a), flat(b), rtol=1e-13)
