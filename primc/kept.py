@@ -372,7 +372,7 @@ def runner(program, guarded: bool = True) -> Callable[[list], list]:
     return [env[k] for k in outputs]
 
   if len(steps) <= GENERATED_STEPS:
-    bare = _generated(template, inputs, steps, outputs)
+    bare = _generating(bare, template, inputs, steps, outputs)
 
   def run(values: list) -> list:
     try:
@@ -384,7 +384,25 @@ def runner(program, guarded: bool = True) -> Callable[[list], list]:
   return run if guarded else bare
 
 
-GENERATED_STEPS = 48  # a runner of at most this many steps is one generated function
+GENERATED_STEPS = 48  # a runner of at most this many steps is one generated function...
+GENERATE_AFTER = 64  # ...once it has run this many times: generating costs ~50 us a step
+# and ~100 us more (Python's compile), the loop ~1 us a step more than the generated code
+
+
+def _generating(loop: Callable, template: list, inputs: list, steps: list, outputs: list):
+  """`loop` for its first GENERATE_AFTER calls, then `_generated`'s function (ski rental:
+  most programs run a few times, the tape's one-equation programs thousands)."""
+  state = [0, loop]
+
+  def bare(values: list) -> list:
+    fn = state[1]
+    if fn is loop:
+      state[0] += 1
+      if state[0] > GENERATE_AFTER:
+        state[1] = fn = _generated(template, inputs, steps, outputs)
+    return fn(values)
+
+  return bare
 
 
 def _generated(template: list, inputs: list, steps: list, outputs: list) -> Callable:

@@ -57,6 +57,21 @@ def test_every_primitive_on_the_tape_agrees_with_its_vjp_program(case, rng):
   _agree(program, [np.asarray(x) for x in xs], rng)
 
 
+@pytest.mark.parametrize("case", FLOAT_CASES, ids=case_id)
+def test_generated_runners_agree_with_the_interpreter(case, rng, monkeypatch):
+  """A runner past `kept.GENERATE_AFTER` calls is one generated function: its results
+  are the interpreter's bit for bit, and the tape's kinds made that way agree too."""
+  monkeypatch.setattr(kept, "GENERATE_AFTER", 0)
+  monkeypatch.setattr(tape, "_KINDS", {})
+  xs = [np.asarray(x) for x in case.make(rng)]
+  program = primc.make_program(case.fn)(*xs)
+  run = kept.runner(program)
+  for got, want in zip(run(xs), eval_program(program, *xs), strict=True):
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_array_equal(got, want)
+  _agree(program, xs, rng)
+
+
 def test_a_case_of_every_differentiable_primitive_is_run():
   """The float cases above cover every differentiable primitive (integer-only cases are
   left out: there is nothing to differentiate)."""
