@@ -2001,6 +2001,31 @@ _WHOLE = _NATIVE - {_HALF}  # (float16 results need `_numpy_result`'s check)
 _NUMBERS = frozenset({float, int, bool})
 
 
+_KEYWORD_TYPES = frozenset({int, bool, float, str, type(None), type})
+
+
+def _plain_items(items) -> bool:
+  """Whether a list or tuple holds only numbers and arrays of primc's dtypes (not float16),
+  at any depth (`_plain`; the common items inline)."""
+  for y in items:
+    t = type(y)
+    if not (t is int or t is float or (t is np.ndarray and y.dtype in _WHOLE)):
+      return _plain(items) == 1
+  return True
+
+
+def _plain_keywords(kwargs: dict) -> bool:
+  """Whether keywords are plain settings (`axis=0`, `keepdims=True`, `dtype=`, axes as
+  tuples), not `out=` (which primc never writes) nor values."""
+  if "out" in kwargs:
+    return False
+  for v in kwargs.values():
+    t = type(v)
+    if t not in _KEYWORD_TYPES and not (t is tuple and _plain(v) == 1) and t is not np.dtype:
+      return False
+  return True
+
+
 def _plain(x) -> int:
   """0 when `x` holds a traced value, a front end's value or an array of a dtype primc
   lacks; else 1, or 2 when it holds a float16 array."""
@@ -2059,18 +2084,18 @@ def _front_end_aware(fn):
 
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
-    if twin is not None and not kwargs and not trace_state.builders:  # the common case:
-      for a in args:  # arrays and Python numbers, positional (kept short: every call)
+    if twin is not None and not trace_state.builders and (not kwargs or _plain_keywords(kwargs)):
+      for a in args:  # the common case: arrays and Python numbers (kept short: every call)
         t = type(a)
         if t is np.ndarray:
           if a.dtype in _WHOLE:
             continue
           break
-        if t not in _NUMBERS and ((t is not tuple and t is not list) or _plain(a) != 1):
+        if t not in _NUMBERS and ((t is not tuple and t is not list) or not _plain_items(a)):
           break
       else:
         try:
-          out = twin(*args)
+          out = twin(*args, **kwargs)
         except Exception:  # primc's path says what is wrong in its own words
           return _by_primc(args, kwargs)
         if (type(out) is np.ndarray or isinstance(out, np.generic)) and out.dtype in _WHOLE:
