@@ -105,6 +105,41 @@ def test_batch_norm_running_statistics_and_eval(rng):
     primc.jit(lambda x: bn(x))(x)
 
 
+def test_batch_norm_trains_under_jit_by_a_functional_call(rng):
+  """A training step with BatchNorm under `jit(grad)`: `functional_call(...,
+  return_buffers=True)` returns the updated running statistics (the layer's own stay);
+  loss, gradients and statistics equal the eager step's, which updates the layer."""
+  primc.seed(3)
+  model = nn.Sequential(
+    nn.Conv2D(2, 3, 3, padding=1), nn.BatchNorm2D(3, momentum=0.7), nn.ReLU(), nn.Flatten()
+  )
+  x = rng.standard_normal((4, 2, 5, 5)).astype(np.float32)
+  names = [n for n, _ in model.named_buffers()]
+  assert names == ["1._mean", "1._variance"]
+  params = {n: p.numpy() for n, p in model.named_parameters()}
+  buffers = {n: np.asarray(v) + 0.5 for n, v in model.named_buffers()}  # (not the layer's)
+
+  def loss(params, buffers, x):
+    out, new = nn.functional_call(model, params, x, buffers=buffers, return_buffers=True)
+    return pnp.sum(out**2), new
+
+  (value, new), grads = primc.jit(primc.value_and_grad(loss, has_aux=True))(params, buffers, x)
+  for (_, layer_value), name in zip(model.named_buffers(), names):  # the layer's: unchanged
+    np.testing.assert_array_equal(layer_value, buffers[name] - 0.5)
+  bn = model.sublayers()[1]
+  bn._mean, bn._variance = buffers["1._mean"], buffers["1._variance"]
+  out = model(primc.to_tensor(x))  # eager: the same statistics, in place
+  (out**2).sum().backward()
+  np.testing.assert_allclose(value, float((out**2).sum().numpy()), rtol=1e-5)
+  for name, p in model.named_parameters():
+    np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=2e-4, atol=1e-5)
+  np.testing.assert_allclose(new["1._mean"], bn._mean, rtol=1e-6)
+  np.testing.assert_allclose(new["1._variance"], bn._variance, rtol=1e-6)
+  assert new["1._mean"].dtype == np.float32
+  with pytest.raises(PrimcError, match="no buffers named"):
+    nn.functional_call(model, params, x, buffers={"0._mean": 0.0})
+
+
 def test_dropout_train_and_eval():
   x = np.ones((200, 50))
   np.testing.assert_array_equal(F.dropout(x, 0.3, training=False), x)

@@ -157,6 +157,22 @@ class Layer:
           out.append((n, p))
     return out
 
+  _buffer_names: tuple[str, ...] = ()  # state that is not trained (running statistics)
+
+  def named_buffers(self, prefix: str = "") -> list:
+    """(dotted name, value) of the layer's buffers (state updated by `forward`, not
+    trained: BatchNorm's `_mean` and `_variance`), this layer's first, then its sublayers'."""
+    out = [(prefix + n, getattr(self, n)) for n in self._buffer_names]
+    for name, layer in self._sublayers.items():
+      out += layer.named_buffers(f"{prefix}{name}.")
+    return out
+
+  def _buffer_owners(self, prefix: str = "") -> list:
+    out = [(prefix + n, self, n) for n in self._buffer_names]
+    for name, layer in self._sublayers.items():
+      out += layer._buffer_owners(f"{prefix}{name}.")
+    return out
+
   def trainable_params(self) -> list:
     return [p for p in self.parameters() if getattr(p, "trainable", True)]
 
@@ -174,7 +190,21 @@ class Layer:
 Cell = Layer  # MindSpore's name
 
 
-def functional_call(layer: Layer, params, *args, **kwargs):
+_updates: list = []  # the buffer updates `functional_call(return_buffers=True)` collects
+
+
+def buffer_update(layer: Layer, name: str, value) -> bool:
+  """Hands a layer's new buffer value to the `functional_call` collecting them (then
+  True: the layer keeps its own value), else False (the layer updates itself)."""
+  if not _updates:
+    return False
+  _updates[-1][(id(layer), name)] = value
+  return True
+
+
+def functional_call(
+  layer: Layer, params, *args, buffers: dict | None = None, return_buffers: bool = False, **kwargs
+):
   """`layer(*args, **kwargs)` computed with `params` in place of its parameters' values
   (PyTorch's `torch.func.functional_call`): the form in which `jit`, `grad` and `vmap` take
   a model, its parameters as arguments.
@@ -183,7 +213,39 @@ def functional_call(layer: Layer, params, *args, **kwargs):
     layer: the model.
     params: values in `layer.parameters()`'s order, or a dict by the names
       `layer.named_parameters()` gives (missing names keep their values).
+    buffers: values of buffers by the names `layer.named_buffers()` gives, in place of the
+      layer's own (BatchNorm's running statistics).
+    return_buffers: return `(output, buffers)`, the buffers after the call (a training
+      BatchNorm's updated running statistics) by name, the layer's own left as they were:
+      the form in which a training step with BatchNorm runs under `jit` (flax's
+      `mutable=`).
   """
+  owners = layer._buffer_owners()
+  unknown = set(buffers or {}) - {n for n, _, _ in owners}
+  if unknown:
+    raise PrimcError(f"functional_call: no buffers named {sorted(unknown)}")
+  saved = [(obj, attr, getattr(obj, attr)) for _, obj, attr in owners]
+  collected: dict = {}
+  try:
+    for name, obj, attr in owners:
+      if buffers and name in buffers:
+        object.__setattr__(obj, attr, buffers[name])
+    if return_buffers:
+      _updates.append(collected)
+    try:
+      out = _with_params(layer, params, args, kwargs)
+    finally:
+      if return_buffers:
+        _updates.pop()
+    after = {n: collected.get((id(obj), a), getattr(obj, a)) for n, obj, a in owners}
+  finally:
+    for obj, attr, value in saved:
+      object.__setattr__(obj, attr, value)
+  return (out, after) if return_buffers else out
+
+
+def _with_params(layer: Layer, params, args, kwargs):
+  """`layer(*args, **kwargs)` with `params` in place of its parameters' values."""
   named = layer.named_parameters()
   if isinstance(params, dict):
     unknown = set(params) - {n for n, _ in named}

@@ -18,7 +18,8 @@ from primc.convolution import per_dim
 from primc.core import PrimcError
 from primc.eager import Tensor
 from primc.nn import functional as F
-from primc.nn.base import Layer, Normal
+from primc import numpy as pnp
+from primc.nn.base import Layer, Normal, buffer_update
 
 
 class Sequential(Layer):
@@ -161,6 +162,8 @@ class Dropout(Layer):
 
 
 class _BatchNorm(Layer):
+  _buffer_names = ("_mean", "_variance")
+
   def __init__(
     self,
     num_features,
@@ -200,16 +203,20 @@ class _BatchNorm(Layer):
 
   def _update(self, x):
     value = x.numpy() if isinstance(x, Tensor) else x if isinstance(x, np.ndarray) else None
+    mean, var = F.batch_statistics(x if value is None else value, self.data_format)
+    m = self.momentum
+    new_mean = pnp.astype(m * self._mean + (1 - m) * mean, pnp.result_type(self._mean))
+    new_var = pnp.astype(m * self._variance + (1 - m) * var, pnp.result_type(self._variance))
+    if buffer_update(self, "_mean", new_mean) & buffer_update(self, "_variance", new_var):
+      return  # (a functional call collects them: the layer keeps its own)
     if value is None:
       raise PrimcError(
         f"{type(self).__name__} in training mode updates its running statistics, which a "
-        f"traced function (jit, grad) cannot do: call .eval() on the model there, or run "
-        f"the training step eagerly"
+        f"traced function (jit, grad) cannot do in place: call it by "
+        f"nn.functional_call(model, params, x, buffers=..., return_buffers=True), which "
+        f"returns them, or call .eval() on the model there, or run the step eagerly"
       )
-    mean, var = F.batch_statistics(value, self.data_format)
-    m = self.momentum
-    self._mean = (m * self._mean + (1 - m) * np.asarray(mean)).astype(self._mean.dtype)
-    self._variance = (m * self._variance + (1 - m) * np.asarray(var)).astype(self._variance.dtype)
+    self._mean, self._variance = np.asarray(new_mean), np.asarray(new_var)
 
 
 class BatchNorm1D(_BatchNorm):
