@@ -112,6 +112,17 @@ class ShapedArray:
     object.__setattr__(self, "shape", tuple(map(int, self.shape)))
     object.__setattr__(self, "dtype", dtype_name(self.dtype))
 
+  def __hash__(self):  # (kept once computed: abstract values key the tape's rules and CSE)
+    try:
+      return self.__dict__["_hash"]
+    except KeyError:
+      h = hash((self.shape, self.dtype))
+      object.__setattr__(self, "_hash", h)
+      return h
+
+  def __getstate__(self):  # (a string's hash differs between processes: not pickled)
+    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
   @property
   def ndim(self) -> int:
     return len(self.shape)

@@ -1192,7 +1192,7 @@ def getitem(x, idx):
       n = next(sizes)
       if isinstance(k, builtins.slice):  # an integer's unit dim goes
         out_shape.append(n)
-  return reshape(x, out_shape)
+  return x if tuple(out_shape) == aval_of(x).shape else P.reshape(x, out_shape)
 
 
 def _shape_text(i) -> str:
@@ -2100,9 +2100,13 @@ def _front_end_aware(fn):
           return _by_primc(args, kwargs)
         if (type(out) is np.ndarray or isinstance(out, np.generic)) and out.dtype in _WHOLE:
           return out
-    elif args and type(args[0]) is Tracer and trace_state.user_ops:  # an op's own call
-      out = fn(*args, **kwargs)  # (of a traced value, inside an op: staged, as it takes no
-      return out if same_object else _apart(out, args, kwargs, twin)  # front end's value)
+    elif (
+      args
+      and type(args[0]) is Tracer
+      and (trace_state.user_ops or not _mentions(args, kwargs, _FRONT_END_CLASSES))
+    ):  # a traced value (an op's own call: no front end's value among its arguments)
+      out = fn(*args, **kwargs)
+      return out if same_object else _apart(out, args, kwargs, twin)
     return _general(args, kwargs)
 
   def _general(args, kwargs):

@@ -57,6 +57,7 @@ class _State(threading.local):
 
 
 _state = _State()
+_SUPPORTED = frozenset(SUPPORTED_DTYPES)  # (asked at every traced operation)
 state = _state  # (its builders, read where a call must know at once whether it traces)
 
 
@@ -314,7 +315,7 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
       return bind(prim, [np.asarray(x) if isinstance(x, np.generic) else x for x in args], params)
     else:
       raise locate(PrimcError(), f"{prim.name}: expected arrays, got {type(a).__name__}")
-    if avals[-1].dtype not in SUPPORTED_DTYPES:
+    if avals[-1].dtype not in _SUPPORTED:
       raise locate(
         PrimcError(),
         f"unsupported dtype {avals[-1].dtype} in "
@@ -610,7 +611,7 @@ def as_array(x):
   if isinstance(x, np.ndarray):
     if type(x) is not np.ndarray:
       return as_array(plain_array(x))
-    if dtype_name(x.dtype) not in SUPPORTED_DTYPES:
+    if dtype_name(x.dtype) not in _SUPPORTED:
       raise locate(
         PrimcError(),
         f"unsupported dtype {x.dtype.name} for an array of shape "
