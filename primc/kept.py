@@ -213,6 +213,9 @@ class _Walk:
       if self.tracers:
         return dict(zip(obj, parts))
       return ("dict", tuple(self._ident(k) for k in obj), tuple(parts))
+    if t is types.FunctionType and getattr(obj, "_takes_front_ends", False):
+      return obj if self.tracers else self._ident(obj)  # a library op (primc.numpy's, lax's):
+      # what it computes is its arguments' function, its closure the library's own
     if t is types.FunctionType and depth < MAX_DEPTH and _walked_code(obj.__code__):
       return self._function(obj, depth)  # the user's, or primc's (a transform's closure)
     if t is functools.partial:

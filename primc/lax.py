@@ -526,6 +526,7 @@ def _on_front_ends(python: Callable, unrolled: bool = False):
         return python(*args, **kwargs)
       return pnp.front_end_apply(cls)(fn, args, kwargs)  # recorded whole
 
+    wrapped._takes_front_ends = True  # (a library op: `primc.kept` keys it by identity)
     return wrapped
 
   return decorate

@@ -598,3 +598,17 @@ def test_a_new_path_runs_the_functions_python_once(transform, monkeypatch):
   flat = lambda r: np.concatenate([np.ravel(t) for t in (r if isinstance(r, tuple) else (r,))])
   for a, b in zip(got, want):
     np.testing.assert_allclose(flat(a), flat(b), rtol=1e-13)
+
+
+def test_library_ops_are_keyed_by_identity_not_walked():
+  """A transform's key walks the user's functions, not primc's ops (their closures are the
+  library's): `elementwise_grad(elementwise_grad(pnp.tanh))` called in a loop walked ~60
+  objects a call, most of them inside `pnp.tanh`'s wrappers."""
+  for op in (pnp.tanh, pnp.sum, pnp.reshape, primc.lax.cond):
+    walk = kept._Walk()
+    walk(op)
+    assert walk.nodes == 1, op
+  eg = primc.elementwise_grad(primc.elementwise_grad(pnp.tanh))
+  x = np.linspace(-1.0, 1.0, 5)
+  t = np.tanh(x)
+  np.testing.assert_allclose(eg(x), -2 * t * (1 - t * t), rtol=1e-12)
