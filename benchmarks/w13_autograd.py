@@ -56,7 +56,7 @@ FILES = [f"{e}.py" for e in EXAMPLES]  # (lstm imports rnn; hmm_em reads lstm.py
 
 # The imports changed: run before the example, in its process
 HARNESS = textwrap.dedent("""
-    import sys, types, importlib.util
+    import sys, types, importlib.abc, importlib.util
     mode = sys.argv[1]
     if importlib.util.find_spec("matplotlib") is None:  # else the real one, on Agg
       stub = types.ModuleType("matplotlib")
@@ -70,8 +70,7 @@ HARNESS = textwrap.dedent("""
       sys.modules["matplotlib"] = stub
       sys.modules["matplotlib.pyplot"] = plt
     if mode == "primc":
-        import numpy, numpy.random, primc, primc.numpy, primc.scipy
-        import primc.scipy.special, primc.scipy.stats, primc.scipy.signal, primc.scipy.linalg
+        import numpy, numpy.random, primc, primc.numpy
         # autograd's own helpers (optimizers, flatten) load first, on autograd itself
         import autograd, autograd.misc.flatten, autograd.misc.optimizers, autograd.test_util
         real_numpy = autograd.numpy
@@ -82,10 +81,20 @@ HARNESS = textwrap.dedent("""
         # the example's imports: primc's
         sys.modules["autograd.numpy"] = autograd.numpy = primc.numpy
         sys.modules["autograd.numpy.random"] = primc.numpy.random = numpy.random
-        sys.modules["autograd.scipy"] = autograd.scipy = primc.scipy
-        import primc.scipy.integrate
-        for name in [m for m in sys.modules if m.startswith("primc.scipy.")]:
-            sys.modules["autograd" + name[len("primc"):]] = sys.modules[name]
+        class _Scipy(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            # autograd.scipy[.x] is primc.scipy[.x], imported when the example imports it
+            def find_spec(self, name, path, target=None):
+                if name == "autograd.scipy" or name.startswith("autograd.scipy."):
+                    return importlib.util.spec_from_loader(name, self)
+            def create_module(self, spec):
+                ours = "primc" + spec.name[len("autograd"):]
+                module = importlib.import_module(ours)
+                for name in [m for m in sys.modules if m.startswith(ours + ".")]:
+                    sys.modules["autograd" + name[len("primc"):]] = sys.modules[name]
+                return module  # (its entries beneath, `stats.norm`: modules of primc's)
+            def exec_module(self, module):
+                pass
+        sys.meta_path.insert(0, _Scipy())
         import autograd.builtins  # autograd's containers: Python's own
         for name in ("tuple", "list", "dict"):
             setattr(autograd.builtins, name, __builtins__[name] if isinstance(
