@@ -153,6 +153,20 @@ def _global_names(code: types.CodeType) -> tuple[str, ...]:
   return tuple(names)
 
 
+def _library_op(fn) -> bool:
+  """An op of primc's library (primc.numpy's, lax's, scipy's: marked `_takes_front_ends`,
+  its innermost function primc's own code): what it computes is a function of its
+  arguments, so a walk keys it by identity instead of walking its wrappers' closures (a
+  user's function given `takes_front_ends` is still walked)."""
+  if not getattr(fn, "_takes_front_ends", False):
+    return False
+  inner = getattr(fn, "__wrapped__", fn)
+  while hasattr(inner, "__wrapped__"):
+    inner = inner.__wrapped__
+  code = getattr(inner, "__code__", None)
+  return code is not None and not _user_code(code)
+
+
 def _plain_object(obj) -> bool:
   """An instance of a class with a plain `__dict__` and no `__new__` of its own: its
   attributes are walked, and it is made again by `object.__new__`."""
@@ -213,9 +227,8 @@ class _Walk:
       if self.tracers:
         return dict(zip(obj, parts))
       return ("dict", tuple(self._ident(k) for k in obj), tuple(parts))
-    if t is types.FunctionType and getattr(obj, "_takes_front_ends", False):
-      return obj if self.tracers else self._ident(obj)  # a library op (primc.numpy's, lax's):
-      # what it computes is its arguments' function, its closure the library's own
+    if t is types.FunctionType and _library_op(obj):
+      return obj if self.tracers else self._ident(obj)  # (its closure is the library's own)
     if t is types.FunctionType and depth < MAX_DEPTH and _walked_code(obj.__code__):
       return self._function(obj, depth)  # the user's, or primc's (a transform's closure)
     if t is functools.partial:

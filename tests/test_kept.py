@@ -612,3 +612,14 @@ def test_library_ops_are_keyed_by_identity_not_walked():
   x = np.linspace(-1.0, 1.0, 5)
   t = np.tanh(x)
   np.testing.assert_allclose(eg(x), -2 * t * (1 - t * t), rtol=1e-12)
+
+
+def test_a_users_function_marked_as_taking_front_ends_is_still_walked():
+  scale = [2.0]
+  op = pnp.takes_front_ends(lambda x: x * scale[0])
+  g = primc.grad(lambda x: pnp.sum(op(x)))
+  for _ in range(3):  # (the second call's check passes: from then on the walk is trusted)
+    np.testing.assert_array_equal(g(np.ones(2)), [2.0, 2.0])
+  scale[0] = 3.0  # (read through the op's closure: a new key)
+  np.testing.assert_array_equal(g(np.ones(2)), [3.0, 3.0])
+  assert primc.cache_stats().get("kept_not_kept", 0) == 0
