@@ -386,7 +386,18 @@ def _translated_kernel(module: types.ModuleType) -> Translated | None:
   with _lock:
     if key not in _translated:
       _translated[key] = translate.load(data, symbol)
+      if config.perf_map:
+        _perf_map(_translated[key], translate.text_size(data), module)
     return Translated(_translated[key], int(cached is not None))
+
+
+def _perf_map(address: int, size: int, module: types.ModuleType) -> None:
+  """Names a loaded kernel for Linux `perf` (`/tmp/perf-<pid>.map`, its JIT map format):
+  the kernel's function name in its source (its region's primitives) and its key."""
+  found = re.search(r"^def (\w+)\(", module.SOURCE, re.M)
+  name = f"{found.group(1) if found else 'primc_kernel'}_{module.KEY[:8]}"
+  with open(f"/tmp/perf-{os.getpid()}.map", "a") as f:
+    f.write(f"{address:x} {size:x} {name}\n")
 
 
 def _cfunc(module: types.ModuleType):

@@ -1553,6 +1553,13 @@ def _gemm_wrapper(targets: dict[str, int]) -> ir.Module:
   return module
 
 
+def text_size(obj: bytes) -> int:
+  """The size in bytes of an object file's code (its `.text` sections)."""
+  import llvmlite.binding as llvm
+
+  return sum(s.size() for s in llvm.ObjectFileRef.from_data(obj).sections() if s.is_text())
+
+
 def load(obj: bytes, symbol: str) -> int:
   """Loads an object file into this process's engine; the address of `symbol`."""
   import llvmlite.binding as llvm

@@ -17,6 +17,9 @@
   program called often is compiled (tiered: the interpreter serves until it is).
 - `interpret` (PRIMC_INTERPRET=1): `jit` runs every new signature on the reference
   interpreter instead of compiling it (tests run programs both ways with it).
+- `perf_map` (PRIMC_PERF_MAP=1): each kernel compiled by LLVM is named, with its address
+  and size, in `/tmp/perf-<pid>.map`, so Linux `perf` profiles show kernels by name
+  (numba's kernels: NUMBA_ENABLE_PROFILING=1).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Config:
   # warning (the test suite sets it: a renderer bug must fail a test, not hide behind the
   # fallback); read from the environment, so compile workers inherit it
   strict_kernels: bool = os.environ.get("PRIMC_STRICT_KERNELS") == "1"
+  perf_map: bool = os.environ.get("PRIMC_PERF_MAP") == "1"
 
   def __setattr__(self, name, value):
     """Refuses a setting primc does not have (`config.interpet = True` would otherwise be

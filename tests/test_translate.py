@@ -401,3 +401,26 @@ def test_a_translator_crash_fails_in_strict_mode_and_is_counted_otherwise(monkey
     assert loader.kernel_ir(source) is None
   assert cache.stats().get("translate_failures", 0) == before + 1
   assert "numba compiles it" in caplog.text
+
+
+def test_perf_map_names_each_kernel_loaded(monkeypatch):
+  """PRIMC_PERF_MAP=1 (`config.perf_map`): each kernel LLVM compiles is named in
+  `/tmp/perf-<pid>.map` (start, size, name), so `perf report` shows kernels by name."""
+  import os
+
+  import primc
+  import primc.numpy as pnp
+  from primc.settings import config
+
+  monkeypatch.setattr(config, "perf_map", True)
+  path = f"/tmp/perf-{os.getpid()}.map"
+  before = open(path).read() if os.path.exists(path) else ""
+  jitted = primc.jit(lambda x: pnp.cosh(x) * 3.25 - pnp.arctan(x), tiered=False)  # (a
+  # program of this test alone: its kernels are loaded in this process, from the cache or not)
+  np.testing.assert_allclose(jitted(np.ones(5)), np.cosh(1.0) * 3.25 - np.arctan(1.0))
+  lines = open(path).read()[len(before) :].splitlines()
+  assert lines
+  for line in lines:
+    start, size, name = line.split()
+    assert int(start, 16) > 0 and int(size, 16) > 0 and re.fullmatch(r"\w+_[0-9a-f]{8}", name)
+  assert any("cosh" in line for line in lines)
