@@ -125,6 +125,8 @@ def __getattr__(name: str):
   if name in _SUBMODULES:
     value = importlib.import_module(f"primc.{name}")
   elif name in _HOME:
+    if _HOME[name] == "trace":  # (a traced value's operators are primc.numpy's ops)
+      importlib.import_module("primc.numpy")
     value = getattr(importlib.import_module(f"primc.{_HOME[name]}"), name)
   else:
     raise AttributeError(f"module 'primc' has no attribute {name!r}")

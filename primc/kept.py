@@ -444,7 +444,9 @@ def _generated(template: list, inputs: list, steps: list, outputs: list) -> Call
       lines.append(f"  s{k} = {got} if type({got}) is _ndarray else _asarray({got})")
       known.add(k)
   lines.append(f"  return [{', '.join(map(ref, outputs))}]")
-  exec("def bare(values):\n" + "\n".join(lines), scope)  # noqa: S102 - our own text
+  text = "def bare(values):\n" + "\n".join(lines)
+  # (named as primc's file: `trace.user_source` skips its frames, as it skips `_step`'s)
+  exec(compile(text, f"{__file__}:generated", "exec"), scope)  # noqa: S102 - our own text
   return scope["bare"]
 
 
