@@ -335,6 +335,7 @@ REGION_EMITTED = {
   "contraction": "emit_dot_kernel",
   "indexing": "emit_gather_kernel",
   "sorting": "emit_sort_kernel",
+  "cumulative": "emit_cumulative_kernel",
   "linalg": "emit_linalg_kernel",
 }
 
@@ -1368,6 +1369,33 @@ def emit_sort_kernel(name: str, program: Program) -> Kernel:
     f"tmp = {tmp}",
   ]
   return _per_item_kernel(ctx, program, "rows", _STABLE_SORT)
+
+
+def emit_cumulative_kernel(name: str, program: Program) -> Kernel:
+  """cumsum / cumprod along the last axis, one row per task, left to right as numpy
+  accumulates (each partial result rounded in the array's dtype)."""
+  ctx = KernelContext(name, program)
+  (e,) = program.eqns
+  ins, outs = ctx.arrays(program)
+  shape = e.inputs[0].aval.shape
+  rows = " * ".join(ctx.size(m) for m in shape[:-1]) or "1"
+  n = ctx.size(shape[-1])
+  ctx.prologue += [
+    f"rows = {rows}",
+    f"n = {n}",
+    f"x2 = {ctx.reshaped(ins[0], ['rows', n])}",
+    f"o2 = {ctx.reshaped(outs[0], ['rows', n])}",
+  ]
+  op = "+" if e.prim is P.cumsum_p else "*"
+  body = [
+    "if n > 0:",
+    "  acc = x2[q, 0]",
+    "  o2[q, 0] = acc",
+    "  for i in range(1, n):",
+    f"    acc = acc {op} x2[q, i]",
+    "    o2[q, i] = acc",
+  ]
+  return _per_item_kernel(ctx, program, "rows", body)
 
 
 def _per_item_kernel(ctx, program, count: str, body) -> Kernel:

@@ -44,6 +44,8 @@ def _kernel(region: Program, kind: str, name: str, prefer) -> kernels.Kernel:
     return kernels.emit_gather_kernel(name, region)
   if kind == "sort":
     return kernels.emit_sort_kernel(name, region)
+  if kind == "cumulative":
+    return kernels.emit_cumulative_kernel(name, region)
   if kind == "linalg":
     return kernels.emit_linalg_kernel(name, region)
   lazy = lazy_eqns(region)  # computed where they are read, at other indices

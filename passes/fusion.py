@@ -81,6 +81,7 @@ OPAQUE = {
   **{p: "dot" for p in P.with_trait("contraction")},
   **{p: "gather" for p in P.with_trait("indexing")},
   **{p: "sort" for p in P.with_trait("sorting")},
+  **{p: "cumulative" for p in P.with_trait("cumulative")},
   **{p: "linalg" for p in P.with_trait("linalg")},
 }
 MAX_REGION_EQNS = 400  # profitability: very large kernels compile slowly
@@ -108,7 +109,7 @@ def fusion_blockers(region: _Region, eqn: Eqn) -> list[str]:
   name = eqn.prim.name
   if eqn.prim in OPAQUE:
     return [f"{name} gets a region of its own"]
-  if region.kind in ("gather", "sort", "linalg"):
+  if region.kind in ("gather", "sort", "cumulative", "linalg"):
     return [f"a {region.eqns[0].prim.name} region holds nothing else"]
   reasons = []
   if domain(eqn) != region.domain:

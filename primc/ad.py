@@ -713,6 +713,38 @@ def _exclusive_prefix_product(a, rows, n):
 defjvp(P.reduce_prod_p, _reduce_prod_jvp)
 
 
+def _shifted(v, step: int, fill):
+  """`v` moved `step` places along its last axis, its first `step` entries `fill`."""
+  shape = aval_of(v).shape
+  n, keep = shape[-1], [(0, 0, 0)] * (len(shape) - 1)
+  out = P.pad(P.slice_(v, [0] * len(shape), [*shape[:-1], n - step]), keep + [(step, 0, 0)])
+  if not fill:
+    return out
+  border = P.full([*shape[:-1], step], fill, aval_of(v).dtype)
+  return P.add(out, P.pad(border, keep + [(0, n - step, 0)]))
+
+
+def _cumprod_jvp(t, out, x):
+  """The product rule along a doubling scan (prefix products by log2(n) products with a
+  shifted copy): its association, not numpy's left-to-right one, which a derivative needs
+  not match bit for bit; of primitives only, so every order differentiates it again."""
+  a, step = x, 1
+  while step < aval_of(x).shape[-1]:
+    sa = _shifted(a, step, 1)
+    t = P.add(P.mul(t, sa), P.mul(a, _shifted(t, step, 0)))
+    a, step = P.mul(a, sa), 2 * step
+  return t
+
+
+defjvp(P.cumprod_p, _cumprod_jvp)
+deflinear(P.cumsum_p, lambda ct, x: [_reversed_cumsum(ct)])
+
+
+def _reversed_cumsum(ct):
+  last = (len(aval_of(ct).shape) - 1,)
+  return P.rev(P.cumsum(P.rev(ct, last)), last)
+
+
 def _dot_transpose_lhs(ct, x_aval, y, dimension_numbers):
   """Cotangent of the lhs: contract ct's rhs-free dims with y's free dims, batch with
   batch; the result comes out as (batch, x_free, x_contracting) and is permuted into x's

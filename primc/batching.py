@@ -129,6 +129,8 @@ def _scatter_add_rule(args, dims, *, axis, batch_dims):
 
 
 elementwise(P.argsort_p)  # the batch is a leading axis; the sorted axis stays last
+elementwise(P.cumsum_p)  # (as argsort: the accumulated axis stays last)
+elementwise(P.cumprod_p)
 batch_rules[P.gather_p] = _gather_rule
 batch_rules[P.scatter_add_p] = _scatter_add_rule
 

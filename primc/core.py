@@ -207,6 +207,8 @@ TRAITS = {
   "indexing": "reads or writes at indices held in an array (gather, scatter)",
   "generator": "makes an array from its parameters alone",
   "sorting": "orders its operand along its last axis (argsort)",
+  "cumulative": "accumulates its operand along its last axis, left to right, keeping each "
+  "partial result (cumsum, cumprod)",
   "linalg": "a LAPACK routine on the matrices of its last two axes (batched)",
   "convolution": "sums of products over sliding windows (conv); lowered before fusion",
   "nondifferentiable": "zero derivative by definition",

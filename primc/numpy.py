@@ -2517,30 +2517,6 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
   return a
 
 
-def _scan(a, axis, combine, identity):
-  """Inclusive prefix scan by doubling (Hillis-Steele): log2(n) steps, each combining the
-  partial results with a copy shifted by the step (pad and slice; the positions shifted
-  in hold `identity`)."""
-  n = aval_of(a).shape[axis]
-  step = 1
-  while step < n:
-    shifted = _pad_axis(_slice_axis(a, axis, 0, n - step), axis, step, 0)
-    if identity:
-      shifted = add(shifted, _border(a, axis, step, identity))
-    a = combine(a, shifted)
-    step *= 2
-  return a
-
-
-def _border(a, axis, step, fill):
-  """`fill` at the first `step` positions along `axis`, 0 elsewhere."""
-  shape = aval_of(a).shape
-  idx = P.iota(shape, axis)
-  return where(
-    less(idx, step), P.full(shape, fill, aval_of(a).dtype), P.full(shape, 0, aval_of(a).dtype)
-  )
-
-
 def _scan_input(a, axis, dtype):
   a = _accumulated(a, dtype)
   if axis is None:
@@ -2550,14 +2526,23 @@ def _scan_input(a, axis, dtype):
 
 @_op
 def cumsum(a, axis=None, dtype=None):
-  a, axis = _scan_input(a, axis, dtype)
-  return _scan(a, axis, add, 0)
+  """numpy.cumsum: left to right, as numpy adds (`cumsum` primitive)."""
+  return _accumulate_along(P.cumsum, *_scan_input(a, axis, dtype))
 
 
 @_op
 def cumprod(a, axis=None, dtype=None):
-  a, axis = _scan_input(a, axis, dtype)
-  return _scan(a, axis, multiply, 1)
+  """numpy.cumprod: left to right, as numpy multiplies (an overflow or underflow on the
+  way gives numpy's inf, 0 or NaN, as `prod` does)."""
+  return _accumulate_along(P.cumprod, *_scan_input(a, axis, dtype))
+
+
+def _accumulate_along(prim_fn, a, axis):
+  """`prim_fn` (along the last axis) applied along `axis`."""
+  last = aval_of(a).ndim - 1
+  if axis == last:
+    return prim_fn(a)
+  return moveaxis(prim_fn(moveaxis(a, axis, last)), last, axis)
 
 
 @_op

@@ -791,6 +791,22 @@ def _argsort_rule(x):
 abstract_rules[argsort_p] = _argsort_rule
 impl_rules[argsort_p] = lambda x: np.argsort(x, axis=-1, kind="stable").astype(np.int32)
 
+# inclusive sums and products along the last axis, left to right as numpy accumulates them
+# (a reassociated scan overflows, underflows or rounds where numpy's order does not)
+cumsum_p = Primitive("cumsum", traits=("cumulative",), linear=(0,))
+cumprod_p = Primitive("cumprod", traits=("cumulative",))
+
+
+def _cumulative_rule(x):
+  _check(x.ndim >= 1, "a cumulative sum or product needs an array of rank >= 1")
+  _check(x.dtype != "bool", "a cumulative sum or product of bools: convert them first")
+  return x
+
+
+for _p, _np_fn in ((cumsum_p, np.cumsum), (cumprod_p, np.cumprod)):
+  abstract_rules[_p] = _cumulative_rule
+  impl_rules[_p] = lambda x, _f=_np_fn: _f(x, axis=-1, dtype=x.dtype)
+
 # ---------------------------------------------------------------------------------------
 # Linear algebra over the last two axes (leading axes are a batch), LAPACK through numpy
 # (interpreter) and numba (kernels).
@@ -1116,6 +1132,14 @@ def concatenate(xs, dimension):
 
 def argsort(x):
   return argsort_p.bind(x)
+
+
+def cumsum(x):
+  return cumsum_p.bind(x)
+
+
+def cumprod(x):
+  return cumprod_p.bind(x)
 
 
 def broadcast_in_dim(x, shape, dims):

@@ -492,6 +492,8 @@ CASES = [
     linear=(0,),
   ),
   Case(P.reduce_max_p, lambda x: P.reduce_max(x, (1,)), args(normal(3, 4)), lambda x: x.max(1)),
+  Case(P.cumsum_p, P.cumsum, args(normal(3, 4, 5)), lambda x: np.cumsum(x, -1), linear=(0,)),
+  Case(P.cumprod_p, P.cumprod, args(normal(2, 3, 7)), lambda x: np.cumprod(x, -1)),
   Case(
     P.reduce_prod_p,
     lambda x: P.reduce_prod(x, (0, 2)),

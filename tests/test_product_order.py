@@ -112,3 +112,44 @@ def test_product_derivatives_with_zeros_by_finite_differences(axis, zeros):
   first = lambda a: primc.grad(f)(a).reshape(-1)[7]
   want = _fd(lambda a: float(first(a)), x)
   np.testing.assert_allclose(primc.jit(primc.grad(first))(x), want, atol=1e-6)
+
+
+@st.composite
+def accumulations(draw):
+  """An array of the magnitudes above (and large sums: 3e38 + 3e38 = inf in float32), an
+  axis (or None: flattened) and the function, cumsum or cumprod."""
+  ndim = draw(st.integers(1, 3))
+  shape = tuple(draw(st.lists(st.integers(1, 6), min_size=ndim, max_size=ndim)))
+  size = int(np.prod(shape))
+  mags = draw(st.lists(st.sampled_from([*MAGNITUDES, 3e38]), min_size=size, max_size=size))
+  signs = draw(st.lists(st.sampled_from([-1.0, 1.0]), min_size=size, max_size=size))
+  x = (np.array(mags) * np.array(signs)).astype(np.float32).reshape(shape)
+  axis = draw(st.one_of(st.none(), st.integers(-ndim, ndim - 1)))
+  return x, axis, draw(st.sampled_from(["cumsum", "cumprod"]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(accumulations())
+def test_cumulative_sums_and_products_are_numpys_in_every_path(case):
+  """cumsum and cumprod accumulate left to right, as numpy does, in every path: a doubling
+  scan (pairs first) gave NaN for [0, 1e30, 1e30] and 0 for [1e30, 1e-30, 1e-30]."""
+  x, axis, name = case
+  f = lambda a: getattr(pnp, name)(a, axis=axis)
+  with np.errstate(all="ignore"):
+    want = getattr(np, name)(x, axis=axis)
+    _same(primc.interpret(primc.make_program(f)(x), x)[0], want, "interpreted")
+    _same(primc.jit(f)(x), want, "jit")
+    batched = primc.jit(primc.vmap(f))(np.stack([x, x[::-1]]))
+    _same(batched[0], want, "jit(vmap)")
+    _same(batched[1], getattr(np, name)(x[::-1], axis=axis), "jit(vmap)")
+    _same(f(eager.to_tensor(x)).value, want, "eager")
+    _same(_static(f, x), want, "static")
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+def test_cumulative_derivatives_by_finite_differences(name):
+  rng = np.random.default_rng(3)
+  x = rng.uniform(0.5, 1.5, (3, 5)) * rng.choice([-1.0, 1.0], (3, 5))
+  x[1, 2] = 0.0  # (a zero among the factors: no division in cumprod's derivative)
+  for axis in (0, 1, None):
+    primc.check_grads(lambda a: getattr(pnp, name)(a, axis=axis), (x,), order=2)
