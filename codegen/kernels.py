@@ -1356,19 +1356,27 @@ def emit_sort_kernel(name: str, program: Program) -> Kernel:
   as numpy's (written out, so that the kernel is in the translated subset)."""
   ctx = KernelContext(name, program)
   (e,) = program.eqns
+  rows = _last_axis_rows(ctx, program)
+  ctx.prologue += rows + [
+    f"tmp = {ctx.scratch_array(e.outputs[0].aval.dtype, e.inputs[0].aval.shape[-1])}"
+  ]
+  return _per_item_kernel(ctx, program, "rows", _STABLE_SORT)
+
+
+def _last_axis_rows(ctx: KernelContext, program: Program) -> list[str]:
+  """Prologue lines of a one-equation kernel over rows of its last axis: `rows` (the
+  leading axes), `n` (the last), its operand and result as `x2`, `o2` of (rows, n)."""
+  (e,) = program.eqns
   ins, outs = ctx.arrays(program)
   shape = e.inputs[0].aval.shape
   rows = " * ".join(ctx.size(m) for m in shape[:-1]) or "1"
   n = ctx.size(shape[-1])
-  tmp = ctx.scratch_array(e.outputs[0].aval.dtype, shape[-1])
-  ctx.prologue += [
+  return [
     f"rows = {rows}",
     f"n = {n}",
     f"x2 = {ctx.reshaped(ins[0], ['rows', n])}",
     f"o2 = {ctx.reshaped(outs[0], ['rows', n])}",
-    f"tmp = {tmp}",
   ]
-  return _per_item_kernel(ctx, program, "rows", _STABLE_SORT)
 
 
 def emit_cumulative_kernel(name: str, program: Program) -> Kernel:
@@ -1376,16 +1384,7 @@ def emit_cumulative_kernel(name: str, program: Program) -> Kernel:
   accumulates (each partial result rounded in the array's dtype)."""
   ctx = KernelContext(name, program)
   (e,) = program.eqns
-  ins, outs = ctx.arrays(program)
-  shape = e.inputs[0].aval.shape
-  rows = " * ".join(ctx.size(m) for m in shape[:-1]) or "1"
-  n = ctx.size(shape[-1])
-  ctx.prologue += [
-    f"rows = {rows}",
-    f"n = {n}",
-    f"x2 = {ctx.reshaped(ins[0], ['rows', n])}",
-    f"o2 = {ctx.reshaped(outs[0], ['rows', n])}",
-  ]
+  ctx.prologue += _last_axis_rows(ctx, program)
   op = "+" if e.prim is P.cumsum_p else "*"
   body = [
     "if n > 0:",
