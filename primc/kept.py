@@ -40,6 +40,7 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
+import inspect
 import logging
 import os
 import random
@@ -160,10 +161,7 @@ def _library_op(fn) -> bool:
   user's function given `takes_front_ends` is still walked)."""
   if not getattr(fn, "_takes_front_ends", False):
     return False
-  inner = getattr(fn, "__wrapped__", fn)
-  while hasattr(inner, "__wrapped__"):
-    inner = inner.__wrapped__
-  code = getattr(inner, "__code__", None)
+  code = getattr(inspect.unwrap(fn), "__code__", None)
   return code is not None and not _user_code(code)
 
 

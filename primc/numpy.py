@@ -313,15 +313,14 @@ def _weak_constant(x, dtype: str, shape: tuple):
   """The Python number `x` as an array of this dtype and shape; while tracing, broadcast
   once per trace level (`x ** 2` in a loop stages one constant, not one per step), each
   use a new traced object (an in-place write into one rebinds only that object)."""
-  value = np.asarray(x, dtype)
   builders = trace_state.builders
   if not builders or not shape:
-    return _raw_broadcast_to(value, shape)
+    return _raw_broadcast_to(np.asarray(x, dtype), shape)
   builder = builders[-1]
   key = (x.hex() if type(x) is float else x, type(x), dtype, shape)
   kept = builder.constants.get(key)
   if kept is None:
-    t = _raw_broadcast_to(value, shape)
+    t = _raw_broadcast_to(np.asarray(x, dtype), shape)
     kept = builder.constants[key] = (t.ir_var, t.concrete)
   fresh = Tracer(builder, kept[0])
   fresh.concrete = kept[1]
