@@ -333,6 +333,11 @@ binder: list[Callable] = [_no_tracer]
 abstract_rules: dict[Primitive, Callable[..., ShapedArray]] = {}
 impl_rules: dict[Primitive, Callable[..., np.ndarray]] = {}
 ufunc_rules: dict[Primitive, np.ufunc] = {}
+# A faster implementation for float operands, made once per equation by kept runners and
+# the tape (programs run again and again on values): `runner_rules[prim](*input avals,
+# **params)` gives a function of the input values alone, run inside the caller's IEEE
+# error state (parameters read once, no dtype checks: the shape rules held when traced).
+runner_rules: dict[Primitive, Callable[..., Callable]] = {}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

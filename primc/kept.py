@@ -55,7 +55,15 @@ import numpy as np
 
 from primc import breaks, core, passes, replayed
 from primc.settings import config
-from primc.core import ConcretizationError, Lit, PrimcError, impl_rules, ufunc_rules, without_gc
+from primc.core import (
+  ConcretizationError,
+  Lit,
+  PrimcError,
+  impl_rules,
+  runner_rules,
+  ufunc_rules,
+  without_gc,
+)
 from primc.trace import as_array, aval_of, eval_program, trace_flat, tracing, weak_leaves
 from primc.tree import _node_of, tree_flatten, tree_unflatten
 
@@ -360,12 +368,13 @@ def runner(program, guarded: bool = True) -> Callable[[list], list]:
   inputs = [slot(v) for v in program.inputs]
   steps = []
   for e in program.eqns:
-    floats = all(a.aval.dtype in ("float32", "float64") for a in (*e.inputs, *e.outputs))
-    impl = ufunc_rules.get(e.prim) if floats else None  # (a ufunc keeps float dtypes)
+    impl, kw = _float_impl(e), {}
+    if impl is None:
+      impl, kw = impl_rules[e.prim], e.kw
     step = (
-      impl or impl_rules[e.prim],
+      impl,
       tuple(map(slot, e.inputs)),
-      e.kw,
+      kw,
       tuple(map(slot, e.outputs)),
       e.prim.multiple_results,
     )
@@ -396,6 +405,17 @@ def runner(program, guarded: bool = True) -> Callable[[list], list]:
       return eval_program(program, *values)
 
   return run if guarded else bare
+
+
+def _float_impl(e):
+  """The equation's faster implementation on float operands (a ufunc keeps their dtypes;
+  `runner_rules`), or None."""
+  if not all(a.aval.dtype in ("float32", "float64") for a in (*e.inputs, *e.outputs)):
+    return None
+  if e.prim in ufunc_rules:
+    return ufunc_rules[e.prim]
+  make = runner_rules.get(e.prim)
+  return None if make is None else make(*[a.aval for a in e.inputs], **e.kw)
 
 
 GENERATED_STEPS = 48  # a runner of at most this many steps is one generated function...

@@ -8,6 +8,7 @@ autodiff and batching rules are written in.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -22,6 +23,7 @@ from primc.core import (
   abstract_rules,
   impl_rules,
   index_error,
+  runner_rules,
   ufunc_rules,
 )
 
@@ -359,6 +361,22 @@ def _broadcast_impl(x, *, shape, broadcast_dimensions):
 abstract_rules[broadcast_in_dim_p] = _broadcast_rule
 impl_rules[broadcast_in_dim_p] = _broadcast_impl
 
+
+def _broadcast_runner(x, *, shape, broadcast_dimensions):
+  dims = [1] * len(shape)
+  for i, d in enumerate(broadcast_dimensions):
+    dims[d] = x.shape[i]
+
+  def run(v):
+    out = np.empty(shape, v.dtype)
+    out[...] = v.reshape(dims)
+    return out
+
+  return run
+
+
+runner_rules[broadcast_in_dim_p] = _broadcast_runner
+
 reshape_p = Primitive("reshape", traits=("index_map",), linear=(0,))
 
 
@@ -373,6 +391,7 @@ def _reshape_rule(x, *, new_sizes):
 
 abstract_rules[reshape_p] = _reshape_rule
 impl_rules[reshape_p] = lambda x, *, new_sizes: np.reshape(x, new_sizes).copy()
+runner_rules[reshape_p] = lambda x, *, new_sizes: lambda v: v.reshape(new_sizes).copy()
 
 transpose_p = Primitive("transpose", traits=("index_map",), linear=(0,))
 
@@ -589,6 +608,7 @@ def _reduce_rule(x, *, axes):
 reduce_sum_p = Primitive("reduce_sum", traits=("reduction",), linear=(0,))
 abstract_rules[reduce_sum_p] = lambda x, *, axes: (unary_numeric(x), _reduce_rule(x, axes=axes))[1]
 impl_rules[reduce_sum_p] = _errstate(lambda x, *, axes: np.asarray(np.sum(x, axis=axes), x.dtype))
+runner_rules[reduce_sum_p] = lambda x, *, axes: functools.partial(np.add.reduce, axis=axes)
 
 reduce_max_p = Primitive("reduce_max", traits=("reduction",))
 
@@ -601,6 +621,7 @@ def _reduce_max_rule(x, *, axes):
 
 abstract_rules[reduce_max_p] = _reduce_max_rule
 impl_rules[reduce_max_p] = lambda x, *, axes: np.asarray(np.max(x, axis=axes), x.dtype)
+runner_rules[reduce_max_p] = lambda x, *, axes: functools.partial(np.maximum.reduce, axis=axes)
 
 # A product in numpy's order: left to right along the reduced axes (their elements in C
 # order), so an overflow or underflow on the way gives numpy's inf, 0 or NaN.
@@ -658,8 +679,23 @@ def _dot_general_impl(x, y, *, dimension_numbers):
   return np.asarray(np.matmul(xm, ym).reshape(batch + rows + cols), x.dtype)
 
 
+def _dot_general_runner(x, y, *, dimension_numbers):
+  (lc, rc), (lb, rb) = dimension_numbers
+  xf, yf = _dot_free(len(x.shape), lc, lb), _dot_free(len(y.shape), rc, rb)
+  batch = [x.shape[d] for d in lb]
+  rows, cols = [x.shape[d] for d in xf], [y.shape[d] for d in yf]
+  k = math.prod(x.shape[d] for d in lc)
+  x_perm, x_mat = [*lb, *xf, *lc], (math.prod(batch), math.prod(rows), k)
+  y_perm, y_mat = [*rb, *rc, *yf], (math.prod(batch), k, math.prod(cols))
+  out = tuple(batch + rows + cols)
+  return lambda a, b: np.matmul(
+    a.transpose(x_perm).reshape(x_mat), b.transpose(y_perm).reshape(y_mat)
+  ).reshape(out)
+
+
 abstract_rules[dot_general_p] = _dot_general_rule
 impl_rules[dot_general_p] = _errstate(_dot_general_impl)
+runner_rules[dot_general_p] = _dot_general_runner
 
 
 # conv: a convolution in its one canonical form (JAX's conv_general_dilated with VALID
