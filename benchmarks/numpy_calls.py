@@ -1,7 +1,7 @@
 """primc.numpy on plain arrays against numpy: what each call adds to numpy's own time.
 
 A `primc.numpy` function given no traced value and no front end's value runs numpy's
-function of the same name (see `primc.numpy._front_end_aware`); this measures the
+function of the same name (see `primc.numpy._dispatch._front_end_aware`); this measures the
 dispatch, on 128-element float64 vectors and 16 x 16 matrices (medians of interleaved
 repeats, in microseconds).
 

@@ -74,7 +74,7 @@ class Builder:
     # source line), in order; the program is valid where these come out the same
     self.guards: list[tuple[Var, np.ndarray, str]] = []
     # Python numbers broadcast to a shape (`x ** 2` in a loop): (key, dtype, shape) -> (var,
-    # value); staged once per trace level (`primc.numpy._weak_constant`)
+    # value); staged once per trace level (`primc.numpy._base._weak_constant`)
     self.constants: dict = {}
 
   def new_input(self, aval: ShapedArray) -> "Tracer":

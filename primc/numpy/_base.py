@@ -1,0 +1,456 @@
+"""Operands: numpy's conversion and promotion rules, broadcasting, and the shape ops
+conversion itself needs (a list of traced arrays is stacked)."""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import sys
+import types
+
+import numpy as np
+
+from primc import prims as P
+from primc.core import FLOAT_DTYPES, PrimcError, ShapeError, dtype_name
+from primc.trace import Tracer, aval_of, locate, user_ops
+from primc.trace import as_array as leaf_array
+from primc.trace import state as trace_state
+
+
+class _ArrayType(type):
+  def __instancecheck__(cls, x):
+    return isinstance(x, (np.ndarray, Tracer))
+
+
+class ndarray(metaclass=_ArrayType):
+  """`isinstance(x, pnp.ndarray)` holds for numpy arrays and traced arrays alike (as for
+  `jax.Array`); arrays are made by `pnp.array`, `pnp.zeros`, ..., not by this class."""
+
+  def __new__(cls, *args, **kwargs):
+    raise PrimcError(
+      "primc.numpy.ndarray is for isinstance checks; make arrays with "
+      "pnp.array, pnp.zeros, pnp.empty, ..."
+    )
+
+
+def _converting(int_type):
+  """numpy's integer type `int_type`, whose call also converts a traced array (as
+  `x.astype`; no derivative flows through an integer). A subclass, so it is a dtype where
+  numpy's is: `np.dtype(pnp.int64)` is int64; a value made by it is numpy's own."""
+
+  def __new__(cls, value=0, *args, **kwargs):
+    if _holds_tracer(value):
+      return asarray(value).astype(int_type)
+    return int_type(value, *args, **kwargs)
+
+  return type(
+    int_type.__name__,
+    (int_type,),
+    {
+      "__new__": __new__,
+      "__module__": "primc.numpy",
+      "__doc__": f"numpy.{int_type.__name__}; called on a traced array, `x.astype`.",
+    },
+  )
+
+
+# numpy's own float and bool types: `x.dtype.type is pnp.float32` holds as with numpy (a
+# traced value is converted by `x.astype(pnp.float32)`); the integer types convert a traced
+# value when called, as `np.int64(x)` converts an array (`pnp.int64(x)`: indices from
+# values)
+float32, float64, bool_ = np.float32, np.float64, np.bool_
+int32, int64 = _converting(np.int32), _converting(np.int64)
+pi, e, inf, nan = np.pi, np.e, np.inf, np.nan
+__version__ = np.__version__  # the numpy whose API and promotion rules this module follows
+
+
+def _op(fn):
+  """Marks a user op: errors raised inside name it, the operands and the user's line."""
+  name = fn.__name__.rstrip("_")
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    ops = user_ops()  # (`trace.user_op`'s stack, without a context manager: every op)
+    ops.append(name)
+    try:
+      return fn(*args, **kwargs)
+    except PrimcError as e:
+      if not getattr(e, "located", False):
+        raise locate(e, f"{name} on ({_describe_args(args)}): {e}") from None
+      if not str(e).startswith(name):  # located by argument conversion: add the op
+        out = type(e)(f"{name}: {e}")
+        out.located = True
+        raise out from None
+      raise
+    finally:
+      ops.pop()
+
+  return wrapped
+
+
+def _describe_args(args) -> str:
+  def one(a):
+    if isinstance(a, (Tracer, np.ndarray)):
+      return str(aval_of(a))
+    if isinstance(a, (list, tuple)):
+      return "[" + ", ".join(one(x) for x in a) + "]"
+    return type(a).__name__
+
+  return ", ".join(one(a) for a in args)
+
+
+def _is_python_scalar(x) -> bool:
+  t = type(x)
+  if t is float or t is int or t is bool:
+    return True
+  return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
+
+
+def _is_weak(x) -> bool:
+  """A Python scalar, or a traced value standing for one (`Tracer.weak`)."""
+  return _is_python_scalar(x) or (isinstance(x, Tracer) and x.weak)
+
+
+def _weak_kind(x) -> str:
+  """'f', 'i' or 'b': the kind of a weak value."""
+  if isinstance(x, Tracer):
+    return np.dtype(aval_of(x).dtype).kind.replace("u", "i")
+  return "b" if isinstance(x, bool) else "i" if isinstance(x, int) else "f"
+
+
+def _with_weak(dtype: str, x) -> str:
+  """The dtype after mixing a weak value in (numpy's rule for Python scalars): it never
+  widens an array's dtype, except that a float makes an integer or bool array float64
+  and an int makes a bool array int64."""
+  kind = _weak_kind(x)
+  if kind == "f" and dtype not in FLOAT_DTYPES:
+    return "float64"
+  if kind == "i" and dtype == "bool":
+    return "int64"
+  return dtype
+
+
+def _python_arithmetic(fn):
+  """An operator of traced values: on weak values alone its result is weak too, as Python
+  arithmetic on Python scalars gives a Python scalar (`lr * 0.5`; numpy's functions, like
+  `sqrt(lr)`, give a numpy scalar, which is not weak)."""
+
+  def op(*operands):
+    out = fn(*operands)
+    if isinstance(out, Tracer) and builtins.all(_is_weak(a) for a in operands):
+      out.weak = True
+    return out
+
+  return op
+
+
+def _holds_tracer(x) -> bool:
+  if isinstance(x, (list, tuple)):
+    return builtins.any(_holds_tracer(item) for item in x)
+  return isinstance(x, Tracer)
+
+
+def _as_array(x):
+  """An operand as an array, numpy's `array_like`: nested lists and tuples of arrays and
+  scalars too (`array`), as `np.mean([a, b])` or `np.sum([1.0, 2.0])` take them."""
+  if isinstance(x, (list, tuple)):
+    return array(x) if _holds_tracer(x) else leaf_array(np.asarray(x))
+  return leaf_array(x)
+
+
+as_array = _as_array  # (public; `_as_array` inside ops: no front-end wrapper)
+
+
+def asarray(x, dtype=None):
+  x = _as_array(x)
+  if dtype is not None and dtype != aval_of(x).dtype and np.dtype(dtype).name != aval_of(x).dtype:
+    return P.convert(x, dtype)
+  return x
+
+
+def array(obj, dtype=None):
+  """numpy.array of traced values too: nested lists and tuples of arrays and scalars are
+  stacked (their dtypes promoted as numpy does), anything else is `asarray`."""
+  if isinstance(obj, (list, tuple)):
+    if not obj:
+      return asarray(np.zeros((0,), dtype or np.float64))
+    out = stack([array(item) for item in obj])
+    return out if dtype is None else asarray(out, dtype)
+  return asarray(obj, dtype)
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+  ndim = builtins.max((len(s) for s in shapes), default=0)
+  out = []
+  for i in range(ndim):
+    sizes = {s[i - ndim + len(s)] for s in shapes if i - ndim + len(s) >= 0} - {1}
+    if len(sizes) > 1:
+      raise ShapeError(f"shapes {' and '.join(map(str, shapes))} cannot be broadcast together")
+    out.append(sizes.pop() if sizes else 1)
+  return tuple(out)
+
+
+def broadcast_to(x, shape):
+  """numpy.broadcast_to: right-aligned numpy broadcasting into an explicit broadcast_in_dim."""
+  x = _as_array(x)
+  shape = tuple(int(d) for d in shape)
+  xs = aval_of(x).shape
+  if xs == shape:
+    return x
+  if len(xs) > len(shape):
+    raise ShapeError(f"cannot broadcast {xs} to {shape}")
+  lead = len(shape) - len(xs)
+  for i, n in enumerate(xs):
+    if n not in (1, shape[lead + i]):
+      raise ShapeError(f"cannot broadcast {xs} to {shape}")
+  # Size-1 dims that expand are squeezed first so the broadcast is a pure index map.
+  keep = [i for i, n in enumerate(xs) if n == shape[lead + i]]
+  if len(keep) != len(xs):
+    x = P.reshape(x, [xs[i] for i in keep])
+  return P.broadcast_in_dim(x, shape, [lead + i for i in keep])
+
+
+@functools.lru_cache(maxsize=1024)
+def _result_name(*dtypes: str) -> str:
+  return np.result_type(*dtypes).name
+
+
+_raw_asarray, _raw_broadcast_to = asarray, broadcast_to  # (not the public, wrapped ones:
+# an operand converted inside an op is neither a front end's call nor a view of the user's)
+
+
+def _promote(*args):
+  """Converts operands to one dtype and one shape (numpy rules, weak Python scalars)."""
+  shapes = _shapes_of_one_dtype(args)
+  if shapes is not None:  # traced values and arrays of one dtype: broadcast only
+    if shapes.count(shapes[0]) == len(shapes):
+      return list(args)
+    shape = broadcast_shapes(*shapes)
+    return [_raw_broadcast_to(a, shape) for a in args]
+  args = [_as_array(a) if isinstance(a, (list, tuple)) else a for a in args]
+  strong = [aval_of(a).dtype for a in args if not _is_weak(a)]
+  if strong:
+    dtype = strong[0] if len(set(strong)) == 1 else _result_name(*strong)
+    for a in args:
+      if _is_weak(a):
+        dtype = _with_weak(dtype, a)
+  else:  # only weak values: numpy's float64 if any is a float, else int64 (or bool)
+    kinds = {_weak_kind(a) for a in args}
+    dtype = "float64" if "f" in kinds else "int64" if "i" in kinds else "bool"
+    tracers = [aval_of(a).dtype for a in args if isinstance(a, Tracer)]
+    if tracers and np.dtype(dtype).kind == np.dtype(np.result_type(*tracers)).kind:
+      dtype = np.result_type(*tracers).name  # weak traced values keep theirs
+  arrays = [a if _is_python_scalar(a) else _raw_asarray(a, dtype) for a in args]
+  shape = broadcast_shapes(*(() if _is_python_scalar(a) else aval_of(a).shape for a in arrays))
+  return [
+    _weak_constant(a, dtype, shape) if _is_python_scalar(a) else _raw_broadcast_to(a, shape)
+    for a in arrays
+  ]
+
+
+def _shapes_of_one_dtype(args) -> list | None:
+  """The shapes of `args` where each is a traced value (not weak) or a numpy array, all of
+  one dtype (the common case of `_promote`, kept short); else None."""
+  dtype, shapes = None, []
+  for a in args:
+    t = type(a)
+    if t is Tracer and not a.weak:
+      aval = a.ir_var.aval
+      d, shape = aval.dtype, aval.shape
+    elif t is np.ndarray:
+      d, shape = dtype_name(a.dtype), a.shape
+    else:
+      return None
+    if dtype is None:
+      dtype = d
+    elif d != dtype:
+      return None
+    shapes.append(shape)
+  return shapes
+
+
+def _weak_constant(x, dtype: str, shape: tuple):
+  """The Python number `x` as an array of this dtype and shape; while tracing, broadcast
+  once per trace level (`x ** 2` in a loop stages one constant, not one per step), each
+  use a new traced object (an in-place write into one rebinds only that object)."""
+  builders = trace_state.builders
+  if not builders or not shape:
+    return _raw_broadcast_to(np.asarray(x, dtype), shape)
+  builder = builders[-1]
+  key = (x.hex() if type(x) is float else x, type(x), dtype, shape)
+  kept = builder.constants.get(key)
+  if kept is None:
+    t = _raw_broadcast_to(np.asarray(x, dtype), shape)
+    kept = builder.constants[key] = (t.ir_var, t.concrete)
+  fresh = Tracer(builder, kept[0])
+  fresh.concrete = kept[1]
+  return fresh
+
+
+def _float(x):
+  """x as a float array: integers and bools become float64 (numpy's rule for division and
+  means; its transcendental ufuncs take int8, uint8 and bools to float16 and int16 and
+  uint16 to float32, where primc computes in float64 in every path)."""
+  x = _as_array(x)
+  if aval_of(x).dtype in FLOAT_DTYPES:
+    return x
+  return P.convert(x, "float64")
+
+
+def _axes(axis, ndim) -> tuple[int, ...]:
+  if axis is None:
+    return tuple(range(ndim))
+  axes = (axis,) if isinstance(axis, int) else tuple(axis)
+  out = []
+  for a in axes:
+    if not -ndim <= a < ndim:
+      raise ShapeError(f"axis {a} is out of bounds for an array of rank {ndim}")
+    out.append(a % ndim)
+  return tuple(sorted(out))
+
+
+def astype(x, dtype):
+  return asarray(x, dtype)
+
+
+def _shape(shape):
+  return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+
+
+# The shape ops conversion itself needs (`array` stacks a list of traced arrays)
+
+
+@_op
+def reshape(x, shape, *more, order="C"):
+  """numpy.reshape; order "F" reads and writes the elements in column-major order (the
+  reshape of the transpose, transposed back); "A" is "C" here (traced arrays have no
+  memory layout)."""
+  x = _as_array(x)
+  shape = _shape(shape) if not more else _shape((shape,) + more)
+  if order == "F":
+    full = _full_shape(aval_of(x), shape)
+    return transpose(reshape(transpose(x), full[::-1]))
+  if order not in ("C", "A"):
+    raise PrimcError(f"reshape: order must be 'C', 'F' or 'A', got {order!r}")
+  size = aval_of(x).size
+  if shape.count(-1) > 1:
+    raise ShapeError(f"cannot reshape {aval_of(x).shape} to {shape}: more than one -1")
+  if -1 in shape:
+    known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+    if known == 0 or size % known:
+      raise ShapeError(f"cannot reshape {aval_of(x).shape} ({size} elements) to {shape}")
+    shape = tuple(size // known if d == -1 else d for d in shape)
+  if shape == aval_of(x).shape:
+    return x
+  return P.reshape(x, shape)
+
+
+def _full_shape(aval, shape) -> tuple[int, ...]:
+  """`shape` with its -1 resolved against `aval`'s size."""
+  if -1 not in shape:
+    return tuple(shape)
+  known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+  return tuple(aval.size // builtins.max(known, 1) if d == -1 else d for d in shape)
+
+
+@_op
+def transpose(x, axes=None, perm=None):
+  """numpy.transpose (`perm=` is Paddle's name for `axes`)."""
+  x = _as_array(x)
+  axes = perm if axes is None else axes
+  nd = aval_of(x).ndim
+  axes = tuple(reversed(range(nd))) if axes is None else tuple(a % nd for a in axes)
+  return x if axes == tuple(range(nd)) else P.transpose(x, axes)
+
+
+def moveaxis(x, source, destination):
+  """Axes `source` (an int or a sequence) moved to `destination`, the others in order."""
+  x = _as_array(x)
+  nd = aval_of(x).ndim
+  source = [int(a) % nd for a in ((source,) if isinstance(source, (int, np.integer)) else source)]
+  destination = [
+    int(a) % nd
+    for a in ((destination,) if isinstance(destination, (int, np.integer)) else destination)
+  ]
+  if len(source) != len(destination):
+    raise ShapeError(f"moveaxis: {len(source)} source axes for {len(destination)} destinations")
+  perm = [i for i in range(nd) if i not in source]
+  for dest, src in sorted(zip(destination, source)):
+    perm.insert(dest, src)
+  return transpose(x, perm)
+
+
+def expand_dims(x, axis):
+  """New axes of length 1 at `axis` (an int or a tuple: positions in the result)."""
+  x = _as_array(x)
+  axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+  ndim = aval_of(x).ndim + len(axes)
+  where_new = sorted(int(a) % ndim for a in axes)
+  if len(set(where_new)) != len(where_new):
+    raise ShapeError(f"expand_dims: repeated axis in {axis}")
+  rest = iter(aval_of(x).shape)
+  return reshape(x, [1 if k in where_new else next(rest) for k in range(ndim)])
+
+
+@_op
+def concatenate(arrays, axis=0):
+  arrays = _promote_list(arrays)
+  if axis is None:  # numpy: the arrays flattened, joined
+    arrays, axis = [reshape(a, (-1,)) for a in arrays], 0
+  nd = aval_of(arrays[0]).ndim
+  return arrays[0] if len(arrays) == 1 else P.concatenate(arrays, axis % nd)
+
+
+def _promote_list(arrays):
+  arrays = [_as_array(a) for a in arrays]
+  dtype = np.result_type(*(aval_of(a).dtype for a in arrays)).name
+  return [asarray(a, dtype) for a in arrays]
+
+
+@_op
+def stack(arrays, axis=0):
+  arrays = _promote_list(arrays)
+  nd = aval_of(arrays[0]).ndim + 1
+  return concatenate([expand_dims(a, axis % nd) for a in arrays], axis % nd)
+
+
+@_op
+def ravel(a, order="C"):
+  return reshape(a, (-1,), order=order)
+
+
+flatten = ravel
+
+
+class NotSupportedError(PrimcError, AttributeError):
+  """A numpy name primc.numpy does not have (an AttributeError too, so `hasattr` and
+  `getattr(pnp, name, default)` keep working)."""
+
+
+def shape(a):
+  return tuple(aval_of(_as_array(a)).shape)
+
+
+def size(a, axis=None):
+  s = shape(a)
+  return int(np.prod(s, dtype=np.int64)) if axis is None else s[axis]
+
+
+def ndim(a):
+  return len(shape(a))
+
+
+def _rebind(replaced: dict) -> None:
+  """Each module of this package, and the package, that names a replaced function by its
+  public name names the replacement (`replaced`: name -> (old, new)). The package's
+  functions call each other by their modules' global names, so a wrapper put on a public
+  function (a view's record, the front ends' dispatch) is what every caller reaches, as in
+  one namespace; private aliases (`_raw_asarray`) keep the function itself."""
+  for module_name, module in list(sys.modules.items()):
+    ours = module_name == "primc.numpy" or module_name.startswith("primc.numpy.")
+    if not ours or not isinstance(module, types.ModuleType):
+      continue
+    space = vars(module)
+    for name, (old, new) in replaced.items():
+      if space.get(name) is old:
+        space[name] = new

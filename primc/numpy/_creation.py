@@ -1,0 +1,88 @@
+"""Creation: zeros, ones, full, eye, arange, linspace and their kin."""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from primc import prims as P
+from primc.numpy._base import NotSupportedError, _as_array, _shape, astype, broadcast_to
+from primc.trace import Tracer, aval_of
+
+
+def zeros(shape, dtype="float32"):
+  return P.full(_shape(shape), 0, dtype)
+
+
+def ones(shape, dtype="float32"):
+  return P.full(_shape(shape), 1, dtype)
+
+
+def full(shape, fill_value, dtype=None):
+  """numpy.full (float32 by default, as JAX and Paddle); a traced `fill_value` (or an
+  array, broadcast to `shape`) gives its dtype unless `dtype` says otherwise."""
+  if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
+    value = _as_array(fill_value)
+    return broadcast_to(value if dtype is None else astype(value, dtype), _shape(shape))
+  return P.full(_shape(shape), fill_value, dtype or "float32")
+
+
+def zeros_like(x, dtype=None, shape=None):
+  return full_like(x, 0, dtype, shape)
+
+
+def ones_like(x, dtype=None, shape=None):
+  return full_like(x, 1, dtype, shape)
+
+
+def full_like(x, fill_value, dtype=None, shape=None):
+  """numpy.full_like; `shape` replaces x's (its dtype is kept)."""
+  a = aval_of(_as_array(x))
+  shape = a.shape if shape is None else _shape(shape)
+  if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
+    return broadcast_to(astype(_as_array(fill_value), dtype or a.dtype), shape)
+  return P.full(shape, fill_value, dtype or a.dtype)
+
+
+def eye(n, m=None, k=0, dtype="float32"):
+  """numpy.eye (float32 by default, as JAX and Paddle): ones on diagonal k."""
+  if not isinstance(k, (int, np.integer)):  # eye(n, m, dtype) as primc once took it
+    k, dtype = 0, k
+  m = n if m is None else m
+  return P.convert(
+    P.eq(P.add(P.iota((n, m), 0), P.full((n, m), int(k), "int32")), P.iota((n, m), 1)), dtype
+  )
+
+
+def arange(start, stop=None, step=None, dtype=None):
+  """numpy.arange: start + k * step for k < ceil((stop - start) / step), the bounds known
+  while tracing; numpy's dtype (int64 for ints, float64 for floats) unless `dtype`."""
+  for b in (start, stop, step):
+    if isinstance(b, Tracer):
+      raise NotSupportedError("arange of traced bounds (its length would depend on them)")
+  if stop is None:
+    start, stop = 0, start
+  step = 1 if step is None else step
+  if step == 0:
+    raise ValueError("arange: step must not be zero")
+  n = builtins.max(0, int(math.ceil((stop - start) / step)))
+  dtype = np.dtype(dtype or np.result_type(start, stop, step)).name
+  k = P.iota((n,), 0, dtype)
+  if start == 0 and step == 1:
+    return k
+  return P.add(P.mul(k, P.full((n,), step, dtype)), P.full((n,), start, dtype))
+
+
+def empty(shape, dtype="float32"):
+  """Zeros: numpy leaves the values undefined; primc's are zero."""
+  return zeros(shape, dtype)
+
+
+def empty_like(x, dtype=None, shape=None):
+  return zeros_like(x, dtype, shape)
+
+
+def identity(n, dtype="float32"):
+  return eye(n, dtype=dtype)
