@@ -117,6 +117,8 @@ HARNESS = textwrap.dedent("""
         autograd.misc.flatten = primc.tree_util.ravel_pytree
         for name in ("linalg", "fft"):
             sys.modules["autograd.numpy." + name] = sys.modules["primc.numpy." + name]
+        import primc.fixed_points  # autograd.misc's fixed_point: primc's
+        sys.modules["autograd.misc.fixed_points"] = primc.fixed_points
     sys.argv = [sys.argv[2]]
     sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
     import runpy

@@ -82,6 +82,7 @@ _NAMES = {
   "batching": ["batch_program"],
   "settings": ["config", "raw_transforms"],
   "custom": ["custom_jvp", "custom_vjp"],
+  "fixed_points": ["fixed_point"],
   "compile": ["cache_stats", "jit"],
   "eager": ["GradManager", "PyLayer", "PyLayerContext", "Tensor", "to_tensor"],
   "nn": ["seed", "rand", "randn", "randint"],

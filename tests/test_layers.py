@@ -42,6 +42,7 @@ LAYERS = [
     [
       "primc.compile",
       "primc.api",
+      "primc.fixed_points",
       "primc.kept",
       "primc.replayed",
       "primc.tape",
