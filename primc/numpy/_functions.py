@@ -1,4 +1,6 @@
-"""The rest of numpy's names programs use, composed of the ops of the other modules."""
+"""The rest of numpy's names programs use, composed of the other modules' ops: ranges
+(linspace, logspace, geomspace), windows, select and piecewise, whole-array comparisons
+(allclose, array_equal), apply_along_axis, and numpy's dtype names and predicates."""
 
 from __future__ import annotations
 

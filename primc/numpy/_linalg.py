@@ -1,4 +1,5 @@
-"""numpy.linalg's functions (namespaced as `primc.numpy.linalg`)."""
+"""numpy.linalg's functions (the package makes them `primc.numpy.linalg`), and norm,
+diagonal, trace, diag and diagflat."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Neural-network ops under Paddle's and MindSpore's names (softmax, cross_entropy, ...)."""
+"""Neural-network ops under Paddle's and MindSpore's names (softmax, cross_entropy, ...).
+
+They are numpy-level functions of arrays, public names of `primc.numpy` as the seeds
+spell them; `primc.nn` (a front end, a layer above) builds its layers and functional
+forms on them."""
 
 from __future__ import annotations
 

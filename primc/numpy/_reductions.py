@@ -1,4 +1,4 @@
-"""Reductions and scans: sum, mean, max, var, norm, cumsum, prod, any, all."""
+"""Reductions and scans: sum, mean, max, var, std, prod, cumsum, diff, any, all."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The operators and methods of traced arrays, and numpy's own functions applied to them."""
+"""The operators and methods of traced arrays, and numpy's own functions applied to them.
+
+`primc.trace.Tracer` is the IR layer's and knows no ops; this module gives it numpy's
+operators and methods (`x + y`, `x.sum()`, `np.tanh(x)`) once the ops exist."""
 
 from __future__ import annotations
 
