@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/numpy_calls.py
 	$(BIN)/python benchmarks/w12_length.py
 	$(BIN)/python benchmarks/w14_cnn.py
+	$(BIN)/python benchmarks/kernel_compile.py
 
 # torch pinned to the CPU build that machines of this project's kind keep on disk (a
 # newer or unpinned torch from the index is a CUDA build of several GB)
