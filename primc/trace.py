@@ -76,6 +76,9 @@ class Builder:
     # Python numbers broadcast to a shape (`x ** 2` in a loop): (key, dtype, shape) -> (var,
     # value); staged once per trace level (`primc.numpy._base._weak_constant`)
     self.constants: dict = {}
+    # each reshape's output -> its operand (`_unreshaped`: `a[:, None]` broadcast against a
+    # matrix squeezes its new axis again; that reshape is the operand itself)
+    self.reshaped: dict[Var, Var] = {}
 
   def new_input(self, aval: ShapedArray) -> "Tracer":
     v = Var(aval)
@@ -336,15 +339,35 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
       assert o.shape == a.shape and dtype_name(o.dtype) == a.dtype, (prim, o.shape, o.dtype, a)
     return outs if prim.multiple_results else outs[0]
   builder = _state.builders[-1]
+  if prim.name == "reshape" and type(args[0]) is Tracer:
+    same = _unreshaped(builder, args[0], out_avals[0])
+    if same is not None:
+      return same
   inputs = tuple(
     [a.ir_var if type(a) is Tracer and a.builder is builder else builder.atom(a) for a in args]
   )
   outs = tuple([Var(a) for a in out_avals])
+  if prim.name == "reshape" and type(inputs[0]) is Var:
+    builder.reshaped[outs[0]] = inputs[0]
   builder.eqns.append(Eqn(prim, inputs, make_params(params), outs, user_source()))
   tracers = [Tracer(builder, v) for v in outs]
   if builder.concrete:
     _compute_beside(prim, args, params, tracers)
   return tracers if prim.multiple_results else tracers[0]
+
+
+def _unreshaped(builder: Builder, x: Tracer, aval: ShapedArray) -> Tracer | None:
+  """A reshape of `x` back to the shape of the operand `x` was reshaped from: that operand
+  (no equation), or None."""
+  if x.builder is not builder:
+    return None
+  source = builder.reshaped.get(x.ir_var)
+  if source is None or source.aval != aval:
+    return None
+  out = Tracer(builder, source)
+  if builder.concrete and x.concrete is not None:
+    out.concrete = np.reshape(x.concrete, aval.shape)
+  return out
 
 
 def _compute_beside(prim: Primitive, args, params, tracers) -> None:

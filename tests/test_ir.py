@@ -234,3 +234,25 @@ def test_shape_free_keys_are_equal_across_batch_sizes_only():
   assert key(lambda w, x: (x @ w).sum(), np.ones((3, 40)), np.ones((40, 3))) != key(
     lambda w, x: (x @ w).sum(), np.ones((3, 40)), np.ones((41, 3))
   )
+
+
+def test_a_reshape_back_to_a_reshaped_operand_is_the_operand():
+  """`a[:, None] + m` squeezes the new axis again to broadcast: no reshape back is staged
+  (the operand itself is used), and values, views and derivatives are unchanged."""
+
+  def f(a, m):
+    return pnp.sum(pnp.exp(a[:, None] + m) * a[:, None].reshape(3)[:, None])
+
+  a, m = np.array([0.1, 0.2, 0.3]), np.arange(12.0).reshape(3, 4) * 0.1
+  program = primc.make_program(f)(a, m)
+  broadcasts = [e for e in program.eqns if e.prim is P.broadcast_in_dim_p]
+  assert broadcasts and all(e.inputs[0] in program.inputs for e in broadcasts[:1])
+  back = [e for e in program.eqns if e.prim is P.reshape_p and e.params == (("new_sizes", (3,)),)]
+  assert not back
+  want = np.sum(np.exp(a[:, None] + m) * a[:, None])
+  np.testing.assert_allclose(f(a, m), want, rtol=1e-14)
+  np.testing.assert_allclose(primc.jit(f)(a, m), want, rtol=1e-14)
+  g = primc.grad(f)(a, m)
+  np.testing.assert_allclose(
+    g, [np.sum(np.exp(a[i] + m[i]) * (a[i] + 1)) for i in range(3)], rtol=1e-12
+  )
