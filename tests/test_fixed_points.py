@@ -87,3 +87,11 @@ def test_parameters_as_a_pytree_and_float32():
     dw, db = primc.grad(lambda p: fixed_point(step, p, 0.0, _distance, tol))((w, b))
     np.testing.assert_allclose(dw, -s * x / (1 + w * s), rtol=rtol)
     np.testing.assert_allclose(db, -s / (1 + w * s), rtol=rtol)
+
+
+def test_on_the_eager_tape():
+  a = primc.to_tensor(np.array([2.0, 9.0]), stop_gradient=False)
+  x = fixed_point(_newton, a, pnp.ones(2, "float64"), _distance, 1e-13)
+  pnp.sum(x).backward()
+  np.testing.assert_allclose(np.asarray(x.numpy()), np.sqrt([2.0, 9.0]), rtol=1e-14)
+  np.testing.assert_allclose(np.asarray(a.grad.numpy()), 0.5 / np.sqrt([2.0, 9.0]), rtol=1e-12)
