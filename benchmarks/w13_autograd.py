@@ -119,6 +119,9 @@ HARNESS = textwrap.dedent("""
             sys.modules["autograd.numpy." + name] = sys.modules["primc.numpy." + name]
         import primc.fixed_points  # autograd.misc's fixed_point: primc's
         sys.modules["autograd.misc.fixed_points"] = primc.fixed_points
+        import autograd.extend, primc.extend  # a function's own gradient: primc's rule
+        autograd.extend.primitive = primc.extend.primitive
+        autograd.extend.defvjp = primc.extend.defvjp
     sys.argv = [sys.argv[2]]
     sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
     import runpy

@@ -40,6 +40,7 @@ _SUBMODULES = (
   "lax",
   "eager",
   "autograd",
+  "extend",
   "functional",
   "nn",
   "optimizer",

@@ -30,6 +30,7 @@ LAYERS = [
       "primc.numpy",
       "primc.contraction",
       "primc.custom",
+      "primc.extend",
       "primc.convolution",
       "primc.random",
       "primc.lax",
