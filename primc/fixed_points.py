@@ -25,7 +25,7 @@ from primc import numpy as pnp
 from primc.api import vjp
 from primc.custom import custom_vjp
 from primc.trace import aval_of
-from primc.tree import tree_flatten, tree_unflatten
+from primc.tree import tree_flatten, tree_map, tree_unflatten
 
 
 def _iterate(f: Callable, a: Any, x0: Any, distance: Callable, tol: float) -> Any:
@@ -73,18 +73,12 @@ def _adjoint_step(f: Callable, params) -> Callable:
   """The adjoint iteration's step at `params` = (a, x*, g): w -> g + (df(a)(x*)/dx)^T w."""
   a, x, g = params
   _, pull = vjp(f(a), x)
-  return lambda w: _plus(g, pull(w)[0])
-
-
-def _plus(x, y):
-  leaves, tree = tree_flatten(x)
-  return tree_unflatten(tree, [u + v for u, v in zip(leaves, tree_flatten(y)[0])])
+  return lambda w: tree_map(lambda u, v: u + v, g, pull(w)[0])
 
 
 def _backward(f, distance, tol, residuals, g):
   a, x = residuals
-  leaves, tree = tree_flatten(g)
-  zero = tree_unflatten(tree, [pnp.zeros_like(v) for v in leaves])
+  zero = tree_map(pnp.zeros_like, g)
   w = _fixed_point(functools.partial(_adjoint_step, f), (a, x, g), zero, distance, tol)
   _, pull = vjp(lambda a: f(a)(x), a)
   return pull(w)[0], None  # (the start has no effect on the fixed point)
