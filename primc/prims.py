@@ -347,22 +347,9 @@ def _broadcast_rule(x, *, shape, broadcast_dimensions):
   return ShapedArray(shape, x.dtype)
 
 
-def _broadcast_impl(x, *, shape, broadcast_dimensions):
-  x = np.asarray(x)
-  dims = [
-    x.shape[broadcast_dimensions.index(d)] if d in broadcast_dimensions else 1
-    for d in range(len(shape))
-  ]
-  out = np.empty(shape, x.dtype)  # (a fresh C-ordered array, filled by numpy's broadcast)
-  out[...] = x.reshape(dims)
-  return out
-
-
-abstract_rules[broadcast_in_dim_p] = _broadcast_rule
-impl_rules[broadcast_in_dim_p] = _broadcast_impl
-
-
 def _broadcast_runner(x, *, shape, broadcast_dimensions):
+  """The broadcast of a value of `x`'s shape (an array or its aval): a fresh C-ordered
+  array, filled by numpy's broadcast."""
   dims = [1] * len(shape)
   for i, d in enumerate(broadcast_dimensions):
     dims[d] = x.shape[i]
@@ -375,6 +362,13 @@ def _broadcast_runner(x, *, shape, broadcast_dimensions):
   return run
 
 
+def _broadcast_impl(x, *, shape, broadcast_dimensions):
+  x = np.asarray(x)
+  return _broadcast_runner(x, shape=shape, broadcast_dimensions=broadcast_dimensions)(x)
+
+
+abstract_rules[broadcast_in_dim_p] = _broadcast_rule
+impl_rules[broadcast_in_dim_p] = _broadcast_impl
 runner_rules[broadcast_in_dim_p] = _broadcast_runner
 
 reshape_p = Primitive("reshape", traits=("index_map",), linear=(0,))
@@ -665,21 +659,10 @@ def _dot_general_rule(x, y, *, dimension_numbers):
   return ShapedArray(shape, x.dtype)
 
 
-def _dot_general_impl(x, y, *, dimension_numbers):
-  """As batched matrices (batch, x's free, contracted) @ (batch, contracted, y's free), one
-  matmul: 3-6x einsum's time on small products (its path search per call), a little less
-  on large ones."""
-  (lc, rc), (lb, rb) = dimension_numbers
-  xf, yf = _dot_free(x.ndim, lc, lb), _dot_free(y.ndim, rc, rb)
-  batch = [x.shape[d] for d in lb]
-  rows, cols = [x.shape[d] for d in xf], [y.shape[d] for d in yf]
-  k = math.prod(x.shape[d] for d in lc)
-  xm = x.transpose([*lb, *xf, *lc]).reshape(math.prod(batch), math.prod(rows), k)
-  ym = y.transpose([*rb, *rc, *yf]).reshape(math.prod(batch), k, math.prod(cols))
-  return np.asarray(np.matmul(xm, ym).reshape(batch + rows + cols), x.dtype)
-
-
 def _dot_general_runner(x, y, *, dimension_numbers):
+  """The product of values of `x`'s and `y`'s shapes (arrays or avals) as batched matrices
+  (batch, x's free, contracted) @ (batch, contracted, y's free), one matmul: 3-6x einsum's
+  time on small products (its path search per call), a little less on large ones."""
   (lc, rc), (lb, rb) = dimension_numbers
   xf, yf = _dot_free(len(x.shape), lc, lb), _dot_free(len(y.shape), rc, rb)
   batch = [x.shape[d] for d in lb]
@@ -691,6 +674,11 @@ def _dot_general_runner(x, y, *, dimension_numbers):
   return lambda a, b: np.matmul(
     a.transpose(x_perm).reshape(x_mat), b.transpose(y_perm).reshape(y_mat)
   ).reshape(out)
+
+
+def _dot_general_impl(x, y, *, dimension_numbers):
+  product = _dot_general_runner(x, y, dimension_numbers=dimension_numbers)
+  return np.asarray(product(x, y), x.dtype)
 
 
 abstract_rules[dot_general_p] = _dot_general_rule
