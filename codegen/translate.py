@@ -1,11 +1,14 @@
-"""Kernels compiled by LLVM directly: the kernel emitters' Python, translated to LLVM IR.
+"""The LLVM renderer: kernels in the kernel IR (`codegen.kir`) compiled by LLVM directly.
 
-The sources `codegen.kernels` writes use a small part of Python over scalars: assignments,
-`if`, `for ... in range`, `while`, arithmetic and comparisons, element access by address
-(`LOAD`, `STORE`, the words through `carray`), the math library's functions and C
-functions by symbol. numba compiles such a kernel in 0.05-0.5 s, most of it numba's own
-typing and lowering in Python; this module types the same subset as numba does and emits
-the LLVM IR itself, so a kernel costs LLVM's optimization and code generation only.
+A kernel's nodes are a small part of Python over scalars: assignments, `if`, `for ...
+in range`, `while`, arithmetic and comparisons, element access by address (`LOAD`,
+`STORE`, the words through `carray`), the math library's functions and C functions by
+symbol. numba compiles the same kernel rendered as Python (`kir.to_python`) in 0.05-0.5
+s, most of it numba's own typing and lowering in Python; this module types the nodes as
+numba types that Python and emits the LLVM IR itself, so a kernel costs LLVM's
+optimization and code generation only. Library functions (the math library, the
+products: Python under `njit`) become nodes by `kir.from_python`, once per function;
+`kernel_ir` takes a kernel's Python the same way, `render_kernel` its nodes.
 
 Typing follows numba: integer arithmetic in int64 (numba's at-least-intp rule; a negation
 in the operand's width), numpy's promotion between types elsewhere (an int and a float32
@@ -41,7 +44,7 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from primc.codegen import installed, openblas, standins, target
+from primc.codegen import installed, kir, openblas, standins, target
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -67,18 +70,17 @@ NUMPY_TYPES = {
   int: "int64",
   bool: "bool",
 }
-FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
+FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}
 INT_OPS = {
-  ast.Add: "add",
-  ast.Sub: "sub",
-  ast.Mult: "mul",
-  ast.BitAnd: "and_",
-  ast.BitOr: "or_",
-  ast.BitXor: "xor",
-  ast.LShift: "shl",
-  ast.RShift: "ashr",
+  "+": "add",
+  "-": "sub",
+  "*": "mul",
+  "&": "and_",
+  "|": "or_",
+  "^": "xor",
+  "<<": "shl",
+  ">>": "ashr",
 }
-COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 # math functions: (float32 symbol, float64 symbol) of libm, or an LLVM intrinsic ("llvm.")
 MATH = {
   "exp": "llvm.exp",
@@ -195,7 +197,7 @@ class Function:
     self,
     compiler: "Compiler",
     key,
-    fn_ast: ast.FunctionDef,
+    fn_kir: kir.Function,
     globals_: dict,
     arg_types: tuple,
     name: str,
@@ -204,11 +206,11 @@ class Function:
     fastmath=("contract",),
     params=None,
   ):
-    self.c, self.key, self.ast, self.globals = compiler, key, fn_ast, globals_
+    self.c, self.key, self.kir, self.globals = compiler, key, fn_kir, globals_
     self.var_types = compiler.var_types.setdefault(key, {})
     self.arg_types, self.name, self.ret, self.linkage = arg_types, name, ret, linkage
     self.fastmath = tuple(fastmath)  # LLVM's flags on float arithmetic (numba's fastmath)
-    self.params = params if params is not None else [a.arg for a in fn_ast.args.args]
+    self.params = params if params is not None else list(fn_kir.params)
     self.returned: list = []
 
   def build(self) -> ir.Function:
@@ -229,10 +231,10 @@ class Function:
     self.slots, self.loops, self.heap = {}, [], {}
     for name, ty, a in zip(self.params, self.arg_types, fn.args):
       self.assign(name, Val(ty, a))
-    self.body(self.ast.body)
+    self.body(self.kir.body)
     if not self.b.block.is_terminated:
       if not void:
-        raise Unsupported(f"{self.ast.name} may end without a value")
+        raise Unsupported(f"{self.kir.name} may end without a value")
       self.b.branch(self.exit)
     self.b.position_at_end(self.exit)
     for slot in self.heap.values():  # the arrays np.full allocated
@@ -300,43 +302,44 @@ class Function:
 
   def stmt(self, s) -> None:
     kind = type(s)
-    if kind is ast.Assign:
+    if kind is kir.Assign:
       value = self.expr(s.value)
       for target in s.targets:
         self.store(target, value)
-    elif kind is ast.AugAssign:
+    elif kind is kir.AugAssign:
       self.store(s.target, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
-    elif kind is ast.Expr:
-      if not isinstance(s.value, ast.Constant):  # docstrings
-        self.expr(s.value)
-    elif kind is ast.If:
+    elif kind is kir.ExprStmt:
+      self.expr(s.value)
+    elif kind is kir.If:
       self.if_(s)
-    elif kind is ast.For:
+    elif kind is kir.For:
       self.for_(s)
-    elif kind is ast.While:
+    elif kind is kir.While:
       self.while_(s)
-    elif kind is ast.Return:
+    elif kind is kir.Return:
       self.return_(s)
-    elif kind is ast.Break or kind is ast.Continue:
+    elif kind is kir.Break or kind is kir.Continue:
       if not self.loops:
         raise Unsupported("break outside a loop")
-      self.b.branch(self.loops[-1][kind is ast.Continue])
-    elif kind is not ast.Pass:
+      self.b.branch(self.loops[-1][kind is kir.Continue])
+    elif kind is kir.Outside:
+      raise Unsupported(s.what)
+    elif kind is not kir.Pass:
       raise Unsupported(f"statement {kind.__name__}")
 
   def store(self, target, value) -> None:
-    if isinstance(target, ast.Name):
+    if isinstance(target, kir.Name):
       self.assign(target.id, value)
-    elif isinstance(target, ast.Tuple) and isinstance(value, Tup):
+    elif isinstance(target, kir.Tuple) and isinstance(value, Tup):
       if len(target.elts) != len(value.items):
         raise Unsupported("unpacking of another length")
       for t, v in zip(target.elts, value.items):
         self.store(t, v)
-    elif isinstance(target, ast.Subscript):
+    elif isinstance(target, kir.Subscript):
       view = self.expr(target.value)
       if not isinstance(view, View):
         raise Unsupported("item assignment to a non-view")
-      at, count = self.element(view, target.slice, partial=True)
+      at, count = self.element(view, target.index, partial=True)
       value = self.cast(value, view.dtype).v
       if count is None:
         self.b.store(value, at)
@@ -357,23 +360,15 @@ class Function:
     self.b.position_at_end(after)
 
   def for_(self, s) -> None:
-    it = s.iter
-    if (
-      s.orelse
-      or not isinstance(s.target, ast.Name)
-      or not isinstance(it, ast.Call)
-      or self.static(it.func) is not range
-      or it.keywords
-      or not 1 <= len(it.args) <= 3
-    ):
-      raise Unsupported("a for loop other than over range(...)")
-    args = [self.cast(self.expr(a), "int64").v for a in it.args]
+    if self.static(kir.Name("range")) is not range:
+      raise Unsupported("a for loop over another range than Python's")
+    args = [self.cast(self.expr(a), "int64").v for a in s.bounds]
     if len(args) == 1:
       args = [ir.Constant(I64, 0)] + args
     start, stop = args[0], args[1]
     step = args[2] if len(args) == 3 else ir.Constant(I64, 1)
     try:
-      sign = self.constant(it.args[2]) if len(args) == 3 else 1
+      sign = self.constant(s.bounds[2]) if len(args) == 3 else 1
     except Unsupported:  # a computed step: its sign at run time; 0 fails the kernel
       if self.key != "kernel":  # (numba raises; a kernel reports a failure by returning 0)
         raise
@@ -407,7 +402,7 @@ class Function:
       going = self.b.icmp_signed(">" if sign < 0 else "<", i, stop)
     self.b.cbranch(going, body, after)
     self.b.position_at_end(body)
-    self.assign(s.target.id, Val("int64", i))
+    self.assign(s.target, Val("int64", i))
     self.loop_body(s.body, after, step_block)
     self.b.position_at_end(step_block)
     self.b.store(self.b.add(self.b.load(counter), step), counter)
@@ -415,8 +410,6 @@ class Function:
     self.b.position_at_end(after)
 
   def while_(self, s) -> None:
-    if s.orelse:
-      raise Unsupported("while ... else")
     head, body, after = (self.fn.append_basic_block(n) for n in ("while", "wbody", "endwhile"))
     self.b.branch(head)
     self.b.position_at_end(head)
@@ -465,12 +458,12 @@ class Function:
   # -- expressions ---------------------------------------------------------------------
   def static(self, node):
     """The Python object a name or attribute stands for, or None if it is a value."""
-    if isinstance(node, ast.Name):
+    if isinstance(node, kir.Name):
       if node.id in self.slots:
         return None
       value = self.lookup(node.id)
       return value.obj
-    if isinstance(node, ast.Attribute):
+    if isinstance(node, kir.Attribute):
       base = self.static(node.value)
       if base is None or not inspect.ismodule(base):
         return None
@@ -479,22 +472,18 @@ class Function:
 
   def constant(self, node):
     """A Python value for a node of constants only (literals, `1 / 6`, `np.inf`, `-x`)."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
+    if isinstance(node, kir.Const) and isinstance(node.value, (int, float, bool)):
       return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+    if isinstance(node, kir.UnaryOp) and node.op == "-":
       return -self.constant(node.operand)
-    if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.Div):
+    if isinstance(node, kir.BinOp) and node.op in ("+", "-", "*", "/"):
       a, b = self.constant(node.left), self.constant(node.right)
       if type(a) not in (int, float) or type(b) not in (int, float):
         raise Unsupported("numpy scalars in a constant expression")  # numpy's rules differ
-      if isinstance(node.op, ast.Div) and b == 0:
+      if node.op == "/" and b == 0:
         raise Unsupported("a constant division by zero")
-      return (
-        {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(node.op))
-        if not isinstance(node.op, ast.Div)
-        else a / b
-      )
-    obj = self.static(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+      return {"+": a + b, "-": a - b, "*": a * b}[node.op] if node.op != "/" else a / b
+    obj = self.static(node) if isinstance(node, (kir.Name, kir.Attribute)) else None
     if isinstance(obj, (bool, int, float, np.floating, np.integer, np.bool_)):
       return obj
     raise Unsupported("not a constant")
@@ -518,46 +507,48 @@ class Function:
 
   def expr(self, node):
     kind = type(node)
-    if kind is ast.Constant:
+    if kind is kir.Const:
       return self.literal(node.value)
-    if kind is ast.Name:
+    if kind is kir.Name:
       value = self.lookup(node.id)
       if isinstance(value, Static) and isinstance(
         value.obj, (bool, int, float, np.floating, np.integer, np.bool_)
       ):
         return self.literal(value.obj)
       return value
-    if kind is ast.Attribute:
-      if isinstance(node.value, ast.Name) and node.value.id in self.slots:
+    if kind is kir.Attribute:
+      if isinstance(node.value, kir.Name) and node.value.id in self.slots:
         return self.view_attribute(self.lookup(node.value.id), node.attr)
       obj = self.static(node)
       if isinstance(obj, (bool, int, float, np.floating, np.integer)):
         return self.literal(obj)
       if obj is None:
-        raise Unsupported(f"attribute {ast.unparse(node)}")
+        raise Unsupported(f"attribute {kir.expr(node)}")
       return Static(obj)
-    if kind is ast.BinOp or kind is ast.UnaryOp:
+    if kind is kir.BinOp or kind is kir.UnaryOp:
       try:  # constants only (`-1`, `1 / 6`): folded, as numba folds them
         return self.literal(self.constant(node))
       except Unsupported:
         pass
-      if kind is ast.UnaryOp:
+      if kind is kir.UnaryOp:
         return self.unary(node.op, self.expr(node.operand))
-      if isinstance(node.op, ast.Pow):
+      if node.op == "**":
         return self.power(node)
       return self.binop(node.op, self.expr(node.left), self.expr(node.right))
-    if kind is ast.Compare:
+    if kind is kir.Compare:
       return self.compare(node)
-    if kind is ast.BoolOp:
+    if kind is kir.BoolOp:
       return self.boolop(node)
-    if kind is ast.IfExp:
+    if kind is kir.IfExp:
       return self.ifexp(node)
-    if kind is ast.Call:
+    if kind is kir.Call:
       return self.call(node)
-    if kind is ast.Subscript:
+    if kind is kir.Subscript:
       return self.subscript(node)
-    if kind is ast.Tuple:
+    if kind is kir.Tuple:
       return Tup(tuple(self.expr(e) for e in node.elts))
+    if kind is kir.Outside:
+      raise Unsupported(node.what)
     raise Unsupported(f"expression {kind.__name__}")
 
   def scalar(self, value) -> Val:
@@ -602,25 +593,25 @@ class Function:
     return instr
 
   def binop(self, op, x, y) -> Val:
-    x, y, b, kind = self.scalar(x), self.scalar(y), self.b, type(op)
-    if kind is ast.Div:
+    x, y, b, kind = self.scalar(x), self.scalar(y), self.b, op
+    if kind == "/":
       ty = "float64" if x.ty in INTS and y.ty in INTS else arith(x.ty, y.ty)
       return Val(ty, self.flags(b.fdiv(self.cast(x, ty).v, self.cast(y, ty).v)))
-    if kind in (ast.BitAnd, ast.BitOr, ast.BitXor) and x.ty == y.ty == "bool":
+    if kind in ("&", "|", "^") and x.ty == y.ty == "bool":
       return Val("bool", getattr(b, INT_OPS[kind])(x.v, y.v))
     ty = arith(x.ty, y.ty)
     xv, yv = self.cast(x, ty).v, self.cast(y, ty).v
     if ty in FLOATS:
       if kind in FLOAT_OPS:
         return Val(ty, self.flags(getattr(b, FLOAT_OPS[kind])(xv, yv)))
-      if kind is ast.Pow and x.ty in FLOATS and y.ty in FLOATS:  # (x **= y)
+      if kind == "**" and x.ty in FLOATS and y.ty in FLOATS:  # (x **= y)
         return Val(ty, self.intrinsic("llvm.pow", [xv, yv]))
-      raise Unsupported(f"{kind.__name__} of floats")
+      raise Unsupported(f"{kind} of floats")
     if kind in INT_OPS:
       return Val(ty, getattr(b, INT_OPS[kind])(xv, yv))
-    if kind in (ast.FloorDiv, ast.Mod):
-      return Val(ty, self.int_divmod(xv, yv, kind is ast.Mod))
-    raise Unsupported(f"{kind.__name__} of integers")
+    if kind in ("//", "%"):
+      return Val(ty, self.int_divmod(xv, yv, kind == "%"))
+    raise Unsupported(f"{kind} of integers")
 
   def power(self, node) -> Val:
     """`x ** y` as numba computes it: a float exponent by `pow` (an int base converted); an
@@ -693,29 +684,26 @@ class Function:
 
   def unary(self, op, x) -> Val:
     x, b = self.scalar(x), self.b
-    if isinstance(op, ast.Not):
+    if op == "not":
       return Val("bool", b.xor(self.truth(x), ir.Constant(I1, 1)))
-    if isinstance(op, ast.UAdd):
+    if op == "+":
       return x if x.ty != "bool" else self.cast(x, "int64")
-    if isinstance(op, ast.USub):
+    if op == "-":
       if x.ty in FLOATS:
         return Val(x.ty, self.flags(b.fneg(x.v)))
       if x.ty == "bool":
         x = self.cast(x, "int64")
       # numba negates in the operand's own width, then widens (-INT32_MIN stays negative)
       return self.cast(Val(x.ty, b.sub(ir.Constant(LL[x.ty], 0), x.v)), "int64")
-    if isinstance(op, ast.Invert) and x.ty == "bool":
+    if op == "~" and x.ty == "bool":
       return Val("bool", b.xor(x.v, ir.Constant(I1, 1)))
-    if isinstance(op, ast.Invert) and x.ty in ("int32", "int64"):
+    if op == "~" and x.ty in ("int32", "int64"):
       x = self.cast(x, "int64")
       return Val("int64", b.xor(x.v, ir.Constant(I64, -1)))
-    raise Unsupported(f"unary {type(op).__name__} of {x.ty}")
+    raise Unsupported(f"unary {op} of {x.ty}")
 
   def compare_pair(self, op, x, y) -> ir.Value:
-    x, y = self.scalar(x), self.scalar(y)
-    if type(op) not in COMPARE:
-      raise Unsupported(f"comparison {type(op).__name__}")
-    sym = COMPARE[type(op)]
+    x, y, sym = self.scalar(x), self.scalar(y), op
     if x.ty == y.ty == "bool":
       return self.b.icmp_unsigned(sym, x.v, y.v)
     ty = unify(x.ty, y.ty)  # numba compares two int32s as int32s (vectors twice as wide)
@@ -750,7 +738,7 @@ class Function:
   def boolop(self, node) -> Val:
     result = self.alloca(I1)
     after = self.fn.append_basic_block("endbool")
-    is_and = isinstance(node.op, ast.And)
+    is_and = node.op == "and"
     for k, operand in enumerate(node.values):
       value = self.scalar(self.expr(operand))
       if value.ty != "bool":
@@ -803,28 +791,29 @@ class Function:
   def subscript(self, node):
     base = self.expr(node.value)
     if isinstance(base, View):
-      at, _ = self.element(base, node.slice)
+      at, _ = self.element(base, node.index)
       return Val(base.dtype, self.b.load(at))
     if isinstance(base, Tup):  # a.shape[k]
-      k = self.constant(node.slice)
+      if len(node.index) != 1:
+        raise Unsupported("a tuple indexed by a tuple")
+      k = self.constant(node.index[0])
       if not isinstance(k, int) or not -len(base.items) <= k < len(base.items):
         raise Unsupported("a tuple index that is not a constant in range")
       return base.items[k]
     if isinstance(base, Val) and base.ty == "table":
-      index = self.cast(self.expr(node.slice), "int64").v
+      if len(node.index) != 1:
+        raise Unsupported("a table indexed by a tuple")
+      index = self.cast(self.expr(node.index[0]), "int64").v
       return Val("ptr", self.b.load(self.b.gep(base.v, [index], inbounds=True)))
-    raise Unsupported(f"subscript of {ast.unparse(node.value)}")
+    raise Unsupported(f"subscript of {kir.expr(node.value)}")
 
-  def element(self, view: View, index_node, partial: bool = False):
-    """The address of `view[index]`, and None; with `partial`, an index of fewer
+  def element(self, view: View, indices: tuple, partial: bool = False):
+    """The address of `view[indices]`, and None; with `partial`, an index of fewer
     dimensions gives the address of the first element of that part and its size."""
-    indices = index_node.elts if isinstance(index_node, ast.Tuple) else [index_node]
     if len(indices) > len(view.shape) or len(indices) < len(view.shape) and not partial:
       raise Unsupported("an index of another rank than the view")
     b, flat = self.b, ir.Constant(I64, 0)
     for node, n in zip(indices, view.shape):
-      if isinstance(node, ast.Slice):
-        raise Unsupported("a slice of a view")
       i = self.cast(self.expr(node), "int64").v
       i = b.select(b.icmp_signed("<", i, ir.Constant(I64, 0)), b.add(i, n), i)  # numba wraps
       flat = b.add(b.mul(flat, n), i)
@@ -899,9 +888,9 @@ class Function:
       raise Unsupported("np.full without a dtype")
     dims = self.dims(self.expr(args[0]))
     value, dtype = self.scalar(self.expr(args[1])), self.dtype_arg(args[2])
-    slot = self.heap.get(node)
+    slot = self.heap.get(id(node))  # (by the call, not by its text: two calls, two arrays)
     if slot is None:
-      slot = self.heap[node] = self.alloca(I8P)
+      slot = self.heap[id(node)] = self.alloca(I8P)
       self.allocas.store(ir.Constant(I8P, None), slot)
     b, count = self.b, self.product(dims)
     b.call(self.c.libc("free"), [b.load(slot)])
@@ -929,21 +918,19 @@ class Function:
   def dtype_arg(self, node) -> str:
     obj = self.static(node)
     if obj not in NUMPY_TYPES:
-      raise Unsupported(f"dtype {ast.unparse(node)}")
+      raise Unsupported(f"dtype {kir.expr(node)}")
     return NUMPY_TYPES[obj]
 
   def call(self, node):
-    if node.keywords:
-      raise Unsupported("keyword arguments")
     fn_node, args = node.func, node.args
-    name = fn_node.id if isinstance(fn_node, ast.Name) else None
+    name = fn_node.id if isinstance(fn_node, kir.Name) else None
     if name in INTRINSICS and name not in self.slots:
       if name in BITCASTS:
         return self.bitcast(name, args)
       return getattr(self, f"call_{name}")(args)
     if (
-      isinstance(fn_node, ast.Attribute)
-      and isinstance(fn_node.value, ast.Name)
+      isinstance(fn_node, kir.Attribute)
+      and isinstance(fn_node.value, kir.Name)
       and fn_node.value.id in self.slots
       and fn_node.attr == "reshape"
     ):
@@ -952,7 +939,7 @@ class Function:
         return self.reshape(view, args)
     obj = self.static(fn_node)
     if obj is None:
-      raise Unsupported(f"call of {ast.unparse(fn_node)}")
+      raise Unsupported(f"call of {kir.expr(fn_node)}")
     if obj is np.full:
       return self.full(node, args)
     if obj is np.fmod and len(args) == 2:
@@ -1000,14 +987,14 @@ class Function:
     symbol, sig = getattr(obj, "symbol", None), getattr(obj, "sig", None)
     if symbol is not None and sig is not None and type(obj).__name__ == "ExternalFunction":
       return self.external(symbol, sig, args)
-    raise Unsupported(f"call of {ast.unparse(fn_node)}")
+    raise Unsupported(f"call of {kir.expr(fn_node)}")
 
   def minmax(self, is_max: bool, values) -> Val:
     acc = values[0]
     for v in values[1:]:
       ty = unify(acc.ty, v.ty)
       a, x = self.cast(acc, ty), self.cast(v, ty)
-      pred = self.compare_pair(ast.Gt() if is_max else ast.Lt(), x, a)
+      pred = self.compare_pair(">" if is_max else "<", x, a)
       acc = Val(ty, self.b.select(pred, x.v, a.v))
     return acc
 
@@ -1044,7 +1031,7 @@ class Function:
   def inline(self, dispatcher, args):
     """A call of a library function: translated for these argument types (arguments that
     are Python objects, a dtype, bound as constants of that translation), inlined."""
-    names = [a.arg for a in parsed(dispatcher.py_func)[0].args.args]
+    names = parsed(dispatcher.py_func)[0].params
     if len(names) != len(args):
       raise Unsupported(f"call of {dispatcher.py_func.__name__} with other arguments")
     values, statics = [], []
@@ -1102,7 +1089,7 @@ class Function:
 
   def call_carray(self, args):
     ptr, shape, dtype = args
-    if not isinstance(shape, ast.Tuple):
+    if not isinstance(shape, kir.Tuple):
       raise Unsupported("carray with a shape that is not a tuple")
     dims = tuple(self.cast(self.expr(d), "int64").v for d in shape.elts)
     return View(self.pointer(self.expr(ptr)), self.dtype_arg(dtype), dims)
@@ -1271,10 +1258,10 @@ class Compiler:
     key = (py_func, arg_types, statics)
     fn = self.functions.get(key)
     if fn is None:
-      fn_ast, globals_ = parsed(py_func)
+      fn_kir, globals_ = parsed(py_func)
       globals_ = {**globals_, **dict(statics)}
       make = lambda c, name, ret=None: Function(
-        c, key, fn_ast, globals_, arg_types, name, ret, fastmath=fastmath, params=params
+        c, key, fn_kir, globals_, arg_types, name, ret, fastmath=fastmath, params=params
       )
       if key not in self.returns:
         f = make(Compiler("probe", self.var_types, self.returns), py_func.__name__)
@@ -1286,13 +1273,22 @@ class Compiler:
 
 
 @functools.lru_cache(maxsize=16)
-def _functions(source: str) -> dict[str, ast.FunctionDef]:
-  return {n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+def _functions(source: str) -> dict[str, kir.Function | None]:
+  """The functions of a library module's source as kernel IR (None: a signature or
+  decorators outside the subset)."""
+  out: dict[str, kir.Function | None] = {}
+  for n in ast.parse(source).body:
+    if isinstance(n, ast.FunctionDef):
+      try:
+        out[n.name] = kir.from_python(n) if len(n.decorator_list) <= 1 else None
+      except ValueError:
+        out[n.name] = None
+  return out
 
 
-def parsed(py_func):
-  """The syntax tree of a library function and its globals: from its module's SOURCE
-  (the library runs as modules of the cache, from source) or its file."""
+def parsed(py_func) -> tuple[kir.Function, dict]:
+  """A library function's kernel IR and its globals: from its module's SOURCE (the
+  library runs as modules of the cache, from source) or its file."""
   globals_ = py_func.__globals__
   source = globals_.get("SOURCE")
   if not isinstance(source, str):
@@ -1301,22 +1297,14 @@ def parsed(py_func):
     except (OSError, TypeError) as e:
       raise Unsupported(f"no source for {py_func.__name__}") from e
   fn = _functions(source).get(py_func.__name__)
-  if (
-    fn is None
-    or fn.args.vararg
-    or fn.args.kwarg
-    or fn.args.defaults
-    or fn.args.kwonlyargs
-    or fn.decorator_list
-    and len(fn.decorator_list) != 1
-  ):
+  if fn is None:
     raise Unsupported(f"function {py_func.__name__}")
   return fn, globals_
 
 
-def kernel_ir(source: str, globals_: dict, symbol: str) -> str:
-  """The LLVM IR of a generated module's kernel, as the C function `symbol`
-  (`int64 symbol(int64 phase, int64 lo, int64 hi, void **p)`); raises Unsupported."""
+def python_kernel(source: str) -> kir.Function:
+  """The kernel function of a module's Python source (`KERNEL = name` names it) as kernel
+  IR; raises Unsupported for a module of another shape."""
   tree = ast.parse(source)
   defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
   kernel = next(
@@ -1334,13 +1322,28 @@ def kernel_ir(source: str, globals_: dict, symbol: str) -> str:
   for n in tree.body:
     if not isinstance(n, (ast.FunctionDef, ast.Assign, ast.Import, ast.ImportFrom, ast.Expr)):
       raise Unsupported(f"module statement {type(n).__name__}")
+  try:
+    return kir.from_python(defs[kernel])
+  except ValueError as e:
+    raise Unsupported(str(e)) from None
+
+
+def kernel_ir(source: str, globals_: dict, symbol: str) -> str:
+  """The LLVM IR of a generated module's kernel, as the C function `symbol`
+  (`int64 symbol(int64 phase, int64 lo, int64 hi, void **p)`); raises Unsupported."""
+  return render_kernel(python_kernel(source), globals_, symbol)
+
+
+def render_kernel(fn: kir.Function, globals_: dict, symbol: str) -> str:
+  """The LLVM IR of a kernel given as kernel IR (`globals_`: what its names stand for,
+  besides `math` and `np`), as the C function `symbol`; raises Unsupported."""
   names = {**globals_, "math": math, "np": np}
   return _module(
     symbol,
     lambda c: Function(
       c,
       "kernel",
-      defs[kernel],
+      fn,
       names,
       ("int64", "int64", "int64", "table"),
       symbol,
@@ -1357,8 +1360,8 @@ def function_ir(
   the C function `symbol`, and its return type (numba's for the same arguments; None: it
   returns nothing); raises Unsupported. (The library's C entries, and tests holding the
   translator to numba's semantics.)"""
-  fn_ast = _functions(source).get(name)
-  if fn_ast is None:
+  fn_kir = _functions(source).get(name)
+  if fn_kir is None:
     raise Unsupported(f"no function {name}")
   ret = []
 
@@ -1366,7 +1369,7 @@ def function_ir(
     probe = Function(
       Compiler("probe", c.var_types, c.returns),
       "f",
-      fn_ast,
+      fn_kir,
       globals_,
       arg_types,
       name,
@@ -1376,7 +1379,7 @@ def function_ir(
     probe.build()
     ret[:] = [c.lltype_of(probe.returned) if probe.returned else ir.VoidType()]
     Function(
-      c, "f", fn_ast, globals_, arg_types, symbol, ret[0], linkage="external", fastmath=fastmath
+      c, "f", fn_kir, globals_, arg_types, symbol, ret[0], linkage="external", fastmath=fastmath
     ).build()
 
   text = _module(symbol, build)
@@ -1561,9 +1564,12 @@ def text_size(obj: bytes) -> int:
 
 
 def load(obj: bytes, symbol: str) -> int:
-  """Loads an object file into this process's engine; the address of `symbol`."""
+  """Loads an object file into this process's engine; the address of `symbol`. An object
+  calling the BLAS entry gets it linked first (unresolved, the call would jump to 0)."""
   import llvmlite.binding as llvm
 
+  if symbol != GEMM_SYMBOL and GEMM_SYMBOL.encode() in obj:  # (the entry itself: no)
+    link_blas()
   global _engine
   with _lock:
     if _engine is None:
