@@ -37,7 +37,8 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import Eqn, Lit, Primitive, Printer, Program, Var, pp_lit, pp_param, pp_program
-from primc.codegen import openblas
+from primc.codegen import kir, openblas
+from primc.codegen.kir import E, S
 from primc.codegen.segments import segmented_loop
 from primc.codegen.writer import Writer
 from primc.passes.fusion import lazy_eqns
@@ -75,23 +76,33 @@ class Kernel:
   scratch: tuple[tuple[str, int], ...]  # (dtype, elements) per scratch array
 
 
-def _np(dtype: str) -> str:
-  return f"np.{dtype if dtype != 'bool' else 'bool_'}"
+def _np(dtype: str) -> kir.Attribute:
+  return kir.np_type(dtype)
 
 
-def const(value, dtype: str) -> str:
+def const(value, dtype: str) -> kir.Expr:
+  """A constant of `dtype` as code: `np.float32(0.5)`, `np.int64(-3)`, `True`."""
   v = np.asarray(value, dtype).reshape(-1)[0]
   if dtype == "bool":
-    return "True" if v else "False"
+    return kir.Const(bool(v))
   if dtype.startswith("float"):
     f = float(v)
-    text = repr(f) if np.isfinite(f) else ("np.inf" if f > 0 else "-np.inf") if f == f else "np.nan"
-    return f"{_np(dtype)}({text})"
-  return f"{_np(dtype)}({int(v)})"
+    if f != f:
+      arg = E("np.nan")
+    elif not np.isfinite(f):
+      arg = E("np.inf") if f > 0 else E("-np.inf")
+    else:
+      arg = kir.number(f)
+    return kir.Call(_np(dtype), (arg,))
+  return kir.Call(_np(dtype), (kir.number(int(v)),))
 
 
 def _binop(op):
-  return lambda ctx, e, x, y: f"({x} {op} {y})"
+  return lambda ctx, e, x, y: kir.BinOp(op, x, y)
+
+
+def _compare(op):
+  return lambda ctx, e, x, y: kir.Compare(x, (op,), (y,))
 
 
 def _math(name):
@@ -100,8 +111,8 @@ def _math(name):
     if name in ("sin", "cos"):
       ctx.range_checks.append(x)
       if ctx.precise:
-        return f"{_np(dtype)}(math.{name}({x}))"
-    return f"{name}_{'f32' if dtype == 'float32' else 'f64'}({x})"
+        return kir.Call(_np(dtype), (kir.call(f"math.{name}", x),))
+    return kir.call(f"{name}_{'f32' if dtype == 'float32' else 'f64'}", x)
 
   return rule
 
@@ -112,10 +123,10 @@ for _name in ("exp", "log", "tanh", "sin", "cos"):
 
 def _libm(call: str):
   """A primitive computed by libm through numba's `math` (scalar calls: right, not
-  vectorized), rounded to the result's dtype; `call` formats the operands."""
+  vectorized), rounded to the result's dtype; `call` spells it, its operands `{}`."""
 
   def rule(ctx, e, *xs):
-    return f"{_np(e.outputs[0].aval.dtype)}({call.format(*xs)})"
+    return kir.Call(_np(e.outputs[0].aval.dtype), (E(call, *xs),))
 
   return rule
 
@@ -160,17 +171,23 @@ for _prim, _call in (
   (P.erfcinv_p, "erfcinv_f64(np.float64({}))"),
 ):
   lower_rules[_prim] = _libm(_call)
-lower_rules[P.polygamma_p] = lambda ctx, e, x: (
-  f"{_np(e.outputs[0].aval.dtype)}(polygamma_f64({e.kw['n']}, np.float64({x})))"
+lower_rules[P.polygamma_p] = lambda ctx, e, x: E(
+  "{t}(polygamma_f64({n}, np.float64({x})))", t=_np(e.outputs[0].aval.dtype), n=e.kw["n"], x=x
 )
-lower_rules[P.special_p] = lambda ctx, e, *xs: (  # scipy's C function (codegen/special.py)
-  f"{_np(e.outputs[0].aval.dtype)}(SP_{e.kw['name'].upper()}("
-  f"{''.join(f'np.float64({x}), ' for x in xs)}np.int32(0)))"
+lower_rules[P.special_p] = lambda ctx, e, *xs: kir.Call(  # scipy's C function (special.py)
+  _np(e.outputs[0].aval.dtype),
+  (
+    kir.call(
+      f"SP_{e.kw['name'].upper()}", *(kir.call("np.float64", x) for x in xs), E("np.int32(0)")
+    ),
+  ),
 )
 lower_rules[P.bit_and_p] = _binop("&")
 lower_rules[P.bit_or_p] = _binop("|")
 lower_rules[P.bit_xor_p] = _binop("^")
-lower_rules[P.bit_not_p] = lambda ctx, e, x: f"{_np(e.outputs[0].aval.dtype)}(~{x})"
+lower_rules[P.bit_not_p] = lambda ctx, e, x: kir.Call(
+  _np(e.outputs[0].aval.dtype), (kir.UnaryOp("~", x),)
+)
 lower_rules[P.shift_left_p] = lambda ctx, e, x, y: _shift(e, x, y, "<<")
 lower_rules[P.shift_right_p] = lambda ctx, e, x, y: _shift(e, x, y, ">>")
 
@@ -178,32 +195,35 @@ lower_rules[P.shift_right_p] = lambda ctx, e, x, y: _shift(e, x, y, ">>")
 def _shift(e, x, y, op):
   """numpy's shifts: counts outside [0, bits) give 0, or the sign's fill shifting right
   (LLVM's shift by such a count is undefined: never emitted)."""
-  dtype = e.outputs[0].aval.dtype
-  bits = 8 * np.dtype(dtype).itemsize
-  fill = f"({_np(dtype)}(-1) if {x} < 0 else {_np(dtype)}(0))" if op == ">>" else f"{_np(dtype)}(0)"
-  return f"({_np(dtype)}({x} {op} {y}) if {y} >= 0 and {y} < {bits} else {fill})"
+  t = _np(e.outputs[0].aval.dtype)
+  bits = 8 * np.dtype(e.outputs[0].aval.dtype).itemsize
+  fill = E("({t}(-1) if {x} < 0 else {t}(0))", t=t, x=x) if op == ">>" else E("{t}(0)", t=t)
+  shifted = kir.Call(t, (kir.BinOp(op, x, y),))
+  return E("({s} if {y} >= 0 and {y} < {bits} else {fill})", s=shifted, y=y, bits=bits, fill=fill)
 
 
 lower_rules[P.nextafter_p] = _libm("np.nextafter({}, {})")
-lower_rules[P.signbit_p] = lambda ctx, e, x: f"(math.copysign(1.0, {x}) < 0.0)"
+lower_rules[P.signbit_p] = lambda ctx, e, x: E("(math.copysign(1.0, {}) < 0.0)", x)
 lower_rules[P.add_p] = _binop("+")
 lower_rules[P.sub_p] = _binop("-")
 lower_rules[P.mul_p] = _binop("*")
-lower_rules[P.div_p] = lambda ctx, e, x, y: (
-  f"({x} / {y})" if e.outputs[0].aval.is_float else f"({x} // {y})"
+lower_rules[P.div_p] = lambda ctx, e, x, y: kir.BinOp(
+  "/" if e.outputs[0].aval.is_float else "//", x, y
 )
-lower_rules[P.pow_p] = lambda ctx, e, x, y: f"({x} ** {y})"
-lower_rules[P.neg_p] = lambda ctx, e, x: f"(-{x})"
-lower_rules[P.abs_p] = lambda ctx, e, x: f"abs({x})"
-lower_rules[P.sqrt_p] = lambda ctx, e, x: f"np.sqrt({x})"
+lower_rules[P.pow_p] = _binop("**")
+lower_rules[P.neg_p] = lambda ctx, e, x: kir.UnaryOp("-", x)
+lower_rules[P.abs_p] = lambda ctx, e, x: kir.call("abs", x)
+lower_rules[P.sqrt_p] = lambda ctx, e, x: kir.call("np.sqrt", x)
 lower_rules[P.stop_gradient_p] = lambda ctx, e, x: x
-lower_rules[P.sign_p] = lambda ctx, e, x: (
-  f"({const(1, e.outputs[0].aval.dtype)} if {x} > 0 else "
-  f"({const(-1, e.outputs[0].aval.dtype)} if {x} < 0 else {x}))"
+lower_rules[P.sign_p] = lambda ctx, e, x: E(
+  "({one} if {x} > 0 else ({minus} if {x} < 0 else {x}))",
+  one=const(1, e.outputs[0].aval.dtype),
+  minus=const(-1, e.outputs[0].aval.dtype),
+  x=x,
 )
 # numpy's maximum/minimum propagate NaN from either side
-lower_rules[P.max_p] = lambda ctx, e, x, y: f"({x} if ({x} > {y} or {x} != {x}) else {y})"
-lower_rules[P.min_p] = lambda ctx, e, x, y: f"({x} if ({x} < {y} or {x} != {x}) else {y})"
+lower_rules[P.max_p] = lambda ctx, e, x, y: E("({0} if ({0} > {1} or {0} != {0}) else {1})", x, y)
+lower_rules[P.min_p] = lambda ctx, e, x, y: E("({0} if ({0} < {1} or {0} != {0}) else {1})", x, y)
 for _p, _op in (
   (P.eq_p, "=="),
   (P.ne_p, "!="),
@@ -212,12 +232,12 @@ for _p, _op in (
   (P.gt_p, ">"),
   (P.ge_p, ">="),
 ):
-  lower_rules[_p] = _binop(_op)
-lower_rules[P.select_p] = lambda ctx, e, p, x, y: f"({x} if {p} else {y})"
-lower_rules[P.convert_p] = lambda ctx, e, x: f"{_np(e.outputs[0].aval.dtype)}({x})"
+  lower_rules[_p] = _compare(_op)
+lower_rules[P.select_p] = lambda ctx, e, p, x, y: kir.IfExp(p, x, y)
+lower_rules[P.convert_p] = lambda ctx, e, x: kir.Call(_np(e.outputs[0].aval.dtype), (x,))
 lower_rules[P.full_p] = lambda ctx, e: ctx.value(e.kw["fill_value"], e.outputs[0].aval.dtype)
-lower_rules[P.iota_p] = lambda ctx, e: (
-  f"{_np(e.outputs[0].aval.dtype)}({ctx.index[e.kw['dimension']]})"
+lower_rules[P.iota_p] = lambda ctx, e: kir.Call(
+  _np(e.outputs[0].aval.dtype), (ctx.index[e.kw["dimension"]],)
 )
 
 
@@ -225,14 +245,15 @@ lower_rules[P.iota_p] = lambda ctx, e: (
 # from memory, or a value the region recomputes there (`passes.fusion.lazy_eqns`). `load`
 # gives the operand's element at an index (`load(k, idx, safe)`: `safe` is the index
 # clamped into the operand, where `idx` may be outside it and the element is only used
-# when it is not: a recomputed value is computed before the choice).
+# when it is not: a recomputed value is computed before the choice). Indices, sizes and
+# elements are kernel IR expressions (`codegen.kir`).
 
 
 def _load_broadcast(ctx, e, load):
   x = e.inputs[0].aval
   dims = e.kw["broadcast_dimensions"]
   idx = [
-    ("0" if x.shape[j] == 1 and e.outputs[0].aval.shape[d] != 1 else ctx.index[d])
+    (kir.Const(0) if x.shape[j] == 1 and e.outputs[0].aval.shape[d] != 1 else ctx.index[d])
     for j, d in enumerate(dims)
   ]
   return load(0, idx)
@@ -251,60 +272,63 @@ def _load_reshape(ctx, e, load):
   view = ctx.views.get(e)
   if view is None:  # fusion reshapes region inputs only (a view of their memory)
     view = ctx.views[e] = ctx.fresh("rs")
-    dims = [ctx.size(n, (e, "shape", k)) for k, n in enumerate(shape)] or ["1"]
+    dims = [ctx.size(n, (e, "shape", k)) for k, n in enumerate(shape)] or [kir.Const(1)]
     if load.name(0) in ctx.entries:
       ctx.alias(view, load.name(0), dims)
     else:
-      ctx.prologue.append(f"{view} = {ctx.reshaped(load.name(0), dims)}")
+      ctx.prologue.append(kir.Assign((kir.Name(view),), ctx.reshaped(load.name(0), dims)))
   return ctx.element(view, ctx.index if shape else [])
 
 
 def _load_slice(ctx, e, load):
   idx = []
   for k, (lo, st) in enumerate(zip(e.kw["start_indices"], e.kw["strides"])):
-    base = ctx.index[k] if st == 1 else f"{ctx.index[k]} * {st}"
-    idx.append(f"{ctx.size(lo, (e, 'start', k))} + {base}")
+    base = ctx.index[k] if st == 1 else kir.BinOp("*", ctx.index[k], kir.Const(st))
+    idx.append(kir.BinOp("+", ctx.size(lo, (e, "start", k)), base))
   return load(0, idx)
 
 
-def _clamped(ctx, t: str, n: str) -> str:
-  return f"min(max({t}, 0), {n} - 1)"
+def _clamped(ctx, t, n):
+  return E("min(max({0}, 0), {1} - 1)", t, n)
 
 
 def _load_pad(ctx, e, load):
   conds, idx, sizes = [], [], []
   shape = e.inputs[0].aval.shape
   for k, ((lo, _, interior), n) in enumerate(zip(e.kw["padding_config"], shape)):
-    t = f"({ctx.index[k]} - {ctx.size(lo, (e, 'low', k))})"
+    t = kir.BinOp("-", ctx.index[k], ctx.size(lo, (e, "low", k)))
     if interior:
-      conds.append(f"{t} % {interior + 1} == 0")
-      t = f"({t} // {interior + 1})"
+      conds.append(E("{0} % {1} == 0", t, interior + 1))
+      t = kir.BinOp("//", t, kir.Const(interior + 1))
     sizes.append(ctx.size(n, (e, "operand", k)))
-    conds.append(f"0 <= {t} < {sizes[-1]}")
+    conds.append(E("0 <= {0} < {1}", t, sizes[-1]))
     idx.append(t)
   zero = const(0, e.outputs[0].aval.dtype)
   safe = [_clamped(ctx, t, n) for t, n in zip(idx, sizes)]
-  if not conds:  # a 0-d operand: nothing to pad (an empty condition `()` is false)
+  if not conds:  # a 0-d operand: nothing to pad
     return load(0, idx, safe)
-  return f"({load(0, idx, safe)} if ({' and '.join(conds)}) else {zero})"
+  test = conds[0] if len(conds) == 1 else kir.BoolOp("and", tuple(conds))
+  return kir.IfExp(test, load(0, idx, safe), zero)
 
 
 def _load_concatenate(ctx, e, load):
   d = e.kw["dimension"]
   expr = None
-  offset = "0"
+  offset = None  # (0)
   parts = []
   for k, a in enumerate(e.inputs):
     idx = list(ctx.index)
-    idx[d] = f"{ctx.index[d]} - ({offset})" if offset != "0" else ctx.index[d]
+    idx[d] = kir.BinOp("-", ctx.index[d], offset) if offset is not None else ctx.index[d]
     safe = list(idx)
     n = ctx.size(a.aval.shape[d], (e, "operand", k))
     safe[d] = _clamped(ctx, idx[d], n)
-    end = n if offset == "0" else f"{offset} + {n}"
+    end = n if offset is None else kir.BinOp("+", offset, n)
     parts.append((end, load(k, idx, safe)))
     offset = end
   for end, value in reversed(parts):
-    expr = value if expr is None else f"({value} if {ctx.index[d]} < {end} else {expr})"
+    expr = (
+      value if expr is None else kir.IfExp(kir.Compare(ctx.index[d], ("<",), (end,)), value, expr)
+    )
   return expr
 
 
@@ -313,7 +337,7 @@ def _load_rev(ctx, e, load):
   return load(
     0,
     [
-      f"{ctx.size(shape[k], (e, 'operand', k))} - 1 - {i}" if k in dims else i
+      E("{0} - 1 - {1}", ctx.size(shape[k], (e, "operand", k)), i) if k in dims else i
       for k, i in enumerate(ctx.index)
     ],
   )
@@ -397,27 +421,30 @@ class KernelContext:
   def array(self, name: str, shape, dtype: str) -> str:
     """Table entry `name`: a C-contiguous array of `shape` (its sizes are words; a 0-d
     array is a 1-element one)."""
-    dims = [self.size(n) for n in shape] or ["1"]
+    dims = [self.size(n) for n in shape] or [kir.Const(1)]
     slot = len(self.table) + 2
     self.entries[name] = (slot, dims, _np(dtype))
-    self.table.append(f"{name} = carray(p[{slot}], ({', '.join(dims)},), {_np(dtype)})")
+    self.table.append(
+      S("{0} = carray(p[{1}], {2}, {3})", name, slot, kir.Tuple(tuple(dims)), _np(dtype))[0]
+    )
     return name
 
   def alias(self, name: str, entry: str, dims) -> str:
     """`name`: table entry `entry`'s memory seen with shape `dims` (expressions), for
     `element` and `store` only (no code, no array)."""
     slot, _, dtype = self.entries[entry]
-    self.entries[name] = (slot, list(dims) or ["1"], dtype)
+    self.entries[name] = (slot, [kir.as_expr(d) for d in dims] or [kir.Const(1)], dtype)
     return name
 
-  def reshaped(self, name: str, dims) -> str:
-    """`name` seen with shape `dims` (expressions; "-1": flat): a table entry as a carray of
-    its pointer (no reshape call: numba compiles those per kernel), else a reshape."""
+  def reshaped(self, name: str, dims) -> kir.Expr:
+    """`name` seen with shape `dims` (expressions; [-1]: flat): a table entry as a carray
+    of its pointer (no reshape call: numba compiles those per kernel), else a reshape."""
+    flat = [str(d) for d in dims] == ["-1"]
     if name in self.entries:
       index, own, dtype = self.entries[name]
-      dims = [" * ".join(own)] if list(dims) == ["-1"] else list(dims)
-      return f"carray(p[{index}], ({', '.join(dims)},), {dtype})"
-    return f"{name}.reshape(({', '.join(dims)},))"
+      dims = [kir.product(own)] if flat else [kir.as_expr(d) for d in dims]
+      return E("carray(p[{0}], {1}, {2})", index, kir.Tuple(tuple(dims)), dtype)
+    return E("{0}.reshape({1})", name, kir.Tuple(tuple(kir.as_expr(d) for d in dims)))
 
   def arrays(self, program: Program) -> tuple[list[str], list[str]]:
     """The region's inputs and outputs as table entries `in0...`, `out0...`."""
@@ -432,7 +459,7 @@ class KernelContext:
     self.scratch.append((dtype, int(elements)))
     return self.array(f"s{len(self.scratch) - 1}", (elements,), dtype)
 
-  def size(self, value: int, of=None) -> str:
+  def size(self, value: int, of=None) -> kir.Name:
     """A size of the program, read once into a local (`z3 = sz[3]`) before any loop: a
     word read from memory in a loop could change with any store the loop makes (the table
     is memory like the arrays), so an address computed from it inside the loop would keep
@@ -445,14 +472,14 @@ class KernelContext:
     key = None if of is None else tuple(of)  # (equations hash by identity)
     if key in self.keyed:
       assert self.sizes[self.keyed[key]] == value, (of, value)
-      return f"z{self.keyed[key]}"
+      return kir.Name(f"z{self.keyed[key]}")
     self.sizes.append(int(value))
     self.size_words.append(len(self.sizes) - 1)
     if key is not None:
       self.keyed[key] = len(self.sizes) - 1
-    return f"z{len(self.sizes) - 1}"
+    return kir.Name(f"z{len(self.sizes) - 1}")
 
-  def value(self, value, dtype: str) -> str:
+  def value(self, value, dtype: str) -> kir.Expr:
     """A constant of the program: a float one is read at run time (its bits are a word of
     `sz`, read through `kl`, its float64 view), so programs that differ only in float
     constants (a mean's divisor, a learning rate) share the kernel; others are code."""
@@ -461,44 +488,45 @@ class KernelContext:
     self.sizes.append(int(np.asarray(value, np.float64).reshape(-1)[0:1].view(np.int64)[0]))
     self.literals = True
     name = f"lit{len(self.sizes) - 1}"  # read once, before the loops
-    self.prologue.append(f"{name} = {_np(dtype)}(kl[{len(self.sizes) - 1}])")
-    return name
+    self.prologue.append(S("{0} = {1}(kl[{2}])", name, _np(dtype), len(self.sizes) - 1)[0])
+    return kir.Name(name)
 
   def fresh(self, prefix: str) -> str:
     self.counter += 1
     return f"{prefix}{self.counter}"
 
-  def element(self, name: str, idx) -> str:
+  def element(self, name: str, idx) -> kir.Expr:
     """The element of array `name` at `idx` (expressions); a table entry's is read by
     address (`LOAD`, see codegen.mathlib)."""
     if name in self.entries:
       slot, dims, dtype = self.entries[name]
-      return f"LOAD(ptr{slot}, {_offset(dims, idx)}, {dtype})"
+      return kir.Call(kir.Name("LOAD"), (kir.Name(f"ptr{slot}"), _offset(dims, idx), dtype))
     if idx:
-      return f"{name}[{', '.join(idx)}]"
+      return kir.Subscript(kir.Name(name), tuple(kir.as_expr(i) for i in idx))
     view = f"{name}_s"  # numba cannot index 0-d arrays: view them as (1,)
-    line = f"{view} = {name}.reshape(1)"
+    line = S("{0} = {1}.reshape(1)", view, name)[0]
     if line not in self.prologue:
       self.prologue.append(line)
-    return f"{view}[0]"
+    return E("{0}[0]", view)
 
-  def store(self, name: str, idx, value: str) -> str:
+  def store(self, name: str, idx, value: kir.Expr):
     """The statement writing `value` at `idx` of array `name` (converted to its dtype)."""
     if name in self.entries:
       slot, dims, dtype = self.entries[name]
-      return f"STORE(ptr{slot}, {_offset(dims, idx)}, {value}, {dtype})"
-    return f"{self.element(name, idx)} = {value}"
+      return kir.ExprStmt(
+        kir.Call(kir.Name("STORE"), (kir.Name(f"ptr{slot}"), _offset(dims, idx), value, dtype))
+      )
+    return kir.Assign((self.element(name, idx),), value)
 
 
-def _offset(dims, idx) -> str:
+def _offset(dims, idx) -> kir.Expr:
   """The row-major offset of index `idx` in an array of shape `dims` (expressions)."""
   if not idx:
-    return "0"  # a 0-d array, or one element
+    return kir.Const(0)  # a 0-d array, or one element
   assert len(idx) == len(dims), (idx, dims)
-  term = lambda s: s if s.isidentifier() or s.isdigit() else f"({s})"
-  offset = term(idx[0])
+  offset = kir.as_expr(idx[0])
   for d, i in zip(dims[1:], idx[1:]):
-    offset = f"({offset}) * {term(d)} + {term(i)}"
+    offset = kir.BinOp("+", kir.BinOp("*", offset, kir.as_expr(d)), kir.as_expr(i))
   return offset
 
 
@@ -506,7 +534,6 @@ PARALLEL_MIN = 1 << 14  # elements: below this a parallel launch costs more than
 
 
 _SIZE_NAME = re.compile(r"\bz(\d+)\b")
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _POINTER = re.compile(r"\bptr(\d+)\b")
 
 
@@ -535,10 +562,19 @@ def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) 
     tuple(ctx.size_words),
     ctx.literals,
     ctx.err,
-    tuple(ctx.table),
-    tuple(ctx.prologue),
-    tuple((k, tuple(lines)) for k, lines in phases.items()),
+    tuple(_lines(ctx.table)),
+    tuple(_lines(ctx.prologue)),
+    tuple((k, tuple(_lines(lines))) for k, lines in phases.items()),
   )
+
+
+def _lines(code) -> list[str]:
+  """Statements (kernel IR) and lines of Python (the kernels still written as text) as
+  lines."""
+  out: list[str] = []
+  for item in code:
+    out.extend([item] if isinstance(item, str) else kir.statements((item,)))
+  return out
 
 
 @functools.lru_cache(maxsize=512)  # ~20 KB each: lines and source
@@ -596,15 +632,15 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...]) -> Ke
   reductions = _reductions_of(program)
   if reductions or not domain:
     init, setup, code = _loop_code(ctx, program, domain, ins, outs)
-    phases = {0: ["return 2"], 1: [*init, *setup, *code]}
+    phases = {0: S("return 2"), 1: [*init, *setup, *code]}
   else:
     outer = ctx.size(domain[0])
-    inner = " * ".join(ctx.size(n) for n in domain[1:]) or "1"
+    inner = kir.product(ctx.size(n) for n in domain[1:])
     init, setup, code = _loop_code(ctx, program, domain, ins, outs, rows=("r0", "r1"))
-    ctx.prologue.append(f"blk = max(1, {TASK_ELEMENTS} // max(1, {inner}))")
+    ctx.prologue += S("blk = max(1, {0} // max(1, {1}))", TASK_ELEMENTS, inner)
     phases = {
-      0: [f"return ({outer} + blk - 1) // blk + 1"],
-      1: ["r0 = lo * blk", f"r1 = min({outer}, hi * blk)", *init, *setup, *code],
+      0: S("return ({0} + blk - 1) // blk + 1", outer),
+      1: [*S("r0 = lo * blk\nr1 = min({0}, hi * blk)", outer), *init, *setup, *code],
     }
   threaded = math.prod(domain) >= PARALLEL_MIN and not reductions
   return Kernel(
@@ -612,15 +648,24 @@ def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...]) -> Ke
   )
 
 
+def _nest(index, bounds, body) -> list:
+  """Loops over `index` (names, outermost first), each over `range(*bounds[k])`, around
+  the statements `body`."""
+  for i, b in reversed(list(zip(index, bounds))):
+    body = [kir.For(i.id, tuple(b), tuple(body))]
+  return list(body)
+
+
 def _loop_code(ctx, program, domain, ins, outs, rows=None):
   """The loops of a loop region reading the arrays named `ins` and writing `outs`:
-  (accumulator setup, views, the loop nests and the reductions' finish). The nest runs
-  twice when the fast sin/cos meet arguments beyond their range (then with libm's); with
-  `rows` (two expressions) it covers only those rows of the outermost dimension (a task,
-  or a block of a dot epilogue). Views and constants the bodies read go to
+  (accumulator setup, views, the loop nests and the reductions' finish), statements. The
+  nest runs twice when the fast sin/cos meet arguments beyond their range (then with
+  libm's); with `rows` (two names) it covers only those rows of the outermost dimension
+  (a task, or a block of a dot epilogue). Views and constants the bodies read go to
   `ctx.prologue`."""
   reductions = _reductions_of(program)
   assert rows is None or (domain and not reductions)
+  rows = None if rows is None else [kir.Name(r) for r in rows]
   out_index = {v: k for k, v in enumerate(program.outputs)}
   dims = [ctx.size(n) for n in domain]
   # flat: one loop over the elements, when every array is read and written at the index
@@ -638,61 +683,62 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
     and all(v.aval.shape in (domain, ()) for v in program.inputs if v in read)
   )
   if flat:
-    index, setup = ["i"], []
+    index, setup = [kir.Name("i")], []
     in_names = [_flat_view(ctx, f"f{n}", n, setup) for n in ins]
     out_names = [_flat_view(ctx, f"g{n}", n, setup) for n in outs]
-    inner = " * ".join(dims[1:]) or "1"
     bounds = [
-      f"{' * '.join(dims)}" if rows is None else f"{rows[0]} * {inner}, {rows[1]} * {inner}"
+      (kir.product(dims),)
+      if rows is None
+      else (kir.product([rows[0], *dims[1:]]), kir.product([rows[1], *dims[1:]]))
     ]
   else:
-    index, in_names, out_names, setup = [f"i{k}" for k in range(len(domain))], ins, outs, []
-    bounds = list(dims) if rows is None else [f"{rows[0]}, {rows[1]}"] + dims[1:]
-  heads = lambda: [f"for {i} in range({b}):" for i, b in zip(index, bounds)]
+    index, in_names, out_names, setup = (
+      [kir.Name(f"i{k}") for k in range(len(domain))],
+      ins,
+      outs,
+      [],
+    )
+    bounds = [(d,) for d in dims] if rows is None else [tuple(rows)] + [(d,) for d in dims[1:]]
   # a loop that starts at a row block's first row: its index is said to be >= 0, or the
   # wrap-around of negative indices numba emits for every access stays in the loop and
   # it does not vectorize (W1 at 10^6: 8.4 ms -> 1.0 ms on one core)
-  known = [f"{index[0]} = NONNEG({index[0]})"] if rows is not None else []
-  nest = known + _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
+  known = S("{0} = NONNEG({0})", index[0]) if rows is not None else ()
+  nest = [*known, *_loop_body(ctx, program, domain, index, in_names, out_names, out_index)]
   checks = list(ctx.range_checks)
   limit = SINCOS_LIMIT[_dtype_of(program)]
   # a flag (an or of bools, not a count): an int64 counter made the loop vectorize at
   # half width on AVX2 (4 lanes of int64 per register, where floats take 8)
-  count = lambda var: [f"{var} = {var} | (abs({c}) > {limit})" for c in checks]
+  count = lambda var: [S("{0} = {0} | (abs({1}) > {2})", var, c, limit)[0] for c in checks]
   init = _reduction_init(reductions, out_index, outs)
-  code = Writer()
-  if checks:
-    code("nbig = False")
-  code(*ctx.hoisted)
+  code = list(S("nbig = False")) if checks else []
+  code += ctx.hoisted
   # a row whose stored values change only where comparisons of its index do (an
   # identity basis, a pad's edge) is filled stretch by stretch (codegen.segments)
   rows_of = None
   if domain and not (checks or reductions or flat):
-    start, stop = rows if rows is not None and len(domain) == 1 else ("0", dims[-1])
+    start, stop = rows if rows is not None and len(domain) == 1 else (kir.Const(0), dims[-1])
     rows_of = segmented_loop(index[-1], start, stop, nest, ctx.fresh)
   if rows_of is not None:
-    code.nest(heads()[:-1], rows_of)
+    code += _nest(index[:-1], bounds[:-1], rows_of)
   else:
-    code.nest(heads(), nest + count("nbig"))
+    code += _nest(index, bounds, nest + count("nbig"))
   if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
     ctx.precise = True
-    again = known + _loop_body(ctx, program, domain, index, in_names, out_names, out_index)
-    with code.block("if nbig:"):
-      code(*init, *ctx.hoisted)
-      code.nest(heads(), again)
-  code(*_reduction_finish(ctx, reductions, out_index, outs))
-  return init, setup, code.lines
+    again = [*known, *_loop_body(ctx, program, domain, index, in_names, out_names, out_index)]
+    code.append(kir.If(kir.Name("nbig"), (*init, *ctx.hoisted, *_nest(index, bounds, again))))
+  code += _reduction_finish(ctx, reductions, out_index, outs)
+  return init, setup, code
 
 
-def _flat_view(ctx, name: str, array: str, setup: list[str]) -> str:
+def _flat_view(ctx, name: str, array: str, setup: list) -> str:
   """`name`: `array` seen as one dimension (a table entry's alias, else a reshape)."""
   if array in ctx.entries:
-    return ctx.alias(name, array, [" * ".join(ctx.entries[array][1])])
-  setup.append(f"{name} = {ctx.reshaped(array, ['-1'])}")
+    return ctx.alias(name, array, [kir.product(ctx.entries[array][1])])
+  setup.append(kir.Assign((kir.Name(name),), ctx.reshaped(array, [-1])))
   return name
 
 
-def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> list[str]:
+def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> list:
   """The statements computing one element of every equation of a loop region; a value
   the region recomputes (`lazy_eqns`) is computed where an index map reads it, at the
   index it reads (once per distinct index)."""
@@ -701,28 +747,28 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
   values: dict = {}
   lazy = lazy_eqns(program)
   producer = {v: e for e in lazy for v in e.outputs}
-  lines: list[str] = []
+  lines: list = []
   at: dict = {}  # (lazy value, its index) -> the variable holding it
   # statements that read no loop index (nor a variable that does) are computed once,
   # before the loops (`ctx.hoisted`): besides the time, a chain of the math library's
   # functions on a value the loop does not change made LLVM's optimizer take minutes
   # (each function's branches on an invariant value, unswitched loop after loop)
   ctx.hoisted = []
-  varying = set(_NAME.findall(" ".join(index)))  # names a loop sets (and, below, names
-  # computed from one)
+  varying = kir.names(tuple(index))  # names a loop sets (and, below, names computed
+  # from one)
 
   def emit(var, expr):
-    if varying.isdisjoint(_NAME.findall(expr)):
-      ctx.hoisted.append(f"{var} = {expr}")
+    statement = kir.Assign((kir.Name(var),), expr)
+    if varying.isdisjoint(kir.names(expr)):
+      ctx.hoisted.append(statement)
     else:
       varying.add(var)
-      lines.append(f"{var} = {expr}")
+      lines.append(statement)
 
   def lazy_value(v, idx):
     key = (v, tuple(idx))
     if key not in at:
-      # the index maps build on these: composite expressions parenthesized
-      outer, ctx.index = ctx.index, [_atomic(i) for i in idx]
+      outer, ctx.index = ctx.index, list(idx)
       at[key] = compute(producer[v], v)
       ctx.index = outer
     return at[key]
@@ -734,12 +780,12 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
       return lazy_value(a, ctx.index)
     return ctx.element(names[a], ctx.index) if a in names else values[a]
 
-  def compute(e, out) -> str:
+  def compute(e, out) -> kir.Name:
     var = ctx.fresh("v")
     if e.prim is P.dot_general_p:  # a small product: its sum, at this index
       lines.extend(_dot_sum_lines(ctx, e, [names[a] for a in e.inputs], var))
       varying.add(var)
-      return var
+      return kir.Name(var)
     if is_splat(e):
       expr = ctx.value(e.inputs[0].value, out.aval.dtype)
     elif e.prim in INDEX_LOADS:
@@ -747,7 +793,7 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
     else:
       expr = _wrapped(lower_rules[e.prim](ctx, e, *map(read, e.inputs)), out.aval.dtype)
     emit(var, expr)
-    return var
+    return kir.Name(var)
 
   for e in program.eqns:
     if e in lazy:
@@ -762,30 +808,12 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
   return lines
 
 
-def _atomic(expr: str) -> str:
-  """`expr` as an operand: parenthesized unless it is a name, a number or already one
-  parenthesized whole (so an index read through several maps is spelled one way, and
-  its reads are found equal)."""
-  if expr.isidentifier() or expr.isdigit():
-    return expr
-  if expr.startswith("(") and expr.endswith(")"):
-    depth = 0
-    for k, c in enumerate(expr):
-      depth += c == "("
-      depth -= c == ")"
-      if depth == 0:
-        if k == len(expr) - 1:
-          return expr
-        break
-  return f"({expr})"
-
-
-def _wrapped(expr: str, dtype: str) -> str:
+def _wrapped(expr, dtype: str):
   """An integer result in its own width: numba computes int32 arithmetic in int64 (an
   overflow does not wrap), numpy in int32 (it does), and a wrapped intermediate decides
   what follows (`(x * y) // 7`, a comparison, a maximum): each int32 value is truncated to
   32 bits as numpy leaves it. (int64 is numba's width: it wraps as numpy's does.)"""
-  return f"np.int32({expr})" if dtype == "int32" else expr
+  return kir.call("np.int32", expr) if dtype == "int32" else expr
 
 
 class _Operands:
@@ -799,7 +827,7 @@ class _Operands:
   def name(self, k: int) -> str:
     return self.names[self.e.inputs[k]]
 
-  def __call__(self, k: int, idx, safe=None) -> str:
+  def __call__(self, k: int, idx, safe=None):
     a = self.e.inputs[k]
     if a in self.names:
       return self.ctx.element(self.names[a], idx)
@@ -821,19 +849,19 @@ def _dtype_of(program):
   return "float64"
 
 
-# a reduction's accumulator: its start value, and a statement adding `value` to `target`
+# a reduction's accumulator: its start value, and the statement adding `value` to `target`
 # (a product in its own dtype, element by element in the loop's order: numpy's order)
 REDUCTIONS = {
-  P.reduce_sum_p: (lambda aval: "0", "{target} += {value}"),
+  P.reduce_sum_p: (lambda aval: kir.Const(0), "{target} += {value}"),
   P.reduce_max_p: (
-    lambda aval: "-np.inf" if aval.is_float else str(np.iinfo(aval.dtype).min),
-    "if {value} > {target} or {value} != {value}: {target} = {value}",
+    lambda aval: E("-np.inf") if aval.is_float else kir.number(int(np.iinfo(aval.dtype).min)),
+    "if {value} > {target} or {value} != {value}:\n  {target} = {value}",
   ),
-  P.reduce_prod_p: (lambda aval: "1", "{target} *= {value}"),
+  P.reduce_prod_p: (lambda aval: kir.Const(1), "{target} *= {value}"),
 }
 
 
-def _reduction_init(reductions, out_index, outs):
+def _reduction_init(reductions, out_index, outs) -> list:
   """Accumulators: a float64 one for float32 sums; a scalar for full reductions."""
   lines = []
   for k, e in enumerate(reductions):
@@ -843,37 +871,48 @@ def _reduction_init(reductions, out_index, outs):
     )
     fill = REDUCTIONS[e.prim][0](out.aval)
     if out.aval.shape == ():
-      lines.append(f"r{k} = {_np(acc_dtype)}({fill})")
+      lines += S("{0} = {1}({2})", f"r{k}", _np(acc_dtype), fill)
     else:
-      lines.append(f"r{k} = np.full({outs[out_index[out]]}.shape, {fill}, {_np(acc_dtype)})")
+      lines += S(
+        "{0} = np.full({1}.shape, {2}, {3})", f"r{k}", outs[out_index[out]], fill, _np(acc_dtype)
+      )
   return lines
 
 
 def _accumulate(ctx, e, value, index):
   k = next(i for i, r in enumerate(_reductions_of(ctx.program)) if r is e)
   kept = [index[d] for d in range(len(index)) if d not in e.kw["axes"]]
-  target = f"r{k}[{', '.join(kept)}]" if kept else f"r{k}"
-  return [REDUCTIONS[e.prim][1].format(target=target, value=value)]
+  target = kir.Subscript(kir.Name(f"r{k}"), tuple(kept)) if kept else kir.Name(f"r{k}")
+  return list(S(REDUCTIONS[e.prim][1], target=target, value=value))
 
 
 def _reductions_of(program):
   return [e for e in program.eqns if e.prim in REDUCTIONS]
 
 
-def _reduction_finish(ctx, reductions, out_index, outs):
+def _reduction_finish(ctx, reductions, out_index, outs) -> list:
   lines = []
   for k, e in enumerate(reductions):
     o = outs[out_index[e.outputs[0]]]
     dtype = _np(e.outputs[0].aval.dtype)
     if e.outputs[0].aval.shape == ():
-      lines += [f"o{k} = {ctx.reshaped(o, ['1'])}", f"o{k}[0] = {dtype}(r{k})"]
+      lines += S(
+        "{o} = {view}\n{o}[0] = {t}({r})", o=f"o{k}", view=ctx.reshaped(o, [1]), t=dtype, r=f"r{k}"
+      )
     else:
-      lines += [
-        f"o{k} = {ctx.reshaped(o, ['-1'])}",
-        f"s{k} = r{k}.reshape(-1)",
-        f"for j in range(s{k}.size):",
-        f"  o{k}[j] = {dtype}(s{k}[j])",
-      ]
+      lines += S(
+        """
+        {o} = {view}
+        {s} = {r}.reshape(-1)
+        for j in range({s}.size):
+          {o}[j] = {t}({s}[j])
+        """,
+        o=f"o{k}",
+        view=ctx.reshaped(o, [-1]),
+        s=f"s{k}",
+        r=f"r{k}",
+        t=dtype,
+      )
   return lines
 
 
@@ -893,7 +932,7 @@ def _as_matrices(ctx, name, aval, groups, views, copies) -> _Matrices:
   order, else a copy into scratch (`copies`, run once, in phase 0; generated loops:
   numba's np.transpose with axes is slow to compile)."""
   perm = [d for g in groups for d in g]
-  dims = [" * ".join(ctx.size(aval.shape[d]) for d in g) or "1" for g in groups]
+  dims = [kir.product(ctx.size(aval.shape[d]) for d in g) for g in groups]
   view = ctx.fresh("m")
   if list(perm) == sorted(perm):
     views(f"{view} = {ctx.reshaped(name, dims)}")
@@ -912,14 +951,15 @@ def _as_matrices(ctx, name, aval, groups, views, copies) -> _Matrices:
   return _Matrices(view, dims, f"ADDRESS(ptr{ctx.entries[flat][0]})")
 
 
-def _dot_sum_lines(ctx, e, operands, var):
-  """Lines that set `var` to the dot_general's element at the loop index (batch dims,
-  then lhs-free, then rhs-free): a sum over the contraction, operands read in place."""
+def _dot_sum_lines(ctx, e, operands, var) -> list:
+  """Statements that set `var` to the dot_general's element at the loop index (batch
+  dims, then lhs-free, then rhs-free): a sum over the contraction, operands read in
+  place."""
   (lc, rc), (lb, rb) = e.kw["dimension_numbers"]
   x, y = e.inputs
   lf = P._dot_free(x.aval.ndim, lc, lb)
   rf = P._dot_free(y.aval.ndim, rc, rb)
-  p = [ctx.fresh("p") for _ in lc]
+  p = [kir.Name(ctx.fresh("p")) for _ in lc]
   xi = [None] * x.aval.ndim
   yi = [None] * y.aval.ndim
   for k, (dl, dr) in enumerate(zip(lb, rb)):
@@ -930,14 +970,11 @@ def _dot_sum_lines(ctx, e, operands, var):
     yi[d] = ctx.index[len(lb) + len(lf) + k]
   for k, (dl, dr) in enumerate(zip(lc, rc)):
     xi[dl] = yi[dr] = p[k]
-  lines = [f"{var} = {const(0, e.outputs[0].aval.dtype)}"]
-  for depth, (k, d) in enumerate(zip(p, lc)):
-    lines.append("  " * depth + f"for {k} in range({ctx.size(x.aval.shape[d])}):")
-  lines.append(
-    "  " * len(p) + f"{var} += {ctx.element(operands[0], xi)} * {ctx.element(operands[1], yi)}"
-  )
+  total = S("{0} += {1} * {2}", var, ctx.element(operands[0], xi), ctx.element(operands[1], yi))
+  lines = [*S("{0} = {1}", var, const(0, e.outputs[0].aval.dtype))]
+  lines += _nest(p, [(ctx.size(x.aval.shape[d]),) for d in lc], total)
   if e.outputs[0].aval.dtype == "int32":  # (see _wrapped)
-    lines.append(f"{var} = {_wrapped(var, 'int32')}")
+    lines += S("{0} = {1}", var, _wrapped(kir.Name(var), "int32"))
   return lines
 
 
@@ -1230,7 +1267,7 @@ def emit_gather_kernel(name: str, program: Program) -> Kernel:
   x, idx = e.inputs[:2]
   axis, nbd = e.kw["axis"], e.kw["batch_dims"]
   shape = x.aval.shape
-  size = lambda dims: " * ".join(ctx.size(n) for n in dims) or "1"
+  size = lambda dims: kir.product(ctx.size(n) for n in dims)
   w = Writer()
   w(
     f"nb = {size(shape[:nbd])}",
@@ -1369,7 +1406,7 @@ def _last_axis_rows(ctx: KernelContext, program: Program) -> list[str]:
   (e,) = program.eqns
   ins, outs = ctx.arrays(program)
   shape = e.inputs[0].aval.shape
-  rows = " * ".join(ctx.size(m) for m in shape[:-1]) or "1"
+  rows = kir.product(ctx.size(m) for m in shape[:-1])
   n = ctx.size(shape[-1])
   return [
     f"rows = {rows}",
@@ -1424,7 +1461,7 @@ def emit_linalg_kernel(name: str, program: Program) -> Kernel:
   a = e.inputs[0].aval
   m, n = ctx.size(a.shape[-2]), ctx.size(a.shape[-1])
   ctx.prologue += [
-    f"nb = {' * '.join(ctx.size(d) for d in a.shape[:-2]) or '1'}",
+    f"nb = {kir.product(ctx.size(d) for d in a.shape[:-2])}",
     f"a3 = {ctx.reshaped(names[e.inputs[0]], ['nb', m, n])}",
   ]
   if e.prim in (P.solve_p, P.triangular_solve_p):

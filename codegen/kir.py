@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
+import string
+import textwrap
 from typing import Union
 
 _node = dataclasses.dataclass(frozen=True, slots=True)
@@ -426,3 +429,173 @@ def expr(e, prec: int = 0) -> str:  # noqa: PLR0911 - one branch per expression 
   else:
     raise ValueError(f"no Python for {e!r}")
   return f"({text})" if p < prec else text
+
+
+# -- building nodes ------------------------------------------------------------------------
+def number(value) -> Expr:
+  """A Python number as nodes, as Python spells it (a negative one is a negation, so
+  that the rendered Python parses back to the same nodes)."""
+  if isinstance(value, bool):
+    return Const(value)
+  if value < 0 or (value == 0 and str(value).startswith("-")):
+    return UnaryOp("-", Const(-value))
+  return Const(value)
+
+
+def np_type(dtype: str) -> Attribute:
+  """numpy's scalar type of a dtype name (`np.float32`, `np.bool_`)."""
+  return Attribute(Name("np"), dtype if dtype != "bool" else "bool_")
+
+
+def call(func: str, *args) -> Call:
+  """A call of a function by its dotted name (`call("np.float64", x)`)."""
+  head, *attrs = func.split(".")
+  fn: Expr = Name(head)
+  for a in attrs:
+    fn = Attribute(fn, a)
+  return Call(fn, tuple(map(as_expr, args)))
+
+
+def product(factors) -> Expr:
+  """`a * b * c` of expressions (1 for none)."""
+  out = None
+  for f in map(as_expr, factors):
+    out = f if out is None else BinOp("*", out, f)
+  return Const(1) if out is None else out
+
+
+def as_expr(part) -> Expr:
+  """A node, a number, or a name (an identifier) as an expression node. A string that is
+  not an identifier is Python's expression (kernels still written as text pass those)."""
+  if isinstance(part, str):
+    return Name(part) if part.isidentifier() else _parsed(part)
+  if isinstance(part, (int, float)):
+    return number(part)
+  return part
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> Expr:
+  return _expr(ast.parse(text, mode="eval").body)
+
+
+def E(template: str, *args, **kwargs) -> Expr:
+  """The expression a Python template spells, its `{}` fields filled with nodes (or
+  numbers, or names: `as_expr`): `E("({0} if {1} else {2})", x, p, y)`. The template is
+  primc's own text, parsed once; the fields are nodes, never text put together."""
+  node, fields = _template(template, False)
+  return _filled(node, fields, args, kwargs)
+
+
+def S(template: str, *args, **kwargs) -> tuple:
+  """The statements a Python template spells (lines, blocks), filled as `E` fills its
+  fields; a field standing alone as a statement takes a sequence of statements."""
+  node, fields = _template(template, True)
+  return _filled(node, fields, args, kwargs)
+
+
+def _filled(node, fields: dict, args, kwargs):
+  values = {}
+  for holder, field in fields.items():
+    value = args[int(field)] if field.isdigit() else kwargs[field]
+    values[holder] = value if isinstance(value, (tuple, list)) else as_expr(value)
+  return substitute(node, values)
+
+
+@functools.lru_cache(maxsize=2048)
+def _template(text: str, statements: bool):
+  fields: dict[str, str] = {}
+  parts, auto = [], 0
+  for literal, field, _, _ in string.Formatter().parse(text):
+    parts.append(literal)
+    if field is not None:
+      if field == "":
+        field, auto = str(auto), auto + 1
+      holder = next((h for h, f in fields.items() if f == field), None)
+      if holder is None:
+        holder = f"_kir{len(fields)}_"
+        fields[holder] = field
+      parts.append(holder)
+  source = "".join(parts)
+  if statements:
+    return _stmts(ast.parse(textwrap.dedent(source)).body), fields
+  return _expr(ast.parse(source.strip(), mode="eval").body), fields
+
+
+def substitute(node, values: dict):
+  """`node` with the names in `values` replaced by their nodes (a statement that is such a
+  name alone, by its statements; a loop's target, by the name's). The nodes around them
+  are new ones: a template filled twice gives two trees (a renderer may tell call sites
+  apart by identity, as `np.full`'s arrays are)."""
+  if isinstance(node, tuple):
+    out = []
+    for s in node:
+      if type(s) is ExprStmt and type(s.value) is Name and s.value.id in values:
+        out.extend(values[s.value.id])
+      elif isinstance(s, str):  # (a comparison's operators)
+        out.append(s)
+      else:
+        out.append(substitute(s, values))
+    return tuple(out)
+  kind = type(node)
+  if kind is Name:
+    return values.get(node.id, node)
+  if kind is Const or kind is Outside or node is None:
+    return node
+  fields = []
+  for f in kind.__slots__:
+    v = getattr(node, f)
+    if kind is For and f == "target":
+      fields.append(values[v].id if v in values else v)
+    elif isinstance(v, str) or v is None:
+      fields.append(v)
+    else:
+      fields.append(substitute(v, values))
+  return kind(*fields)
+
+
+def names(node) -> set[str]:
+  """The names an expression or statements read or set."""
+  out: set[str] = set()
+  _names(node, out)
+  return out
+
+
+def _names(node, out: set) -> None:
+  if isinstance(node, tuple):
+    for x in node:
+      _names(x, out)
+    return
+  kind = type(node)
+  if kind is Name:
+    out.add(node.id)
+    return
+  if kind is For:
+    out.add(node.target)
+  if hasattr(node, "__slots__") and kind is not Const:
+    for f in kind.__slots__:
+      v = getattr(node, f)
+      if not isinstance(v, str):
+        _names(v, out)
+
+
+def _bracketed(self) -> str:
+  """An expression node in text that is still put together by hand: parenthesized unless
+  atomic, so it is one operand wherever it lands."""
+  return expr(self, _ATOM)
+
+
+for _cls in (
+  Name,
+  Const,
+  Attribute,
+  BinOp,
+  UnaryOp,
+  Compare,
+  BoolOp,
+  IfExp,
+  Call,
+  Subscript,
+  Tuple,
+):
+  _cls.__str__ = _bracketed

@@ -29,11 +29,11 @@ more than the vectorized loop) and the rest of a row whose check failed.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
 
-from primc.codegen import target
+from primc.codegen import kir, target
+from primc.codegen.kir import E, S
 
 # Row elements per breakpoint below which the plain loop runs. The plain loops of these
 # bodies clamp int64 indices (a pad's, a slice's): with AVX-512's 64-bit vector min/max
@@ -42,6 +42,7 @@ from primc.codegen import target
 # the stretches win from 2 per breakpoint (Hessian n = 100 on AVX2: 44-78 -> 15 us).
 SEGMENT_MIN = 8 if target.vector_int64_minmax() else 2
 INT32_END = 2**31
+_ZERO = kir.Const(0)
 
 
 class _Varies(Exception):
@@ -55,23 +56,23 @@ class _Form:
   in `j` and on each stretch equal to a constant or to one of its `lines`, each
   `slope * j + offset` (slope ±1, offset an expression the loop does not change): so it
   crosses a value only where one of its lines does. Anything else is constant between
-  its `breaks`."""
+  its `breaks`. Offsets and breaks are kernel IR expressions."""
 
-  breaks: tuple[str, ...] = ()
-  lines: tuple[tuple[int, str], ...] = ()
+  breaks: tuple = ()
+  lines: tuple = ()  # (slope, offset) pairs
 
   def map(self, slope: int, offset) -> "_Form":
     """`slope * self + offset(line's offset)` (slope ±1)."""
     return _Form(lines=tuple((s * slope, offset(c)) for s, c in self.lines))
 
-  def meet(self, other: str) -> tuple[str, ...]:
+  def meet(self, other) -> tuple:
     """Breakpoints where a line equals `other` (an expression the loop does not change)
     and the index after: the ends of the stretch where they are equal. A comparison of
     the value with `other` is constant between them."""
     points = []
     for slope, offset in self.lines:
       point = _minus(other, offset) if slope == 1 else _minus(offset, other)
-      points += [point, f"{point} + 1" if point.isidentifier() else f"({point}) + 1"]
+      points += [point, kir.BinOp("+", point, kir.Const(1))]
     return tuple(points)
 
 
@@ -86,20 +87,20 @@ def _join(*forms) -> _Form | None:
   return _Form(tuple(b for f in present for b in f.breaks))
 
 
-def _plus(a: str, b: str) -> str:
-  return a if b == "0" else b if a == "0" else f"({a}) + ({b})"
+def _plus(a, b):
+  return a if b == _ZERO else b if a == _ZERO else kir.BinOp("+", a, b)
 
 
-def _minus(a: str, b: str) -> str:
-  return a if b == "0" else f"-({b})" if a == "0" else f"({a}) - ({b})"
+def _minus(a, b):
+  return a if b == _ZERO else kir.UnaryOp("-", b) if a == _ZERO else kir.BinOp("-", a, b)
 
 
 class _Forms:
   """The forms of a loop body's values (see the module docstring)."""
 
   def __init__(self, index: str):
-    self.forms: dict[str, _Form | None] = {index: _Form(lines=((1, "0"),))}
-    self.guards: list[str] = []  # offsets of int32 truncations (checked at run time)
+    self.forms: dict[str, _Form | None] = {index: _Form(lines=((1, _ZERO),))}
+    self.guards: list = []  # offsets of int32 truncations (checked at run time)
 
   def of(self, node) -> _Form | None:
     method = getattr(self, "_" + type(node).__name__, None)
@@ -107,7 +108,7 @@ class _Forms:
       raise _Varies
     return method(node)
 
-  def _Constant(self, node):
+  def _Const(self, node):
     return None
 
   def _Name(self, node):
@@ -120,11 +121,11 @@ class _Forms:
 
   def _BinOp(self, node):
     left, right = self.of(node.left), self.of(node.right)
-    if isinstance(node.op, (ast.Add, ast.Sub)) and (left is None) != (right is None):
+    if node.op in ("+", "-") and (left is None) != (right is None):
       form = left or right
       if form.lines:
-        other = ast.unparse(node.right if right is None else node.left)
-        if isinstance(node.op, ast.Add):
+        other = node.right if right is None else node.left
+        if node.op == "+":
           return form.map(1, lambda c: _plus(c, other))
         if right is None:  # form - other
           return form.map(1, lambda c: _minus(c, other))
@@ -133,8 +134,8 @@ class _Forms:
 
   def _UnaryOp(self, node):
     form = self.of(node.operand)
-    if form is not None and form.lines and isinstance(node.op, ast.USub):
-      return form.map(-1, lambda c: _minus("0", c))
+    if form is not None and form.lines and node.op == "-":
+      return form.map(-1, lambda c: _minus(_ZERO, c))
     return _join(form)
 
   def _Compare(self, node):
@@ -143,9 +144,9 @@ class _Forms:
     breaks = []
     for (a, fa), (b, fb) in zip(zip(operands, forms), zip(operands[1:], forms[1:])):
       if fa is not None and fa.lines and fb is None:
-        breaks += fa.meet(ast.unparse(b))
+        breaks += fa.meet(b)
       elif fb is not None and fb.lines and fa is None:
-        breaks += fb.meet(ast.unparse(a))
+        breaks += fb.meet(a)
       else:
         joined = _join(fa, fb)
         breaks += joined.breaks if joined is not None else []
@@ -158,7 +159,7 @@ class _Forms:
     return _join(self.of(node.test), self.of(node.body), self.of(node.orelse))
 
   def _Subscript(self, node):  # an element of a view: at an invariant index only
-    if self.of(node.value) is not None or self.of(node.slice) is not None:
+    if self.of(node.value) is not None or any(self.of(i) is not None for i in node.index):
       raise _Varies
     return None
 
@@ -168,9 +169,9 @@ class _Forms:
     return None
 
   def _Call(self, node):
-    name = ast.unparse(node.func)
+    name = kir.expr(node.func)
     forms = [self.of(x) for x in node.args]
-    if node.keywords or name == "STORE":
+    if name == "STORE":
       raise _Varies
     if name == "LOAD":  # an element at an address the loop does not move
       if forms[1] is not None:
@@ -184,7 +185,7 @@ class _Forms:
       if name in ("NONNEG", "np.int64", "int"):
         return form
       if name == "abs":  # the lines and their negations
-        return _Form(lines=form.lines + form.map(-1, lambda c: _minus("0", c)).lines)
+        return _Form(lines=form.lines + form.map(-1, lambda c: _minus(_ZERO, c)).lines)
     if name in ("min", "max") and len(forms) == 2 and any(f and f.lines for f in forms):
       if None not in forms:
         raise _Varies
@@ -195,34 +196,34 @@ class _Forms:
 
 @dataclasses.dataclass(frozen=True)
 class _Store:
-  pointer: str
-  offset: str  # the element's address is offset + index
-  value: str
-  dtype: str
+  pointer: object
+  offset: object  # the element's address is offset + index
+  value: object
+  dtype: object
+
+
+def _is_store(s) -> bool:
+  return (
+    type(s) is kir.ExprStmt
+    and type(s.value) is kir.Call
+    and s.value.func == kir.Name("STORE")
+    and len(s.value.args) == 4
+  )
 
 
 @functools.lru_cache(maxsize=1024)  # a program at a new size emits the same bodies again
-def _analyze(index: str, body: tuple[str, ...]):
-  """(statements with stores taken out, stores, breakpoints, guards) of a body whose
-  stored values are constant between breakpoints, or None."""
-  try:
-    tree = ast.parse("\n".join(body))
-  except SyntaxError:
-    return None
+def _analyze(index: str, body: tuple):
+  """(statements with stores taken out, stores, breakpoints, guards) of a body (kernel
+  IR statements) whose stored values are constant between breakpoints, or None."""
   forms = _Forms(index)
   kept, stores, breaks = [], [], []
   try:
-    for s in tree.body:
-      if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
+    for s in body:
+      if type(s) is kir.Assign and len(s.targets) == 1 and type(s.targets[0]) is kir.Name:
         form = forms.of(s.value)
         forms.forms[s.targets[0].id] = form
-        kept.append(ast.unparse(s))
-      elif (
-        isinstance(s, ast.Expr)
-        and isinstance(s.value, ast.Call)
-        and ast.unparse(s.value.func) == "STORE"
-        and len(s.value.args) == 4
-      ):
+        kept.append(s)
+      elif _is_store(s):
         ptr, offset, value, dtype = s.value.args
         where, what = forms.of(offset), forms.of(value)
         if forms.of(ptr) is not None or forms.of(dtype) is not None:
@@ -232,9 +233,7 @@ def _analyze(index: str, body: tuple[str, ...]):
         if what is not None and what.lines:
           raise _Varies
         breaks += what.breaks if what is not None else []
-        stores.append(
-          _Store(ast.unparse(ptr), where.lines[0][1], ast.unparse(value), ast.unparse(dtype))
-        )
+        stores.append(_Store(ptr, where.lines[0][1], value, dtype))
       else:
         return None
   except _Varies:
@@ -245,36 +244,56 @@ def _analyze(index: str, body: tuple[str, ...]):
   return tuple(kept), tuple(stores), tuple(breaks), tuple(dict.fromkeys(forms.guards))
 
 
-def segmented_loop(index: str, start: str, stop: str, body: list[str], fresh) -> list[str] | None:
-  """The lines of `for index in range(start, stop): body` filled stretch by stretch (see
-  the module docstring), or None when the body's stores are not constant between
-  breakpoints. `fresh(prefix)` names new variables."""
-  found = _analyze(index, tuple(body))
+def segmented_loop(index: kir.Name, start, stop, body, fresh) -> list | None:
+  """The statements of `for index in range(start, stop): body` filled stretch by stretch
+  (see the module docstring), or None when the body's stores are not constant between
+  breakpoints. Kernel IR in and out; `fresh(prefix)` names new variables."""
+  found = _analyze(index.id, tuple(body))
   if found is None:
     return None
   kept, stores, breaks, guards = found
-  at, end, point = fresh("sj"), fresh("se"), fresh("sb")
-  values = [fresh("sv") for _ in stores]
-  lines = [
-    f"{at} = {start}",
-    f"if {stop} - {at} >= {SEGMENT_MIN * (len(breaks) + 1)}:",
-    f"  while {at} < {stop}:",
-    f"    {index} = {at}",
+  at, end, point = (kir.Name(fresh(p)) for p in ("sj", "se", "sb"))
+  values = [kir.Name(fresh("sv")) for _ in stores]
+  cut = [
+    s
+    for b in breaks
+    for s in S("{p} = {b}\n{e} = {p} if {at} < {p} < {e} else {e}", p=point, b=b, e=end, at=at)
   ]
-  lines += [f"    {line}" for line in kept]
-  lines += [f"    {v} = {s.value}" for v, s in zip(values, stores)]
-  lines.append(f"    {end} = {stop}")
-  for b in breaks:
-    lines += [f"    {point} = {b}", f"    {end} = {point} if {at} < {point} < {end} else {end}"]
-  if guards:
-    fits = " and ".join(f"abs({g}) + {stop} < {INT32_END}" for g in guards)
-    lines += [f"    if not ({fits}):", "      break"]
-  lines.append(f"    for {index} in range({at}, {end}):")
-  lines += [
-    f"      STORE({s.pointer}, {_plus(s.offset, index)}, {v}, {s.dtype})"
-    for v, s in zip(values, stores)
-  ]
-  lines.append(f"    {at} = {end}")
-  lines.append(f"for {index} in range({at}, {stop}):")
-  lines += [f"  {line}" for line in body]
-  return lines
+  fits = [E("abs({0}) + {1} < {2}", g, stop, INT32_END) for g in guards]
+  fit = fits[0] if len(fits) == 1 else kir.BoolOp("and", tuple(fits))
+  check = S("if not ({0}):\n  break", fit) if fits else ()
+  return list(
+    S(
+      """
+      {at} = {start}
+      if {stop} - {at} >= {least}:
+        while {at} < {stop}:
+          {index} = {at}
+          {kept}
+          {computed}
+          {end} = {stop}
+          {cut}
+          {check}
+          for {index} in range({at}, {end}):
+            {stores}
+          {at} = {end}
+      for {index} in range({at}, {stop}):
+        {body}
+      """,
+      at=at,
+      start=start,
+      stop=stop,
+      least=SEGMENT_MIN * (len(breaks) + 1),
+      index=index,
+      kept=kept,
+      computed=[kir.Assign((v,), s.value) for v, s in zip(values, stores)],
+      end=end,
+      cut=cut,
+      check=check,
+      stores=[
+        kir.ExprStmt(kir.call("STORE", s.pointer, _plus(s.offset, index), v, s.dtype))
+        for v, s in zip(values, stores)
+      ],
+      body=list(body),
+    )
+  )

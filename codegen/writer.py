@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 
+from primc.codegen import kir
+
 
 class Writer:
   """An indenting code buffer: `w("line", ...)` adds lines at the current depth,
@@ -13,8 +15,11 @@ class Writer:
     self.lines: list[str] = []
     self.depth = 0
 
-  def __call__(self, *lines: str) -> "Writer":
-    self.lines += ["  " * self.depth + line if line else "" for line in lines]
+  def __call__(self, *lines) -> "Writer":
+    """Adds lines, and statements of the kernel IR (`codegen.kir`) as their lines."""
+    for item in lines:
+      rendered = [item] if isinstance(item, str) else kir.statements((item,))
+      self.lines += ["  " * self.depth + line if line else "" for line in rendered]
     return self
 
   @contextlib.contextmanager

@@ -12,10 +12,18 @@ from hypothesis import strategies as st
 
 import primc
 import primc.numpy as pnp
-from primc.codegen import segments
+from primc.codegen import kir, segments
 from primc.tree import tree_flatten
 
 # --- the rewrite itself, run as Python -------------------------------------------------------
+
+
+def _segmented(index, start, stop, body, fresh):
+  """`segments.segmented_loop` of a body written as lines of Python: its lines, or None."""
+  out = segments.segmented_loop(
+    kir.Name(index), kir.as_expr(start), kir.as_expr(stop), kir.S("\n".join(body)), fresh
+  )
+  return None if out is None else kir.statements(tuple(out))
 
 
 def _wrap32(x):  # numpy's int32 truncation; the result computes on as the kernels' int64
@@ -150,7 +158,7 @@ def test_a_row_filled_by_stretches_equals_the_plain_loop(
   body = data.draw(_bodies(varying))
   names = iter(range(1000))
   with mock.patch.object(segments, "SEGMENT_MIN", data.draw(st.sampled_from([0, 1, 8]))):
-    rewritten = segments.segmented_loop("j", "start", "stop", body, lambda p: f"{p}_{next(names)}")
+    rewritten = _segmented("j", "start", "stop", body, lambda p: f"{p}_{next(names)}")
   stop = start + length
   a, b, c = words
   plain = ["for j in range(start, stop):", *("  " + s for s in body)]
@@ -187,11 +195,11 @@ def test_which_bodies_are_rewritten():
     "v2 = np.float32(v1) * LOAD(p, i, F)",
     "STORE(q, i * n + j, v2, F)",
   ]
-  lines = segments.segmented_loop("j", "0", "n", one_hot, name)
+  lines = _segmented("j", "0", "n", one_hot, name)
   assert lines is not None and any(s.strip().startswith("while") for s in lines)
   assert lines[-4].startswith("for j in range(sj")  # the plain loop finishes the row
   padded = ["v1 = LOAD(p, i, F) if 0 <= j - z1 < z2 else 0.0", "STORE(q, j + i * n, v1, F)"]
-  assert segments.segmented_loop("j", "0", "n", padded, name) is not None
+  assert _segmented("j", "0", "n", padded, name) is not None
   for body in (
     ["v1 = LOAD(p, i * n + j, F)", "STORE(q, i * n + j, v1, F)"],
     ["v1 = np.float32(j == i) * np.float32(j)", "STORE(q, i * n + j, v1, F)"],
@@ -199,7 +207,7 @@ def test_which_bodies_are_rewritten():
     ["v1 = np.float32(j == i)", "STORE(q, i * n + 2 * j, v1, F)"],
     ["v1 = np.float32(j == i)", "STORE(q, i * n + j, v1, F)", "nbig += 1"],
   ):
-    assert segments.segmented_loop("j", "0", "n", body, name) is None, body
+    assert _segmented("j", "0", "n", body, name) is None, body
 
 
 # --- compiled programs -----------------------------------------------------------------------
