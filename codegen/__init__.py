@@ -1,10 +1,13 @@
 """Code generation: fused regions to kernels, the disk cache and the executor.
 
-  kernels.py   region -> kernel source (one lowering rule per primitive); a kernel is a
-               C function of one signature, run in phases (setup, tasks, finish), written
-               as Python that numba compiles as it is
-  translate.py kernel source -> LLVM IR -> object file, without numba (numba's typing of
-               the kernels' subset); numba compiles what is outside it
+  kir.py       the kernel IR: a kernel's loops, loads, stores and scalar ops as frozen
+               nodes; rendered as Python for numba (`to_python`), built from Python
+               templates and library functions (`E`, `S`, `from_python`)
+  kernels.py   region -> kernel IR (one lowering rule per primitive); a kernel is a C
+               function of one signature, run in phases (setup, tasks, finish)
+  segments.py  a pass over a loop's nodes: rows filled stretch by stretch
+  translate.py the LLVM renderer: kernel IR -> LLVM IR -> object file, without numba
+               (numba's typing of the kernels' subset); numba compiles what is outside it
   mathlib.py   vectorizable float32/float64 exp, log, tanh, sin, cos; element access by
                address (LOAD, STORE)
   special.py   polygamma, erfinv, erfcinv (scipy.special's functions numba lacks)

@@ -27,10 +27,12 @@ task's loop runs again with libm's versions.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
 import re
+import threading
 from typing import Callable
 
 import numpy as np
@@ -40,7 +42,6 @@ from primc.core import Eqn, Lit, Primitive, Printer, Program, Var, pp_lit, pp_pa
 from primc.codegen import kir, openblas
 from primc.codegen.kir import E, S
 from primc.codegen.segments import segmented_loop
-from primc.codegen.writer import Writer
 from primc.passes.fusion import lazy_eqns
 from primc.passes.lower import lowering_rules
 
@@ -533,51 +534,66 @@ def _offset(dims, idx) -> kir.Expr:
 PARALLEL_MIN = 1 << 14  # elements: below this a parallel launch costs more than it saves
 
 
-_SIZE_NAME = re.compile(r"\bz(\d+)\b")
-_POINTER = re.compile(r"\bptr(\d+)\b")
+_SIZE = re.compile(r"z(\d+)")  # a size read into a local (KernelContext.size)
+_POINTER = re.compile(r"ptr(\d+)")  # a table entry's address
 
 
-def _needed(lines: list[str], then: list[str]) -> list[str]:
-  """`lines` without the assignments (`name = ...`) whose name neither a later line nor
-  `then` reads: the table's arrays and views the code does not use (most arrays are read
-  and written by address; each unused one still costs numba time)."""
-  names = set(re.findall(r"\w+", "\n".join(then)))
+def _needed(stmts, then) -> list:
+  """`stmts` without the assignments to a name that neither a later statement nor `then`
+  reads: the table's arrays and views the code does not use (most arrays are read and
+  written by address; each unused one still costs numba time)."""
+  names = kir.names(tuple(then))
   kept = []
-  for line in reversed(lines):
-    target = re.match(r"(\w+) = ", line)
-    if target is None or target.group(1) in names:
-      kept.append(line)
-      names.update(re.findall(r"\w+", line))
+  for s in reversed(stmts):
+    single = type(s) is kir.Assign and len(s.targets) == 1 and type(s.targets[0]) is kir.Name
+    if not single or s.targets[0].id in names:
+      kept.append(s)
+      names |= kir.names(s)
   return kept[::-1]
 
 
-def _source(ctx: KernelContext, program: Program, phases: dict[int, list[str]]) -> str:
+def _source(ctx: KernelContext, program: Program, phases: dict[int, list]) -> str:
   """A kernel's source: its table, its prologue (run by every phase), then the phases
-  (0 returns its task count, 2 is optional, 1 runs the tasks [lo, hi)). Written once per
-  distinct text (a program at a new size emits the same lines again)."""
-  return _written(
+  (0 returns its task count, 2 is optional, 1 runs the tasks [lo, hi)), statements all.
+  Written once per distinct kernel (a program at a new size emits the same nodes
+  again); its nodes are kept for this process's compiles (`emitted`)."""
+  source, function = _written(
     ctx.name,
     abstract_ir(program),
     len(ctx.sizes),
     tuple(ctx.size_words),
     ctx.literals,
     ctx.err,
-    tuple(_lines(ctx.table)),
-    tuple(_lines(ctx.prologue)),
-    tuple((k, tuple(_lines(lines))) for k, lines in phases.items()),
+    tuple(ctx.table),
+    tuple(ctx.prologue),
+    tuple((k, tuple(stmts)) for k, stmts in phases.items()),
   )
+  with _emitted_lock:
+    _emitted[source] = function
+    _emitted.move_to_end(source)
+    if len(_emitted) > EMITTED:
+      _emitted.popitem(last=False)
+  return source
 
 
-def _lines(code) -> list[str]:
-  """Statements (kernel IR) and lines of Python (the kernels still written as text) as
-  lines."""
-  out: list[str] = []
-  for item in code:
-    out.extend([item] if isinstance(item, str) else kir.statements((item,)))
-  return out
+EMITTED = 1024  # kernels whose nodes this process keeps (least recently emitted go first)
+_emitted: collections.OrderedDict = collections.OrderedDict()  # source -> kir.Function
+_emitted_lock = threading.Lock()
 
 
-@functools.lru_cache(maxsize=512)  # ~20 KB each: lines and source
+def emitted(module_source: str) -> kir.Function | None:
+  """The kernel IR of a kernel module's text (which ends with its kernel's source), where
+  this process emitted it; None for a module written by another process or an earlier
+  one, which the LLVM renderer reads back from its Python (`translate.python_kernel`:
+  the module is the kernel's persisted form)."""
+  start = module_source.find("\ndef ")
+  if start < 0:
+    return None
+  with _emitted_lock:
+    return _emitted.get(module_source[start + 1 :])
+
+
+@functools.lru_cache(maxsize=512)
 def _written(
   name: str,
   ir_text: str,
@@ -588,39 +604,48 @@ def _written(
   table: tuple,
   prologue: tuple,
   phases: tuple,
-) -> str:
-  """`_source` of its parts (hashable: `phases` as (phase, lines) pairs)."""
-  phases = dict(phases)
-  body = [line for lines in phases.values() for line in lines]
-  w = Writer()
+) -> tuple[str, kir.Function]:
+  """`_source` of its parts (hashable: `phases` as (phase, statements) pairs), and the
+  kernel's nodes."""
+  fn = _function(name, n_words, size_words, literals, err, table, prologue, dict(phases))
+  return _rendered(fn, ir_text), fn
+
+
+def _function(name, n_words, size_words, literals, err, table, prologue, phases) -> kir.Function:
+  """The kernel function: the words it reads, its table's entries and its prologue that
+  the phases read, then the phases."""
+  body = tuple(s for stmts in phases.values() for s in stmts)
   # sizes the phases use are locals (see KernelContext.size); the others, read once by
   # the table and the prologue, stay words (a local each costs numba ~1% of a kernel)
-  used = {int(k) for line in body for k in _SIZE_NAME.findall(line)}
-  word = lambda line: _SIZE_NAME.sub(
-    lambda m: m.group(0) if int(m.group(1)) in used else f"sz[{m.group(1)}]", line
+  used = {int(m.group(1)) for n in kir.names(body) if (m := _SIZE.fullmatch(n))}
+  words = {f"z{k}": E("sz[{0}]", k) for k in range(n_words) if k not in used}
+  kept = [kir.substitute(s, words) for s in _needed(table + prologue, body)]
+  pointers = sorted(
+    {int(m.group(1)) for n in kir.names((*kept, *body)) if (m := _POINTER.fullmatch(n))}
   )
-  with w.block(f"def {name}(phase, lo, hi, p):"):
-    w(*("# " + line for line in ir_text.splitlines()))
-    w(f"sz = carray(p[0], ({max(1, n_words)},), np.int64)")
-    w(*(f"z{k} = NONNEG(sz[{k}])" for k in size_words if k in used))
-    if literals:
-      w(f"kl = carray(p[0], ({n_words},), np.float64)")
-    kept = _needed(list(table + prologue), body)
-    w(
-      *(["err = carray(p[1], (4,), np.int64)"] if err else []),
-      *(
-        f"ptr{k} = p[{k}]"
-        for k in sorted({int(k) for k in _POINTER.findall("\n".join(kept + body))})
-      ),
-      *map(word, kept),
-    )
-    with w.block("if phase == 0:"):
-      w(*phases[0])
-    if 2 in phases:
-      with w.block("if phase == 2:"):
-        w(*phases[2], "return 1")
-    w(*phases[1], "return 1")
-  return w.text() + f"\n\nKERNEL = {name}\n"
+  one = kir.Return(kir.Const(1))
+  return kir.Function(
+    name,
+    ("phase", "lo", "hi", "p"),
+    (
+      *S("sz = carray(p[0], ({0},), np.int64)", max(1, n_words)),
+      *(S("{0} = NONNEG(sz[{1}])", f"z{k}", k)[0] for k in size_words if k in used),
+      *(S("kl = carray(p[0], ({0},), np.float64)", n_words) if literals else ()),
+      *(S("err = carray(p[1], (4,), np.int64)") if err else ()),
+      *(S("{0} = p[{1}]", f"ptr{k}", k)[0] for k in pointers),
+      *kept,
+      kir.If(E("phase == 0"), phases[0]),
+      *([kir.If(E("phase == 2"), (*phases[2], one))] if 2 in phases else []),
+      *phases[1],
+      one,
+    ),
+  )
+
+
+def _rendered(fn: kir.Function, ir_text: str) -> str:
+  """The kernel's module source for numba: the function (its region's IR as a comment)
+  and `KERNEL`, naming it."""
+  return kir.to_python(fn, comment=ir_text) + f"\n\nKERNEL = {fn.name}\n"
 
 
 def emit_loop_kernel(name: str, program: Program, domain: tuple[int, ...]) -> Kernel:
@@ -922,33 +947,32 @@ class _Matrices:
   it), its three dims and its address (expressions)."""
 
   view: str
-  dims: list[str]
-  address: str
+  dims: list  # expressions
+  address: kir.Expr
 
 
 def _as_matrices(ctx, name, aval, groups, views, copies) -> _Matrices:
   """`name` (a table entry) as `_Matrices`: its dims taken in the order of `groups` and
   merged into one dimension per group. Its own memory when that order is the memory
-  order, else a copy into scratch (`copies`, run once, in phase 0; generated loops:
-  numba's np.transpose with axes is slow to compile)."""
+  order, else a copy into scratch (`copies`, statements run once, in phase 0; generated
+  loops: numba's np.transpose with axes is slow to compile). `views` gets the view."""
   perm = [d for g in groups for d in g]
   dims = [kir.product(ctx.size(aval.shape[d]) for d in g) for g in groups]
   view = ctx.fresh("m")
   if list(perm) == sorted(perm):
-    views(f"{view} = {ctx.reshaped(name, dims)}")
-    return _Matrices(view, dims, f"ADDRESS(ptr{ctx.entries[name][0]})")
+    views += S("{0} = {1}", view, ctx.reshaped(name, dims))
+    return _Matrices(view, dims, kir.call("ADDRESS", f"ptr{ctx.entries[name][0]}"))
   shape = aval.shape
   size = {d: ctx.size(shape[d]) for d in range(len(shape))}
   flat = ctx.scratch_array(aval.dtype, aval.size)
-  dest = "0"
+  dest = kir.Const(0)
   for d in perm:  # row-major position in the permuted order
-    dest = f"({dest}) * {size[d]} + d{d}"
-  copies.nest(
-    [f"for d{d} in range({size[d]}):" for d in range(len(shape))],
-    [f"{flat}[{dest}] = {name}[{', '.join(f'd{d}' for d in range(len(shape)))}]"],
-  )
-  views(f"{view} = {ctx.reshaped(flat, dims)}")
-  return _Matrices(view, dims, f"ADDRESS(ptr{ctx.entries[flat][0]})")
+    dest = kir.BinOp("+", kir.BinOp("*", dest, size[d]), kir.Name(f"d{d}"))
+  at = tuple(kir.Name(f"d{d}") for d in range(len(shape)))
+  copy = kir.Assign((kir.Subscript(kir.Name(flat), (dest,)),), kir.Subscript(kir.Name(name), at))
+  copies += _nest(at, [(size[d],) for d in range(len(shape))], [copy])
+  views += S("{0} = {1}", view, ctx.reshaped(flat, dims))
+  return _Matrices(view, dims, kir.call("ADDRESS", f"ptr{ctx.entries[flat][0]}"))
 
 
 def _dot_sum_lines(ctx, e, operands, var) -> list:
@@ -1073,7 +1097,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   blas = out.aval.is_float  # integer products are loops (numba's np.dot is float only)
   epilogue = [e for e in program.eqns if e is not dot]
   threaded = blas and _dot_threaded(program, bool(epilogue))
-  views, copies = Writer(), Writer()
+  views, copies = [], []  # statements: the prologue's views, phase 0's copies
   groups = [list(lb), lf, list(lc)]
   a, ta = (
     _lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], views, copies)
@@ -1085,16 +1109,19 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   b = _as_matrices(ctx, names[y], y.aval, [list(rb), list(rc), rf], views, copies)
   out_index = {v: k for k, v in enumerate(program.outputs)}
   c = outs[out_index[out]] if out in out_index else ctx.scratch_array(out.aval.dtype, out.aval.size)
-  views(
-    f"nb = {a.dims[0]}",
-    f"mr = {a.dims[2 if ta else 1]}",
-    f"kc = {a.dims[1 if ta else 2]}",
-    f"nc = {b.dims[2]}",
-    f"c3 = {ctx.reshaped(c, ['nb', 'mr', 'nc'])}",
+  views += S(
+    "nb = {0}\nmr = {1}\nkc = {2}\nnc = {3}\nc3 = {4}",
+    a.dims[0],
+    a.dims[2 if ta else 1],
+    a.dims[1 if ta else 2],
+    b.dims[2],
+    ctx.reshaped(c, ["nb", "mr", "nc"]),
   )
   ctx.alias("cv", c, [ctx.size(n) for n in out.aval.shape])
   if blas:
-    views(f"pa = {a.address}", f"pb = {b.address}", f"pc = ADDRESS(ptr{ctx.entries[c][0]})")
+    views += S(
+      "pa = {0}\npb = {1}\npc = ADDRESS({2})", a.address, b.address, f"ptr{ctx.entries[c][0]}"
+    )
   gemm = _Gemm(out.aval.dtype) if blas else None
   sub = Program(
     program.inputs + (out,), tuple(epilogue), tuple(v for v in program.outputs if v is not out)
@@ -1114,11 +1141,11 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
       else None
     )
     phases = _row_blocks(_rows_product(gemm, a.view, b.view), views, rows_code)
-  phases[0] = copies.lines + phases[0]
+  phases[0] = copies + phases[0]
   if epilogue and not fuse_rows:
     init, setup, code = _loop_code(ctx, sub, out.aval.shape, sub_ins, sub_outs)
     phases[2] = phases.get(2, []) + [*init, *setup, *code]
-  ctx.prologue[:0] = views.lines  # before the epilogue's views (which may read cv)
+  ctx.prologue[:0] = views  # before the epilogue's views (which may read cv)
   return Kernel(
     _source(ctx, program, phases), tuple(ctx.sizes), threaded, 2 in phases, tuple(ctx.scratch)
   )
@@ -1144,18 +1171,18 @@ def _dot_threaded(program: Program, epilogue: bool) -> bool:
   )
 
 
-def _rows_product(gemm, a: str, b: str) -> str:
+def _rows_product(gemm, a: str, b: str) -> kir.Expr:
   """The call that computes rows r0:r1 of the q-th product (c3[q] = a[q] @ b[q])."""
   if gemm is None:  # integer products: loops over views
-    return f"matmul_loops({a}[q, r0:r1], {b}[q], c3[q, r0:r1], False)"
+    return E("matmul_loops({0}[q, r0:r1], {1}[q], c3[q, r0:r1], False)", a, b)
   return gemm(
     0,
-    "r1 - r0",
+    E("r1 - r0"),
     "nc",
     "kc",
-    ("pa", "(q * mr + r0) * kc"),
-    ("pb", "q * kc * nc"),
-    ("pc", "(q * mr + r0) * nc"),
+    ("pa", E("(q * mr + r0) * kc")),
+    ("pb", E("q * kc * nc")),
+    ("pc", E("(q * mr + r0) * nc")),
   )
 
 
@@ -1167,35 +1194,47 @@ class _Gemm:
     self.name = {"float32": "GEMM_F32", "float64": "GEMM_F64"}[np.dtype(dtype).name]
     self.itemsize = np.dtype(dtype).itemsize
 
-  def __call__(self, ta, m, n, k, a, b, c, acc=False) -> str:
+  def __call__(self, ta, m, n, k, a, b, c, acc=False) -> kir.Expr:
     """The call (c = A @ B, or c += A @ B: `acc`, a bool or an expression); each matrix
-    given as (address, offset in elements)."""
-    at = lambda base, offset: f"{base} + ({offset}) * {self.itemsize}"
-    acc = acc if isinstance(acc, str) else int(acc)  # an expression, or a constant
-    return f"{self.name}({ta}, {m}, {n}, {k}, {at(*a)}, {at(*b)}, {at(*c)}, {acc})"
+    given as (address, offset in elements), expressions."""
+    at = lambda base, offset: E("{0} + ({1}) * {2}", base, offset, self.itemsize)
+    acc = int(acc) if isinstance(acc, bool) else acc  # a constant, or an expression
+    return kir.call(self.name, ta, m, n, k, at(*a), at(*b), at(*c), acc)
 
 
-def _row_blocks(rows_call, views, rows_code) -> dict[int, list[str]]:
+def _row_blocks(rows_call, views, rows_code) -> dict[int, list]:
   """Row blocks, one product call each (and the block's rows of the epilogue,
   `rows_code`), all in tasks: blocks of at most BLOCK_DOT multiply-adds (at least 4 rows)
   where a row is short, else about DOT_BLOCKS blocks of at least DOT_BLOCK_ROWS rows (primc's
   BLAS runs on one thread: the pool runs the blocks side by side)."""
-  views(
-    f"small = nc * kc * 4 <= {BLOCK_DOT}",
-    f"rows = max(1, {BLOCK_DOT} // max(1, nc * kc)) if small else "
-    f"max({DOT_BLOCK_ROWS}, (mr + {DOT_BLOCKS - 1}) // {DOT_BLOCKS})",
-    "nblk = (mr + rows - 1) // rows",
+  views += S(
+    """
+    small = nc * kc * 4 <= {block}
+    rows = max(1, {block} // max(1, nc * kc)) if small else max({least}, (mr + {more}) // {blocks})
+    nblk = (mr + rows - 1) // rows
+    """,
+    block=BLOCK_DOT,
+    least=DOT_BLOCK_ROWS,
+    more=DOT_BLOCKS - 1,
+    blocks=DOT_BLOCKS,
   )
-  tasks = Writer()
-  with tasks.block("for task in range(lo, hi):"):
-    tasks("q = task // nblk", "r0 = (task % nblk) * rows", "r1 = min(mr, r0 + rows)", rows_call)
-    if rows_code is not None:
-      init, setup_rows, code = rows_code
-      tasks(*init, *setup_rows, *code)
-  return {0: ["return nb * nblk + 1"], 1: tasks.lines}
+  rows = [] if rows_code is None else [s for part in rows_code for s in part]
+  tasks = S(
+    """
+    for task in range(lo, hi):
+      q = task // nblk
+      r0 = (task % nblk) * rows
+      r1 = min(mr, r0 + rows)
+      {call}
+      {rows}
+    """,
+    call=[kir.ExprStmt(rows_call)],
+    rows=rows,
+  )
+  return {0: list(S("return nb * nblk + 1")), 1: list(tasks)}
 
 
-def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, list[str]]:
+def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, list]:
   """A transposed left operand (float products only): up to `parts` parts of the
   contraction (a word: 1 unless the plan threads a single product), each a sum of product
   calls into its scratch (`elements` = parts x the product's size), added in a fixed
@@ -1203,54 +1242,68 @@ def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, li
   matrix of the batch."""
   maxparts = ctx.size(parts)
   acc = ctx.scratch_array(dtype, elements if parts > 1 else 0)
-  views(
-    f"step = {BLOCK_DOT} // max(1, mr * nc)",
-    f"split = nb == 1 and {maxparts} > 1 and step >= 16 and kc > step",
-    f"nparts = max(1, min({maxparts}, (kc + step - 1) // max(1, step))) if split else 1",
-    "per = (kc + nparts - 1) // nparts",
+  views += S(
+    """
+    step = {block} // max(1, mr * nc)
+    split = nb == 1 and {maxparts} > 1 and step >= 16 and kc > step
+    nparts = max(1, min({maxparts}, (kc + step - 1) // max(1, step))) if split else 1
+    per = (kc + nparts - 1) // nparts
+    """,
+    block=BLOCK_DOT,
+    maxparts=maxparts,
   )
-  parts_of = [
-    f"acc = {ctx.reshaped(acc, [maxparts, 'mr', 'nc'])}",
-    f"pacc = ADDRESS(ptr{ctx.entries[acc][0]})",
-  ]
-  tasks = Writer()
-  with tasks.block("if not split:"):
-    with tasks.block("for q in range(lo, hi):"):
-      tasks(
-        gemm(
-          1, "mr", "nc", "kc", ("pa", "q * kc * mr"), ("pb", "q * kc * nc"), ("pc", "q * mr * nc")
-        )
-      )
-    tasks("return 1")
-  tasks(*parts_of)
-  with tasks.block("for part in range(lo, hi):"):
-    with tasks.block("for k0 in range(part * per, min(kc, (part + 1) * per), step):"):
-      tasks(
-        "k1 = min(kc, k0 + step, (part + 1) * per)",  # the first chunk sets the part
-        gemm(
-          1,
-          "mr",
-          "nc",
-          "k1 - k0",
-          ("pa", "k0 * mr"),
-          ("pb", "k0 * nc"),
-          ("pacc", "part * mr * nc"),
-          acc="1 if k0 > part * per else 0",
-        ),
-      )
-  finish = Writer()
-  with finish.block("if split:"):
-    finish(parts_of[0])
-    finish.nest(
-      ["for i in range(mr):", "for j in range(nc):"],
-      [
-        "s = acc[0, i, j]",
-        "for part in range(1, nparts):",
-        "  s += acc[part, i, j]",
-        "c3[0, i, j] = s",
-      ],
-    )
-  return {0: ["return (nparts if split else nb) + 1"], 1: tasks.lines, 2: finish.lines}
+  view_acc = S("acc = {0}", ctx.reshaped(acc, [maxparts, "mr", "nc"]))
+  whole = gemm(
+    1,
+    "mr",
+    "nc",
+    "kc",
+    ("pa", E("q * kc * mr")),
+    ("pb", E("q * kc * nc")),
+    ("pc", E("q * mr * nc")),
+  )
+  chunk = gemm(
+    1,
+    "mr",
+    "nc",
+    E("k1 - k0"),
+    ("pa", E("k0 * mr")),
+    ("pb", E("k0 * nc")),
+    ("pacc", E("part * mr * nc")),
+    acc=E("1 if k0 > part * per else 0"),
+  )
+  tasks = S(
+    """
+    if not split:
+      for q in range(lo, hi):
+        {whole}
+      return 1
+    {view_acc}
+    pacc = ADDRESS({pacc})
+    for part in range(lo, hi):
+      for k0 in range(part * per, min(kc, (part + 1) * per), step):
+        k1 = min(kc, k0 + step, (part + 1) * per)
+        {chunk}
+    """,
+    whole=[kir.ExprStmt(whole)],
+    view_acc=view_acc,
+    pacc=f"ptr{ctx.entries[acc][0]}",
+    chunk=[kir.ExprStmt(chunk)],
+  )
+  finish = S(
+    """
+    if split:
+      {view_acc}
+      for i in range(mr):
+        for j in range(nc):
+          s = acc[0, i, j]
+          for part in range(1, nparts):
+            s += acc[part, i, j]
+          c3[0, i, j] = s
+    """,
+    view_acc=view_acc,
+  )
+  return {0: list(S("return (nparts if split else nb) + 1")), 1: list(tasks), 2: list(finish)}
 
 
 def emit_gather_kernel(name: str, program: Program) -> Kernel:
@@ -1268,37 +1321,76 @@ def emit_gather_kernel(name: str, program: Program) -> Kernel:
   axis, nbd = e.kw["axis"], e.kw["batch_dims"]
   shape = x.aval.shape
   size = lambda dims: kir.product(ctx.size(n) for n in dims)
-  w = Writer()
-  w(
-    f"nb = {size(shape[:nbd])}",
-    f"pre = {size(shape[nbd:axis])}",
-    f"na = {ctx.size(shape[axis])}",
-    f"post = {size(shape[axis + 1 :])}",
-    f"ni = {size(idx.aval.shape[nbd:])}",
-    f"x4 = {ctx.reshaped(names[x], ['nb', 'pre', 'na', 'post'])}",
-    f"ix = {ctx.reshaped(names[idx], ['nb', 'ni'])}",
+  code = S(
+    """
+    nb = {nb}
+    pre = {pre}
+    na = {na}
+    post = {post}
+    ni = {ni}
+    x4 = {x4}
+    ix = {ix}
+    for q in range(nb):
+      for j in range(ni):
+        k = ix[q, j]
+        if k < -na or k >= na:
+          err[1] = k
+          err[2] = na
+          return -1
+    """,
+    nb=size(shape[:nbd]),
+    pre=size(shape[nbd:axis]),
+    na=ctx.size(shape[axis]),
+    post=size(shape[axis + 1 :]),
+    ni=size(idx.aval.shape[nbd:]),
+    x4=ctx.reshaped(names[x], ["nb", "pre", "na", "post"]),
+    ix=ctx.reshaped(names[idx], ["nb", "ni"]),
   )
-  w.nest(
-    ["for q in range(nb):", "for j in range(ni):"],
-    ["k = ix[q, j]", "if k < -na or k >= na:", "  err[1] = k", "  err[2] = na", "  return -1"],
-  )
-  loops = ["for q in range(nb):", "for p_ in range(pre):", "for j in range(ni):"]
-  find = ["k = ix[q, j]", "if k < 0:", "  k += na"]
   if e.prim is P.gather_p:
-    w(f"o4 = {ctx.reshaped('out0', ['nb', 'pre', 'ni', 'post'])}")
-    w.nest(loops, find + ["for s in range(post):", "  o4[q, p_, j, s] = x4[q, p_, k, s]"])
-  else:
-    w(
-      f"u4 = {ctx.reshaped(names[e.inputs[2]], ['nb', 'pre', 'ni', 'post'])}",
-      f"o4 = {ctx.reshaped('out0', ['nb', 'pre', 'na', 'post'])}",
-      f"xf = {ctx.reshaped(names[x], ['-1'])}",
-      f"of = {ctx.reshaped('out0', ['-1'])}",
+    code += S(
+      """
+      o4 = {o4}
+      for q in range(nb):
+        for p_ in range(pre):
+          for j in range(ni):
+            k = ix[q, j]
+            if k < 0:
+              k += na
+            for s in range(post):
+              o4[q, p_, j, s] = x4[q, p_, k, s]
+      """,
+      o4=ctx.reshaped("out0", ["nb", "pre", "ni", "post"]),
     )
-    w.nest(["for t in range(nb * pre * na * post):"], ["of[t] = xf[t]"])  # a flat copy
-    w.nest(loops, find + ["for s in range(post):", "  o4[q, p_, k, s] += u4[q, p_, j, s]"])
-  w("return 1")
+  else:
+    code += S(
+      """
+      u4 = {u4}
+      o4 = {o4}
+      xf = {xf}
+      of = {of}
+      for t in range(nb * pre * na * post):
+        of[t] = xf[t]
+      for q in range(nb):
+        for p_ in range(pre):
+          for j in range(ni):
+            k = ix[q, j]
+            if k < 0:
+              k += na
+            for s in range(post):
+              o4[q, p_, k, s] += u4[q, p_, j, s]
+      """,
+      u4=ctx.reshaped(names[e.inputs[2]], ["nb", "pre", "ni", "post"]),
+      o4=ctx.reshaped("out0", ["nb", "pre", "na", "post"]),
+      xf=ctx.reshaped(names[x], [-1]),
+      of=ctx.reshaped("out0", [-1]),
+    )
+  code += S("return 1")
   return Kernel(
-    _source(ctx, program, {0: w.lines, 1: []}), tuple(ctx.sizes), False, False, tuple(ctx.scratch)
+    _source(ctx, program, {0: list(code), 1: []}),
+    tuple(ctx.sizes),
+    False,
+    False,
+    tuple(ctx.scratch),
   )
 
 
@@ -1394,26 +1486,28 @@ def emit_sort_kernel(name: str, program: Program) -> Kernel:
   ctx = KernelContext(name, program)
   (e,) = program.eqns
   rows = _last_axis_rows(ctx, program)
-  ctx.prologue += rows + [
-    f"tmp = {ctx.scratch_array(e.outputs[0].aval.dtype, e.inputs[0].aval.shape[-1])}"
-  ]
-  return _per_item_kernel(ctx, program, "rows", _STABLE_SORT)
+  tmp = ctx.scratch_array(e.outputs[0].aval.dtype, e.inputs[0].aval.shape[-1])
+  ctx.prologue += [*rows, *S("tmp = {0}", tmp)]
+  return _per_item_kernel(ctx, program, "rows", S("\n".join(_STABLE_SORT)))
 
 
-def _last_axis_rows(ctx: KernelContext, program: Program) -> list[str]:
-  """Prologue lines of a one-equation kernel over rows of its last axis: `rows` (the
+def _last_axis_rows(ctx: KernelContext, program: Program) -> list:
+  """Prologue statements of a one-equation kernel over rows of its last axis: `rows` (the
   leading axes), `n` (the last), its operand and result as `x2`, `o2` of (rows, n)."""
   (e,) = program.eqns
   ins, outs = ctx.arrays(program)
   shape = e.inputs[0].aval.shape
-  rows = kir.product(ctx.size(m) for m in shape[:-1])
+  rows = kir.product([ctx.size(m) for m in shape[:-1]])  # (its words first)
   n = ctx.size(shape[-1])
-  return [
-    f"rows = {rows}",
-    f"n = {n}",
-    f"x2 = {ctx.reshaped(ins[0], ['rows', n])}",
-    f"o2 = {ctx.reshaped(outs[0], ['rows', n])}",
-  ]
+  return list(
+    S(
+      "rows = {0}\nn = {1}\nx2 = {2}\no2 = {3}",
+      rows,
+      n,
+      ctx.reshaped(ins[0], ["rows", n]),
+      ctx.reshaped(outs[0], ["rows", n]),
+    )
+  )
 
 
 def emit_cumulative_kernel(name: str, program: Program) -> Kernel:
@@ -1422,25 +1516,25 @@ def emit_cumulative_kernel(name: str, program: Program) -> Kernel:
   ctx = KernelContext(name, program)
   (e,) = program.eqns
   ctx.prologue += _last_axis_rows(ctx, program)
-  op = "+" if e.prim is P.cumsum_p else "*"
-  body = [
-    "if n > 0:",
-    "  acc = x2[q, 0]",
-    "  o2[q, 0] = acc",
-    "  for i in range(1, n):",
-    f"    acc = acc {op} x2[q, i]",
-    "    o2[q, i] = acc",
-  ]
+  body = S(
+    """
+    if n > 0:
+      acc = x2[q, 0]
+      o2[q, 0] = acc
+      for i in range(1, n):
+        acc = {step}
+        o2[q, i] = acc
+    """,
+    step=kir.BinOp("+" if e.prim is P.cumsum_p else "*", kir.Name("acc"), E("x2[q, i]")),
+  )
   return _per_item_kernel(ctx, program, "rows", body)
 
 
 def _per_item_kernel(ctx, program, count: str, body) -> Kernel:
-  """A serial kernel of `count` tasks, task q running `body`."""
-  tasks = Writer()
-  with tasks.block("for q in range(lo, hi):"):
-    tasks(*body)
+  """A serial kernel of `count` tasks, task q running `body` (statements)."""
+  tasks = S("for q in range(lo, hi):\n  {body}", body=list(body))
   return Kernel(
-    _source(ctx, program, {0: [f"return {count} + 1"], 1: tasks.lines}),
+    _source(ctx, program, {0: list(S("return {0} + 1", count)), 1: list(tasks)}),
     tuple(ctx.sizes),
     False,
     False,
@@ -1460,32 +1554,40 @@ def emit_linalg_kernel(name: str, program: Program) -> Kernel:
   names = dict(zip(program.inputs, ins))  # solve(a, a) reads one input twice
   a = e.inputs[0].aval
   m, n = ctx.size(a.shape[-2]), ctx.size(a.shape[-1])
-  ctx.prologue += [
-    f"nb = {kir.product(ctx.size(d) for d in a.shape[:-2])}",
-    f"a3 = {ctx.reshaped(names[e.inputs[0]], ['nb', m, n])}",
-  ]
+  ctx.prologue += S(
+    "nb = {0}\na3 = {1}",
+    kir.product(ctx.size(d) for d in a.shape[:-2]),
+    ctx.reshaped(names[e.inputs[0]], ["nb", m, n]),
+  )
   if e.prim in (P.solve_p, P.triangular_solve_p):
     k = ctx.size(e.inputs[1].aval.shape[-1])
-    ctx.prologue.append(f"b3 = {ctx.reshaped(names[e.inputs[1]], ['nb', n, k])}")
+    ctx.prologue += S("b3 = {0}", ctx.reshaped(names[e.inputs[1]], ["nb", n, k]))
   out_shape = [ctx.size(d) for d in e.outputs[0].aval.shape[len(a.shape) - 2 :]]
-  ctx.prologue.append(f"o = {ctx.reshaped(outs[0], ['nb'] + out_shape)}")
+  ctx.prologue += S("o = {0}", ctx.reshaped(outs[0], ["nb", *out_shape]))
   ctx.err = True
-  finite = "np.all(np.isfinite(a3[q]))" + (
-    " and np.all(np.isfinite(b3[q]))" if e.prim is P.solve_p else ""
+  finite = E("np.all(np.isfinite(a3[q]))")
+  if e.prim is P.solve_p:
+    finite = kir.BoolOp("and", (finite, E("np.all(np.isfinite(b3[q]))")))
+  # err[1]: 1 the op's own failure, 2 a matrix not finite; numpy's answer to a matrix
+  # with infs or nans is NaNs for some ops (`_NAN_ANSWERS`)
+  otherwise = (
+    S("o[q] = np.nan") if e.prim in _NAN_ANSWERS else S("err[1] = 2\nerr[2] = q\nreturn -1")
   )
-  body = [
-    "try:",
-    *("  " + line for line in _LINALG_BODIES[e.prim](e, m, n)),
-    "except Exception:",  # err[1]: 1 the op's own failure, 2 a matrix not finite
-    f"  if {finite}:",
-    "    err[1] = 1",
-    "    err[2] = q",
-    "    return -1",
-  ]
-  if e.prim in _NAN_ANSWERS:  # numpy's answer to a matrix with infs or nans: NaNs
-    body += ["  o[q] = np.nan"]
-  else:
-    body += ["  err[1] = 2", "  err[2] = q", "  return -1"]
+  body = S(
+    """
+    try:
+      {body}
+    except Exception:
+      if {finite}:
+        err[1] = 1
+        err[2] = q
+        return -1
+      {otherwise}
+    """,
+    body=list(_LINALG_BODIES[e.prim](e, m, n)),
+    finite=finite,
+    otherwise=list(otherwise),
+  )
   return _per_item_kernel(ctx, program, "nb", body)
 
 
@@ -1494,100 +1596,106 @@ def emit_linalg_kernel(name: str, program: Program) -> Kernel:
 _NAN_ANSWERS = (P.inv_p, P.solve_p, P.det_p)
 
 
-def _column_sign(entry: str, n) -> list[str]:
-  """`sg`: the sign prims.column_signs gives column j, whose entry i is `entry` (a format
-  of i): the sign of its first largest-magnitude entry."""
-  at = lambda i: entry.format(i=i)
-  return [
-    "big = 0",
-    f"for i in range({n}):",
-    f"  if abs({at('i')}) > abs({at('big')}):",
-    "    big = i",
-    f"sg = -1.0 if {at('big')} < 0 else 1.0",
-  ]
+def _column_sign(entry, n) -> tuple:
+  """`sg`: the sign prims.column_signs gives column j, whose entry i is `entry(i)` (an
+  expression): the sign of its first largest-magnitude entry."""
+  return S(
+    """
+    big = 0
+    for i in range({n}):
+      if abs({at_i}) > abs({at_big}):
+        big = i
+    sg = -1.0 if {at_big} < 0 else 1.0
+    """,
+    n=n,
+    at_i=entry(kir.Name("i")),
+    at_big=entry(kir.Name("big")),
+  )
 
 
 def _eigh_body(e, m, n):
   """Eigenvalues in row 0, eigenvectors below, signs as prims.column_signs sets them."""
-  return [
-    "w, v = np.linalg.eigh(a3[q])",
-    "o[q, 0, :] = w",
-    f"for j in range({n}):",
-    *("  " + line for line in _column_sign("v[{i}, j]", n)),
-    f"  for i in range({n}):",
-    "    o[q, 1 + i, j] = sg * v[i, j]",
-  ]
+  return S(
+    """
+    w, v = np.linalg.eigh(a3[q])
+    o[q, 0, :] = w
+    for j in range({n}):
+      {sign}
+      for i in range({n}):
+        o[q, 1 + i, j] = sg * v[i, j]
+    """,
+    n=n,
+    sign=list(_column_sign(lambda i: E("v[{0}, j]", i), n)),
+  )
 
 
 def _qr_body(e, m, n):
   """Q then R, along the axis prims.qr_shapes names (the source differs between the two,
   so a kernel never serves the other case)."""
   if P.qr_shapes(*e.inputs[0].aval.shape[-2:])[2] == -2:
-    q_at, r_at = f":{m}, :", f"{m}:, :"
+    template = "qq, rr = np.linalg.qr(a3[q])\no[q, :{m}, :] = qq\no[q, {m}:, :] = rr"
   else:
-    q_at, r_at = f":, :{m}", f":, {m}:"
-  return ["qq, rr = np.linalg.qr(a3[q])", f"o[q, {q_at}] = qq", f"o[q, {r_at}] = rr"]
+    template = "qq, rr = np.linalg.qr(a3[q])\no[q, :, :{m}] = qq\no[q, :, {m}:] = rr"
+  return S(template, m=m)
 
 
 def _triangular_solve_body(e, m, n):
   """Forward or back substitution over b's columns, reading one triangle of a (a^T when
   transpose_a: its element (i, j) is a[j, i]); a zero pivot raises as LAPACK's solve."""
   lower, trans = e.kw["lower"], e.kw["transpose_a"]
-  at = (lambda i, j: f"a3[q, {j}, {i}]") if trans else (lambda i, j: f"a3[q, {i}, {j}]")
-  rows, inner = (
-    (f"range({n})", "range(i)")
-    if lower != trans
-    else (f"range({n} - 1, -1, -1)", f"range(i + 1, {n})")
-  )
-  return [
-    f"for i in {rows}:",
-    f"  d = {at('i', 'i')}",
-    "  if d == 0:",
-    "    raise np.linalg.LinAlgError('Singular matrix')",
-    "  for c in range(b3.shape[2]):",
-    "    s = b3[q, i, c]",
-    f"    for j in {inner}:",
-    f"      s -= {at('i', 'j')} * o[q, j, c]",
-    "    o[q, i, c] = s / d",
-  ]
+  at = lambda i, j: E("a3[q, {0}, {1}]", *((j, i) if trans else (i, j)))
+  rows, inner = ("{n}", "i") if lower != trans else ("{n} - 1, -1, -1", "i + 1, {n}")
+  template = f"""
+    for i in range({rows}):
+      d = {{diagonal}}
+      if d == 0:
+        raise np.linalg.LinAlgError('Singular matrix')
+      for c in range(b3.shape[2]):
+        s = b3[q, i, c]
+        for j in range({inner}):
+          s -= {{entry}} * o[q, j, c]
+        o[q, i, c] = s / d
+    """
+  return S(template, n=n, diagonal=at("i", "i"), entry=at("i", "j"))
 
 
-def _pinv_cutoff(e, m, n) -> str:
+def _pinv_cutoff(e, m, n) -> kir.Expr:
   """prims.pinv_cutoff in the kernel: numpy's default from the sizes, not a literal of
   them (a kernel serves every size)."""
   rcond = e.kw["rcond"]
   eps = float(np.finfo(e.inputs[0].aval.dtype).eps)
-  return repr(float(rcond)) if rcond is not None else f"max({m}, {n}) * {eps!r}"
+  return kir.number(float(rcond)) if rcond is not None else E("max({0}, {1}) * {2}", m, n, eps)
 
 
 def _svd_body(e, m, n):
   """U, the singular values, V: each pair of singular vectors with the sign
   prims.column_signs gives V's column."""
-  return [
-    "uu, ss, vh = np.linalg.svd(a3[q], full_matrices=False)",
-    "for j in range(ss.shape[0]):",
-    *("  " + line for line in _column_sign("vh[j, {i}]", n)),
-    f"  for i in range({m}):",
-    "    o[q, i, j] = sg * uu[i, j]",
-    f"  o[q, {m}, j] = ss[j]",
-    f"  for i in range({n}):",
-    f"    o[q, {m} + 1 + i, j] = sg * vh[j, i]",
-  ]
+  return S(
+    """
+    uu, ss, vh = np.linalg.svd(a3[q], full_matrices=False)
+    for j in range(ss.shape[0]):
+      {sign}
+      for i in range({m}):
+        o[q, i, j] = sg * uu[i, j]
+      o[q, {m}, j] = ss[j]
+      for i in range({n}):
+        o[q, {m} + 1 + i, j] = sg * vh[j, i]
+    """,
+    m=m,
+    n=n,
+    sign=list(_column_sign(lambda i: E("vh[j, {0}]", i), n)),
+  )
 
 
 _LINALG_BODIES = {
-  P.inv_p: lambda e, m, n: ["o[q, :, :] = np.linalg.inv(a3[q])"],
-  P.solve_p: lambda e, m, n: ["o[q, :, :] = np.linalg.solve(a3[q], b3[q])"],
-  P.det_p: lambda e, m, n: ["o[q] = np.linalg.det(a3[q])"],
-  P.slogdet_p: lambda e, m, n: [
-    "sg, la = np.linalg.slogdet(a3[q])",
-    "o[q, 0] = sg",
-    "o[q, 1] = la",
-  ],
-  P.cholesky_p: lambda e, m, n: ["o[q, :, :] = np.linalg.cholesky(a3[q])"],
+  P.inv_p: lambda e, m, n: S("o[q, :, :] = np.linalg.inv(a3[q])"),
+  P.solve_p: lambda e, m, n: S("o[q, :, :] = np.linalg.solve(a3[q], b3[q])"),
+  P.det_p: lambda e, m, n: S("o[q] = np.linalg.det(a3[q])"),
+  P.slogdet_p: lambda e, m, n: S("sg, la = np.linalg.slogdet(a3[q])\no[q, 0] = sg\no[q, 1] = la"),
+  P.cholesky_p: lambda e, m, n: S("o[q, :, :] = np.linalg.cholesky(a3[q])"),
   P.eigh_p: _eigh_body,
   P.qr_p: _qr_body,
   P.triangular_solve_p: _triangular_solve_body,
   P.svd_p: _svd_body,
-  P.pinv_p: lambda e, m, n: [f"o[q, :, :] = np.linalg.pinv(a3[q], {_pinv_cutoff(e, m, n)})"],
+  P.pinv_p: lambda e, m, n: S("o[q, :, :] = np.linalg.pinv(a3[q], {0})", _pinv_cutoff(e, m, n)),
 }

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import numbers
 import string
 import textwrap
 from typing import Union
@@ -41,7 +42,7 @@ class Name:
 
 @_node
 class Const:
-  value: int | float | bool  # a Python literal (negative numbers are UnaryOp("-", ...))
+  value: int | float | bool | str  # a Python literal (negative numbers: UnaryOp("-", ...))
 
 
 @_node
@@ -87,6 +88,8 @@ class IfExp:
 class Call:
   func: Expr  # a Name or an Attribute (`np.float32`, `x.reshape`)
   args: tuple[Expr, ...]
+  keywords: tuple[tuple[str, Expr], ...] = ()  # (numba's library calls; not in kernels
+  # the LLVM renderer takes)
 
 
 @_node
@@ -102,6 +105,14 @@ class Tuple:
 
 
 @_node
+class Slice:
+  """`lower:upper` in a subscript (numba's array views; outside the LLVM renderer's part)."""
+
+  lower: Expr | None = None
+  upper: Expr | None = None
+
+
+@_node
 class Outside:
   """Syntax outside the subset (`what` says which), refused where a renderer reaches it."""
 
@@ -109,7 +120,19 @@ class Outside:
 
 
 Expr = Union[
-  Name, Const, Attribute, BinOp, UnaryOp, Compare, BoolOp, IfExp, Call, Subscript, Tuple, Outside
+  Name,
+  Const,
+  Attribute,
+  BinOp,
+  UnaryOp,
+  Compare,
+  BoolOp,
+  IfExp,
+  Call,
+  Subscript,
+  Tuple,
+  Slice,
+  Outside,
 ]
 
 
@@ -160,6 +183,19 @@ class Return:
 
 
 @_node
+class Try:
+  """`try: body` / `except Exception: handler` (numba's LAPACK calls raise)."""
+
+  body: tuple[Stmt, ...]
+  handler: tuple[Stmt, ...]
+
+
+@_node
+class Raise:
+  exc: Expr
+
+
+@_node
 class Break:
   pass
 
@@ -174,7 +210,9 @@ class Pass:
   pass
 
 
-Stmt = Union[Assign, AugAssign, ExprStmt, If, For, While, Return, Break, Continue, Pass, Outside]
+Stmt = Union[
+  Assign, AugAssign, ExprStmt, If, For, While, Try, Raise, Return, Break, Continue, Pass, Outside
+]
 
 
 @_node
@@ -242,8 +280,25 @@ def _stmt(s):  # noqa: PLR0911 - one branch per statement kind
     return Outside("while ... else") if s.orelse else While(_expr(s.test), _stmts(s.body))
   if kind is ast.Return:
     return Return(None if s.value is None else _expr(s.value))
+  if kind is ast.Try:
+    return _try(s)
+  if kind is ast.Raise:
+    return Outside("raise ... from") if s.exc is None or s.cause else Raise(_expr(s.exc))
   simple = {ast.Break: Break, ast.Continue: Continue, ast.Pass: Pass}.get(kind)
   return simple() if simple is not None else Outside(f"statement {kind.__name__}")
+
+
+def _try(s: ast.Try):
+  (h,) = s.handlers if len(s.handlers) == 1 else (None,)
+  if (
+    h is None
+    or s.orelse
+    or s.finalbody
+    or h.name
+    or not (isinstance(h.type, ast.Name) and h.type.id == "Exception")
+  ):
+    return Outside("try other than try/except Exception")
+  return Try(_stmts(s.body), _stmts(h.body))
 
 
 def _for(s: ast.For):
@@ -267,7 +322,7 @@ def _expr(node):  # noqa: PLR0911 - one branch per expression kind
     return Name(node.id)
   if kind is ast.Constant:
     v = node.value
-    return Const(v) if type(v) in (int, float, bool) else Outside(f"a constant {v!r}")
+    return Const(v) if type(v) in (int, float, bool, str) else Outside(f"a constant {v!r}")
   if kind is ast.Attribute:
     return Attribute(_expr(node.value), node.attr)
   if kind is ast.BinOp:
@@ -289,9 +344,17 @@ def _expr(node):  # noqa: PLR0911 - one branch per expression kind
   if kind is ast.IfExp:
     return IfExp(_expr(node.test), _expr(node.body), _expr(node.orelse))
   if kind is ast.Call:
-    if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
-      return Outside("keyword or starred arguments")
-    return Call(_expr(node.func), tuple(map(_expr, node.args)))
+    if any(isinstance(a, ast.Starred) for a in node.args) or any(
+      k.arg is None for k in node.keywords
+    ):
+      return Outside("starred arguments")
+    keywords = tuple((k.arg, _expr(k.value)) for k in node.keywords)
+    return Call(_expr(node.func), tuple(map(_expr, node.args)), keywords)
+  if kind is ast.Slice:
+    if node.step is not None:
+      return Outside("a slice with a step")
+    lower, upper = (None if x is None else _expr(x) for x in (node.lower, node.upper))
+    return Slice(lower, upper)
   if kind is ast.Subscript:
     index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
     return Subscript(_expr(node.value), tuple(map(_expr, index)))
@@ -320,10 +383,11 @@ _BINARY_PREC = {
 _UNARY_PREC, _ATOM = 12, 14
 
 
-def to_python(fn: Function, indent: str = "  ") -> str:
+def to_python(fn: Function, indent: str = "  ", comment: str = "") -> str:
   """The Python source of a function's nodes (numba compiles it; `from_python` of its
-  syntax tree gives the same nodes)."""
+  syntax tree gives the same nodes), `comment`'s lines first in its body."""
   lines = [f"def {fn.name}({', '.join(fn.params)}):"]
+  lines += [f"{indent}# {line}" for line in comment.splitlines()]
   _block(fn.body, 1, indent, lines)
   return "\n".join(lines) + "\n"
 
@@ -361,6 +425,11 @@ def _line(s, depth: int, indent: str, lines: list[str]) -> None:
   elif kind is While:
     lines.append(f"{pad}while {expr(s.test)}:")
     _block(s.body, depth + 1, indent, lines)
+  elif kind is Try:
+    lines.append(f"{pad}try:")
+    _block(s.body, depth + 1, indent, lines)
+    lines.append(f"{pad}except Exception:")
+    _block(s.handler, depth + 1, indent, lines)
   else:
     lines.append(pad + statement(s))
 
@@ -376,6 +445,8 @@ def statement(s) -> str:
     return expr(s.value)
   if kind is Return:
     return "return" if s.value is None else f"return {expr(s.value)}"
+  if kind is Raise:
+    return f"raise {expr(s.exc)}"
   if kind in (Break, Continue, Pass):
     return kind.__name__.lower()
   raise ValueError(f"no Python for {s!r}")
@@ -399,7 +470,10 @@ def expr(e, prec: int = 0) -> str:  # noqa: PLR0911 - one branch per expression 
   if kind is Attribute:
     return f"{expr(e.value, _ATOM)}.{e.attr}"
   if kind is Call:
-    return f"{expr(e.func, _ATOM)}({', '.join(expr(a, 1) for a in e.args)})"
+    args = [expr(a, 1) for a in e.args] + [f"{k}={expr(v, 1)}" for k, v in e.keywords]
+    return f"{expr(e.func, _ATOM)}({', '.join(args)})"
+  if kind is Slice:
+    return ":".join("" if x is None else expr(x, 1) for x in (e.lower, e.upper))
   if kind is Subscript:
     return f"{expr(e.value, _ATOM)}[{', '.join(expr(i, 1) for i in e.index)}]"
   if kind is Tuple:
@@ -437,6 +511,7 @@ def number(value) -> Expr:
   that the rendered Python parses back to the same nodes)."""
   if isinstance(value, bool):
     return Const(value)
+  value = value.item() if hasattr(value, "item") else value  # (numpy's scalars: Python's)
   if value < 0 or (value == 0 and str(value).startswith("-")):
     return UnaryOp("-", Const(-value))
   return Const(value)
@@ -465,18 +540,14 @@ def product(factors) -> Expr:
 
 
 def as_expr(part) -> Expr:
-  """A node, a number, or a name (an identifier) as an expression node. A string that is
-  not an identifier is Python's expression (kernels still written as text pass those)."""
+  """A node, a number, or a name (an identifier) as an expression node."""
   if isinstance(part, str):
-    return Name(part) if part.isidentifier() else _parsed(part)
-  if isinstance(part, (int, float)):
+    if not part.isidentifier():
+      raise ValueError(f"{part!r}: a name, or nodes (text is never code here)")
+    return Name(part)
+  if isinstance(part, numbers.Real):
     return number(part)
   return part
-
-
-@functools.lru_cache(maxsize=4096)
-def _parsed(text: str) -> Expr:
-  return _expr(ast.parse(text, mode="eval").body)
 
 
 def E(template: str, *args, **kwargs) -> Expr:
@@ -577,25 +648,3 @@ def _names(node, out: set) -> None:
       v = getattr(node, f)
       if not isinstance(v, str):
         _names(v, out)
-
-
-def _bracketed(self) -> str:
-  """An expression node in text that is still put together by hand: parenthesized unless
-  atomic, so it is one operand wherever it lands."""
-  return expr(self, _ATOM)
-
-
-for _cls in (
-  Name,
-  Const,
-  Attribute,
-  BinOp,
-  UnaryOp,
-  Compare,
-  BoolOp,
-  IfExp,
-  Call,
-  Subscript,
-  Tuple,
-):
-  _cls.__str__ = _bracketed

@@ -339,7 +339,11 @@ def _kernel_ir(module: types.ModuleType, symbol: str) -> str | None:
   """The LLVM IR of the module's kernel (`codegen.translate`), or None when numba compiles
   it (a source outside the translated subset, or the translator failing)."""
   try:
-    return translate.kernel_ir(module.SOURCE, translation_names(module), symbol)
+    function = kernels.emitted(module.SOURCE)
+    if function is None:  # written by another process: read back from its Python
+      cache.count("kernels_read_back")
+      function = translate.python_kernel(module.SOURCE)
+    return translate.render_kernel(function, translation_names(module), symbol)
   except translate.Unsupported as e:
     log.debug("kernel %s is compiled by numba: %s", module.KEY, e)
   except Exception as e:  # a translator bug: numba, the reference, compiles it

@@ -814,6 +814,8 @@ class Function:
       raise Unsupported("an index of another rank than the view")
     b, flat = self.b, ir.Constant(I64, 0)
     for node, n in zip(indices, view.shape):
+      if isinstance(node, kir.Slice):
+        raise Unsupported("a slice of a view")
       i = self.cast(self.expr(node), "int64").v
       i = b.select(b.icmp_signed("<", i, ir.Constant(I64, 0)), b.add(i, n), i)  # numba wraps
       flat = b.add(b.mul(flat, n), i)
@@ -922,6 +924,8 @@ class Function:
     return NUMPY_TYPES[obj]
 
   def call(self, node):
+    if node.keywords:
+      raise Unsupported("keyword arguments")
     fn_node, args = node.func, node.args
     name = fn_node.id if isinstance(fn_node, kir.Name) else None
     if name in INTRINSICS and name not in self.slots:

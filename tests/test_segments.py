@@ -21,7 +21,7 @@ from primc.tree import tree_flatten
 def _segmented(index, start, stop, body, fresh):
   """`segments.segmented_loop` of a body written as lines of Python: its lines, or None."""
   out = segments.segmented_loop(
-    kir.Name(index), kir.as_expr(start), kir.as_expr(stop), kir.S("\n".join(body)), fresh
+    kir.Name(index), kir.E(start), kir.E(stop), kir.S("\n".join(body)), fresh
   )
   return None if out is None else kir.statements(tuple(out))
 

@@ -391,7 +391,7 @@ def test_a_translator_crash_fails_in_strict_mode_and_is_counted_otherwise(monkey
   ((executable, _),) = jitted._compiled.values()
   source = executable.modules[0].SOURCE  # a kernel's module
   assert loader.kernel_ir(source) is not None  # translated, before the bug is planted
-  monkeypatch.setattr(translate, "kernel_ir", crash)
+  monkeypatch.setattr(translate, "render_kernel", crash)
   assert config.strict_kernels
   with pytest.raises(RuntimeError, match="a renderer bug"):
     loader.kernel_ir(source)

@@ -1,0 +1,66 @@
+"""Run in a fresh process by tests/test_renderers.py: every primitive's gradient program
+(tests/prim_cases.py, float64 and float32 by turns) compiled by the kernel compiler
+PRIMC_KERNEL_COMPILER names, run on fixed inputs; the results are saved to an .npz file,
+and the kernel statistics printed as JSON (last line of stdout).
+
+  python renderers_child.py OUT.npz
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import prim_cases  # noqa: E402
+
+from primc import ad  # noqa: E402
+from primc.codegen import cache, loader  # noqa: E402
+from primc.compile import load_executable  # noqa: E402
+from primc.trace import aval_of, trace_flat  # noqa: E402
+
+
+def as_dtype(args, dtype):
+  return [
+    a.astype(dtype) if isinstance(a, np.ndarray) and a.dtype == np.float64 else a for a in args
+  ]
+
+
+def gradient_program(case, args, rng):
+  """The case's vjp program (its values and the cotangents of its float inputs) and its
+  inputs: the arguments, then random output cotangents."""
+  program, _, _ = trace_flat(case.fn, [aval_of(np.asarray(a)) for a in args])
+  wrt = [aval_of(np.asarray(a)).is_float for a in args]
+  floats = [a.is_float for a in program.out_avals]
+  if not any(wrt) or not any(floats):
+    return program, list(args)
+  cts = [
+    rng.standard_normal(a.shape).astype(a.dtype) for a, f in zip(program.out_avals, floats) if f
+  ]
+  return ad.vjp_program(program, wrt, floats), [*args, *cts]
+
+
+def main(out_path):
+  results, by = {}, {"llvm": 0, "numba": 0}
+  inner = loader._cfunc
+
+  def counted(module):
+    cfunc = inner(module)
+    by["llvm" if isinstance(cfunc, loader.Translated) else "numba"] += 1
+    return cfunc
+
+  loader._cfunc = counted
+  for i, case in enumerate(prim_cases.CASES):
+    rng = np.random.default_rng(i)
+    args = as_dtype(case.make(rng), "float32" if i % 2 else "float64")
+    program, inputs = gradient_program(case, args, rng)
+    outs = load_executable(program, tiered=False)([np.asarray(x) for x in inputs], None)
+    for k, o in enumerate(outs):
+      results[f"{i:03d}_{case.name}_{k}"] = np.asarray(o)
+  np.savez(out_path, **results)
+  print(json.dumps({"compiled_by": by, "stats": cache.stats()}))
+
+
+if __name__ == "__main__":
+  main(sys.argv[1])
