@@ -1082,7 +1082,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   loop kernel over the product's output instead, each element summed in place
   (`_dot_sum_lines`)."""
   dot = _product(program)[0]
-  (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
+  (lc, _), (lb, _) = dot.kw["dimension_numbers"]
   x, y = dot.inputs
   out = dot.outputs[0]
   if inline is None:
@@ -1093,35 +1093,13 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   ins, outs = ctx.arrays(program)
   names = dict(zip(program.inputs, ins))
   lf = P._dot_free(x.aval.ndim, lc, lb)
-  rf = P._dot_free(y.aval.ndim, rc, rb)
   blas = out.aval.is_float  # integer products are loops (numba's np.dot is float only)
   epilogue = [e for e in program.eqns if e is not dot]
   threaded = blas and _dot_threaded(program, bool(epilogue))
   views, copies = [], []  # statements: the prologue's views, phase 0's copies
-  groups = [list(lb), lf, list(lc)]
-  a, ta = (
-    _lhs_view(ctx, names[x], x.aval, groups, [list(lb), list(lc), lf], views, copies)
-    if blas
-    else (_as_matrices(ctx, names[x], x.aval, groups, views, copies), False)
-  )
-  # the right operand is read as (batch, contraction, cols): BLAS runs a transposed
-  # right operand half as fast (measured), and copying it costs one pass over it
-  b = _as_matrices(ctx, names[y], y.aval, [list(rb), list(rc), rf], views, copies)
   out_index = {v: k for k, v in enumerate(program.outputs)}
   c = outs[out_index[out]] if out in out_index else ctx.scratch_array(out.aval.dtype, out.aval.size)
-  views += S(
-    "nb = {0}\nmr = {1}\nkc = {2}\nnc = {3}\nc3 = {4}",
-    a.dims[0],
-    a.dims[2 if ta else 1],
-    a.dims[1 if ta else 2],
-    b.dims[2],
-    ctx.reshaped(c, ["nb", "mr", "nc"]),
-  )
-  ctx.alias("cv", c, [ctx.size(n) for n in out.aval.shape])
-  if blas:
-    views += S(
-      "pa = {0}\npb = {1}\npc = ADDRESS({2})", a.address, b.address, f"ptr{ctx.entries[c][0]}"
-    )
+  a, ta, b = _dot_operands(ctx, dot, [names[x], names[y]], c, blas, views, copies)
   gemm = _Gemm(out.aval.dtype) if blas else None
   sub = Program(
     program.inputs + (out,), tuple(epilogue), tuple(v for v in program.outputs if v is not out)
@@ -1149,6 +1127,39 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   return Kernel(
     _source(ctx, program, phases), tuple(ctx.sizes), threaded, 2 in phases, tuple(ctx.scratch)
   )
+
+
+def _dot_operands(ctx, dot, names, c, blas, views, copies):
+  """The product's operands as matrices (`_Matrices`: the left one, whether it is used
+  transposed, the right one) and the views of them and of the result `c` (`nb`, `mr`,
+  `kc`, `nc`, `c3`, and with BLAS their addresses `pa`, `pb`, `pc`) added to `views`."""
+  (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
+  x, y = dot.inputs
+  lf = P._dot_free(x.aval.ndim, lc, lb)
+  rf = P._dot_free(y.aval.ndim, rc, rb)
+  groups = [list(lb), lf, list(lc)]
+  a, ta = (
+    _lhs_view(ctx, names[0], x.aval, groups, [list(lb), list(lc), lf], views, copies)
+    if blas
+    else (_as_matrices(ctx, names[0], x.aval, groups, views, copies), False)
+  )
+  # the right operand is read as (batch, contraction, cols): BLAS runs a transposed
+  # right operand half as fast (measured), and copying it costs one pass over it
+  b = _as_matrices(ctx, names[1], y.aval, [list(rb), list(rc), rf], views, copies)
+  views += S(
+    "nb = {0}\nmr = {1}\nkc = {2}\nnc = {3}\nc3 = {4}",
+    a.dims[0],
+    a.dims[2 if ta else 1],
+    a.dims[1 if ta else 2],
+    b.dims[2],
+    ctx.reshaped(c, ["nb", "mr", "nc"]),
+  )
+  ctx.alias("cv", c, [ctx.size(n) for n in dot.outputs[0].aval.shape])
+  if blas:
+    views += S(
+      "pa = {0}\npb = {1}\npc = ADDRESS({2})", a.address, b.address, f"ptr{ctx.entries[c][0]}"
+    )
+  return a, ta, b
 
 
 def _dot_threaded(program: Program, epilogue: bool) -> bool:
@@ -1306,6 +1317,54 @@ def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, li
   return {0: list(S("return (nparts if split else nb) + 1")), 1: list(tasks), 2: list(finish)}
 
 
+# a gather's or scatter's kernel: its views, then every index checked before any is used
+_GATHER_CHECK = """
+nb = {nb}
+pre = {pre}
+na = {na}
+post = {post}
+ni = {ni}
+x4 = {x4}
+ix = {ix}
+for q in range(nb):
+  for j in range(ni):
+    k = ix[q, j]
+    if k < -na or k >= na:
+      err[1] = k
+      err[2] = na
+      return -1
+"""
+# rows of the operand at the indices
+_GATHER = """
+o4 = {o4}
+for q in range(nb):
+  for p_ in range(pre):
+    for j in range(ni):
+      k = ix[q, j]
+      if k < 0:
+        k += na
+      for s in range(post):
+        o4[q, p_, j, s] = x4[q, p_, k, s]
+"""
+# the operand copied, then the updates added at the indices (in order: repeats add up)
+_SCATTER = """
+u4 = {u4}
+o4 = {o4}
+xf = {xf}
+of = {of}
+for t in range(nb * pre * na * post):
+  of[t] = xf[t]
+for q in range(nb):
+  for p_ in range(pre):
+    for j in range(ni):
+      k = ix[q, j]
+      if k < 0:
+        k += na
+      for s in range(post):
+        o4[q, p_, k, s] += u4[q, p_, j, s]
+"""
+
+
 def emit_gather_kernel(name: str, program: Program) -> Kernel:
   """gather / scatter_add along one axis (with batch dims), all in phase 0.
 
@@ -1322,22 +1381,7 @@ def emit_gather_kernel(name: str, program: Program) -> Kernel:
   shape = x.aval.shape
   size = lambda dims: kir.product(ctx.size(n) for n in dims)
   code = S(
-    """
-    nb = {nb}
-    pre = {pre}
-    na = {na}
-    post = {post}
-    ni = {ni}
-    x4 = {x4}
-    ix = {ix}
-    for q in range(nb):
-      for j in range(ni):
-        k = ix[q, j]
-        if k < -na or k >= na:
-          err[1] = k
-          err[2] = na
-          return -1
-    """,
+    _GATHER_CHECK,
     nb=size(shape[:nbd]),
     pre=size(shape[nbd:axis]),
     na=ctx.size(shape[axis]),
@@ -1348,37 +1392,12 @@ def emit_gather_kernel(name: str, program: Program) -> Kernel:
   )
   if e.prim is P.gather_p:
     code += S(
-      """
-      o4 = {o4}
-      for q in range(nb):
-        for p_ in range(pre):
-          for j in range(ni):
-            k = ix[q, j]
-            if k < 0:
-              k += na
-            for s in range(post):
-              o4[q, p_, j, s] = x4[q, p_, k, s]
-      """,
+      _GATHER,
       o4=ctx.reshaped("out0", ["nb", "pre", "ni", "post"]),
     )
   else:
     code += S(
-      """
-      u4 = {u4}
-      o4 = {o4}
-      xf = {xf}
-      of = {of}
-      for t in range(nb * pre * na * post):
-        of[t] = xf[t]
-      for q in range(nb):
-        for p_ in range(pre):
-          for j in range(ni):
-            k = ix[q, j]
-            if k < 0:
-              k += na
-            for s in range(post):
-              o4[q, p_, k, s] += u4[q, p_, j, s]
-      """,
+      _SCATTER,
       u4=ctx.reshaped(names[e.inputs[2]], ["nb", "pre", "ni", "post"]),
       o4=ctx.reshaped("out0", ["nb", "pre", "na", "post"]),
       xf=ctx.reshaped(names[x], [-1]),
