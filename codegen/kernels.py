@@ -344,6 +344,20 @@ def _load_rev(ctx, e, load):
   )
 
 
+def _load_windows(ctx, e, load):
+  """A window element: per spatial dim, position * stride + offset * dilation (affine in
+  the loop indices: no division, and the innermost loop reads contiguous memory at
+  stride 1)."""
+  window = e.kw["window_dimensions"]
+  nd, lead = len(window), e.inputs[0].aval.ndim - len(window)
+  idx = list(ctx.index[:lead])
+  for d, (st, dil) in enumerate(zip(e.kw["window_strides"], e.kw["window_dilation"])):
+    k, o = ctx.index[lead + d], ctx.index[lead + nd + d]
+    at = o if st == 1 else kir.BinOp("*", o, kir.Const(st))
+    idx.append(kir.BinOp("+", at, k if dil == 1 else kir.BinOp("*", k, kir.Const(dil))))
+  return load(0, idx)
+
+
 # index maps: (ctx, eqn, load of its operands) -> the element at the loop index
 INDEX_LOADS = {
   P.broadcast_in_dim_p: _load_broadcast,
@@ -353,6 +367,7 @@ INDEX_LOADS = {
   P.pad_p: _load_pad,
   P.rev_p: _load_rev,
   P.concatenate_p: _load_concatenate,
+  P.windows_p: _load_windows,
 }
 # primitives a kernel computes by its region kind's emitter, not by a rule of their own
 REGION_EMITTED = {

@@ -14,6 +14,7 @@ materialized only at a program boundary. Non-differentiable primitives (comparis
 
 from __future__ import annotations
 
+import itertools
 import dataclasses
 from typing import Callable, Sequence
 
@@ -651,6 +652,29 @@ deflinear(
   ],
 )
 deflinear(P.rev_p, lambda ct, x, *, dimensions: [P.rev(ct, dimensions)])
+
+
+def _windows_transpose(ct, x, *, window_dimensions, window_strides, window_dilation):
+  """The windows' cotangents added back where each was read: per window offset, the
+  cotangents of its windows padded into place (interior stride - 1), summed."""
+  shape, nd = x.aval.shape, len(window_dimensions)
+  lead, size = shape[: len(shape) - nd], shape[len(shape) - nd :]
+  out = aval_of(ct).shape[len(lead) + nd :]
+  total = None
+  for ks in itertools.product(*(range(k) for k in window_dimensions)):
+    start = (0,) * len(lead) + ks + (0,) * nd
+    limit = (*lead, *(k + 1 for k in ks), *out)
+    part = P.reshape(P.slice_(ct, start, limit), (*lead, *out))
+    config = [(0, 0, 0)] * len(lead) + [
+      (k * d, n - k * d - (o - 1) * s - 1, s - 1)
+      for k, d, s, o, n in zip(ks, window_dilation, window_strides, out, size)
+    ]
+    term = P.pad(part, config)
+    total = term if total is None else P.add(total, term)
+  return [total]
+
+
+deflinear(P.windows_p, _windows_transpose)
 
 # ---------------------------------------------------------------------------------------
 # Reductions and contractions

@@ -78,6 +78,10 @@ batch_rules[P.rev_p] = lambda args, dims, *, dimensions: (
   P.rev(args[0], tuple(d + 1 for d in dimensions)),
   0,
 )
+batch_rules[P.windows_p] = lambda args, dims, **params: (  # (over trailing dims)
+  P.windows_p.bind(args[0], **params),
+  0,
+)
 batch_rules[P.pad_p] = lambda args, dims, *, padding_config: (
   P.pad(args[0], ((0, 0, 0),) + padding_config),
   0,

@@ -767,6 +767,59 @@ def _conv_impl(x, w, *, window_strides, rhs_dilation, feature_group_count):
 abstract_rules[conv_p] = _conv_rule
 impl_rules[conv_p] = _errstate(_conv_impl)
 
+# The windows of a convolution as an index map (im2col without indices): x (..., *in) ->
+# (..., *window, *out), element [..., k, o] = x[..., o * stride + k * dilation] per
+# spatial dim. Code generation lowers `conv` to it (`passes.lower`): a loop kernel reads
+# each window element at an address it computes from its loop indices.
+windows_p = Primitive("windows", traits=("index_map",), linear=(0,))
+
+
+def _windows_rule(x, *, window_dimensions, window_strides, window_dilation):
+  nd = len(window_dimensions)
+  _check(
+    1 <= nd <= x.ndim and len(window_strides) == len(window_dilation) == nd,
+    lambda: f"windows of {nd} dims over {x.shape}: a stride and a dilation per window dim",
+  )
+  _check(
+    all(k >= 1 for k in window_dimensions)
+    and all(s >= 1 for s in window_strides)
+    and all(d >= 1 for d in window_dilation),
+    lambda: (
+      f"windows {window_dimensions}, strides {window_strides} and dilations "
+      f"{window_dilation} must be >= 1"
+    ),
+  )
+  size = x.shape[x.ndim - nd :]
+  out = [conv_out_size(*a) for a in zip(size, window_dimensions, window_strides, window_dilation)]
+  _check(
+    all(o >= 1 for o in out),
+    lambda: f"windows {window_dimensions} dilated by {window_dilation} exceed {size}",
+  )
+  return ShapedArray((*x.shape[: x.ndim - nd], *window_dimensions, *out), x.dtype)
+
+
+def _windows_impl(x, *, window_dimensions, window_strides, window_dilation):
+  nd = len(window_dimensions)
+  x = np.ascontiguousarray(x)
+  lead, size = x.shape[: x.ndim - nd], x.shape[x.ndim - nd :]
+  out = [conv_out_size(*a) for a in zip(size, window_dimensions, window_strides, window_dilation)]
+  sp = x.strides[x.ndim - nd :]
+  view = np.lib.stride_tricks.as_strided(
+    x,
+    (*lead, *window_dimensions, *out),
+    (
+      *x.strides[: x.ndim - nd],
+      *(a * d for a, d in zip(sp, window_dilation)),
+      *(a * s for a, s in zip(sp, window_strides)),
+    ),
+    writeable=False,
+  )
+  return np.array(view, order="C")
+
+
+abstract_rules[windows_p] = _windows_rule
+impl_rules[windows_p] = _windows_impl
+
 
 # ---------------------------------------------------------------------------------------
 # Creation and conversion
@@ -1184,6 +1237,17 @@ def slice_(x, start, limit, strides=None):
 
 def pad(x, config):
   return pad_p.bind(x, padding_config=tuple(tuple(int(c) for c in cfg) for cfg in config))
+
+
+def windows(x, window_dimensions, window_strides=None, window_dilation=None):
+  nd = len(window_dimensions)
+  ints = lambda v: tuple(int(a) for a in v) if v is not None else (1,) * nd
+  return windows_p.bind(
+    x,
+    window_dimensions=ints(window_dimensions),
+    window_strides=ints(window_strides),
+    window_dilation=ints(window_dilation),
+  )
 
 
 def dot_general(x, y, dimension_numbers):

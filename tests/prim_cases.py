@@ -179,6 +179,20 @@ def _conv_case(x_shape, w_shape, strides, dilation, groups, name):
   )
 
 
+def _windows_oracle(window, strides, dilation):
+  """x[..., o * stride + k * dilation] per trailing dim, by broadcast index arrays."""
+
+  def oracle(x):
+    nd = len(window)
+    size = x.shape[x.ndim - nd :]
+    out = [(n - (k - 1) * d - 1) // s + 1 for n, k, s, d in zip(size, window, strides, dilation)]
+    grids = np.meshgrid(*(np.arange(n) for n in (*window, *out)), indexing="ij")
+    idx = [grids[nd + d] * strides[d] + grids[d] * dilation[d] for d in range(nd)]
+    return x[(Ellipsis, *idx)]
+
+  return oracle
+
+
 CASES = [
   Case(P.neg_p, P.neg, args(normal(3, 4)), np.negative, linear=(0,)),
   Case(P.exp_p, P.exp, args(normal(3, 4)), np.exp),
@@ -476,6 +490,13 @@ CASES = [
     ),
     linear=(0, 1),
     name="scatter_add_batch_dims",
+  ),
+  Case(
+    P.windows_p,
+    lambda x: P.windows(x, (2, 3), (2, 1), (1, 2)),
+    args(normal(2, 5, 9)),
+    _windows_oracle((2, 3), (2, 1), (1, 2)),
+    linear=(0,),
   ),
   Case(
     P.rev_p,
