@@ -122,6 +122,8 @@ def fusion_blockers(region: _Region, eqn: Eqn) -> list[str]:
       reasons.append(f"only an elementwise epilogue can join a dot_general region, not {name}")
     if not inside:
       reasons.append(f"{name} does not read the dot_general's result")
+  if eqn.prim is P.reshape_p and not inside:
+    reasons.append("a reshape of a value computed elsewhere is a view of it, not a copy")
   if any(a in region.reduced for a in inside):
     reasons.append(f"{name} reads a reduction computed in the region: reductions end a region")
   if inside and eqn.prim in INDEX_MAPS:
