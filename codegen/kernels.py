@@ -102,6 +102,21 @@ def _binop(op):
   return lambda ctx, e, x, y: kir.BinOp(op, x, y)
 
 
+WRAPPING = {"+": "WRAP_ADD", "-": "WRAP_SUB", "*": "WRAP_MUL"}  # (codegen.mathlib)
+
+
+def arith(op: str, x, y, dtype: str) -> kir.Expr:
+  """`x op y` in `dtype`; int64 sums, differences and products wrap on overflow as
+  numpy's do (numba's own signed arithmetic may assume they never overflow)."""
+  if dtype == "int64" and op in WRAPPING:
+    return kir.call(WRAPPING[op], x, y)
+  return kir.BinOp(op, x, y)
+
+
+def _arith(op):
+  return lambda ctx, e, x, y: arith(op, x, y, e.outputs[0].aval.dtype)
+
+
 def _compare(op):
   return lambda ctx, e, x, y: kir.Compare(x, (op,), (y,))
 
@@ -205,9 +220,9 @@ def _shift(e, x, y, op):
 
 lower_rules[P.nextafter_p] = _libm("np.nextafter({}, {})")
 lower_rules[P.signbit_p] = lambda ctx, e, x: E("(math.copysign(1.0, {}) < 0.0)", x)
-lower_rules[P.add_p] = _binop("+")
-lower_rules[P.sub_p] = _binop("-")
-lower_rules[P.mul_p] = _binop("*")
+lower_rules[P.add_p] = _arith("+")
+lower_rules[P.sub_p] = _arith("-")
+lower_rules[P.mul_p] = _arith("*")
 lower_rules[P.div_p] = lambda ctx, e, x, y: kir.BinOp(
   "/" if e.outputs[0].aval.is_float else "//", x, y
 )
@@ -758,8 +773,14 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
   if domain and not (checks or reductions or flat):
     start, stop = rows if rows is not None and len(domain) == 1 else (kir.Const(0), dims[-1])
     rows_of = segmented_loop(index[-1], start, stop, nest, ctx.fresh)
+  lanes = (
+    None if checks else _lanes(ctx, reductions, domain, index[-1] if domain else None, dims, nest)
+  )
   if rows_of is not None:
     code += _nest(index[:-1], bounds[:-1], rows_of)
+  elif lanes is not None:
+    init += lanes[0]
+    code += _nest(index[:-1], bounds[:-1], lanes[1])
   else:
     code += _nest(index, bounds, nest + count("nbig"))
   if checks:  # rare: arguments beyond the fast sin/cos range; run again with libm
@@ -768,6 +789,85 @@ def _loop_code(ctx, program, domain, ins, outs, rows=None):
     code.append(kir.If(kir.Name("nbig"), (*init, *ctx.hoisted, *_nest(index, bounds, again))))
   code += _reduction_finish(ctx, reductions, out_index, outs)
   return init, setup, code
+
+
+LANES = 8  # partial sums of a reduction along the innermost loop
+
+
+def _lanes(ctx, reductions, domain, i, dims, nest):
+  """Sums along the innermost loop in LANES partial sums: `(setup, the innermost loops)`,
+  or None where the region's reductions are not all sums over that loop's axis. One sum
+  is a chain of dependent adds (4 cycles each, never vectorized: LLVM keeps the order);
+  LANES of them, element `i` into lane `i % LANES`, run as vector adds. The order is
+  fixed (it does not depend on threads or sizes' history), and the lanes are added
+  pairwise at the end of each row, as numpy's pairwise sum adds its blocks."""
+  last = len(domain) - 1
+  if not reductions or any(
+    e.prim is not P.reduce_sum_p or last not in e.kw["axes"] for e in reductions
+  ):
+    return None
+  accumulators = {f"r{k}": (ctx.fresh("lane"), e) for k, e in enumerate(reductions)}
+  j, u, end = (kir.Name(ctx.fresh(p)) for p in ("j", "u", "n"))
+
+  def accumulation(s):  # (target, value, its reduction) of `target += value`, or None
+    if type(s) is kir.AugAssign:
+      target, value = s.target, s.value
+    elif type(s) is kir.Assign and type(s.value) is kir.Call and len(s.value.args) == 2:
+      target, value = s.targets[0], s.value.args[1]
+      if s.value.func != kir.Name(WRAPPING["+"]) or s.value.args[0] != target:
+        return None
+    else:
+      return None
+    name = (target.value if type(target) is kir.Subscript else target).id
+    return (target, value, accumulators[name]) if name in accumulators else None
+
+  def dtype_of(e):
+    aval = e.outputs[0].aval
+    return "float64" if aval.dtype == "float32" else aval.dtype
+
+  def into_lane(s):
+    found = accumulation(s)
+    if found is None:
+      return s
+    target, value, (lane, e) = found
+    return _accumulated("+", kir.Subscript(kir.Name(lane), (u,)), value, dtype_of(e))
+
+  totals, zeros, setup = [], [], []
+  for s in nest:
+    found = accumulation(s)
+    if found is not None:
+      target, _, (lane, e) = found
+      at = [kir.Subscript(kir.Name(lane), (kir.Const(k),)) for k in range(LANES)]
+      while len(at) > 1:  # pairwise
+        at = [arith("+", a, b, dtype_of(e)) for a, b in zip(at[::2], at[1::2])]
+      totals.append(_accumulated("+", target, at[0], dtype_of(e)))
+      zeros += S("{0}[{1}] = 0", lane, u)
+      setup += S("{0} = np.full({1}, 0, {2})", lane, LANES, _np(dtype_of(e)))
+  inner = S(
+    """
+    for {u} in range({lanes}):
+      {zeros}
+    {end} = {stop} - {stop} % {lanes}
+    for {j} in range(0, {end}, {lanes}):
+      for {u} in range({lanes}):
+        {i} = {j} + {u}
+        {body}
+    for {i} in range({end}, {stop}):
+      {rest}
+    {totals}
+    """,
+    u=u,
+    j=j,
+    i=i,
+    end=end,
+    stop=dims[-1],
+    lanes=LANES,
+    zeros=zeros,
+    body=[into_lane(s) for s in nest],
+    rest=list(nest),
+    totals=totals,
+  )
+  return setup, list(inner)
 
 
 def _flat_view(ctx, name: str, array: str, setup: list) -> str:
@@ -892,13 +992,20 @@ def _dtype_of(program):
 # a reduction's accumulator: its start value, and the statement adding `value` to `target`
 # (a product in its own dtype, element by element in the loop's order: numpy's order)
 REDUCTIONS = {
-  P.reduce_sum_p: (lambda aval: kir.Const(0), "{target} += {value}"),
+  P.reduce_sum_p: (lambda aval: kir.Const(0), "+"),
   P.reduce_max_p: (
     lambda aval: E("-np.inf") if aval.is_float else kir.number(int(np.iinfo(aval.dtype).min)),
     "if {value} > {target} or {value} != {value}:\n  {target} = {value}",
   ),
-  P.reduce_prod_p: (lambda aval: kir.Const(1), "{target} *= {value}"),
+  P.reduce_prod_p: (lambda aval: kir.Const(1), "*"),
 }
+
+
+def _accumulated(op: str, target, value, dtype: str) -> kir.Stmt:
+  """`target op= value` (an int64 one wrapping, `arith`)."""
+  if dtype == "int64":
+    return kir.Assign((target,), arith(op, target, value, dtype))
+  return kir.AugAssign(target, op, value)
 
 
 def _reduction_init(reductions, out_index, outs) -> list:
@@ -923,7 +1030,10 @@ def _accumulate(ctx, e, value, index):
   k = next(i for i, r in enumerate(_reductions_of(ctx.program)) if r is e)
   kept = [index[d] for d in range(len(index)) if d not in e.kw["axes"]]
   target = kir.Subscript(kir.Name(f"r{k}"), tuple(kept)) if kept else kir.Name(f"r{k}")
-  return list(S(REDUCTIONS[e.prim][1], target=target, value=value))
+  rule = REDUCTIONS[e.prim][1]
+  if rule in ("+", "*"):
+    return [_accumulated(rule, target, value, e.outputs[0].aval.dtype)]
+  return list(S(rule, target=target, value=value))
 
 
 def _reductions_of(program):
@@ -1009,7 +1119,9 @@ def _dot_sum_lines(ctx, e, operands, var) -> list:
     yi[d] = ctx.index[len(lb) + len(lf) + k]
   for k, (dl, dr) in enumerate(zip(lc, rc)):
     xi[dl] = yi[dr] = p[k]
-  total = S("{0} += {1} * {2}", var, ctx.element(operands[0], xi), ctx.element(operands[1], yi))
+  dtype = e.outputs[0].aval.dtype
+  term = arith("*", ctx.element(operands[0], xi), ctx.element(operands[1], yi), dtype)
+  total = [_accumulated("+", kir.Name(var), term, dtype)]
   lines = [*S("{0} = {1}", var, const(0, e.outputs[0].aval.dtype))]
   lines += _nest(p, [(ctx.size(x.aval.shape[d]),) for d in lc], total)
   if e.outputs[0].aval.dtype == "int32":  # (see _wrapped)

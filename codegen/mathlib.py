@@ -120,6 +120,27 @@ def ADDRESS(typingctx, ptr):
   return types.int64(ptr), codegen
 
 
+def _wrapping(op: str):
+  @intrinsic
+  def wrapping(typingctx, x, y):
+    def codegen(context, builder, signature, args):
+      a, b = (context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args))
+      return getattr(builder, op)(a, b)  # (no `nsw`: the result wraps, as numpy's)
+
+    return types.int64(x, y), codegen
+
+  return wrapping
+
+
+# int64 arithmetic that wraps on overflow, as numpy's does: numba's own `+ - *` on signed
+# integers carry LLVM's `nsw` flag (overflow is undefined: LLVM may assume a product of
+# non-negative values is non-negative and shift it right logically). Kernels compute
+# int64 values with these; the LLVM renderer emits the same plain instructions.
+WRAP_ADD = _wrapping("add")
+WRAP_SUB = _wrapping("sub")
+WRAP_MUL = _wrapping("mul")
+
+
 # ---------------------------------------------------------------------------------------
 # exp and expm1: x = n*ln2 + r, |r| <= ln2/2, e^r by its Taylor polynomial, 2^n by bits
 # (as two factors, so results down to the denormal range and up to overflow are right).

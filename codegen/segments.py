@@ -43,6 +43,7 @@ from primc.codegen.kir import E, S
 SEGMENT_MIN = 8 if target.vector_int64_minmax() else 2
 INT32_END = 2**31
 _ZERO = kir.Const(0)
+_WRAPPING = {"WRAP_ADD": "+", "WRAP_SUB": "-"}  # (codegen.mathlib: int64 that wraps)
 
 
 class _Varies(Exception):
@@ -170,6 +171,8 @@ class _Forms:
 
   def _Call(self, node):
     name = kir.expr(node.func)
+    if name in _WRAPPING and len(node.args) == 2:  # int64 index arithmetic: + and -
+      return self._BinOp(kir.BinOp(_WRAPPING[name], *node.args))
     forms = [self.of(x) for x in node.args]
     if name == "STORE":
       raise _Varies

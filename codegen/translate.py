@@ -931,6 +931,9 @@ class Function:
     if name in INTRINSICS and name not in self.slots:
       if name in BITCASTS:
         return self.bitcast(name, args)
+      if name in WRAPPING:  # int64 arithmetic that wraps (no `nsw`), as numba's intrinsic
+        x, y = (self.cast(self.expr(a), "int64").v for a in args)
+        return Val("int64", getattr(self.b, WRAPPING[name])(x, y))
       return getattr(self, f"call_{name}")(args)
     if (
       isinstance(fn_node, kir.Attribute)
@@ -1119,7 +1122,8 @@ class Function:
     return Val("int64", ir.Constant(I64, 0))
 
 
-INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", "_blas_gemm", *BITCASTS)
+WRAPPING = {"WRAP_ADD": "add", "WRAP_SUB": "sub", "WRAP_MUL": "mul"}  # (codegen.mathlib)
+INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", "_blas_gemm", *BITCASTS, *WRAPPING)
 
 
 def xxgemm_call(b: ir.IRBuilder, fl, one, scale, ta, m, n, k, a, b_, c, beta) -> None:

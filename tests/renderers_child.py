@@ -41,6 +41,23 @@ def gradient_program(case, args, rng):
   return ad.vjp_program(program, wrt, floats), [*args, *cts]
 
 
+def _overflowing():
+  """Programs whose int64 values wrap (numpy's semantics; numba's own signed arithmetic
+  may assume they never do): counter-based random draws, products, sums and lanes of
+  sums past 2**63."""
+  import primc.numpy as pnp
+  from primc import random as R
+
+  big = np.arange(-40, 40, dtype=np.int64) * np.int64(3_037_000_499)
+  key = np.asarray(R.key(9))
+  return [
+    ("uniform", lambda k: R.uniform(R.fold_in(k, 3), (5, 7), "float64"), [key]),
+    ("normal32", lambda k: R.normal(R.split(k)[1], (33,), "float32"), [key]),
+    ("products", lambda x: (x * x, x * np.int64(0xD2E7470E), (x + x) >> 3), [big]),
+    ("sums", lambda x: (pnp.sum(x * x), pnp.sum(pnp.reshape(x * 7, (8, 10)), axis=1)), [big]),
+  ]
+
+
 def main(out_path):
   results, by = {}, {"llvm": 0, "numba": 0}
   inner = loader._cfunc
@@ -58,6 +75,11 @@ def main(out_path):
     outs = load_executable(program, tiered=False)([np.asarray(x) for x in inputs], None)
     for k, o in enumerate(outs):
       results[f"{i:03d}_{case.name}_{k}"] = np.asarray(o)
+  for name, fn, args in _overflowing():
+    program, _, _ = trace_flat(fn, [aval_of(np.asarray(a)) for a in args])
+    outs = load_executable(program, tiered=False)([np.asarray(a) for a in args], None)
+    for k, o in enumerate(outs):
+      results[f"int64_{name}_{k}"] = np.asarray(o)
   np.savez(out_path, **results)
   print(json.dumps({"compiled_by": by, "stats": cache.stats()}))
 

@@ -186,11 +186,12 @@ def test_a_failed_kernel_worker_is_logged_not_fatal(caplog, monkeypatch):
   assert "kernel compile worker failed" in caplog.text and "No such file" in caplog.text
 
 
-def test_programs_compiled_by_llvm_never_import_numba(tmp_path):
+def test_programs_compiled_by_llvm_never_import_numba(tmp_path, monkeypatch):
   """A process whose kernels LLVM compiles (from their source, read against numba's
   stand-ins) or loads from the cache runs them without numba (its import and CPU target
   cost ~0.2-0.5 s), threaded steps included (numba's thread pool started by itself);
   with numba compiling the kernels, it is needed."""
+  monkeypatch.setenv("PRIMC_KERNEL_COMPILER", "llvm")  # (whatever the suite's default)
   cold, _ = run_child(tmp_path / "llvm", "two", PRIMC_COMPILE_WORKERS="1")
   warm, _ = run_child(tmp_path / "llvm", "two")
   np.testing.assert_allclose(warm["grad"], expected_grad(), rtol=1e-5)

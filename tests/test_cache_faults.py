@@ -40,7 +40,7 @@ def _warm(tmp_path_factory, **env):
 def warm(tmp_path_factory):
   """A cache warmed by a fresh process with two programs (two plans, two modules): their
   kernels compiled by LLVM (object files)."""
-  return _warm(tmp_path_factory)
+  return _warm(tmp_path_factory, PRIMC_KERNEL_COMPILER="llvm")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,9 @@ def warm_numba(tmp_path_factory):
 
 
 @pytest.fixture
-def cache(warm, tmp_path):
+def cache(warm, tmp_path, monkeypatch):
+  """A copy of `warm`, its processes compiling with LLVM (whatever the suite's default)."""
+  monkeypatch.setenv("PRIMC_KERNEL_COMPILER", "llvm")
   dst = tmp_path / "cache"
   shutil.copytree(warm, dst)
   return dst
@@ -198,9 +200,10 @@ def test_damaged_library_files_are_removed(numba_cache, tmp_path, damage):
 
 
 @pytest.mark.parametrize("damage", ["flip_bit", "unsealed"])
-def test_damaged_library_objects_are_compiled_again(tmp_path, damage):
+def test_damaged_library_objects_are_compiled_again(tmp_path, damage, monkeypatch):
   """The products' entries LLVM compiled are library files too: one its seal does not
   list byte for byte is never loaded (compiled again), and the next process is warm."""
+  monkeypatch.setenv("PRIMC_KERNEL_COMPILER", "llvm")
   path = tmp_path / "many"
   path.mkdir(mode=0o700)
   want, _ = run_child(path, "many")  # a program whose product calls the library

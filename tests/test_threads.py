@@ -224,7 +224,9 @@ def test_a_warm_process_runs_threads_without_numba_and_numba_beside(tmp_path, ch
   """Warm, a threaded program starts its pool without importing numba; numba, imported
   after, runs its own parallel code (on the same pool where numba's is primc's) and
   primc's kernels keep running."""
-  env = dict(os.environ, PRIMC_CACHE_DIR=str(tmp_path), PRIMC_THREADS=choice)
+  env = dict(
+    os.environ, PRIMC_CACHE_DIR=str(tmp_path), PRIMC_THREADS=choice, PRIMC_KERNEL_COMPILER="llvm"
+  )
   env.pop("NUMBA_THREADING_LAYER", None)
   for mode in ("cold", "warm"):
     proc = subprocess.run(

@@ -406,6 +406,7 @@ def test_a_translator_crash_fails_in_strict_mode_and_is_counted_otherwise(monkey
 def test_perf_map_names_each_kernel_loaded(monkeypatch):
   """PRIMC_PERF_MAP=1 (`config.perf_map`): each kernel LLVM compiles is named in
   `/tmp/perf-<pid>.map` (start, size, name), so `perf report` shows kernels by name."""
+  monkeypatch.setenv("PRIMC_KERNEL_COMPILER", "llvm")  # (whatever the suite's default)
   import os
 
   import primc
