@@ -1461,9 +1461,9 @@ for q in range(nb):
       err[2] = na
       return -1
 """
-# rows of the operand at the indices
-_GATHER = """
-o4 = {o4}
+# each index's rows (`k`, counted from the end where negative) moved by `{move}`: a gather
+# reads them, a scatter adds into them (in order: repeats add up)
+_EACH_INDEX = """
 for q in range(nb):
   for p_ in range(pre):
     for j in range(ni):
@@ -1471,24 +1471,18 @@ for q in range(nb):
       if k < 0:
         k += na
       for s in range(post):
-        o4[q, p_, j, s] = x4[q, p_, k, s]
+        {move}
 """
-# the operand copied, then the updates added at the indices (in order: repeats add up)
-_SCATTER = """
+_GATHER = "o4[q, p_, j, s] = x4[q, p_, k, s]"
+_SCATTER = "o4[q, p_, k, s] += u4[q, p_, j, s]"
+# the operand copied first, then the updates added
+_SCATTER_VIEWS = """
 u4 = {u4}
 o4 = {o4}
 xf = {xf}
 of = {of}
 for t in range(nb * pre * na * post):
   of[t] = xf[t]
-for q in range(nb):
-  for p_ in range(pre):
-    for j in range(ni):
-      k = ix[q, j]
-      if k < 0:
-        k += na
-      for s in range(post):
-        o4[q, p_, k, s] += u4[q, p_, j, s]
 """
 
 
@@ -1518,18 +1512,17 @@ def emit_gather_kernel(name: str, program: Program) -> Kernel:
     ix=ctx.reshaped(names[idx], ["nb", "ni"]),
   )
   if e.prim is P.gather_p:
-    code += S(
-      _GATHER,
-      o4=ctx.reshaped("out0", ["nb", "pre", "ni", "post"]),
-    )
+    code += S("o4 = {0}", ctx.reshaped("out0", ["nb", "pre", "ni", "post"]))
+    code += S(_EACH_INDEX, move=S(_GATHER))
   else:
     code += S(
-      _SCATTER,
+      _SCATTER_VIEWS,
       u4=ctx.reshaped(names[e.inputs[2]], ["nb", "pre", "ni", "post"]),
       o4=ctx.reshaped("out0", ["nb", "pre", "na", "post"]),
       xf=ctx.reshaped(names[x], [-1]),
       of=ctx.reshaped("out0", [-1]),
     )
+    code += S(_EACH_INDEX, move=S(_SCATTER))
   code += S("return 1")
   return Kernel(
     _source(ctx, program, {0: list(code), 1: []}),
