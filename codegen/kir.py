@@ -3,22 +3,29 @@
 A kernel is a function of loops over `range`, `if`/`while`, assignments to names and
 elements, and expressions over scalars: arithmetic, comparisons, conditional
 expressions, calls of the math library and of the kernel's intrinsics (`LOAD` and
-`STORE` by address, `NONNEG`, `carray` views of the kernel's table). The nodes mirror
-that subset of Python one for one, with its semantics: a name holds a scalar or a view,
-integers are numba's int64 and floats numpy's, and a call resolves its function by name
-(`np.float32`, `math.exp`, a library function, an intrinsic). The LLVM renderer
-(`codegen.translate`) types and lowers them as numba types and lowers the same Python;
-`to_python` renders them as that Python, for numba (the reference and the fallback).
+`STORE` by address, `NONNEG`, `carray` views of the kernel's table, `WRAP_ADD` and its
+kin for int64 arithmetic that wraps). The nodes mirror that subset of Python one for one,
+with its semantics: a name holds a scalar or a view, integers are numba's int64 and
+floats numpy's, and a call resolves its function by name (`np.float32`, `math.exp`, a
+library function, an intrinsic). Types are explicit where memory and conversions are
+(`LOAD(ptr, offset, np.float32)`, `np.int32(x)`, a constant's type); a value's type in
+between is numba's rule for its operands. Two renderers consume the nodes: LLVM IR
+(`codegen.translate`, which types them as numba types that Python) and `to_python`, the
+Python numba compiles (the reference and the fallback); a kernel's module in the cache is
+that Python.
 
+Kernels are built from Python templates filled with nodes (`E`, `S`: primc's own text,
+parsed once per process; a field is a node, a number or a name, never text).
 `from_python` builds the nodes of a Python function (the library's functions, written as
-Python for numba, and kernels given as source). Syntax outside the subset becomes an
-`Outside` node, which a renderer refuses where it reaches it (code after a `return` is
-never reached), as numba refuses it only where it compiles it.
+Python for numba, and a kernel module another process wrote). Syntax outside the subset
+becomes an `Outside` node, which a renderer refuses where it reaches it (code after a
+`return` is never reached), as numba refuses it only where it compiles it.
 
 Expressions: Name, Const, Attribute, BinOp, UnaryOp, Compare, BoolOp, IfExp, Call,
-Subscript, Tuple. Statements: Assign, AugAssign, ExprStmt, If, For (over `range`),
-While, Return, Break, Continue, Pass. Operators are Python's spellings (`"+"`, `"//"`,
-`"not"`, `"<="`, `"and"`).
+Subscript, Tuple, Slice. Statements: Assign, AugAssign, ExprStmt, If, For (over `range`),
+While, Try (`except Exception`), Raise, Return, Break, Continue, Pass (numba's LAPACK
+kernels use slices, keywords and `try`; the LLVM renderer refuses them). Operators are
+Python's spellings (`"+"`, `"//"`, `"not"`, `"<="`, `"and"`).
 """
 
 from __future__ import annotations
