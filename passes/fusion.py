@@ -361,6 +361,60 @@ def _place(program: Program) -> tuple[list[_Region], list[str]]:
 
 
 @without_gc
+def _recomputed(producer: Eqn | None, reader: Eqn, writable) -> bool:
+  """Whether a region recomputes a value of another region where it reads it (instead of
+  reading it from memory): a constant, or a broadcast (of a value far smaller than it,
+  which another region would otherwise write out whole: a batch norm's per-channel
+  statistics over every element) whose operand its region can write as it is
+  (`writable`). Products and gathers read their operands from memory; an index map
+  reading it would recompute it anyway."""
+  if producer is None or reader.prim in INDEX_MAPS or reader.prim in OPAQUE:
+    return False
+  if _is_constant(producer):
+    return True
+  return producer.prim is P.broadcast_in_dim_p and all(map(writable, producer.inputs))
+
+
+def _body(r: _Region, defs: dict, home: dict) -> tuple[list[Eqn], list[Var]]:
+  """A region's equations, with the values it recomputes (`_recomputed`), and the values
+  it reads from other regions (its imports). `home`: the region defining each value."""
+  body, imported, copied = [], [], set()
+
+  def writable(a) -> bool:  # an output its region writes at its own index, or a constant
+    producer = defs.get(a)
+    return (
+      not isinstance(a, Var)
+      or producer is None
+      or _is_constant(producer)
+      or producer.prim in REDUCTIONS
+      or producer.prim in OPAQUE
+      or home[a].domain == a.aval.shape
+    )
+
+  def read(a, e):
+    if not isinstance(a, Var) or a in r.defined or a in copied or a in imported:
+      return
+    producer = defs.get(a)
+    if _recomputed(producer, e, writable):
+      for b in producer.inputs:  # (a broadcast's operand: read, or a constant recomputed)
+        if isinstance(b, Var) and b not in r.defined and b not in copied and b not in imported:
+          if b in defs and _is_constant(defs[b]):
+            body.append(defs[b])
+            copied.add(b)
+          else:
+            imported.append(b)
+      body.append(producer)
+      copied.add(a)
+    else:
+      imported.append(a)
+
+  for e in r.eqns:
+    for a in e.inputs:
+      read(a, e)
+    body.append(e)
+  return body, imported
+
+
 def fuse(program: Program) -> FusedProgram:
   """Partitions `program` into fused regions.
 
@@ -371,29 +425,13 @@ def fuse(program: Program) -> FusedProgram:
   regions, reasons = _place(program)
   regions, reasons = _recompute_in_consumers(regions, reasons, program.outputs)
   defs = {v: e for e in program.eqns for v in e.outputs}
+  home = {v: r for r in regions for v in r.defined}
+  bodies = [_body(r, defs, home) for r in regions]
   used_later: set[Var] = {a for a in program.outputs if isinstance(a, Var)}
-  for r in regions:
-    for e in r.eqns:
-      used_later.update(a for a in e.inputs if isinstance(a, Var) and a not in r.defined)
+  for _, imported in bodies:
+    used_later.update(imported)
   eqns = []
-  for r in regions:
-    body, imported, copied = [], [], set()
-    for e in r.eqns:
-      for a in e.inputs:
-        if not isinstance(a, Var) or a in r.defined or a in copied or a in imported:
-          continue
-        producer = defs.get(a)
-        if (
-          producer is not None
-          and _is_constant(producer)
-          and e.prim not in INDEX_MAPS
-          and e.prim not in OPAQUE
-        ):  # dot/gather kernels read operands from memory
-          body.append(producer)  # recompute constants instead of reading them from memory
-          copied.add(a)
-        else:
-          imported.append(a)
-      body.append(e)
+  for r, (body, imported) in zip(regions, bodies):
     outs = tuple(v for e in r.eqns for v in e.outputs if v in used_later)
     sub = dce(Program(tuple(imported), tuple(body), outs))
     eqns.append(Eqn(region_p, tuple(imported), make_params({"program": sub, "kind": r.kind}), outs))
