@@ -102,14 +102,11 @@ def _binop(op):
   return lambda ctx, e, x, y: kir.BinOp(op, x, y)
 
 
-WRAPPING = {"+": "WRAP_ADD", "-": "WRAP_SUB", "*": "WRAP_MUL"}  # (codegen.mathlib)
-
-
 def arith(op: str, x, y, dtype: str) -> kir.Expr:
   """`x op y` in `dtype`; int64 sums, differences and products wrap on overflow as
   numpy's do (numba's own signed arithmetic may assume they never overflow)."""
-  if dtype == "int64" and op in WRAPPING:
-    return kir.call(WRAPPING[op], x, y)
+  if dtype == "int64" and op in kir.WRAPPING:
+    return kir.call(kir.WRAPPING[op], x, y)
   return kir.BinOp(op, x, y)
 
 
@@ -814,7 +811,7 @@ def _lanes(ctx, reductions, domain, i, dims, nest):
       target, value = s.target, s.value
     elif type(s) is kir.Assign and type(s.value) is kir.Call and len(s.value.args) == 2:
       target, value = s.targets[0], s.value.args[1]
-      if s.value.func != kir.Name(WRAPPING["+"]) or s.value.args[0] != target:
+      if s.value.func != kir.Name(kir.WRAPPING["+"]) or s.value.args[0] != target:
         return None
     else:
       return None

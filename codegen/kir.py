@@ -513,6 +513,11 @@ def expr(e, prec: int = 0) -> str:  # noqa: PLR0911 - one branch per expression 
 
 
 # -- building nodes ------------------------------------------------------------------------
+# int64 arithmetic that wraps on overflow, as numpy's: the kernel intrinsics (numba's in
+# codegen.mathlib; the LLVM renderer emits them itself), by operator
+WRAPPING = {"+": "WRAP_ADD", "-": "WRAP_SUB", "*": "WRAP_MUL"}
+
+
 def number(value) -> Expr:
   """A Python number as nodes, as Python spells it (a negative one is a negation, so
   that the rendered Python parses back to the same nodes)."""

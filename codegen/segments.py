@@ -43,7 +43,7 @@ from primc.codegen.kir import E, S
 SEGMENT_MIN = 8 if target.vector_int64_minmax() else 2
 INT32_END = 2**31
 _ZERO = kir.Const(0)
-_WRAPPING = {"WRAP_ADD": "+", "WRAP_SUB": "-"}  # (codegen.mathlib: int64 that wraps)
+_WRAPPING = {kir.WRAPPING["+"]: "+", kir.WRAPPING["-"]: "-"}  # (int64 that wraps)
 
 
 class _Varies(Exception):

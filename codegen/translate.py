@@ -1122,7 +1122,7 @@ class Function:
     return Val("int64", ir.Constant(I64, 0))
 
 
-WRAPPING = {"WRAP_ADD": "add", "WRAP_SUB": "sub", "WRAP_MUL": "mul"}  # (codegen.mathlib)
+WRAPPING = {kir.WRAPPING[op]: ll for op, ll in (("+", "add"), ("-", "sub"), ("*", "mul"))}
 INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", "_blas_gemm", *BITCASTS, *WRAPPING)
 
 
