@@ -818,16 +818,12 @@ def _lanes(ctx, reductions, domain, i, dims, nest):
     name = (target.value if type(target) is kir.Subscript else target).id
     return (target, value, accumulators[name]) if name in accumulators else None
 
-  def dtype_of(e):
-    aval = e.outputs[0].aval
-    return "float64" if aval.dtype == "float32" else aval.dtype
-
   def into_lane(s):
     found = accumulation(s)
     if found is None:
       return s
     target, value, (lane, e) = found
-    return _accumulated("+", kir.Subscript(kir.Name(lane), (u,)), value, dtype_of(e))
+    return _accumulated("+", kir.Subscript(kir.Name(lane), (u,)), value, _accumulator_dtype(e))
 
   totals, zeros, setup = [], [], []
   for s in nest:
@@ -836,10 +832,10 @@ def _lanes(ctx, reductions, domain, i, dims, nest):
       target, _, (lane, e) = found
       at = [kir.Subscript(kir.Name(lane), (kir.Const(k),)) for k in range(LANES)]
       while len(at) > 1:  # pairwise
-        at = [arith("+", a, b, dtype_of(e)) for a, b in zip(at[::2], at[1::2])]
-      totals.append(_accumulated("+", target, at[0], dtype_of(e)))
+        at = [arith("+", a, b, _accumulator_dtype(e)) for a, b in zip(at[::2], at[1::2])]
+      totals.append(_accumulated("+", target, at[0], _accumulator_dtype(e)))
       zeros += S("{0}[{1}] = 0", lane, u)
-      setup += S("{0} = np.full({1}, 0, {2})", lane, LANES, _np(dtype_of(e)))
+      setup += S("{0} = np.full({1}, 0, {2})", lane, LANES, _np(_accumulator_dtype(e)))
   inner = S(
     """
     for {u} in range({lanes}):
@@ -1005,14 +1001,18 @@ def _accumulated(op: str, target, value, dtype: str) -> kir.Stmt:
   return kir.AugAssign(target, op, value)
 
 
+def _accumulator_dtype(e) -> str:
+  """A reduction's accumulator dtype: float64 for a float32 sum, else its output's."""
+  dtype = e.outputs[0].aval.dtype
+  return "float64" if dtype == "float32" and e.prim is P.reduce_sum_p else dtype
+
+
 def _reduction_init(reductions, out_index, outs) -> list:
   """Accumulators: a float64 one for float32 sums; a scalar for full reductions."""
   lines = []
   for k, e in enumerate(reductions):
     out = e.outputs[0]
-    acc_dtype = (
-      "float64" if out.aval.dtype == "float32" and e.prim is P.reduce_sum_p else out.aval.dtype
-    )
+    acc_dtype = _accumulator_dtype(e)
     fill = REDUCTIONS[e.prim][0](out.aval)
     if out.aval.shape == ():
       lines += S("{0} = {1}({2})", f"r{k}", _np(acc_dtype), fill)

@@ -360,7 +360,6 @@ def _place(program: Program) -> tuple[list[_Region], list[str]]:
   return regions, reasons
 
 
-@without_gc
 def _recomputed(producer: Eqn | None, reader: Eqn, writable) -> bool:
   """Whether a region recomputes a value of another region where it reads it (instead of
   reading it from memory): a constant, or a broadcast (of a value far smaller than it,
@@ -415,6 +414,7 @@ def _body(r: _Region, defs: dict, home: dict) -> tuple[list[Eqn], list[Var]]:
   return body, imported
 
 
+@without_gc
 def fuse(program: Program) -> FusedProgram:
   """Partitions `program` into fused regions.
 

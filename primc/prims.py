@@ -736,13 +736,19 @@ def _conv_rule(x, w, *, window_strides, rhs_dilation, feature_group_count):
 
 
 def conv_windows(x: np.ndarray, window, strides, dilation) -> np.ndarray:
-  """A view of x (N, C, *in) as (N, C, *out, *window): each output position's window."""
-  out = [conv_out_size(n, k, s, d) for n, k, s, d in zip(x.shape[2:], window, strides, dilation)]
-  sp = x.strides[2:]
+  """A view of x (..., *in) as (..., *out, *window) over its len(window) trailing dims: each
+  output position's window (out: `conv_out_size`)."""
+  nd = x.ndim - len(window)
+  size, sp = x.shape[nd:], x.strides[nd:]
+  out = [conv_out_size(n, k, s, d) for n, k, s, d in zip(size, window, strides, dilation)]
   return np.lib.stride_tricks.as_strided(
     x,
-    (*x.shape[:2], *out, *window),
-    (*x.strides[:2], *(a * s for a, s in zip(sp, strides)), *(a * d for a, d in zip(sp, dilation))),
+    (*x.shape[:nd], *out, *window),
+    (
+      *x.strides[:nd],
+      *(a * s for a, s in zip(sp, strides)),
+      *(a * d for a, d in zip(sp, dilation)),
+    ),
     writeable=False,
   )
 
@@ -799,22 +805,10 @@ def _windows_rule(x, *, window_dimensions, window_strides, window_dilation):
 
 
 def _windows_impl(x, *, window_dimensions, window_strides, window_dilation):
-  nd = len(window_dimensions)
-  x = np.ascontiguousarray(x)
-  lead, size = x.shape[: x.ndim - nd], x.shape[x.ndim - nd :]
-  out = [conv_out_size(*a) for a in zip(size, window_dimensions, window_strides, window_dilation)]
-  sp = x.strides[x.ndim - nd :]
-  view = np.lib.stride_tricks.as_strided(
-    x,
-    (*lead, *window_dimensions, *out),
-    (
-      *x.strides[: x.ndim - nd],
-      *(a * d for a, d in zip(sp, window_dilation)),
-      *(a * s for a, s in zip(sp, window_strides)),
-    ),
-    writeable=False,
-  )
-  return np.array(view, order="C")
+  view = conv_windows(np.ascontiguousarray(x), window_dimensions, window_strides, window_dilation)
+  lead, nd = view.ndim - 2 * len(window_dimensions), len(window_dimensions)
+  order = (*range(lead), *range(lead + nd, lead + 2 * nd), *range(lead, lead + nd))
+  return np.array(view.transpose(order), order="C")  # (..., *window, *out)
 
 
 abstract_rules[windows_p] = _windows_rule

@@ -14,7 +14,8 @@ import numpy as np
 CHILD = os.path.join(os.path.dirname(__file__), "renderers_child.py")
 
 
-def _run(compiler: str, folder: str) -> tuple[dict, dict]:
+def _run(compiler: str, folder: str) -> tuple[subprocess.Popen, str]:
+  """The child compiling with `compiler`, started (not waited for), and its .npz file."""
   out = os.path.join(folder, f"{compiler}.npz")
   env = {
     **os.environ,
