@@ -23,7 +23,9 @@ recomputed there, at the indices read (`lazy_eqns`), where that adds at most
 RECOMPUTE_FACTOR times its own work (index arithmetic, integer sums included,
 comparisons and constants count as free): a sliced identity, padded terms added, a
 transposed result stop crossing memory. Otherwise work is never duplicated, except
-constants (splats, `full`, `iota`), which are recomputed in each region that reads them.
+constants (splats, `full`, `iota`), broadcasts of written values, and copies of one
+written value (`-x`, `2 * x`, a conversion), which are recomputed in each region that
+reads them (`_recomputed`).
 Every region boundary keeps the reasons of every region it could not join
 (`FusedProgram.reasons`; logged at DEBUG on `primc.fusion`; `primc show --stage fusion`).
 """
@@ -360,18 +362,37 @@ def _place(program: Program) -> tuple[list[_Region], list[str]]:
   return regions, reasons
 
 
-def _recomputed(producer: Eqn | None, reader: Eqn, writable) -> bool:
+def _recomputed(producer: Eqn | None, reader: Eqn, writable, defs: dict) -> bool:
   """Whether a region recomputes a value of another region where it reads it (instead of
-  reading it from memory): a constant, or a broadcast (of a value far smaller than it,
+  reading it from memory): a constant; a broadcast (of a value far smaller than it,
   which another region would otherwise write out whole: a batch norm's per-channel
-  statistics over every element) whose operand its region can write as it is
-  (`writable`). Products and gathers read their operands from memory; an index map
-  reading it would recompute it anyway."""
+  statistics over every element); or a copy of one value (`_copy_of_one`: its negation,
+  its conversion, it times a constant), which reading costs what reading the value does,
+  so the copy is not written out beside it (a gradient's `-dz` beside `dz`) — each
+  where its operand is what its region writes as it is (`writable`). Products and
+  gathers read their operands from memory; an index map reading it would recompute it
+  anyway."""
   if producer is None or reader.prim in INDEX_MAPS or reader.prim in OPAQUE:
     return False
   if _is_constant(producer):
     return True
-  return producer.prim is P.broadcast_in_dim_p and all(map(writable, producer.inputs))
+  if producer.prim is not P.broadcast_in_dim_p and not _copy_of_one(producer, defs):
+    return False
+  return all(map(writable, producer.inputs))
+
+
+COPIES = {P.neg_p, P.convert_p, P.mul_p, P.add_p, P.sub_p, P.div_p}
+
+
+def _copy_of_one(eqn: Eqn, defs: dict) -> bool:
+  """An elementwise op of one value of its own shape and constants (`-x`, `2 * x`,
+  `float(x)`): recomputing it where it is read reads just that value."""
+  if eqn.prim not in COPIES or not eqn.outputs[0].aval.is_float:
+    return False
+  values = [
+    a for a in eqn.inputs if isinstance(a, Var) and not (a in defs and _is_constant(defs[a]))
+  ]
+  return len(values) == 1 and values[0].aval.shape == eqn.outputs[0].aval.shape
 
 
 def _body(r: _Region, defs: dict, home: dict) -> tuple[list[Eqn], list[Var]]:
@@ -394,7 +415,7 @@ def _body(r: _Region, defs: dict, home: dict) -> tuple[list[Eqn], list[Var]]:
     if not isinstance(a, Var) or a in r.defined or a in copied or a in imported:
       return
     producer = defs.get(a)
-    if _recomputed(producer, e, writable):
+    if _recomputed(producer, e, writable, defs):
       for b in producer.inputs:  # (a broadcast's operand: read, or a constant recomputed)
         if isinstance(b, Var) and b not in r.defined and b not in copied and b not in imported:
           if b in defs and _is_constant(defs[b]):

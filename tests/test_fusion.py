@@ -5,11 +5,13 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 from primc import passes
 import primc
 import primc.numpy as pnp
-from primc.passes import dce, fuse
+from primc.core import Var
+from primc.passes import dce, fuse, fusion
 from primc.passes.fusion import region_p
 from primc.tree import tree_flatten
 
@@ -138,6 +140,46 @@ def test_broadcasts_are_recomputed_where_read_not_written_out():
     if v in region.outputs and e.prim is P.broadcast_in_dim_p
   ]
   assert not written and len(out.regions) > 10
+  assert not _written_copies(out)  # (the gradient's -dz beside dz: 8 MB each at W14's)
+
+
+def _written_copies(out) -> list:
+  """Region outputs that are a copy of one other written value (its negation, conversion,
+  or it times a constant): a region that reads one can recompute it."""
+  written = {v for region in out.regions for v in region.outputs}
+  copies = []
+  for region in out.regions:
+    defs = {v: e for e in region.eqns for v in e.outputs}
+    for v in region.outputs:
+      e = defs.get(v)
+      if e is not None and fusion._copy_of_one(e, defs):
+        (operand,) = [
+          a
+          for a in e.inputs
+          if isinstance(a, Var) and not (a in defs and fusion._is_constant(defs[a]))
+        ]
+        if operand in written or operand in region.inputs:
+          copies.append(v)
+  return copies
+
+
+@pytest.mark.parametrize("copy", [lambda z: -z, lambda z: z * 2.0, lambda z: z.astype("f8")])
+def test_copies_of_one_value_are_recomputed_where_read(copy):
+  """A value and a copy of it (negated, scaled, converted) both read by a later region:
+  the reader recomputes the copy from the value instead of reading it written out
+  beside the value; values as the interpreter's."""
+
+  def f(x):
+    z = pnp.sin(x)
+    s = pnp.sum(z)  # (a reduction ends the region: what reads it is another)
+    return z, copy(z) * s
+
+  program = passes.optimize(primc.make_program(f)(f32(4, 5)))
+  out = fuse(program)
+  assert len(out.regions) == 2 and not _written_copies(out)
+  x = np.linspace(-2, 2, 20, dtype=np.float32).reshape(4, 5)
+  for got, want in zip(primc.interpret(out, x), primc.interpret(program, x), strict=True):
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_dce_drops_unused_region_outputs():
