@@ -58,35 +58,26 @@ def matmul_loops(a, b, c, acc):
 
 
 @intrinsic
-def _blas_gemm(typingctx, dtype, ta, m, n, k, a, b, c, beta):
+def _blas_gemm(typingctx, dtype, ta, m, n, k, a, b, c, beta, ldn):
   """BLAS `?gemm` through `translate.GEMM_SYMBOL` (numba's helper's signature; column-major:
   row-major c = A @ B + beta c is, read column-major, c^T = B^T A^T). A is the (m, k) matrix at `a`,
-  or (ta) the transpose of the (k, m) matrix there; B the (k, n) matrix at `b`."""
+  or (ta) the transpose of the (k, m) matrix there; B the (k, n) matrix at `b`, its rows
+  and c's `ldn` elements apart."""
   float_type = dtype.dtype
 
   def codegen(context, builder, signature, args):
     link_blas()  # the call's symbol, before numba links the code that makes it
-    _, ta, m, n, k, a, b, c, beta = args
+    _, ta, m, n, k, a, b, c, beta, ldn = args
     value = context.get_value_type(float_type)
     one, scale = cgutils.alloca_once(builder, value), cgutils.alloca_once(builder, value)
-    xxgemm_call(builder, value, one, scale, ta, m, n, k, a, b, c, beta)
+    xxgemm_call(builder, value, one, scale, ta, m, n, k, a, b, c, beta, ldn)
     return context.get_dummy_value()
 
-  return types.none(
-    dtype,
-    types.int64,
-    types.int64,
-    types.int64,
-    types.int64,
-    types.int64,
-    types.int64,
-    types.int64,
-    types.int64,
-  ), codegen
+  return types.none(dtype, *[types.int64] * 9), codegen
 
 
 @njit(cache=CACHE, error_model="numpy", fastmath={"reassoc", "contract"})
-def _small_gemm(ta, m, n, k, a, b, c, acc, dtype):
+def _small_gemm(ta, m, n, k, a, b, c, acc, ldn, dtype):
   """`matmul_loops` on matrices given by address (as `_gemm`): one function for both
   layouts of A (its element (i, p) is at i * si + p * sp), elements read and written by
   address, which numba compiles in a fraction of the time views take."""
@@ -95,43 +86,45 @@ def _small_gemm(ta, m, n, k, a, b, c, acc, dtype):
     for i in range(m):
       if not acc:
         for j in range(n):
-          STORE(c, i * n + j, 0, dtype)
+          STORE(c, i * ldn + j, 0, dtype)
       for p in range(k):
         aip = LOAD(a, i * si + p * sp, dtype)
         for j in range(n):
-          STORE(c, i * n + j, LOAD(c, i * n + j, dtype) + aip * LOAD(b, p * n + j, dtype), dtype)
+          cij = LOAD(c, i * ldn + j, dtype) + aip * LOAD(b, p * ldn + j, dtype)
+          STORE(c, i * ldn + j, cij, dtype)
   else:
     for i in range(m):
       for j in range(n):
-        s = LOAD(c, i * n + j, dtype) if acc else dtype(0)
+        s = LOAD(c, i * ldn + j, dtype) if acc else dtype(0)
         for p in range(k):
-          s += LOAD(a, i * si + p * sp, dtype) * LOAD(b, p * n + j, dtype)
-        STORE(c, i * n + j, s, dtype)
+          s += LOAD(a, i * si + p * sp, dtype) * LOAD(b, p * ldn + j, dtype)
+        STORE(c, i * ldn + j, s, dtype)
 
 
 @njit(cache=CACHE, error_model="numpy")
-def _gemm(ta, m, n, k, a, b, c, acc, dtype):
+def _gemm(ta, m, n, k, a, b, c, acc, ldn, dtype):
   """c = A @ B, or (acc) c += A @ B, where B is the (k, n) matrix at `b`, A the (m, k)
-  matrix at `a`, or (ta) the transpose of the (k, m) matrix there; all C-contiguous,
-  given by address. Loops up to SMALL_DOT multiply-adds, BLAS above."""
+  matrix at `a`, or (ta) the transpose of the (k, m) matrix there, given by address; A is
+  C-contiguous, B's and c's rows are `ldn` >= n elements apart (n: C-contiguous; more:
+  columns of wider matrices). Loops up to SMALL_DOT multiply-adds, BLAS above."""
   if m == 0 or n == 0:
     return
   if m * n * k > SMALL_DOT:
-    _blas_gemm(dtype, ta, m, n, k, a, b, c, acc)
+    _blas_gemm(dtype, ta, m, n, k, a, b, c, acc, ldn)
   else:
-    _small_gemm(ta, m, n, k, a, b, c, acc, dtype)
+    _small_gemm(ta, m, n, k, a, b, c, acc, ldn, dtype)
 
 
-def gemm_f32(ta, m, n, k, a, b, c, acc):
-  _gemm(ta, m, n, k, a, b, c, acc, np.float32)
+def gemm_f32(ta, m, n, k, a, b, c, acc, ldn):
+  _gemm(ta, m, n, k, a, b, c, acc, ldn, np.float32)
 
 
-def gemm_f64(ta, m, n, k, a, b, c, acc):
-  _gemm(ta, m, n, k, a, b, c, acc, np.float64)
+def gemm_f64(ta, m, n, k, a, b, c, acc, ldn):
+  _gemm(ta, m, n, k, a, b, c, acc, ldn, np.float64)
 
 
-# what kernels call (GEMM_F32(ta, m, n, k, a, b, c, acc), see codegen.kernels.EXTERNALS):
-# gemm_f32 / gemm_f64 compiled as C functions of this signature
-EXTERNAL_SIGNATURE = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
-GEMM_F32 = types.ExternalFunction("primc_gemm_f32", types.void(*[types.int64] * 8))
-GEMM_F64 = types.ExternalFunction("primc_gemm_f64", types.void(*[types.int64] * 8))
+# what kernels call (GEMM_F32(ta, m, n, k, a, b, c, acc, ldn), see
+# codegen.kernels.EXTERNALS): gemm_f32 / gemm_f64 compiled as C functions of this signature
+EXTERNAL_SIGNATURE = "void(int64, int64, int64, int64, int64, int64, int64, int64, int64)"
+GEMM_F32 = types.ExternalFunction("primc_gemm_f32", types.void(*[types.int64] * 9))
+GEMM_F64 = types.ExternalFunction("primc_gemm_f64", types.void(*[types.int64] * 9))

@@ -55,7 +55,7 @@ TASK_ELEMENTS = 1 << 12  # elements per task of a loop kernel
 SINCOS_LIMIT = {"float32": 8192.0, "float64": 1e6}
 # C functions kernels call by name, their addresses given to LLVM per process
 # (`codegen.loader.link_library`), so that cached machine code holds names, never
-# addresses: the library's products, `GEMM_F32(ta, m, n, k, a, b, c, acc)` -> (C symbol,
+# addresses: the library's products, `GEMM_F32(ta, m, n, k, a, b, c, acc, ldn)` -> (C symbol,
 # library file, its function), and scipy.special's own C functions (`cython_special`),
 # `SP_J0(x, np.int32(0))` (the last argument is Cython's dispatch flag) -> (C symbol,
 # scipy's name)
@@ -1143,6 +1143,7 @@ DOT_PARALLEL_MIN = 1 << 20  # multiply-adds: smaller products (with small epilog
 BLOCK_DOT = 1 << 20 if openblas.single_threaded() else 1 << 17
 DOT_BLOCKS = 16  # row blocks of a product whose rows are long (BLOCK_DOT)
 DOT_BLOCK_ROWS = 64  # at least: each block packs the right operand again
+DOT_BLOCK_COLUMNS = 256  # at least, in blocks of columns (each packs the left operand again)
 
 
 def _lhs_view(ctx, name, aval, groups, swapped, views, copies):
@@ -1198,7 +1199,8 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   Operands are used in place when their memory is a (batch, rows, cols) matrix or its
   transpose (else copied into scratch in phase 0). The tasks split the work into blocks
   of at most BLOCK_DOT multiply-adds: row blocks, each followed by its rows of the
-  epilogue while they are in cache; or parts of the contraction, summed in a fixed order
+  epilogue while they are in cache, or blocks of columns where the rows are few (a
+  convolution's output channels); or parts of the contraction, summed in a fixed order
   in phase 2, where the left operand is transposed. The plan threads products of at
   least DOT_PARALLEL_MIN multiply-adds (and large epilogues).
 
@@ -1307,17 +1309,19 @@ def _dot_threaded(program: Program, epilogue: bool) -> bool:
 
 
 def _rows_product(gemm, a: str, b: str) -> kir.Expr:
-  """The call that computes rows r0:r1 of the q-th product (c3[q] = a[q] @ b[q])."""
+  """The call that computes rows r0:r1, columns j0:j1 of the q-th product (c3[q] = a[q] @
+  b[q])."""
   if gemm is None:  # integer products: loops over views
-    return E("matmul_loops({0}[q, r0:r1], {1}[q], c3[q, r0:r1], False)", a, b)
+    return E("matmul_loops({0}[q, r0:r1], {1}[q, :, j0:j1], c3[q, r0:r1, j0:j1], False)", a, b)
   return gemm(
     0,
     E("r1 - r0"),
-    "nc",
+    E("j1 - j0"),
     "kc",
     ("pa", E("(q * mr + r0) * kc")),
-    ("pb", E("q * kc * nc")),
-    ("pc", E("(q * mr + r0) * nc")),
+    ("pb", E("q * kc * nc + j0")),
+    ("pc", E("(q * mr + r0) * nc + j0")),
+    ld="nc",
   )
 
 
@@ -1329,44 +1333,55 @@ class _Gemm:
     self.name = {"float32": "GEMM_F32", "float64": "GEMM_F64"}[np.dtype(dtype).name]
     self.itemsize = np.dtype(dtype).itemsize
 
-  def __call__(self, ta, m, n, k, a, b, c, acc=False) -> kir.Expr:
+  def __call__(self, ta, m, n, k, a, b, c, acc=False, ld=None) -> kir.Expr:
     """The call (c = A @ B, or c += A @ B: `acc`, a bool or an expression); each matrix
-    given as (address, offset in elements), expressions."""
+    given as (address, offset in elements), expressions; B's and c's rows `ld` elements
+    apart (None: n, C-contiguous)."""
     at = lambda base, offset: E("{0} + ({1}) * {2}", base, offset, self.itemsize)
     acc = int(acc) if isinstance(acc, bool) else acc  # a constant, or an expression
-    return kir.call(self.name, ta, m, n, k, at(*a), at(*b), at(*c), acc)
+    return kir.call(self.name, ta, m, n, k, at(*a), at(*b), at(*c), acc, n if ld is None else ld)
 
 
 def _row_blocks(rows_call, views, rows_code) -> dict[int, list]:
   """Row blocks, one product call each (and the block's rows of the epilogue,
   `rows_code`), all in tasks: blocks of at most BLOCK_DOT multiply-adds (at least 4 rows)
   where a row is short, else about DOT_BLOCKS blocks of at least DOT_BLOCK_ROWS rows (primc's
-  BLAS runs on one thread: the pool runs the blocks side by side)."""
+  BLAS runs on one thread: the pool runs the blocks side by side). Rows too few for two
+  blocks (a convolution's channels times its positions) are cut into blocks of columns
+  instead, of at least DOT_BLOCK_COLUMNS, unless the epilogue follows each block's rows."""
   views += S(
     """
     small = nc * kc * 4 <= {block}
     rows = max(1, {block} // max(1, nc * kc)) if small else max({least}, (mr + {more}) // {blocks})
     nblk = (mr + rows - 1) // rows
+    cols = nc
+    if {split} and not small and nblk == 1 and nc >= 2 * {least_cols}:
+      cols = max({least_cols}, (nc + {blocks} * 16 - 1) // ({blocks} * 16) * 16)
+    ncb = (nc + cols - 1) // cols
     """,
     block=BLOCK_DOT,
     least=DOT_BLOCK_ROWS,
     more=DOT_BLOCKS - 1,
     blocks=DOT_BLOCKS,
+    split=kir.Const(rows_code is None),
+    least_cols=DOT_BLOCK_COLUMNS,
   )
   rows = [] if rows_code is None else [s for part in rows_code for s in part]
   tasks = S(
     """
     for task in range(lo, hi):
-      q = task // nblk
-      r0 = (task % nblk) * rows
+      q = task // (nblk * ncb)
+      r0 = (task // ncb % nblk) * rows
       r1 = min(mr, r0 + rows)
+      j0 = task % ncb * cols
+      j1 = min(nc, j0 + cols)
       {call}
       {rows}
     """,
     call=[kir.ExprStmt(rows_call)],
     rows=rows,
   )
-  return {0: list(S("return nb * nblk + 1")), 1: list(tasks)}
+  return {0: list(S("return nb * nblk * ncb + 1")), 1: list(tasks)}
 
 
 def _contraction_parts(ctx, gemm, dtype, parts, elements, views) -> dict[int, list]:

@@ -1107,18 +1107,17 @@ class Function:
     return Val(dst, self.b.bitcast(self.cast(self.expr(x), src).v, LL[dst]))
 
   def call__blas_gemm(self, args):
-    """codegen.blas's `_blas_gemm(dtype, ta, m, n, k, a, b, c, beta)`: BLAS through numba's
-    `GEMM_SYMBOL` (column-major: the row-major c = A @ B + beta c is c^T = B^T A^T), as
-    the numba intrinsic of that name emits it."""
-    if len(args) != 9:
+    """codegen.blas's `_blas_gemm(dtype, ta, m, n, k, a, b, c, beta, ldn)`: BLAS through
+    numba's `GEMM_SYMBOL` (column-major: the row-major c = A @ B + beta c is c^T = B^T
+    A^T), as the numba intrinsic of that name emits it."""
+    if len(args) != 10:
       raise Unsupported("_blas_gemm with other arguments")
     ty = self.dtype_arg(args[0])
     if ty not in FLOATS:
       raise Unsupported("_blas_gemm of integers")
-    ta, m, n, k, a, b, c, beta = (self.cast(self.expr(x), "int64").v for x in args[1:])
-    xxgemm_call(
-      self.b, LL[ty], self.alloca(LL[ty]), self.alloca(LL[ty]), ta, m, n, k, a, b, c, beta
-    )
+    ta, m, n, k, a, b, c, beta, ldn = (self.cast(self.expr(x), "int64").v for x in args[1:])
+    fl = LL[ty]
+    xxgemm_call(self.b, fl, self.alloca(fl), self.alloca(fl), ta, m, n, k, a, b, c, beta, ldn)
     return Val("int64", ir.Constant(I64, 0))
 
 
@@ -1126,12 +1125,12 @@ WRAPPING = {kir.WRAPPING[op]: ll for op, ll in (("+", "add"), ("-", "sub"), ("*"
 INTRINSICS = ("LOAD", "STORE", "NONNEG", "ADDRESS", "carray", "_blas_gemm", *BITCASTS, *WRAPPING)
 
 
-def xxgemm_call(b: ir.IRBuilder, fl, one, scale, ta, m, n, k, a, b_, c, beta) -> None:
+def xxgemm_call(b: ir.IRBuilder, fl, one, scale, ta, m, n, k, a, b_, c, beta, ldn) -> None:
   """Emits the row-major c = A @ B + beta c by the BLAS entry `GEMM_SYMBOL` (`link_blas`)
   (column-major: c^T = B^T A^T), A the (m, k) matrix at address `a` or (ta) the transpose
-  of the (k, m) one there, B (k, n) at `b_`; `one` and `scale` are allocas of the float
-  type `fl` (the helper takes alpha and beta by address). For codegen.blas's numba
-  intrinsic and its translation alike."""
+  of the (k, m) one there, B (k, n) at `b_`, B's and c's rows `ldn` elements apart; `one`
+  and `scale` are allocas of the float type `fl` (the helper takes alpha and beta by
+  address). For codegen.blas's numba intrinsic and its translation alike."""
   char, i64 = I8, I64
   fn = b.module.globals.get(GEMM_SYMBOL) or ir.Function(
     b.module,
@@ -1159,12 +1158,12 @@ def xxgemm_call(b: ir.IRBuilder, fl, one, scale, ta, m, n, k, a, b_, c, beta) ->
       k,
       b.bitcast(one, I8P),
       ptr(b_),
-      at_least_1(n),
+      at_least_1(ldn),
       ptr(a),
       at_least_1(ldb),
       b.bitcast(scale, I8P),
       ptr(c),
-      at_least_1(n),
+      at_least_1(ldn),
     ],
   )
 

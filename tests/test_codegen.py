@@ -453,6 +453,9 @@ DOT_CASES = {  # name: (lhs shape, rhs shape, dimension numbers): each takes ano
   "contraction_parts": ((3000, 24), (3000, 40), (((0,), (0,)), ((), ()))),
   "batched": ((6, 200, 32), (6, 32, 48), (((2,), (1,)), ((0,), (0,)))),
   "batched_lhs_transposed": ((6, 96, 200), (6, 96, 48), (((1,), (1,)), ((0,), (0,)))),
+  # rows too few for two blocks: blocks of columns (the last one shorter)
+  "column_blocks": ((32, 300), (300, 2000), (((1,), (0,)), ((), ()))),
+  "column_blocks_batched": ((3, 48, 200), (3, 200, 1500), (((2,), (1,)), ((0,), (0,)))),
 }
 
 
@@ -485,9 +488,10 @@ def test_threaded_products_compute_every_element(name, epilogue):
     np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4 * np.abs(w).max())
 
 
-def test_integer_products_use_loops():
-  a = R.integers(-5, 5, (300, 70)).astype(np.int32)
-  b = R.integers(-5, 5, (70, 60)).astype(np.int32)
+@pytest.mark.parametrize("shapes", [((300, 70), (70, 60)), ((40, 300), (300, 2000))])
+def test_integer_products_use_loops(shapes):
+  a = R.integers(-5, 5, shapes[0]).astype(np.int32)
+  b = R.integers(-5, 5, shapes[1]).astype(np.int32)
   got = primc.jit(lambda x, y: x @ y + 1)(a, b)
   np.testing.assert_array_equal(got, a @ b + 1)
 
@@ -589,7 +593,8 @@ def test_product_loops_choose_an_order_and_stay_exact(shape, transposed, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gemm_by_address_against_numpy(dtype):
   # the C entry kernels call (loops up to SMALL_DOT multiply-adds, BLAS above): every
-  # operand layout, set and accumulate, empty and degenerate sizes
+  # operand layout, set and accumulate, columns of wider matrices (the columns beside
+  # untouched), empty and degenerate sizes
   import numba
   from primc.codegen import blas
 
@@ -608,15 +613,21 @@ def test_gemm_by_address_against_numpy(dtype):
   ]:
     for ta in (0, 1):
       for acc in (0, 1):
-        stored = R.standard_normal((k, m) if ta else (m, k)).astype(dtype)
-        a = stored.T if ta else stored
-        b = R.standard_normal((k, n)).astype(dtype)
-        c = R.standard_normal((m, n)).astype(dtype)
-        want = a.astype(np.float64) @ b + (c if acc else 0)
-        gemm(ta, m, n, k, stored.ctypes.data, b.ctypes.data, c.ctypes.data, acc)
-        np.testing.assert_allclose(
-          c, want, rtol=tol, atol=tol * max(1, k), err_msg=f"{m}x{k}x{n} ta={ta} acc={acc}"
-        )
+        for wider in (0, 3):  # B and c: columns 2 .. n + 2 of matrices n + wider wide
+          stored = R.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+          a = stored.T if ta else stored
+          b_all = R.standard_normal((k, n + wider)).astype(dtype)
+          c_all = R.standard_normal((m, n + wider)).astype(dtype)
+          j0 = 2 if wider else 0
+          b, c = b_all[:, j0 : j0 + n], c_all[:, j0 : j0 + n]
+          want = a.astype(np.float64) @ b + (c if acc else 0)
+          outside = np.delete(c_all, np.s_[j0 : j0 + n], axis=1).copy()
+          address = lambda x: x.ctypes.data + j0 * x.itemsize
+          gemm(ta, m, n, k, stored.ctypes.data, address(b_all), address(c_all), acc, n + wider)
+          np.testing.assert_allclose(
+            c, want, rtol=tol, atol=tol * max(1, k), err_msg=f"{m}x{k}x{n} ta={ta} acc={acc}"
+          )
+          np.testing.assert_array_equal(np.delete(c_all, np.s_[j0 : j0 + n], axis=1), outside)
 
 
 def test_steady_calls_take_other_arguments_through_the_general_path():

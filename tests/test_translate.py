@@ -339,15 +339,15 @@ def test_generated_kernels_translate():
 def test_library_products_translated(dtype):
   """The products kernels call by symbol (codegen.blas's gemm entries: loops for small
   products, BLAS above), translated, against numpy: both layouts of A, accumulating or
-  not, empty and one-column shapes."""
+  not, B and c the first columns of wider matrices, empty and one-column shapes."""
   blas = loader.library_module("blas.py", in_memory=True)
   name = "gemm_f32" if dtype == "float32" else "gemm_f64"
   symbol = f"primc_test_{name}"
   text, ret = translate.function_ir(
-    blas.SOURCE, name, ("int64",) * 8, vars(blas), symbol, fastmath=()
+    blas.SOURCE, name, ("int64",) * 9, vars(blas), symbol, fastmath=()
   )
   assert ret is None
-  fn = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)(
+  fn = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 9)(
     translate.load(translate.object_code(text), symbol)
   )
   r = np.random.default_rng(0)
@@ -361,17 +361,18 @@ def test_library_products_translated(dtype):
     (33, 17, 129),
     (5, 8, 0),
   ]:
-    for ta in (0, 1):
+    for ta, wider in ((0, 0), (1, 0), (0, 5), (1, 5)):  # B, c: the first n of n + wider
       a = r.standard_normal((k, m) if ta else (m, k)).astype(dtype)
-      b = r.standard_normal((k, n)).astype(dtype)
-      c0 = r.standard_normal((m, n)).astype(dtype)
+      b = r.standard_normal((k, n + wider)).astype(dtype)
+      c0 = r.standard_normal((m, n + wider)).astype(dtype)
       for acc in (0, 1):
         c = c0.copy()
-        fn(ta, m, n, k, a.ctypes.data, b.ctypes.data, c.ctypes.data, acc)
-        want = (a.T if ta else a).astype(np.float64) @ b + (c0 if acc else 0)
+        fn(ta, m, n, k, a.ctypes.data, b.ctypes.data, c.ctypes.data, acc, n + wider)
+        want = (a.T if ta else a).astype(np.float64) @ b[:, :n] + (c0[:, :n] if acc else 0)
         np.testing.assert_allclose(
-          c, want, rtol=tol, atol=tol * max(1, k), err_msg=f"{m}x{n}x{k} ta={ta} acc={acc}"
+          c[:, :n], want, rtol=tol, atol=tol * max(1, k), err_msg=f"{m}x{n}x{k} ta={ta} acc={acc}"
         )
+        np.testing.assert_array_equal(c[:, n:], c0[:, n:])
 
 
 def test_a_translator_crash_fails_in_strict_mode_and_is_counted_otherwise(monkeypatch, caplog):
