@@ -102,14 +102,51 @@ def _small_gemm(ta, m, n, k, a, b, c, acc, ldn, dtype):
 
 
 @njit(cache=CACHE, error_model="numpy")
+def _row_sums(m, k, a, b, c, acc, ldn, dtype):
+  """c = A @ b, or (acc) c += A @ b, for one column b (its elements, and c's, `ldn`
+  apart) and A the (m, k) matrix at `a`: each row's sum in 8 partial sums (a fixed order,
+  in float64; packed multiply-adds), added pairwise, then the row's tail."""
+  whole = k - k % 8
+  for i in range(m):
+    row = i * k
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    s4 = 0.0
+    s5 = 0.0
+    s6 = 0.0
+    s7 = 0.0
+    for p in range(0, whole, 8):
+      s0 += np.float64(LOAD(a, row + p, dtype)) * LOAD(b, p * ldn, dtype)
+      s1 += np.float64(LOAD(a, row + p + 1, dtype)) * LOAD(b, (p + 1) * ldn, dtype)
+      s2 += np.float64(LOAD(a, row + p + 2, dtype)) * LOAD(b, (p + 2) * ldn, dtype)
+      s3 += np.float64(LOAD(a, row + p + 3, dtype)) * LOAD(b, (p + 3) * ldn, dtype)
+      s4 += np.float64(LOAD(a, row + p + 4, dtype)) * LOAD(b, (p + 4) * ldn, dtype)
+      s5 += np.float64(LOAD(a, row + p + 5, dtype)) * LOAD(b, (p + 5) * ldn, dtype)
+      s6 += np.float64(LOAD(a, row + p + 6, dtype)) * LOAD(b, (p + 6) * ldn, dtype)
+      s7 += np.float64(LOAD(a, row + p + 7, dtype)) * LOAD(b, (p + 7) * ldn, dtype)
+    total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+    for p in range(whole, k):
+      total += np.float64(LOAD(a, row + p, dtype)) * LOAD(b, p * ldn, dtype)
+    if acc:
+      total += LOAD(c, i * ldn, dtype)
+    STORE(c, i * ldn, total, dtype)
+
+
+@njit(cache=CACHE, error_model="numpy")
 def _gemm(ta, m, n, k, a, b, c, acc, ldn, dtype):
   """c = A @ B, or (acc) c += A @ B, where B is the (k, n) matrix at `b`, A the (m, k)
   matrix at `a`, or (ta) the transpose of the (k, m) matrix there, given by address; A is
   C-contiguous, B's and c's rows are `ldn` >= n elements apart (n: C-contiguous; more:
-  columns of wider matrices). Loops up to SMALL_DOT multiply-adds, BLAS above."""
+  columns of wider matrices). Loops up to SMALL_DOT multiply-adds, and for one row or
+  one column (a vector times a matrix: loops read the matrix once, where BLAS would pack
+  all of it first), BLAS above."""
   if m == 0 or n == 0:
     return
-  if m * n * k > SMALL_DOT:
+  if n == 1 and not ta and m * k > SMALL_DOT:
+    _row_sums(m, k, a, b, c, acc, ldn, dtype)
+  elif m * n * k > SMALL_DOT and m > 1:
     _blas_gemm(dtype, ta, m, n, k, a, b, c, acc, ldn)
   else:
     _small_gemm(ta, m, n, k, a, b, c, acc, ldn, dtype)

@@ -1225,7 +1225,7 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   views, copies = [], []  # statements: the prologue's views, phase 0's copies
   out_index = {v: k for k, v in enumerate(program.outputs)}
   c = outs[out_index[out]] if out in out_index else ctx.scratch_array(out.aval.dtype, out.aval.size)
-  a, ta, b = _dot_operands(ctx, dot, [names[x], names[y]], c, blas, views, copies)
+  a, ta, b, swapped = _dot_operands(ctx, dot, [names[x], names[y]], c, blas, views, copies)
   gemm = _Gemm(out.aval.dtype) if blas else None
   sub = Program(
     program.inputs + (out,), tuple(epilogue), tuple(v for v in program.outputs if v is not out)
@@ -1233,7 +1233,9 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
   sub_ins = ins + ["cv"]
   sub_outs = [outs[i] for i, v in enumerate(program.outputs) if v is not out]
   # row blocks carry their epilogue rows when the product's leading dim is the matrix row
-  fuse_rows = bool(epilogue and not lb and len(lf) == 1 and not ta and not _reductions_of(sub))
+  fuse_rows = bool(
+    epilogue and not lb and len(lf) == 1 and not ta and not swapped and not _reductions_of(sub)
+  )
   if ta:
     nb = math.prod([x.aval.shape[d] for d in lb])
     parts = 8 if threaded and nb == 1 and out.aval.size * 8 <= CONTRACTION_SCRATCH else 1
@@ -1257,21 +1259,35 @@ def emit_dot_kernel(name: str, program: Program, inline: bool | None = None) -> 
 
 def _dot_operands(ctx, dot, names, c, blas, views, copies):
   """The product's operands as matrices (`_Matrices`: the left one, whether it is used
-  transposed, the right one) and the views of them and of the result `c` (`nb`, `mr`,
-  `kc`, `nc`, `c3`, and with BLAS their addresses `pa`, `pb`, `pc`) added to `views`."""
+  transposed, the right one, whether they are swapped) and the views of them and of the
+  result `c` (`nb`, `mr`, `kc`, `nc`, `c3`, and with BLAS their addresses `pa`, `pb`,
+  `pc`) added to `views`. One row times a right operand whose memory is transposed (a
+  vector times a matrix's transpose: a layer's input gradient at batch 1) is computed
+  swapped, c^T = B A^T, each element a sum along one of B's rows: the same memory for c,
+  and B read in place instead of copied."""
   (lc, rc), (lb, rb) = dot.kw["dimension_numbers"]
   x, y = dot.inputs
   lf = P._dot_free(x.aval.ndim, lc, lb)
   rf = P._dot_free(y.aval.ndim, rc, rb)
   groups = [list(lb), lf, list(lc)]
-  a, ta = (
-    _lhs_view(ctx, names[0], x.aval, groups, [list(lb), list(lc), lf], views, copies)
-    if blas
-    else (_as_matrices(ctx, names[0], x.aval, groups, views, copies), False)
+  swapped = (
+    blas
+    and math.prod(x.aval.shape[d] for d in lf) == 1
+    and [*rb, *rc, *rf] != sorted([*rb, *rc, *rf])
+    and [*rb, *rf, *rc] == sorted([*rb, *rf, *rc])
   )
-  # the right operand is read as (batch, contraction, cols): BLAS runs a transposed
-  # right operand half as fast (measured), and copying it costs one pass over it
-  b = _as_matrices(ctx, names[1], y.aval, [list(rb), list(rc), rf], views, copies)
+  if swapped:
+    a, ta = _as_matrices(ctx, names[1], y.aval, [list(rb), rf, list(rc)], views, copies), False
+    b = _as_matrices(ctx, names[0], x.aval, [list(lb), list(lc), lf], views, copies)
+  else:
+    a, ta = (
+      _lhs_view(ctx, names[0], x.aval, groups, [list(lb), list(lc), lf], views, copies)
+      if blas
+      else (_as_matrices(ctx, names[0], x.aval, groups, views, copies), False)
+    )
+    # the right operand is read as (batch, contraction, cols): BLAS runs a transposed
+    # right operand half as fast (measured), and copying it costs one pass over it
+    b = _as_matrices(ctx, names[1], y.aval, [list(rb), list(rc), rf], views, copies)
   views += S(
     "nb = {0}\nmr = {1}\nkc = {2}\nnc = {3}\nc3 = {4}",
     a.dims[0],
@@ -1285,7 +1301,7 @@ def _dot_operands(ctx, dot, names, c, blas, views, copies):
     views += S(
       "pa = {0}\npb = {1}\npc = ADDRESS({2})", a.address, b.address, f"ptr{ctx.entries[c][0]}"
     )
-  return a, ta, b
+  return a, ta, b, swapped
 
 
 def _dot_threaded(program: Program, epilogue: bool) -> bool:
@@ -1346,17 +1362,20 @@ def _row_blocks(rows_call, views, rows_code) -> dict[int, list]:
   """Row blocks, one product call each (and the block's rows of the epilogue,
   `rows_code`), all in tasks: blocks of at most BLOCK_DOT multiply-adds (at least 4 rows)
   where a row is short, else about DOT_BLOCKS blocks of at least DOT_BLOCK_ROWS rows (primc's
-  BLAS runs on one thread: the pool runs the blocks side by side). Rows too few for two
-  blocks (a convolution's channels times its positions) are cut into blocks of columns
-  instead, of at least DOT_BLOCK_COLUMNS, unless the epilogue follows each block's rows."""
+  BLAS runs on one thread: the pool runs the blocks side by side). Each block packs the
+  operand it shares with the others again, so a product with more columns than rows (a
+  convolution's channels times its positions) is cut into blocks of columns instead, of
+  at least DOT_BLOCK_COLUMNS (the left operand, the smaller, packed again), unless the
+  epilogue follows each block's rows."""
   views += S(
     """
     small = nc * kc * 4 <= {block}
     rows = max(1, {block} // max(1, nc * kc)) if small else max({least}, (mr + {more}) // {blocks})
-    nblk = (mr + rows - 1) // rows
     cols = nc
-    if {split} and not small and nblk == 1 and nc >= 2 * {least_cols}:
+    if {split} and not small and nc > mr and nc >= 2 * {least_cols}:
+      rows = mr
       cols = max({least_cols}, (nc + {blocks} * 16 - 1) // ({blocks} * 16) * 16)
+    nblk = (mr + rows - 1) // rows
     ncb = (nc + cols - 1) // cols
     """,
     block=BLOCK_DOT,

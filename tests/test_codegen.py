@@ -456,6 +456,11 @@ DOT_CASES = {  # name: (lhs shape, rhs shape, dimension numbers): each takes ano
   # rows too few for two blocks: blocks of columns (the last one shorter)
   "column_blocks": ((32, 300), (300, 2000), (((1,), (0,)), ((), ()))),
   "column_blocks_batched": ((3, 48, 200), (3, 200, 1500), (((2,), (1,)), ((0,), (0,)))),
+  "column_blocks_many_rows": ((200, 100), (100, 3000), (((1,), (0,)), ((), ()))),
+  "one_row": ((1, 3000), (3000, 700), (((1,), (0,)), ((), ()))),
+  # one row times a transposed matrix: swapped (c^T = B A^T), B read in place
+  "one_row_rhs_transposed": ((1, 3000), (700, 3000), (((1,), (1,)), ((), ()))),
+  "one_row_rhs_transposed_batched": ((4, 1, 500), (4, 900, 500), (((2,), (2,)), ((0,), (0,)))),
 }
 
 
@@ -607,6 +612,8 @@ def test_gemm_by_address_against_numpy(dtype):
     (1, 1, 1),
     (40, 50, 60),
     (300, 7, 2),
+    (1, 500, 40),  # one row: loops that stream B, at any size
+    (300, 50, 1),  # one column: rows summed in lanes
     (5, 0, 3),
     (0, 4, 3),
     (200, 200, 200),

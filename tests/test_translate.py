@@ -357,6 +357,8 @@ def test_library_products_translated(dtype):
     (64, 64, 64),
     (10, 1, 7),
     (1, 9, 300),
+    (1, 600, 64),  # one row: loops, at any size
+    (300, 1, 50),  # one column: rows summed in lanes
     (0, 3, 3),
     (33, 17, 129),
     (5, 8, 0),
