@@ -118,11 +118,13 @@ WRITES = [
   [
     [("view", 0, 2), ("view", 1, 2), ("write", 2, 0)],
     [("view", 0, 3), ("view", 1, 3), ("write", 2, 2)],
+    [("view", 0, 2), ("view", 1, 12), ("view", 2, 16), ("write", 0, 0)],
   ],
 )
 def test_views_of_views_down_to_0_d(steps):
   """(Seeds hypothesis found: a row's row is numpy's scalar where a[0] indexes a 1-d
-  array, never written; a[..., -1] is a 0-d view, written through.)"""
+  array, never written; a[..., -1] is a 0-d view, written through; a new axis of that
+  0-d view, a[None], is a view too, and sees a write into the base.)"""
   x = np.random.default_rng(1).standard_normal((4, 6))
   np.testing.assert_allclose(
     primc.jit(_views_program(steps, pnp))(x), _views_program(steps, np)(x.copy()), rtol=1e-12
@@ -270,3 +272,26 @@ def test_a_write_into_a_result_reaches_its_argument_as_in_numpy(name, shape, whe
   ]:
     for g, w, what in zip(got, want, ("the argument", "the result")):
       np.testing.assert_array_equal(g, w, err_msg=f"{name} {path}: {what}")
+
+
+INDEX_ENTRIES = st.one_of(
+  st.integers(-2, 1), st.none(), st.just(Ellipsis), st.just(slice(None)), st.just(slice(0, 1))
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 3), st.lists(INDEX_ENTRIES, max_size=4))
+def test_which_basic_indices_copy_as_numpy_decides(ndim, entries):
+  """`_views._copies` (whether x[idx] is numpy's copy, so a write into the base does not
+  reach it) against numpy itself, for every mix of integers, new axes, an ellipsis and
+  slices on arrays of 0 to 3 dims."""
+  from primc.numpy import _views
+
+  x = np.zeros((2,) * ndim)
+  idx = tuple(entries)
+  try:
+    out = x[idx]
+  except IndexError:
+    return  # (too many indices, two ellipses: numpy refuses it)
+  is_view = isinstance(out, np.ndarray) and np.shares_memory(out, x)
+  assert _views._copies(idx, ndim) == (not is_view), (ndim, idx)

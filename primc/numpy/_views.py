@@ -82,7 +82,8 @@ def _viewing(fn):
 
 def _copies(idx, ndim: int) -> bool:
   """Whether numpy's x[idx] is a copy: an integer or boolean array (or list, or traced)
-  among the index, or an integer for every dimension (a scalar)."""
+  among the index, or an integer for every dimension and no new axis (a scalar; `a[None]`
+  of a 0-d view is a view)."""
   entries = idx if isinstance(idx, tuple) else (idx,)
   if not builtins.all(
     e is None
@@ -94,6 +95,7 @@ def _copies(idx, ndim: int) -> bool:
     return True
   return (
     Ellipsis not in entries
+    and not builtins.any(e is None for e in entries)
     and builtins.sum(isinstance(e, (int, np.integer)) for e in entries) == ndim
   )
 
