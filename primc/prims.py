@@ -375,11 +375,10 @@ reshape_p = Primitive("reshape", traits=("index_map",), linear=(0,))
 
 
 def _reshape_rule(x, *, new_sizes):
-  _check(all(d >= 0 for d in new_sizes), lambda: f"sizes must be non-negative, got {new_sizes}")
-  _check(
-    math.prod(new_sizes) == x.size,
-    lambda: f"cannot reshape {x.shape} ({x.size} elements) to {new_sizes}",
-  )
+  if min(new_sizes, default=0) < 0:
+    _fail(f"sizes must be non-negative, got {new_sizes}")
+  if math.prod(new_sizes) != math.prod(x.shape):
+    _fail(f"cannot reshape {x.shape} ({x.size} elements) to {new_sizes}")
   return ShapedArray(new_sizes, x.dtype)
 
 

@@ -325,6 +325,10 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
         f"{_describe(prim, [aval_of(x) for x in args], params)}"
         f" (primc supports {', '.join(SUPPORTED_DTYPES)})",
       )
+  if _state.builders and prim.name == "reshape" and type(args[0]) is Tracer:
+    same = _unreshaped(_state.builders[-1], args[0], params["new_sizes"])
+    if same is not None:  # (before the shape rule: a reshape back is most reshapes)
+      return same
   if prim not in abstract_rules:
     raise PrimcError(f"primitive {prim.name} has no shape rule")
   try:
@@ -339,10 +343,6 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
       assert o.shape == a.shape and dtype_name(o.dtype) == a.dtype, (prim, o.shape, o.dtype, a)
     return outs if prim.multiple_results else outs[0]
   builder = _state.builders[-1]
-  if prim.name == "reshape" and type(args[0]) is Tracer:
-    same = _unreshaped(builder, args[0], out_avals[0])
-    if same is not None:
-      return same
   inputs = tuple(
     [a.ir_var if type(a) is Tracer and a.builder is builder else builder.atom(a) for a in args]
   )
@@ -356,17 +356,17 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
   return tracers if prim.multiple_results else tracers[0]
 
 
-def _unreshaped(builder: Builder, x: Tracer, aval: ShapedArray) -> Tracer | None:
+def _unreshaped(builder: Builder, x: Tracer, new_sizes: tuple) -> Tracer | None:
   """A reshape of `x` back to the shape of the operand `x` was reshaped from: that operand
   (no equation), or None."""
   if x.builder is not builder:
     return None
   source = builder.reshaped.get(x.ir_var)
-  if source is None or source.aval != aval:
+  if source is None or source.aval.shape != tuple(new_sizes):
     return None
   out = Tracer(builder, source)
   if builder.concrete and x.concrete is not None:
-    out.concrete = np.reshape(x.concrete, aval.shape)
+    out.concrete = np.reshape(x.concrete, source.aval.shape)
   return out
 
 
