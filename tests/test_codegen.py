@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import primc
@@ -491,6 +491,43 @@ def test_threaded_products_compute_every_element(name, epilogue):
   }[epilogue](want)
   for g, w in zip(tree_flatten(got)[0], tree_flatten(expect)[0]):
     np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4 * np.abs(w).max())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+  batch=st.sampled_from([0, 1, 3]),
+  m=st.sampled_from([1, 2, 7, 64, 130]),
+  k=st.sampled_from([1, 5, 64, 300, 3000]),
+  n=st.sampled_from([1, 3, 40, 600, 2000]),
+  lhs_transposed=st.booleans(),
+  rhs_transposed=st.booleans(),
+  dtype=st.sampled_from(["float32", "float64"]),
+)
+@example(0, 1, 300, 600, False, True, "float32")  # one row, B transposed: swapped, rows summed
+@example(3, 1, 300, 600, False, True, "float64")  # ... batched
+@example(0, 1, 3000, 600, False, False, "float32")  # one row: loops that stream B
+@example(0, 64, 300, 2000, False, False, "float64")  # column blocks
+@example(0, 130, 64, 600, True, False, "float32")  # a transposed left operand in place
+def test_products_of_every_layout_and_size(batch, m, k, n, lhs_transposed, rhs_transposed, dtype):
+  """Compiled products against numpy over the paths the sizes and layouts choose: loops
+  (small, one row, one column), BLAS in row blocks, column blocks or contraction parts,
+  a transposed left operand in place, a transposed right one copied or (one row) swapped,
+  with and without batch dims."""
+  from primc import prims as P
+
+  assume(m * k * n * max(batch, 1) <= 4_000_000)
+  lead = (batch,) if batch else ()
+  nb = len(lead)
+  ls = lead + ((k, m) if lhs_transposed else (m, k))
+  rs = lead + ((n, k) if rhs_transposed else (k, n))
+  lc, rc = (nb if lhs_transposed else nb + 1), (nb + 1 if rhs_transposed else nb)
+  dims = (((lc,), (rc,)), (tuple(range(nb)), tuple(range(nb))))
+  a = R.uniform(-1, 1, ls).astype(dtype)
+  b = R.uniform(-1, 1, rs).astype(dtype)
+  got = primc.jit(lambda x, y: P.dot_general(x, y, dims))(a, b)
+  want = _dot_reference(a, b, dims)
+  tol = 1e-4 if dtype == "float32" else 1e-11
+  np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.sqrt(k))
 
 
 @pytest.mark.parametrize("shapes", [((300, 70), (70, 60)), ((40, 300), (300, 2000))])
