@@ -105,7 +105,8 @@ def _small_gemm(ta, m, n, k, a, b, c, acc, ldn, dtype):
 def _row_sums(m, k, a, b, c, acc, ldn, dtype):
   """c = A @ b, or (acc) c += A @ b, for one column b (its elements, and c's, `ldn`
   apart) and A the (m, k) matrix at `a`: each row's sum in 8 partial sums (a fixed order,
-  in float64; packed multiply-adds), added pairwise, then the row's tail."""
+  in float64; packed multiply-adds), added pairwise, then the row's tail. (Eight named
+  sums, not an array: the LLVM renderer allocates no array in a library function.)"""
   whole = k - k % 8
   for i in range(m):
     row = i * k

@@ -1372,18 +1372,27 @@ def _row_blocks(rows_call, views, rows_code) -> dict[int, list]:
     small = nc * kc * 4 <= {block}
     rows = max(1, {block} // max(1, nc * kc)) if small else max({least}, (mr + {more}) // {blocks})
     cols = nc
-    if {split} and not small and nc > mr and nc >= 2 * {least_cols}:
-      rows = mr
-      cols = max({least_cols}, (nc + {blocks} * 16 - 1) // ({blocks} * 16) * 16)
-    nblk = (mr + rows - 1) // rows
-    ncb = (nc + cols - 1) // cols
     """,
     block=BLOCK_DOT,
     least=DOT_BLOCK_ROWS,
     more=DOT_BLOCKS - 1,
     blocks=DOT_BLOCKS,
-    split=kir.Const(rows_code is None),
-    least_cols=DOT_BLOCK_COLUMNS,
+  )
+  if rows_code is None:  # (else each block's rows are whole, for their epilogue)
+    views += S(
+      """
+      if not small and nc > mr and nc >= 2 * {least_cols}:
+        rows = mr
+        cols = max({least_cols}, (nc + {blocks} * 16 - 1) // ({blocks} * 16) * 16)
+      """,
+      blocks=DOT_BLOCKS,
+      least_cols=DOT_BLOCK_COLUMNS,
+    )
+  views += S(
+    """
+    nblk = (mr + rows - 1) // rows
+    ncb = (nc + cols - 1) // cols
+    """
   )
   rows = [] if rows_code is None else [s for part in rows_code for s in part]
   tasks = S(
