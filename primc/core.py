@@ -145,12 +145,16 @@ class ShapedArray:
   __str__ = str_short
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, init=False)
 class Var:
   """A program variable. Identity is the variable; the name is made at print time."""
 
   __pytree_leaf__ = True  # a value of the IR, never a container of values
   aval: ShapedArray
+
+  def __init__(self, aval: ShapedArray):
+    self.__dict__["aval"] = aval  # (frozen: a dataclass's own __init__ sets each field
+    # through object.__setattr__, ~3x slower, and programs make ~10^5 of these)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -340,7 +344,7 @@ ufunc_rules: dict[Primitive, np.ufunc] = {}
 runner_rules: dict[Primitive, Callable[..., Callable]] = {}
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, init=False)
 class Eqn:
   """`outputs = prim[params](*inputs)`; params are a sorted tuple of hashable items."""
 
@@ -350,6 +354,11 @@ class Eqn:
   params: tuple[tuple[str, Any], ...]
   outputs: tuple[Var, ...]
   source: str | None = dataclasses.field(default=None, compare=False)
+
+  def __init__(self, prim, inputs, params, outputs, source=None):
+    self.__dict__.update(  # (as `Var`'s)
+      prim=prim, inputs=inputs, params=params, outputs=outputs, source=source
+    )
 
   @property
   def kw(self) -> dict[str, Any]:
