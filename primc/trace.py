@@ -569,6 +569,65 @@ def _stage(program: Program, args) -> list:
   ]
 
 
+_PLAIN, _RESHAPE, _CONSTANT = 0, 1, 2  # `restage_kinds`
+
+
+def restage_kinds(program: Program) -> tuple[int, ...]:
+  """Per equation of `program`, how `restage` stages it: a reshape of an input (perhaps
+  back to its operand), an equation of literals alone, or plainly."""
+  return tuple(
+    [
+      _RESHAPE
+      if eqn.prim.name == "reshape" and type(eqn.inputs[0]) is Var
+      else _CONSTANT
+      if all(type(a) is Lit for a in eqn.inputs)
+      else _PLAIN
+      for eqn in program.eqns
+    ]
+  )
+
+
+def restage(program: Program, args: Sequence, kinds: Sequence[int]) -> list:
+  """`program`'s equations staged into the innermost trace on `args` (its tracers, and
+  arrays as literals), each with fresh outputs and the user's source line, as `bind`
+  would stage them one by one, for a program recorded on arguments of these types
+  (`primc.numpy._recorded`: no shape rule runs again; `kinds`: `restage_kinds`). As in
+  `bind`, a reshape back to the shape its operand was reshaped from is that operand
+  (`_unreshaped`); an equation of literals alone (a Python number broadcast) is staged
+  once per trace level, as `primc.numpy._base._weak_constant` stages one. Returns the
+  outputs' atoms."""
+  builder = _state.builders[-1]
+  env = {}
+  for v, x in zip(program.inputs, args):
+    env[v] = x.ir_var if type(x) is Tracer else Lit.of(x)
+  eqns, source = builder.eqns, user_source()
+  for eqn, kind in zip(program.eqns, kinds):
+    inputs = tuple([a if type(a) is Lit else env[a] for a in eqn.inputs])
+    if kind == _RESHAPE:
+      same = builder.reshaped.get(inputs[0])
+      if same is not None and same.aval == eqn.outputs[0].aval:
+        env[eqn.outputs[0]] = same
+        continue
+    elif kind == _CONSTANT:
+      key = ("restaged", eqn.prim, eqn.params, inputs)
+      outs = builder.constants.get(key)
+      if outs is not None:
+        env.update(zip(eqn.outputs, outs))
+        continue
+    if len(eqn.outputs) == 1:
+      out = env[eqn.outputs[0]] = Var(eqn.outputs[0].aval)
+      outs = (out,)
+    else:
+      outs = tuple([Var(v.aval) for v in eqn.outputs])
+      env.update(zip(eqn.outputs, outs))
+    if kind == _RESHAPE:
+      builder.reshaped[outs[0]] = inputs[0]
+    elif kind == _CONSTANT:
+      builder.constants[key] = outs
+    eqns.append(Eqn(eqn.prim, inputs, eqn.params, outs, source))
+  return [a if type(a) is Lit else env[a] for a in program.outputs]
+
+
 def make_program(
   fn: Callable, *, static_argnums: int | Sequence[int] = ()
 ) -> Callable[..., Program]:

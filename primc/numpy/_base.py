@@ -12,6 +12,7 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import FLOAT_DTYPES, PrimcError, ShapeError, dtype_name
+from primc.numpy import _recorded
 from primc.trace import Tracer, aval_of, locate, user_ops
 from primc.trace import as_array as leaf_array
 from primc.trace import state as trace_state
@@ -64,12 +65,17 @@ pi, e, inf, nan = np.pi, np.e, np.inf, np.nan
 __version__ = np.__version__  # the numpy whose API and promotion rules this module follows
 
 
-def _op(fn):
-  """Marks a user op: errors raised inside name it, the operands and the user's line."""
+def _op(fn=None, *, recorded: bool = False):
+  """Marks a user op: errors raised inside name it, the operands and the user's line.
+  `recorded`: the op is pure (its equations depend only on its arguments' types and the
+  values of its other arguments), so a call from the user's code while tracing stages
+  the equations recorded for its signature (`primc.numpy._recorded`)."""
+  if fn is None:
+    return functools.partial(_op, recorded=recorded)
   name = fn.__name__.rstrip("_")
 
   @functools.wraps(fn)
-  def wrapped(*args, **kwargs):
+  def run(*args, **kwargs):
     ops = user_ops()  # (`trace.user_op`'s stack, without a context manager: every op)
     ops.append(name)
     try:
@@ -84,6 +90,17 @@ def _op(fn):
       raise
     finally:
       ops.pop()
+
+  if not recorded:
+    return run
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    if trace_state.builders and not user_ops():
+      out = _recorded.call(wrapped, run, args, kwargs)
+      if out is not _recorded.NOT_RECORDED:
+        return out
+    return run(*args, **kwargs)
 
   return wrapped
 

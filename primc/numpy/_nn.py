@@ -28,7 +28,7 @@ from primc.numpy._ufuncs import (
 from primc.trace import aval_of
 
 
-@_op
+@_op(recorded=True)
 def logsumexp(x, axis=None, keepdims=False):
   x = _float(x)
   a = aval_of(x)

@@ -30,7 +30,7 @@ from primc.numpy._ufuncs import multiply, not_equal, subtract
 from primc.trace import aval_of
 
 
-@_op
+@_op(recorded=True)
 def matmul(x, y, transpose_x=False, transpose_y=False):
   """numpy.matmul: 1-D operands are promoted and squeezed; leading dims broadcast.
   Paddle's `transpose_x=` / `transpose_y=` swap the last two dims of an operand (of
@@ -64,7 +64,7 @@ def matmul(x, y, transpose_x=False, transpose_y=False):
   return reshape(out, out_shape)
 
 
-@_op
+@_op(recorded=True)
 def dot(a, b):
   """numpy.dot for vectors and matrices (and scalars: multiply)."""
   sa, sb = aval_of(_as_array(a)).shape, aval_of(_as_array(b)).shape

@@ -56,7 +56,7 @@ def _accumulated(a, dtype):
   return a
 
 
-@_op
+@_op(recorded=True)
 def sum(x, axis=None, keepdims=False, dtype=None, initial=None, where=None):
   """numpy.sum (integers and bools summed in int64, as numpy); `where` (a mask broadcast
   against x) leaves entries out, `initial` is added."""
@@ -86,7 +86,7 @@ def _keep(out, shape, axes):
   return reshape(out, [1 if i in axes else n for i, n in enumerate(shape)])
 
 
-@_op
+@_op(recorded=True)
 def mean(x, axis=None, keepdims=False, dtype=None, where=None):
   """numpy.mean; over the entries `where` is true when it is given."""
   x = _float(x) if dtype is None else asarray(x, dtype)
@@ -106,7 +106,7 @@ def mean(x, axis=None, keepdims=False, dtype=None, where=None):
 _mean = mean  # (for functions with a `mean=` parameter)
 
 
-@_op
+@_op(recorded=True)
 def max(x, axis=None, keepdims=False, initial=None, where=None):
   """numpy.max; `initial` takes part (and is the result of an empty reduction); `where`
   (a mask, with `initial`, as numpy requires) leaves entries out."""
@@ -131,7 +131,7 @@ def max(x, axis=None, keepdims=False, initial=None, where=None):
 amax = max
 
 
-@_op
+@_op(recorded=True)
 def min(x, axis=None, keepdims=False, initial=None, where=None):
   """numpy.min: the maximum of the negated values, negated; of integers the maximum of
   their complements (`~x = -x - 1` reverses the order without overflowing: `-x` of the
@@ -247,7 +247,7 @@ def _accumulate_along(prim_fn, a, axis):
   return moveaxis(prim_fn(moveaxis(a, axis, last)), last, axis)
 
 
-@_op
+@_op(recorded=True)
 def prod(a, axis=None, keepdims=False, dtype=None, initial=None, where=None):
   """numpy.prod: left to right, as numpy multiplies (an overflow or underflow on the way
   gives numpy's inf, 0 or NaN); integers and bools multiplied in int64, as numpy. `where`

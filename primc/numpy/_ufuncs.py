@@ -30,7 +30,7 @@ def _unary(prim_fn, name, to_float=True):
     return prim_fn(_float(x) if to_float else _as_array(x))
 
   fn.__name__ = name
-  return _op(fn)
+  return _op(fn, recorded=True)
 
 
 sin = _unary(P.sin, "sin")
@@ -94,7 +94,7 @@ def _binary(prim_fn, name, of_bools=None):
     return prim_fn(x, y)
 
   fn.__name__ = name
-  return _op(fn)
+  return _op(fn, recorded=True)
 
 
 def _or(a, b):
@@ -120,7 +120,7 @@ greater = _binary(P.gt, "greater")
 greater_equal = _binary(lambda x, y: P.ge_p.bind(x, y), "greater_equal")
 
 
-@_op
+@_op(recorded=True)
 def divide(x, y):
   """True division: integer operands give float64 (numpy's rule)."""
   x, y = _promote(x, y)
@@ -289,7 +289,7 @@ def sinc(x):
   return where(small, series, P.div(P.sin(safe), safe))
 
 
-@_op
+@_op(recorded=True)
 def power(x, y):
   """x ** y with numpy's dtypes: a Python exponent keeps a float x's dtype; an integer x
   to a constant non-negative integer power stays an integer (exact, by repeated
@@ -313,7 +313,7 @@ def power(x, y):
 pow = power
 
 
-@_op
+@_op(recorded=True)
 def square(x):
   x = _as_array(x)
   return P.mul(x, x)

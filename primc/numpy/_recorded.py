@@ -1,0 +1,185 @@
+"""Traced numpy calls kept by signature: a pure op traced once per kind of arguments,
+then its equations restaged at each later call.
+
+While tracing, a `primc.numpy` function runs numpy's promotion and broadcasting rules
+and each primitive's shape rule before it stages its few equations: ~10 µs per
+equation (the 946-step HMM's trace: 0.15 s), where staging an equation costs ~1 µs.
+For the pure ops (`_op(recorded=True)`: ufuncs, reductions, products), those equations
+depend only on the call's *signature*: each array's shape, dtype and weakness (and which
+arguments are the same object), and the values of everything else (Python numbers,
+axes, keywords). So the first call of a signature is traced alone, on fresh inputs in
+place of its arrays (`_record`: a small program, as JAX's dispatch keeps one per
+signature), and every call of that signature stages that program's equations on its own
+arguments (`trace.restage`).
+
+A call is recorded only inside a trace of abstract values, from the user's code (not
+from inside another op), with arguments of the kinds above; its record is kept only
+where the op staged equations and nothing else: results that are new traced arrays (not
+views), no value read, nothing of an enclosing trace captured. An op that raises is not
+recorded (it runs as before, and raises in its own words).
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from primc.core import SUPPORTED_DTYPES, Program, ShapedArray, dtype_name
+from primc.trace import Builder, Tracer, refresh_view, restage, restage_kinds
+from primc.trace import state as trace_state
+
+MAX_RECORDS = 4096
+NOT_RECORDED = object()  # `call`'s answer where the call must run as it is
+_records: dict = {}  # (op, signature) -> `_Record`, or None: that signature runs as it is
+_PLAIN = frozenset([int, bool, str, type(None), types.EllipsisType])
+_SUPPORTED = frozenset(SUPPORTED_DTYPES)
+
+
+class _Unrecorded(Exception):
+  """An argument whose kind a signature cannot name."""
+
+
+class _Record:
+  """An op's equations on fresh inputs, one per array argument: `program`; `outs`, per
+  result: the index of the argument it is (the same object), or its weakness; `kind`:
+  tuple or list where the op returns one, else None."""
+
+  __slots__ = ("program", "outs", "kind", "kinds")
+
+  def __init__(self, program: Program, outs: tuple, kind):
+    self.program, self.outs, self.kind = program, outs, kind
+    self.kinds = restage_kinds(program)
+
+
+def call(op, run, args: tuple, kwargs: dict):
+  """`run(*args, **kwargs)` (the op `op`, run as it is) by the record of its signature,
+  made now if new; `NOT_RECORDED` where this call cannot be replayed."""
+  builder = trace_state.builders[-1]
+  if builder.concrete:
+    return NOT_RECORDED
+  arrays: list = []
+  try:
+    key = (op, *[_signature(a, arrays, builder) for a in args])
+    if kwargs:
+      key += (_signature(kwargs, arrays, builder),)
+    record = _records.get(key, _records)
+  except (_Unrecorded, TypeError):  # (TypeError: a value Python cannot hash)
+    return NOT_RECORDED
+  if record is _records:
+    record = _record(run, args, kwargs, arrays)
+    if len(_records) >= MAX_RECORDS:
+      _records.pop(next(iter(_records)))
+    _records[key] = record
+  if record is None:
+    return NOT_RECORDED
+  atoms = restage(record.program, arrays, record.kinds)
+  if record.kind is None and type(record.outs[0]) is not int:
+    t = Tracer(builder, atoms[0])
+    t.weak = record.outs[0][1]
+    return t
+  return _results(record, arrays, atoms, builder)
+
+
+def _signature(x, arrays: list, builder: Builder):
+  """What of `x` its op's equations may depend on; its arrays appended to `arrays`."""
+  t = type(x)
+  if t is Tracer:
+    if x.builder is not builder or x.concrete is not None:
+      raise _Unrecorded
+    if x.base is not None and x.base[0].version != x.base[1]:
+      refresh_view[0](x)  # (a view whose array changed since: as `bind` reads it)
+    for k, a in enumerate(arrays):
+      if a is x:
+        return ("same", k)
+    arrays.append(x)
+    aval = x.ir_var.aval
+    return (aval.shape, aval.dtype, x.weak)
+  if t is np.ndarray:
+    dtype = dtype_name(x.dtype)
+    if dtype not in _SUPPORTED:
+      raise _Unrecorded
+    for k, a in enumerate(arrays):
+      if a is x:
+        return ("same", k)
+    arrays.append(x)
+    return ("array", x.shape, dtype)
+  if t is float:
+    return (float, x.hex())  # (-0.0 and 0.0 apart; NaN equal to itself)
+  if t in _PLAIN:
+    return (t, x)
+  if t is tuple or t is list:
+    return (t, tuple([_signature(item, arrays, builder) for item in x]))
+  if t is dict:
+    return tuple([(k, _signature(v, arrays, builder)) for k, v in sorted(x.items())])
+  if t is slice:
+    return (slice, *[_signature(v, arrays, builder) for v in (x.start, x.stop, x.step)])
+  if isinstance(x, np.generic):
+    return (t, x.tobytes())
+  if t is np.dtype or (t is type and issubclass(x, np.generic)):
+    return (t, x)
+  raise _Unrecorded
+
+
+def _record(run, args: tuple, kwargs: dict, arrays: list) -> _Record | None:
+  """The op traced alone on fresh inputs in place of `arrays` (a trace level of its
+  own), or None where it does anything but stage equations."""
+  sub = Builder(len(trace_state.builders))
+  fresh = {}
+  for a in arrays:
+    t = fresh[id(a)] = sub.new_input(_aval(a))
+    t.weak = type(a) is Tracer and a.weak
+  swap = lambda x: _swapped(x, fresh)
+  trace_state.builders.append(sub)
+  try:
+    out = run(*swap(args), **swap(kwargs))
+  except Exception:  # noqa: BLE001 - the op runs again as it is, and raises there
+    return None
+  finally:
+    trace_state.builders.pop()
+  kind = type(out) if type(out) in (tuple, list) else None
+  outs = out if kind else (out,)
+  if sub.captured or sub.guards or not all(_fresh_result(o, sub) for o in outs):
+    return None
+  given = {id(t): k for k, t in enumerate(fresh.values())}
+  spec = []
+  for o in outs:
+    if id(o) in given:
+      spec.append(given[id(o)])  # the argument itself
+    elif o.ir_var in sub.inputs and type(arrays[sub.inputs.index(o.ir_var)]) is not Tracer:
+      return None  # (a traced array of an array argument's value: not a program's atom)
+    else:
+      spec.append(("weak", o.weak))
+  program = Program(tuple(sub.inputs), tuple(sub.eqns), tuple(o.ir_var for o in outs))
+  return _Record(program, tuple(spec), kind)
+
+
+def _aval(a) -> ShapedArray:
+  return a.ir_var.aval if type(a) is Tracer else ShapedArray(a.shape, dtype_name(a.dtype))
+
+
+def _swapped(x, fresh: dict):
+  t = type(x)
+  if (t is Tracer or t is np.ndarray) and id(x) in fresh:
+    return fresh[id(x)]
+  if t is tuple or t is list:
+    return t([_swapped(item, fresh) for item in x])
+  if t is dict:
+    return {k: _swapped(v, fresh) for k, v in x.items()}
+  return x
+
+
+def _fresh_result(o, sub: Builder) -> bool:
+  return type(o) is Tracer and o.builder is sub and o.base is None and o.concrete is None
+
+
+def _results(record: _Record, arrays: list, atoms: list, builder: Builder):
+  results = []
+  for spec, atom in zip(record.outs, atoms):
+    if type(spec) is int:
+      results.append(arrays[spec])
+    else:
+      t = Tracer(builder, atom)
+      t.weak = spec[1]
+      results.append(t)
+  return record.kind(results) if record.kind else results[0]

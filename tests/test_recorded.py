@@ -1,0 +1,227 @@
+"""Traced numpy calls replayed by signature (`primc.numpy._recorded`): every pure op, on
+every kind of argument, stages what it stages when run as it is, raises what it raises,
+and names the user's line."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import primc.numpy as pnp
+from primc import core
+from primc.numpy import _recorded
+from primc.trace import eval_program, trace_flat
+
+DTYPES = ["float64", "float32", "int64", "int32", "bool"]
+BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "less"]
+UNARY = ["exp", "log", "tanh", "sqrt", "negative", "abs", "square"]
+REDUCTIONS = ["sum", "mean", "max", "min", "prod", "logsumexp"]
+
+
+@pytest.fixture
+def unrecorded(monkeypatch):
+  """A switch: `unrecorded(fn)` runs `fn` with every op run as it is."""
+
+  def run(fn):
+    with monkeypatch.context() as m:
+      m.setattr(_recorded, "call", lambda *a: _recorded.NOT_RECORDED)
+      return fn()
+
+  return run
+
+
+def _shape(draw, ndim):
+  return tuple(draw(st.lists(st.sampled_from([1, 2, 3]), min_size=ndim, max_size=ndim)))
+
+
+@st.composite
+def calls(draw):
+  """(op, operands, keywords): operands are ("in", shape, dtype, weak) traced inputs,
+  ("array", value), ("same", k) (operand k again) or a Python or numpy number."""
+  family = draw(st.sampled_from(["binary", "unary", "reduction", "product"]))
+  ndim = draw(st.integers(0, 3))
+  shape = _shape(draw, ndim)
+  dtype = draw(st.sampled_from(DTYPES))
+
+  def operand(k, shape):
+    kind = draw(st.sampled_from(["in", "in", "weak", "array", "number", "same"][: 6 if k else 5]))
+    if kind == "same":
+      return ("same", 0)
+    if kind == "weak":
+      return ("in", (), draw(st.sampled_from(["float64", "int64", "bool"])), True)
+    if kind == "number":
+      return draw(st.sampled_from([2, 0.5, -1.5, True, 3, np.float32(2.0), np.int64(2)]))
+    d = draw(st.sampled_from(DTYPES))
+    if draw(st.booleans()):  # another operand's shape, broadcast against it
+      shape = tuple(1 if draw(st.booleans()) else n for n in shape)[draw(st.integers(0, ndim)) :]
+    if kind == "array":
+      return ("array", np.random.default_rng(k).uniform(0.5, 2, shape).astype(d))
+    return ("in", shape, d, False)
+
+  if family == "binary":
+    return draw(st.sampled_from(BINARY)), [operand(0, shape), operand(1, shape)], {}
+  if family == "unary":
+    return draw(st.sampled_from(UNARY)), [("in", shape, dtype, False)], {}
+  if family == "reduction":
+    axis = draw(st.sampled_from([None, 0, -1, (0,), 1]))
+    keywords = {"axis": axis} if axis is not None else {}
+    if draw(st.booleans()):
+      keywords["keepdims"] = True
+    return draw(st.sampled_from(REDUCTIONS)), [("in", shape, dtype, False)], keywords
+  n = draw(st.sampled_from([1, 2, 3]))
+  left = ("in", _shape(draw, draw(st.integers(1, 2)))[:-1] + (n,), dtype, False)
+  right = ("in", (n,) + _shape(draw, draw(st.integers(0, 1))), dtype, False)
+  return draw(st.sampled_from(["matmul", "dot"])), [left, right], {}
+
+
+def _traced(op, operands, keywords):
+  """The call traced twice in one program (its second call replayed, where recorded):
+  (program, input values, the results' weakness)."""
+  inputs = [o for o in operands if type(o) is tuple and o[0] == "in"]
+  weak = []
+
+  def fn(*xs):
+    it = iter(xs)
+    args = []
+    for o in operands:
+      if type(o) is tuple and o[0] == "in":
+        args.append(next(it))
+      elif type(o) is tuple and o[0] == "same":
+        args.append(args[o[1]])
+      elif type(o) is tuple:
+        args.append(o[1])
+      else:
+        args.append(o)
+    outs = [getattr(pnp, op)(*args, **keywords) for _ in range(2)]
+    weak.extend(getattr(o, "weak", None) for o in outs)
+    return outs
+
+  avals = [core.ShapedArray(o[1], o[2]) for o in inputs]
+  program, _, _ = trace_flat(fn, avals, [o[3] for o in inputs])
+  rng = np.random.default_rng(1)
+  values = [rng.uniform(0.5, 2, a.shape).astype(a.dtype) for a in avals]
+  return program, values, weak
+
+
+def _outcome(op, operands, keywords):
+  try:
+    program, values, weak = _traced(op, operands, keywords)
+  except Exception as e:  # noqa: BLE001 - the two paths must raise alike
+    return ("raised", type(e), str(e))
+  with np.errstate(all="ignore"):
+    results = eval_program(program, *values)
+  return program, [np.asarray(r) for r in results], weak
+
+
+def _neighbours(call):
+  """The call, then calls whose signatures differ from it in one thing only: an
+  operand's weakness, an operand that is another one again, a number's value, an
+  array's dtype. Run one after another, each replays what the one before recorded
+  wherever a signature misses what the op depends on."""
+  op, operands, keywords = call
+  out = [call]
+  for k, o in enumerate(operands):
+    other = None
+    if type(o) is tuple and o[0] == "in" and o[1] == ():
+      other = ("in", (), {"float32": "float64", "int32": "int64"}.get(o[2], o[2]), not o[3])
+    elif type(o) is tuple and o[0] == "same":
+      other = operands[o[1]]
+    elif type(o) is tuple and o[0] == "array":
+      other = ("array", o[1].astype("float32" if o[1].dtype != np.float32 else "int64"))
+    elif type(o) is not tuple:
+      other = type(o)(not o) if type(o) is bool else type(o)(o + 1)
+    if other is not None:
+      out.append((op, operands[:k] + [other] + operands[k + 1 :], keywords))
+  return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls())
+def test_replayed_calls_compute_what_calls_run_as_they_are(unrecorded, call):
+  _recorded._records.clear()
+  for each in _neighbours(call):
+    got = _outcome(*each)
+    want = unrecorded(lambda: _outcome(*each))
+    if want[0] == "raised":
+      assert got == want
+      continue
+    assert got[0] != "raised", got
+    assert len(got[0].eqns) <= len(want[0].eqns)  # (a constant is staged once per trace)
+    assert got[0].out_avals == want[0].out_avals and got[2] == want[2], each
+    for g, w in zip(got[1], want[1], strict=True):
+      np.testing.assert_array_equal(g, w)
+
+
+def test_a_signature_is_recorded_once_and_replayed():
+  _recorded._records.clear()
+  m, v = core.ShapedArray((4, 4), "float64"), core.ShapedArray((4,), "float64")
+  program, _, _ = trace_flat(lambda m, v: [m - v for _ in range(5)], [m, v])
+  assert len(_recorded._records) == 1
+  assert [e.prim.name for e in program.eqns] == ["broadcast_in_dim", "sub"] * 5
+
+
+@pytest.mark.parametrize(
+  "view",
+  [lambda v: v[:, None], lambda v: v[None, :], lambda v: v.reshape(2, 1).reshape(1, 2)],
+  ids=["new-axis", "new-leading-axis", "reshaped-twice"],
+)
+def test_a_reshape_back_is_its_operand_when_replayed(unrecorded, view):
+  """`a[:, None] + m` squeezes the new axis again: that reshape is `a` itself, replayed
+  or not; a reshape to another shape than its operand's is staged."""
+
+  def run():
+    _recorded._records.clear()
+    avals = [core.ShapedArray((2, 2), "float64"), core.ShapedArray((2,), "float64")]
+    program, _, _ = trace_flat(lambda m, v: [view(v) + m for _ in range(3)], avals)
+    return program, eval_program(program, np.arange(4.0).reshape(2, 2), np.array([1.0, 5.0]))
+
+  (got, got_values), (want, want_values) = run(), unrecorded(run)
+  assert [e.prim.name for e in got.eqns] == [e.prim.name for e in want.eqns]
+  for g, w in zip(got_values, want_values, strict=True):
+    np.testing.assert_array_equal(g, w)
+
+
+def test_a_view_written_since_is_read_again(unrecorded):
+  def fn(m, v):
+    c = v[:, None]  # a view of v
+    first = c + m
+    v[0] = 10.0  # numpy's view sees the write
+    return first, c + m
+
+  def run():
+    _recorded._records.clear()
+    program, _, _ = trace_flat(fn, [core.ShapedArray((2, 2), "float64"), core.ShapedArray((2,), "float64")])
+    return eval_program(program, np.ones((2, 2)), np.array([1.0, 2.0]))
+
+  got, want = run(), unrecorded(run)
+  for g, w in zip(got, want, strict=True):
+    np.testing.assert_array_equal(g, w)
+  np.testing.assert_array_equal(got[1], [[11.0, 11.0], [3.0, 3.0]])
+
+
+def test_replayed_errors_and_equations_name_the_users_line():
+  def fn(m, v):
+    out = m - v  # (recorded here)
+    return out, m - v  # replayed: its equations name this line
+
+  program, _, _ = trace_flat(fn, [core.ShapedArray((3, 3), "float64"), core.ShapedArray((3,), "float64")])
+  lines = {e.source.rsplit(":", 1)[1] for e in program.eqns}
+  assert len(lines) == 2 and all(e.source.startswith(__file__) for e in program.eqns)
+  for _ in range(2):  # an error is never recorded: the second call raises it again
+    with pytest.raises(core.PrimcError, match=r"subtract on \(f64\[3,3\], f64\[2\]\).*test_recorded.py:\d+"):
+      trace_flat(lambda m, v: m - v, [core.ShapedArray((3, 3), "float64"), core.ShapedArray((2,), "float64")])
+
+
+def test_arrays_are_arguments_and_values_read_are_not_recorded():
+  """An array operand is an argument of the record, not its value (numpy's draws: new
+  numbers at each call); an op of a trace of values runs as it is (each value computed
+  beside)."""
+  _recorded._records.clear()
+  x = core.ShapedArray((3,), "float64")
+  program, _, _ = trace_flat(lambda x: [x + np.random.uniform(size=3) for _ in range(2)], [x])
+  literals = [a.value for e in program.eqns for a in e.inputs if isinstance(a, core.Lit)]
+  assert len(literals) == 2 and not np.array_equal(literals[0], literals[1])
+  _recorded._records.clear()
+  read = lambda x: x * 2.0 if pnp.exp(np.ones(3))[0] > 0 else x  # a value read
+  trace_flat(read, [x], concrete=[np.ones(3)])
+  assert not _recorded._records
