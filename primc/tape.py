@@ -42,9 +42,10 @@ def _one(eqn: Eqn) -> Program:
 def _made(eqn: Eqn, active: tuple[bool, ...]):
   """The equation's primal program (inputs -> outputs, residuals) and the transpose of its
   linear part (residuals, output cotangents -> cotangents of the active inputs), as
-  runners (`kept.runner`, unguarded: `vjp` guards the whole call), and the number of
-  outputs; None where no output is a float (no derivative flows through)."""
-  if not any(v.aval.is_float for v in eqn.outputs):
+  runners (`kept.runner`, unguarded: `vjp` guards the whole call), and which outputs are
+  floats (those a derivative flows through); None where none is."""
+  floats = tuple([v.aval.is_float for v in eqn.outputs])
+  if not any(floats):
     return None
   primal, linear = ad.linearize_program(_one(eqn), active)
   n_res = len(primal.outputs) - len(eqn.outputs)
@@ -52,7 +53,7 @@ def _made(eqn: Eqn, active: tuple[bool, ...]):
   transposed = ad.transpose_program(linear, [False] * n_res + [True] * n_lin)
   if config.optimize_transforms:
     primal, transposed = passes.optimize(primal, rounds=1), passes.optimize(transposed, rounds=1)
-  return runner(primal, guarded=False), runner(transposed, guarded=False), len(eqn.outputs)
+  return runner(primal, guarded=False), runner(transposed, guarded=False), floats
 
 
 def _rules(eqn: Eqn, active: tuple[bool, ...]):
@@ -81,27 +82,38 @@ def _sweeps(program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequ
     if made is None:
       outs = results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw))
     else:
-      primal, transposed, n = made
-      vals = primal(xs)
-      tape.append((eqn, mask, transposed, vals[n:]))
-      active.update([v for v in eqn.outputs if v.aval.is_float])
-      outs = vals[:n]
-    for v, x in zip(eqn.outputs, outs):
-      env[v] = x
+      primal, transposed, floats = made
+      outs = primal(xs)
+      n = len(floats)
+      tape.append((eqn, [a for a, m in zip(eqn.inputs, mask) if m], transposed, outs[n:]))
+      if n == 1:
+        active.add(eqn.outputs[0])
+      else:
+        active.update([v for v, f in zip(eqn.outputs, floats) if f])
+    if len(eqn.outputs) == 1:
+      env[eqn.outputs[0]] = outs[0]
+    else:
+      for v, x in zip(eqn.outputs, outs):
+        env[v] = x
   cts: dict = {}
   for a, ct in zip(program.outputs, out_cts, strict=True):
     if ct is not None and a in active:
       _accumulate(cts, a, np.asarray(ct, a.aval.dtype))
-  for eqn, mask, transposed, res in reversed(tape):
-    floats = [v for v in eqn.outputs if v.aval.is_float]
-    given = [cts.pop(v, None) for v in floats]
-    if all(c is None for c in given):
-      continue
-    given = [
-      np.zeros(v.aval.shape, v.aval.dtype) if c is None else c for c, v in zip(given, floats)
-    ]
-    for a, c in zip([a for a, m in zip(eqn.inputs, mask) if m], transposed([*res, *given])):
-      _accumulate(cts, a, c)
+  for eqn, inputs, transposed, res in reversed(tape):
+    if len(eqn.outputs) == 1:
+      ct = cts.pop(eqn.outputs[0], None)
+      if ct is None:
+        continue
+      given = [ct]
+    else:
+      given = _given(cts, eqn)
+      if given is None:
+        continue
+    for a, c in zip(inputs, transposed([*res, *given])):
+      if a in cts:
+        cts[a] = cts[a] + c
+      else:
+        cts[a] = c
   outs = [np.asarray(a.value if type(a) is Lit else env[a]) for a in program.outputs]
   grads = [
     np.asarray(cts[v]) if v in cts else np.zeros(v.aval.shape, v.aval.dtype)
@@ -109,6 +121,16 @@ def _sweeps(program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequ
     if w
   ]
   return outs, grads
+
+
+def _given(cts: dict, eqn: Eqn) -> list | None:
+  """The cotangents of an equation's float outputs (zeros for those that took none), or
+  None where none took one."""
+  floats = [v for v in eqn.outputs if v.aval.is_float]
+  given = [cts.pop(v, None) for v in floats]
+  if all(c is None for c in given):
+    return None
+  return [np.zeros(v.aval.shape, v.aval.dtype) if c is None else c for c, v in zip(given, floats)]
 
 
 def _accumulate(cts: dict, v: Var, ct) -> None:
