@@ -553,15 +553,19 @@ def _stage(program: Program, args) -> list:
   way (a transform's program evaluated into its caller's trace)."""
   builder = _state.builders[-1]
   env = {v: builder.atom(x) for v, x in zip(program.inputs, args)}
-  eqns = builder.eqns
+  eqns, n = builder.eqns, len(env)
   for eqn in program.eqns:
-    inputs = tuple([a if isinstance(a, Lit) else env[a] for a in eqn.inputs])
-    outs = tuple([Var(v.aval) for v in eqn.outputs])
-    for v, w in zip(eqn.outputs, outs):
-      if v in env:
-        raise core.TypeCheckError(f"{eqn.prim.name}: variable {v.aval} assigned twice")
-      env[v] = w
+    inputs = tuple([a if type(a) is Lit else env[a] for a in eqn.inputs])
+    if len(eqn.outputs) == 1:
+      out = env[eqn.outputs[0]] = Var(eqn.outputs[0].aval)
+      outs = (out,)
+    else:
+      outs = tuple([Var(v.aval) for v in eqn.outputs])
+      env.update(zip(eqn.outputs, outs))
     eqns.append(Eqn(eqn.prim, inputs, eqn.params, outs, eqn.source or user_source()))
+    n += len(outs)
+  if n != len(env):  # (a variable assigned twice: fewer entries than assignments)
+    raise core.TypeCheckError("a variable is assigned twice in a program staged again")
   given = dict(zip(program.inputs, args))  # an input given back is the argument itself
   return [
     literal(a) if isinstance(a, Lit) else given[a] if a in given else Tracer(builder, env[a])

@@ -8,6 +8,7 @@ import pytest
 import primc
 import primc.numpy as pnp
 from primc import prims as P
+from primc import trace
 from primc.core import Eqn, Lit, Primitive, Program, ShapedArray, Var, make_params, typecheck
 
 F22 = np.zeros((2, 2), np.float32)
@@ -256,3 +257,13 @@ def test_a_reshape_back_to_a_reshaped_operand_is_the_operand():
   np.testing.assert_allclose(
     g, [np.sum(np.exp(a[i] + m[i]) * (a[i] + 1)) for i in range(3)], rtol=1e-12
   )
+
+
+def test_a_program_assigning_twice_is_refused_when_staged_again():
+  """`eval_program` into a trace copies a program's equations without their shape rules
+  (`trace._stage`): it still refuses a variable assigned twice."""
+  a = Var(ShapedArray((2,), "float32"))
+  b = Var(ShapedArray((2,), "float32"))
+  bad = _prog([Eqn(P.neg_p, (a,), (), (b,)), Eqn(P.neg_p, (b,), (), (b,))], [a], [b])
+  with pytest.raises(primc.TypeCheckError, match="assigned twice"):
+    trace.trace_flat(lambda x: trace.eval_program(bad, x), [ShapedArray((2,), "float32")])
