@@ -803,9 +803,13 @@ class _TapedPath:
 
 
 def _random_state() -> tuple:
-  """numpy's global generator's state and Python's `random`'s, to compare."""
+  """numpy's global generator's state and Python's `random`'s, to compare. numpy's is
+  None until `numpy.random` is first imported (by then nothing was drawn from it; the
+  import, ~6 ms, is left to programs that draw)."""
+  if "numpy.random" not in sys.modules:
+    return None, random.getstate()
   _, words, pos, has_gauss, gauss = np.random.get_state()
-  return pos, has_gauss, gauss, words.tobytes(), random.getstate()
+  return (pos, has_gauss, gauss, words.tobytes()), random.getstate()
 
 
 MAX_STRUCTURES = 8  # structures of one function's trace seen more often than reused: stop

@@ -20,6 +20,16 @@ FIRST_USES = {
     "f.defjvp(lambda xs, ts: (xs[0] * 2.0, ts[0] * 2.0))\n"
     "print(primc.grad(lambda x: f(x).sum())(np.ones(2)))"
   ),
+  "random_draws": (  # numpy.random first imported while traced: drawn at every call
+    "import sys\n"
+    "assert 'numpy.random' not in sys.modules\n"
+    "f = lambda w: (w * __import__('numpy.random').random.standard_normal(2)).sum()\n"
+    "g = [primc.grad(f)(np.ones(2)) for _ in range(3)]\n"
+    "assert (g[0] != g[1]).all() and (g[1] != g[2]).all(), g\n"
+    "from primc import kept\n"
+    "assert 'it draws random numbers while traced' in kept.stats()['kept_miss_reasons']\n"
+    "print(g)"
+  ),
   "to_tensor": (
     "t = primc.to_tensor(np.ones(2), stop_gradient=False)\n"
     "(t * 2.0).sum().backward()\n"
