@@ -4,11 +4,12 @@ and names the user's line."""
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import primc.numpy as pnp
 from primc import core
+from primc.passes import cse
 from primc.numpy import _recorded
 from primc.trace import eval_program, trace_flat
 
@@ -38,7 +39,7 @@ def _shape(draw, ndim):
 def calls(draw):
   """(op, operands, keywords): operands are ("in", shape, dtype, weak) traced inputs,
   ("array", value), ("same", k) (operand k again) or a Python or numpy number."""
-  family = draw(st.sampled_from(["binary", "unary", "reduction", "product"]))
+  family = draw(st.sampled_from(["binary", "unary", "reduction", "product", "index"]))
   ndim = draw(st.integers(0, 3))
   shape = _shape(draw, ndim)
   dtype = draw(st.sampled_from(DTYPES))
@@ -68,31 +69,75 @@ def calls(draw):
     if draw(st.booleans()):
       keywords["keepdims"] = True
     return draw(st.sampled_from(REDUCTIONS)), [("in", shape, dtype, False)], keywords
+  if family == "index":
+    shape = shape or (3,)
+    return "getitem", [("in", shape, dtype, False), draw(indices(shape))], {}
   n = draw(st.sampled_from([1, 2, 3]))
   left = ("in", _shape(draw, draw(st.integers(1, 2)))[:-1] + (n,), dtype, False)
   right = ("in", (n,) + _shape(draw, draw(st.integers(0, 1))), dtype, False)
   return draw(st.sampled_from(["matmul", "dot"])), [left, right], {}
 
 
+@st.composite
+def indices(draw, shape):
+  """numpy indices of an array of this shape: integers (some out of bounds), slices,
+  None, Ellipsis, integer lists and arrays (constant or traced)."""
+
+  def entry(n):
+    kind = draw(st.sampled_from(["int", "slice", "none", "list", "array", "traced"]))
+    if kind == "int":
+      return draw(st.integers(-n - 1, n))
+    if kind == "slice":
+      return slice(draw(st.sampled_from([None, 0, 1, -1])), draw(st.sampled_from([None, 2, -1])), draw(st.sampled_from([None, 1, 2, -1])))
+    if kind == "none":
+      return None
+    picks = draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=3))
+    if kind == "list":
+      return picks
+    if kind == "array":
+      return ("array", np.array(picks))
+    return ("in", (len(picks),), "int64", False)
+
+  entries = [entry(n) for n in shape[: draw(st.integers(1, len(shape)))]]
+  if draw(st.booleans()):
+    entries.insert(draw(st.integers(0, len(entries))), Ellipsis)
+  return tuple(entries) if len(entries) > 1 or draw(st.booleans()) else entries[0]
+
+
 def _traced(op, operands, keywords):
   """The call traced twice in one program (its second call replayed, where recorded):
   (program, input values, the results' weakness)."""
-  inputs = [o for o in operands if type(o) is tuple and o[0] == "in"]
+  inputs = []
+
+  def spec(o):  # a traced input's place (numbered), or an operand as it is
+    if type(o) is tuple and o and o[0] == "in":
+      inputs.append(o)
+      return ("input", len(inputs) - 1)
+    if type(o) is tuple and o and o[0] in ("array", "same"):
+      return o
+    if type(o) is tuple:  # an index
+      return ("index", tuple(spec(e) for e in o))
+    return ("value", o)
+
+  specs = [spec(o) for o in operands]
   weak = []
 
   def fn(*xs):
-    it = iter(xs)
     args = []
-    for o in operands:
-      if type(o) is tuple and o[0] == "in":
-        args.append(next(it))
-      elif type(o) is tuple and o[0] == "same":
-        args.append(args[o[1]])
-      elif type(o) is tuple:
-        args.append(o[1])
-      else:
-        args.append(o)
-    outs = [getattr(pnp, op)(*args, **keywords) for _ in range(2)]
+
+    def build(s):
+      if s[0] == "input":
+        return xs[s[1]]
+      if s[0] == "same":
+        return args[s[1]]
+      if s[0] == "index":
+        return tuple(build(e) for e in s[1])
+      return s[1]
+
+    for s in specs:
+      args.append(build(s))
+    call = (lambda: args[0][args[1]]) if op == "getitem" else lambda: getattr(pnp, op)(*args, **keywords)
+    outs = [call() for _ in range(2)]
     weak.extend(getattr(o, "weak", None) for o in outs)
     return outs
 
@@ -108,8 +153,11 @@ def _outcome(op, operands, keywords):
     program, values, weak = _traced(op, operands, keywords)
   except Exception as e:  # noqa: BLE001 - the two paths must raise alike
     return ("raised", type(e), str(e))
-  with np.errstate(all="ignore"):
-    results = eval_program(program, *values)
+  try:
+    with np.errstate(all="ignore"):
+      results = eval_program(program, *values)
+  except Exception as e:  # noqa: BLE001 - an index out of bounds: alike too
+    return ("raised", type(e), str(e))
   return program, [np.asarray(r) for r in results], weak
 
 
@@ -128,7 +176,7 @@ def _neighbours(call):
       other = operands[o[1]]
     elif type(o) is tuple and o[0] == "array":
       other = ("array", o[1].astype("float32" if o[1].dtype != np.float32 else "int64"))
-    elif type(o) is not tuple:
+    elif isinstance(o, (int, float, np.generic)):
       other = type(o)(not o) if type(o) is bool else type(o)(o + 1)
     if other is not None:
       out.append((op, operands[:k] + [other] + operands[k + 1 :], keywords))
@@ -137,8 +185,12 @@ def _neighbours(call):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(calls())
+@example(("add", [("in", (2,), "float64", False), 0.5], {}))  # a number's value
+@example(("getitem", [("in", (3, 2), "float64", False), (slice(0, 2, None), 1)], {}))
+@example(("getitem", [("in", (3, 2), "float64", False), [0, 2]], {}))  # an index list's
+@example(("multiply", [("in", (2,), "float32", False), ("same", 0)], {}))
 def test_replayed_calls_compute_what_calls_run_as_they_are(unrecorded, call):
-  _recorded._records.clear()
+  _recorded.clear()
   for each in _neighbours(call):
     got = _outcome(*each)
     want = unrecorded(lambda: _outcome(*each))
@@ -146,14 +198,14 @@ def test_replayed_calls_compute_what_calls_run_as_they_are(unrecorded, call):
       assert got == want
       continue
     assert got[0] != "raised", got
-    assert len(got[0].eqns) <= len(want[0].eqns)  # (a constant is staged once per trace)
+    assert len(cse(got[0]).eqns) <= len(cse(want[0]).eqns)  # (constants: shared or not)
     assert got[0].out_avals == want[0].out_avals and got[2] == want[2], each
     for g, w in zip(got[1], want[1], strict=True):
       np.testing.assert_array_equal(g, w)
 
 
 def test_a_signature_is_recorded_once_and_replayed():
-  _recorded._records.clear()
+  _recorded.clear()
   m, v = core.ShapedArray((4, 4), "float64"), core.ShapedArray((4,), "float64")
   program, _, _ = trace_flat(lambda m, v: [m - v for _ in range(5)], [m, v])
   assert len(_recorded._records) == 1
@@ -170,7 +222,7 @@ def test_a_reshape_back_is_its_operand_when_replayed(unrecorded, view):
   or not; a reshape to another shape than its operand's is staged."""
 
   def run():
-    _recorded._records.clear()
+    _recorded.clear()
     avals = [core.ShapedArray((2, 2), "float64"), core.ShapedArray((2,), "float64")]
     program, _, _ = trace_flat(lambda m, v: [view(v) + m for _ in range(3)], avals)
     return program, eval_program(program, np.arange(4.0).reshape(2, 2), np.array([1.0, 5.0]))
@@ -189,7 +241,7 @@ def test_a_view_written_since_is_read_again(unrecorded):
     return first, c + m
 
   def run():
-    _recorded._records.clear()
+    _recorded.clear()
     program, _, _ = trace_flat(fn, [core.ShapedArray((2, 2), "float64"), core.ShapedArray((2,), "float64")])
     return eval_program(program, np.ones((2, 2)), np.array([1.0, 2.0]))
 
@@ -216,12 +268,27 @@ def test_arrays_are_arguments_and_values_read_are_not_recorded():
   """An array operand is an argument of the record, not its value (numpy's draws: new
   numbers at each call); an op of a trace of values runs as it is (each value computed
   beside)."""
-  _recorded._records.clear()
+  _recorded.clear()
   x = core.ShapedArray((3,), "float64")
   program, _, _ = trace_flat(lambda x: [x + np.random.uniform(size=3) for _ in range(2)], [x])
   literals = [a.value for e in program.eqns for a in e.inputs if isinstance(a, core.Lit)]
   assert len(literals) == 2 and not np.array_equal(literals[0], literals[1])
-  _recorded._records.clear()
+  _recorded.clear()
   read = lambda x: x * 2.0 if pnp.exp(np.ones(3))[0] > 0 else x  # a value read
   trace_flat(read, [x], concrete=[np.ones(3)])
   assert not _recorded._records
+
+
+def test_indices_are_their_values_in_a_signature(unrecorded):
+  """`x[[0, 1]]` picks rows, `x[(0, 1)]` one element; `x[0:2]` and `x[1:3]` differ by
+  their bounds: each its own signature (each called twice: recorded at the second)."""
+  picks = [[0, 1], (0, 1), slice(0, 2), slice(1, 3), slice(None, None, -1), Ellipsis]
+
+  def run():
+    _recorded.clear()
+    fn = lambda x: [x[i] for i in picks for _ in range(2)]
+    program, _, _ = trace_flat(fn, [core.ShapedArray((3, 2), "float64")])
+    return eval_program(program, np.arange(6.0).reshape(3, 2))
+
+  for g, w in zip(run(), unrecorded(run), strict=True):
+    np.testing.assert_array_equal(g, w)

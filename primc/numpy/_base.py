@@ -65,11 +65,12 @@ pi, e, inf, nan = np.pi, np.e, np.inf, np.nan
 __version__ = np.__version__  # the numpy whose API and promotion rules this module follows
 
 
-def _op(fn=None, *, recorded: bool = False):
+def _op(fn=None, *, recorded: bool | str = False):
   """Marks a user op: errors raised inside name it, the operands and the user's line.
   `recorded`: the op is pure (its equations depend only on its arguments' types and the
   values of its other arguments), so a call from the user's code while tracing stages
-  the equations recorded for its signature (`primc.numpy._recorded`)."""
+  the equations recorded for its signature (`primc.numpy._recorded`); "traced": only
+  where every array argument is traced (an op that reads a constant array's values)."""
   if fn is None:
     return functools.partial(_op, recorded=recorded)
   name = fn.__name__.rstrip("_")
@@ -97,7 +98,7 @@ def _op(fn=None, *, recorded: bool = False):
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
     if trace_state.builders and not user_ops():
-      out = _recorded.call(wrapped, run, args, kwargs)
+      out = _recorded.call(wrapped, run, args, kwargs, recorded is True)
       if out is not _recorded.NOT_RECORDED:
         return out
     return run(*args, **kwargs)

@@ -228,7 +228,7 @@ def _basic(x, dims):
   return x if whole else P.slice_(x, start, limit, strides)
 
 
-@_op
+@_op(recorded="traced")
 def getitem(x, idx):
   """numpy indexing, for values and gradients: integers (negative from the end; out of
   bounds an IndexError), slices with any step, None, Ellipsis, integer arrays (constant or

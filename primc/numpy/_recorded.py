@@ -32,6 +32,7 @@ from primc.trace import state as trace_state
 MAX_RECORDS = 4096
 NOT_RECORDED = object()  # `call`'s answer where the call must run as it is
 _records: dict = {}  # (op, signature) -> `_Record`, or None: that signature runs as it is
+_seen: dict = {}  # signatures called once (recorded at their second call)
 _PLAIN = frozenset([int, bool, str, type(None), types.EllipsisType])
 _SUPPORTED = frozenset(SUPPORTED_DTYPES)
 
@@ -52,9 +53,12 @@ class _Record:
     self.kinds = restage_kinds(program)
 
 
-def call(op, run, args: tuple, kwargs: dict):
+def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
   """`run(*args, **kwargs)` (the op `op`, run as it is) by the record of its signature,
-  made now if new; `NOT_RECORDED` where this call cannot be replayed."""
+  made at the signature's second call (a signature seen once, `x[t]` in a loop over t,
+  runs as it is); `NOT_RECORDED` where this call is not replayed. Not `constants`: only
+  calls whose arrays are all traced are (an op that reads a constant array's values:
+  indexing by one)."""
   builder = trace_state.builders[-1]
   if builder.concrete:
     return NOT_RECORDED
@@ -67,10 +71,14 @@ def call(op, run, args: tuple, kwargs: dict):
   except (_Unrecorded, TypeError):  # (TypeError: a value Python cannot hash)
     return NOT_RECORDED
   if record is _records:
-    record = _record(run, args, kwargs, arrays)
-    if len(_records) >= MAX_RECORDS:
-      _records.pop(next(iter(_records)))
-    _records[key] = record
+    if key not in _seen:
+      _bounded(_seen, key, None)
+      return NOT_RECORDED
+    if not constants and not all(type(a) is Tracer for a in arrays):
+      record = None
+    else:
+      record = _record(run, args, kwargs, arrays)
+    _bounded(_records, key, record)
   if record is None:
     return NOT_RECORDED
   atoms = restage(record.program, arrays, record.kinds)
@@ -79,6 +87,18 @@ def call(op, run, args: tuple, kwargs: dict):
     t.weak = record.outs[0][1]
     return t
   return _results(record, arrays, atoms, builder)
+
+
+def clear() -> None:
+  """Forgets every signature seen and recorded."""
+  _records.clear()
+  _seen.clear()
+
+
+def _bounded(table: dict, key, value) -> None:
+  if len(table) >= MAX_RECORDS:
+    table.pop(next(iter(table)))
+  table[key] = value
 
 
 def _signature(x, arrays: list, builder: Builder):
