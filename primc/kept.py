@@ -43,7 +43,6 @@ import hashlib
 import inspect
 import logging
 import os
-import random
 import sys
 import sysconfig
 import threading
@@ -803,13 +802,15 @@ class _TapedPath:
 
 
 def _random_state() -> tuple:
-  """numpy's global generator's state and Python's `random`'s, to compare. numpy's is
-  None until `numpy.random` is first imported (by then nothing was drawn from it; the
-  import, ~6 ms, is left to programs that draw)."""
+  """numpy's global generator's state and Python's `random`'s, to compare. Each is None
+  until its module is first imported (by then nothing was drawn from it; the imports,
+  ~7 ms, are left to programs that draw)."""
+  python = sys.modules.get("random")
+  python = None if python is None else python.getstate()
   if "numpy.random" not in sys.modules:
-    return None, random.getstate()
+    return None, python
   _, words, pos, has_gauss, gauss = np.random.get_state()
-  return (pos, has_gauss, gauss, words.tobytes()), random.getstate()
+  return (pos, has_gauss, gauss, words.tobytes()), python
 
 
 MAX_STRUCTURES = 8  # structures of one function's trace seen more often than reused: stop
