@@ -88,7 +88,11 @@ def indices(draw, shape):
     if kind == "int":
       return draw(st.integers(-n - 1, n))
     if kind == "slice":
-      return slice(draw(st.sampled_from([None, 0, 1, -1])), draw(st.sampled_from([None, 2, -1])), draw(st.sampled_from([None, 1, 2, -1])))
+      return slice(
+        draw(st.sampled_from([None, 0, 1, -1])),
+        draw(st.sampled_from([None, 2, -1])),
+        draw(st.sampled_from([None, 1, 2, -1])),
+      )
     if kind == "none":
       return None
     picks = draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=3))
@@ -136,7 +140,9 @@ def _traced(op, operands, keywords):
 
     for s in specs:
       args.append(build(s))
-    call = (lambda: args[0][args[1]]) if op == "getitem" else lambda: getattr(pnp, op)(*args, **keywords)
+    call = (
+      (lambda: args[0][args[1]]) if op == "getitem" else lambda: getattr(pnp, op)(*args, **keywords)
+    )
     outs = [call() for _ in range(2)]
     weak.extend(getattr(o, "weak", None) for o in outs)
     return outs
@@ -183,7 +189,9 @@ def _neighbours(call):
   return out
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+  max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(calls())
 @example(("add", [("in", (2,), "float64", False), 0.5], {}))  # a number's value
 @example(("getitem", [("in", (3, 2), "float64", False), (slice(0, 2, None), 1)], {}))
@@ -242,7 +250,9 @@ def test_a_view_written_since_is_read_again(unrecorded):
 
   def run():
     _recorded.clear()
-    program, _, _ = trace_flat(fn, [core.ShapedArray((2, 2), "float64"), core.ShapedArray((2,), "float64")])
+    program, _, _ = trace_flat(
+      fn, [core.ShapedArray((2, 2), "float64"), core.ShapedArray((2,), "float64")]
+    )
     return eval_program(program, np.ones((2, 2)), np.array([1.0, 2.0]))
 
   got, want = run(), unrecorded(run)
@@ -256,12 +266,18 @@ def test_replayed_errors_and_equations_name_the_users_line():
     out = m - v  # (recorded here)
     return out, m - v  # replayed: its equations name this line
 
-  program, _, _ = trace_flat(fn, [core.ShapedArray((3, 3), "float64"), core.ShapedArray((3,), "float64")])
+  program, _, _ = trace_flat(
+    fn, [core.ShapedArray((3, 3), "float64"), core.ShapedArray((3,), "float64")]
+  )
   lines = {e.source.rsplit(":", 1)[1] for e in program.eqns}
   assert len(lines) == 2 and all(e.source.startswith(__file__) for e in program.eqns)
   for _ in range(2):  # an error is never recorded: the second call raises it again
-    with pytest.raises(core.PrimcError, match=r"subtract on \(f64\[3,3\], f64\[2\]\).*test_recorded.py:\d+"):
-      trace_flat(lambda m, v: m - v, [core.ShapedArray((3, 3), "float64"), core.ShapedArray((2,), "float64")])
+    with pytest.raises(
+      core.PrimcError, match=r"subtract on \(f64\[3,3\], f64\[2\]\).*test_recorded.py:\d+"
+    ):
+      trace_flat(
+        lambda m, v: m - v, [core.ShapedArray((3, 3), "float64"), core.ShapedArray((2,), "float64")]
+      )
 
 
 def test_arrays_are_arguments_and_values_read_are_not_recorded():
