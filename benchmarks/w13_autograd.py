@@ -70,58 +70,90 @@ HARNESS = textwrap.dedent("""
       sys.modules["matplotlib"] = stub
       sys.modules["matplotlib.pyplot"] = plt
     if mode == "primc":
-        import numpy, numpy.random, primc, primc.numpy
-        # autograd's own helpers (optimizers, flatten) load first, on autograd itself
-        import autograd, autograd.misc.flatten, autograd.misc.optimizers, autograd.test_util
-        real_numpy = autograd.numpy
-        for name in [m for m in sys.modules if m.startswith(("autograd.numpy",
-                                                             "autograd.scipy"))]:
-            del sys.modules[name]  # (autograd's helpers keep the modules they bound)
-        primc.numpy.numpy_boxes = real_numpy.numpy_boxes  # (autograd's tracer reads it)
-        # the example's imports: primc's
-        sys.modules["autograd.numpy"] = autograd.numpy = primc.numpy
-        sys.modules["autograd.numpy.random"] = primc.numpy.random = numpy.random
-        class _Scipy(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-            # autograd.scipy[.x] is primc.scipy[.x], imported when the example imports it
-            def find_spec(self, name, path, target=None):
-                if name == "autograd.scipy" or name.startswith("autograd.scipy."):
-                    return importlib.util.spec_from_loader(name, self)
-            def create_module(self, spec):
-                ours = "primc" + spec.name[len("autograd"):]
-                module = importlib.import_module(ours)
-                for name in [m for m in sys.modules if m.startswith(ours + ".")]:
-                    sys.modules["autograd" + name[len("primc"):]] = sys.modules[name]
-                return module  # (its entries beneath, `stats.norm`: modules of primc's)
-            def exec_module(self, module):
-                pass
-        sys.meta_path.insert(0, _Scipy())
-        import autograd.builtins  # autograd's containers: Python's own
-        for name in ("tuple", "list", "dict"):
-            setattr(autograd.builtins, name, __builtins__[name] if isinstance(
-                __builtins__, dict) else getattr(__builtins__, name))
-        for name in ("grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian",
-                     "grad_and_aux", "make_vjp", "make_jvp", "hessian_tensor_product",
-                     "hessian_vector_product", "tensor_jacobian_product",
-                     "vector_jacobian_product", "make_hvp", "make_ggnvp", "deriv",
-                     "checkpoint"):
-            setattr(autograd, name, getattr(primc, name))
+        import importlib
+        TRANSFORMS = ("grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian",
+                      "grad_and_aux", "make_vjp", "make_jvp", "hessian_tensor_product",
+                      "hessian_vector_product", "tensor_jacobian_product",
+                      "vector_jacobian_product", "make_hvp", "make_ggnvp", "deriv",
+                      "checkpoint")
         def check_grads(f, x=None, modes=("fwd", "rev"), order=2):
             def check(*args):
+                primc = importlib.import_module("primc")
                 primc.check_grads(f, args, order=order, modes=tuple(modes))
             return check if x is None else check(x)
-        autograd.test_util.check_grads = check_grads
-        import primc.tree_util  # the example's `flatten`, `flatten_func`
-        flat_module = sys.modules["autograd.misc.flatten"]  # (autograd.misc.flatten is
-        flat_module.flatten = primc.tree_util.ravel_pytree  # the function there)
-        flat_module.flatten_func = primc.tree_util.flatten_func
-        autograd.misc.flatten = primc.tree_util.ravel_pytree
-        for name in ("linalg", "fft"):
-            sys.modules["autograd.numpy." + name] = sys.modules["primc.numpy." + name]
-        import primc.fixed_points  # autograd.misc's fixed_point: primc's
-        sys.modules["autograd.misc.fixed_points"] = primc.fixed_points
-        import autograd.extend, primc.extend  # a function's own gradient: primc's rule
-        autograd.extend.primitive = primc.extend.primitive
-        autograd.extend.defvjp = primc.extend.defvjp
+        def shim(name, **attrs):  # a module of primc's names; autograd's own for the rest
+            module = types.ModuleType(name)
+            module.__dict__.update(attrs, __path__=[])
+            module.__getattr__ = lambda attr: getattr(real(name), attr)
+            return module
+        def ours(name):
+            # the example's imports: primc's (imported when the example imports them)
+            primc = importlib.import_module("primc")
+            if name == "autograd":
+                return shim(name, **{t: getattr(primc, t) for t in TRANSFORMS})
+            if name == "autograd.numpy.random":
+                random = importlib.import_module("numpy.random")
+                importlib.import_module("primc.numpy").random = random
+                return random
+            if name.startswith(("autograd.numpy", "autograd.scipy")):
+                return importlib.import_module("primc" + name[len("autograd"):])
+            if name == "autograd.misc.fixed_points":
+                return importlib.import_module("primc.fixed_points")
+            if name in ("autograd.misc", "autograd.misc.flatten"):
+                tree_util = importlib.import_module("primc.tree_util")
+                return shim(name, flatten=tree_util.ravel_pytree,
+                            flatten_func=tree_util.flatten_func)
+            if name == "autograd.extend":
+                extend = importlib.import_module("primc.extend")
+                return shim(name, primitive=extend.primitive, defvjp=extend.defvjp)
+            if name == "autograd.test_util":
+                return shim(name, check_grads=check_grads)
+            if name == "autograd.builtins":  # autograd's containers: Python's own
+                return shim(name, tuple=tuple, list=list, dict=dict)
+            return None
+        loaded = []  # autograd's own: "loading", then "loaded"
+        def real(name):
+            # autograd's own module `name` (its optimizers, its tracer), on autograd
+            # itself: autograd loads once, as it is, then its transforms become primc's
+            if not loaded:
+                loaded.append("loading")
+                for k in [k for k in sys.modules if k.split(".")[0] == "autograd"]:
+                    del sys.modules[k]
+                import autograd, autograd.misc.flatten, autograd.misc.optimizers
+                import autograd.test_util, autograd.extend, autograd.builtins
+                pnp = importlib.import_module("primc.numpy")
+                pnp.numpy_boxes = autograd.numpy.numpy_boxes  # (its tracer reads it)
+                for k in [k for k in sys.modules
+                          if k.startswith(("autograd.numpy", "autograd.scipy"))]:
+                    del sys.modules[k]  # (the example's: primc's, by the finder)
+                autograd.numpy = pnp
+                for k in ("autograd", "autograd.misc.flatten", "autograd.extend",
+                          "autograd.test_util", "autograd.builtins"):
+                    for attr, value in vars(ours(k)).items():
+                        if not attr.startswith("__"):
+                            setattr(sys.modules[k], attr, value)
+                autograd.misc.flatten = sys.modules["autograd.misc.flatten"].flatten
+                loaded[0] = "loaded"
+            return importlib.import_module(name)
+        class _Autograd(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            # autograd's modules: primc's where it has them (`ours`), else autograd's own,
+            # loaded only then: an example that imports none of autograd's helpers runs
+            # without autograd, as it would for a user who changed its imports
+            def find_spec(self, name, path, target=None):
+                if name.split(".")[0] != "autograd" or loaded[:1] == ["loading"]:
+                    return None
+                module = ours(name)
+                if module is None and loaded:
+                    return None  # (autograd's own, found where it is installed)
+                spec = importlib.util.spec_from_loader(name, self)
+                spec.loader_state = module
+                return spec
+            def create_module(self, spec):
+                return spec.loader_state or real(spec.name)
+            def exec_module(self, module):
+                pass
+        finder = _Autograd()
+        sys.meta_path.insert(0, finder)
     sys.argv = [sys.argv[2]]
     sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
     import runpy
