@@ -11,7 +11,7 @@ import primc.numpy as pnp
 from primc import core
 from primc.passes import cse
 from primc.numpy import _recorded
-from primc.trace import eval_program, trace_flat
+from primc.trace import Tracer, eval_program, trace_flat
 
 DTYPES = ["float64", "float32", "int64", "int32", "bool"]
 BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "less"]
@@ -38,16 +38,18 @@ def _shape(draw, ndim):
 @st.composite
 def calls(draw):
   """(op, operands, keywords): operands are ("in", shape, dtype, weak) traced inputs,
-  ("array", value), ("same", k) (operand k again) or a Python or numpy number."""
+  ("array", value), ("same", k) (operand k again), ("alias", k) (another object of
+  operand k's value) or a Python or numpy number."""
   family = draw(st.sampled_from(["binary", "unary", "reduction", "product", "index"]))
   ndim = draw(st.integers(0, 3))
   shape = _shape(draw, ndim)
   dtype = draw(st.sampled_from(DTYPES))
 
   def operand(k, shape):
-    kind = draw(st.sampled_from(["in", "in", "weak", "array", "number", "same"][: 6 if k else 5]))
-    if kind == "same":
-      return ("same", 0)
+    kinds = ["in", "in", "weak", "array", "number", "same", "alias"]
+    kind = draw(st.sampled_from(kinds[: 7 if k else 5]))
+    if kind in ("same", "alias"):  # operand 0 again: the same object, or another one of it
+      return (kind, 0)
     if kind == "weak":
       return ("in", (), draw(st.sampled_from(["float64", "int64", "bool"])), True)
     if kind == "number":
@@ -117,7 +119,7 @@ def _traced(op, operands, keywords):
     if type(o) is tuple and o and o[0] == "in":
       inputs.append(o)
       return ("input", len(inputs) - 1)
-    if type(o) is tuple and o and o[0] in ("array", "same"):
+    if type(o) is tuple and o and o[0] in ("array", "same", "alias"):
       return o
     if type(o) is tuple:  # an index
       return ("index", tuple(spec(e) for e in o))
@@ -134,6 +136,8 @@ def _traced(op, operands, keywords):
         return xs[s[1]]
       if s[0] == "same":
         return args[s[1]]
+      if s[0] == "alias":  # (`+x` of a traced x: a new object of its value)
+        return +args[s[1]] if isinstance(args[s[1]], Tracer) else args[s[1]]
       if s[0] == "index":
         return tuple(build(e) for e in s[1])
       return s[1]
@@ -178,7 +182,7 @@ def _neighbours(call):
     other = None
     if type(o) is tuple and o[0] == "in" and o[1] == ():
       other = ("in", (), {"float32": "float64", "int32": "int64"}.get(o[2], o[2]), not o[3])
-    elif type(o) is tuple and o[0] == "same":
+    elif type(o) is tuple and o[0] in ("same", "alias"):
       other = operands[o[1]]
     elif type(o) is tuple and o[0] == "array":
       other = ("array", o[1].astype("float32" if o[1].dtype != np.float32 else "int64"))
@@ -197,6 +201,7 @@ def _neighbours(call):
 @example(("getitem", [("in", (3, 2), "float64", False), (slice(0, 2, None), 1)], {}))
 @example(("getitem", [("in", (3, 2), "float64", False), [0, 2]], {}))  # an index list's
 @example(("multiply", [("in", (2,), "float32", False), ("same", 0)], {}))
+@example(("subtract", [("in", (2,), "float64", False), ("alias", 0)], {}))
 def test_replayed_calls_compute_what_calls_run_as_they_are(unrecorded, call):
   _recorded.clear()
   for each in _neighbours(call):

@@ -235,6 +235,8 @@ def getitem(x, idx):
   traced; several broadcast together, their dims placed as numpy places them) and boolean
   masks known while tracing."""
   x = _as_array(x)
+  if type(idx) is int and type(x) is Tracer and x.ir_var.aval.shape:
+    return _row(x, idx)  # (`x[t]` over a loop's t: the common index, kept short)
   entries = _expand_index(idx, aval_of(x).ndim, aval_of(x).shape)
   if builtins.any(_is_array(k) for k in entries):
     return _advanced_index(x, entries)
@@ -248,6 +250,19 @@ def getitem(x, idx):
       if isinstance(k, builtins.slice):  # an integer's unit dim goes
         out_shape.append(n)
   return x if tuple(out_shape) == aval_of(x).shape else P.reshape(x, out_shape)
+
+
+def _row(x, i: int):
+  """x[i] for an integer i (negative from the end), as `_basic` makes it: the row's
+  slice (none of an axis of one), its axis dropped."""
+  shape = x.ir_var.aval.shape
+  n = shape[0]
+  if not -n <= i < n:
+    raise index_error(i, 0, n)
+  if n != 1:
+    k = i % n
+    x = P.slice_(x, (k,) + (0,) * (len(shape) - 1), (k + 1,) + shape[1:])
+  return P.reshape(x, shape[1:])
 
 
 def _shape_text(i) -> str:

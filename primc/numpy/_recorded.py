@@ -25,7 +25,7 @@ import types
 
 import numpy as np
 
-from primc.core import SUPPORTED_DTYPES, Program, ShapedArray, dtype_name
+from primc.core import SUPPORTED_DTYPES, Lit, Program, ShapedArray, dtype_name
 from primc.trace import Builder, Tracer, refresh_view, restage, restage_kinds
 from primc.trace import state as trace_state
 
@@ -42,23 +42,32 @@ class _Unrecorded(Exception):
 
 
 class _Record:
-  """An op's equations on fresh inputs, one per array argument: `program`; `outs`, per
-  result: the index of the argument it is (the same object), or its weakness; `kind`:
-  tuple or list where the op returns one, else None."""
+  """An op's equations on inputs of its array arguments' types, one per argument:
+  `program`; `outs`, per result: the index of the argument it is (the same object), or
+  its weakness; `kind`: tuple or list where the op returns one, else None. (`kinds`, how
+  each equation is staged again, made at its first replay: most signatures read off a
+  call, `x[t]` over a loop's t, are never replayed.)"""
 
-  __slots__ = ("program", "outs", "kind", "kinds")
+  __slots__ = ("program", "outs", "kind", "_kinds")
 
   def __init__(self, program: Program, outs: tuple, kind):
-    self.program, self.outs, self.kind = program, outs, kind
-    self.kinds = restage_kinds(program)
+    self.program, self.outs, self.kind, self._kinds = program, outs, kind, None
+
+  @property
+  def kinds(self) -> tuple:
+    if self._kinds is None:
+      self._kinds = restage_kinds(self.program)
+    return self._kinds
 
 
 def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
-  """`run(*args, **kwargs)` (the op `op`, run as it is) by the record of its signature,
-  made at the signature's second call (a signature seen once, `x[t]` in a loop over t,
-  runs as it is); `NOT_RECORDED` where this call is not replayed. Not `constants`: only
-  calls whose arrays are all traced are (an op that reads a constant array's values:
-  indexing by one)."""
+  """`run(*args, **kwargs)` (the op `op`) by the record of its signature. A new
+  signature runs as it is, and its record is read off the equations it staged where
+  they are the op's alone (`_observed`); where not (they read a constant staged before,
+  or the operand a reshape came from), it is recorded at its second call, traced alone
+  (`_record`). `NOT_RECORDED` where this call must run as it is. Not `constants`: only
+  calls whose arrays are all traced are replayed (an op that reads a constant array's
+  values: indexing by one)."""
   builder = trace_state.builders[-1]
   if builder.concrete:
     return NOT_RECORDED
@@ -71,13 +80,16 @@ def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
   except (_Unrecorded, TypeError):  # (TypeError: a value Python cannot hash)
     return NOT_RECORDED
   if record is _records:
-    if key not in _seen:
-      _bounded(_seen, key, None)
-      return NOT_RECORDED
     if not constants and not all(type(a) is Tracer for a in arrays):
-      record = None
-    else:
-      record = _record(run, args, kwargs, arrays)
+      _bounded(_records, key, None)
+      return NOT_RECORDED
+    if key not in _seen:
+      n = len(builder.eqns)
+      out = run(*args, **kwargs)
+      record = _observed(builder.eqns[n:], arrays, out)
+      _bounded(_seen, key, None) if record is None else _bounded(_records, key, record)
+      return out
+    record = _record(run, args, kwargs, arrays)
     _bounded(_records, key, record)
   if record is None:
     return NOT_RECORDED
@@ -87,6 +99,32 @@ def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
     t.weak = record.outs[0][1]
     return t
   return _results(record, arrays, atoms, builder)
+
+
+def _observed(eqns: list, arrays: list, out) -> _Record | None:
+  """The record of a call read off the equations it staged (`eqns`) and its result, or
+  None where those read anything but its traced arguments, literals and each other
+  (an array argument's literal, a constant or a reshape's operand staged before)."""
+  defined = set()
+  for a in arrays:
+    if type(a) is not Tracer or a.ir_var in defined:
+      return None
+    defined.add(a.ir_var)
+  for eqn in eqns:
+    for x in eqn.inputs:
+      if type(x) is not Lit and x not in defined:
+        return None
+    defined.update(eqn.outputs)
+  kind = type(out) if type(out) in (tuple, list) else None
+  outs = out if kind else (out,)
+  spec = []
+  for o in outs:
+    if type(o) is not Tracer or o.base is not None or o.ir_var not in defined:
+      return None
+    same = [k for k, a in enumerate(arrays) if a is o]
+    spec.append(same[0] if same else ("weak", o.weak))
+  inputs = tuple([a.ir_var for a in arrays])
+  return _Record(Program(inputs, tuple(eqns), tuple([o.ir_var for o in outs])), tuple(spec), kind)
 
 
 def clear() -> None:
