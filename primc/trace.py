@@ -573,6 +573,30 @@ def _stage(program: Program, args) -> list:
   ]
 
 
+def stages_directly(x) -> bool:
+  """Whether `stage_known` may stage an equation of `x`: a traced value of the innermost
+  trace, one of abstract values, not a view (whose array may have changed: `bind`)."""
+  return (
+    type(x) is Tracer
+    and x.base is None
+    and bool(_state.builders)
+    and x.builder is _state.builders[-1]
+    and not x.builder.concrete
+  )
+
+
+def stage_known(prim: Primitive, x: Tracer, params: dict, out_aval: ShapedArray) -> Tracer:
+  """`prim.bind(x, **params)` for an op that has checked its operand and computed the
+  result's type itself (`x[i]` over a loop's i: the shape rule and bind's generality
+  were most of its cost), where `stages_directly(x)`: the same equation, staged."""
+  builder = x.builder
+  out = Var(out_aval)
+  if prim.name == "reshape":
+    builder.reshaped[out] = x.ir_var
+  builder.eqns.append(Eqn(prim, (x.ir_var,), make_params(params), (out,), user_source()))
+  return Tracer(builder, out)
+
+
 _PLAIN, _RESHAPE, _CONSTANT = 0, 1, 2  # `restage_kinds`
 
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import primc
 import primc.numpy as pnp
-from primc import static
+from primc import core, static
+from primc.trace import trace_flat
 
 SHAPE = (4, 3, 5)
 
@@ -274,3 +275,25 @@ def test_lazy_jacobian_indexes_like_its_matrix():
   denses = np.stack([primc.jacrev(per_row)(r) for r in x.reshape(2, 3)])
   np.testing.assert_allclose(Jb[:, -1, :], denses[:, -1, :], rtol=1e-12)
   np.testing.assert_allclose(Jb[..., 1], denses[..., 1], rtol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+  st.lists(st.integers(1, 4), min_size=1, max_size=3).flatmap(
+    lambda shape: st.tuples(st.just(tuple(shape)), st.integers(-shape[0] - 1, shape[0]))
+  )
+)
+def test_one_integer_stages_what_the_general_index_stages(case):
+  """`x[i]` (one integer: a loop's step, staged directly) stages the equations of
+  `x[(i,)]` (the general index), and raises where that raises."""
+  shape, i = case
+  aval = core.ShapedArray(shape, "float64")
+
+  def staged(index):
+    try:
+      program, _, _ = trace_flat(lambda x: x[index], [aval])
+    except Exception as e:  # noqa: BLE001 - the two raise alike (the index's form
+      return type(e), str(e).split("): ")[1]  # aside: `int` and `[int]`)
+    return [(e.prim.name, e.params, e.outputs[0].aval) for e in program.eqns]
+
+  assert staged(i) == staged((i,))

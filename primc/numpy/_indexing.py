@@ -8,7 +8,7 @@ import builtins
 import numpy as np
 
 from primc import prims as P
-from primc.core import PrimcError, PrimcIndexError, ShapeError, index_error
+from primc.core import PrimcError, PrimcIndexError, ShapedArray, ShapeError, index_error
 from primc.numpy._base import (
   NotSupportedError,
   _as_array,
@@ -27,7 +27,7 @@ from primc.numpy._base import (
   transpose,
 )
 from primc.numpy._ufuncs import add, clip, equal, floor_divide, mod, multiply, subtract, where
-from primc.trace import Tracer, aval_of
+from primc.trace import Tracer, aval_of, stage_known, stages_directly
 
 
 @_op
@@ -228,15 +228,20 @@ def _basic(x, dims):
   return x if whole else P.slice_(x, start, limit, strides)
 
 
-@_op(recorded="traced")
 def getitem(x, idx):
   """numpy indexing, for values and gradients: integers (negative from the end; out of
   bounds an IndexError), slices with any step, None, Ellipsis, integer arrays (constant or
   traced; several broadcast together, their dims placed as numpy places them) and boolean
   masks known while tracing."""
+  if type(idx) is int and stages_directly(x) and x.ir_var.aval.shape:
+    n = x.ir_var.aval.shape[0]
+    if -n <= idx < n:
+      return _row(x, idx % n)  # (`x[t]` over a loop's t: the common index, kept short)
+  return _indexed(x, idx)
+
+
+def _indexed(x, idx):
   x = _as_array(x)
-  if type(idx) is int and type(x) is Tracer and x.ir_var.aval.shape:
-    return _row(x, idx)  # (`x[t]` over a loop's t: the common index, kept short)
   entries = _expand_index(idx, aval_of(x).ndim, aval_of(x).shape)
   if builtins.any(_is_array(k) for k in entries):
     return _advanced_index(x, entries)
@@ -252,17 +257,19 @@ def getitem(x, idx):
   return x if tuple(out_shape) == aval_of(x).shape else P.reshape(x, out_shape)
 
 
-def _row(x, i: int):
-  """x[i] for an integer i (negative from the end), as `_basic` makes it: the row's
-  slice (none of an axis of one), its axis dropped."""
-  shape = x.ir_var.aval.shape
-  n = shape[0]
-  if not -n <= i < n:
-    raise index_error(i, 0, n)
-  if n != 1:
-    k = i % n
-    x = P.slice_(x, (k,) + (0,) * (len(shape) - 1), (k + 1,) + shape[1:])
-  return P.reshape(x, shape[1:])
+_indexed.__name__ = "getitem"  # (its errors name the user's op)
+_indexed = _op(_indexed, recorded="traced")
+
+
+def _row(x: Tracer, k: int) -> Tracer:
+  """x[k] for 0 <= k < len(x), the equations `_indexed` stages (the row's slice, none of
+  an axis of one; its axis dropped), staged directly (`trace.stage_known`)."""
+  shape, dtype = x.ir_var.aval.shape, x.ir_var.aval.dtype
+  if shape[0] != 1:
+    start, limit = (k,) + (0,) * (len(shape) - 1), (k + 1,) + shape[1:]
+    params = {"start_indices": start, "limit_indices": limit, "strides": (1,) * len(shape)}
+    x = stage_known(P.slice_p, x, params, ShapedArray((1,) + shape[1:], dtype))
+  return stage_known(P.reshape_p, x, {"new_sizes": shape[1:]}, ShapedArray(shape[1:], dtype))
 
 
 def _shape_text(i) -> str:
