@@ -110,7 +110,7 @@ def indices(draw, shape):
   return tuple(entries) if len(entries) > 1 or draw(st.booleans()) else entries[0]
 
 
-def _traced(op, operands, keywords):
+def _traced(op, operands, keywords, concrete=False):
   """The call traced twice in one program (its second call replayed, where recorded):
   (program, input values, the results' weakness)."""
   inputs = []
@@ -148,19 +148,21 @@ def _traced(op, operands, keywords):
       (lambda: args[0][args[1]]) if op == "getitem" else lambda: getattr(pnp, op)(*args, **keywords)
     )
     outs = [call() for _ in range(2)]
-    weak.extend(getattr(o, "weak", None) for o in outs)
+    for o in outs:
+      value = getattr(o, "concrete", None)
+      weak.append((getattr(o, "weak", None), None if value is None else repr(value)))
     return outs
 
   avals = [core.ShapedArray(o[1], o[2]) for o in inputs]
-  program, _, _ = trace_flat(fn, avals, [o[3] for o in inputs])
   rng = np.random.default_rng(1)
   values = [rng.uniform(0.5, 2, a.shape).astype(a.dtype) for a in avals]
+  program, _, _ = trace_flat(fn, avals, [o[3] for o in inputs], values if concrete else None)
   return program, values, weak
 
 
-def _outcome(op, operands, keywords):
+def _outcome(op, operands, keywords, concrete=False):
   try:
-    program, values, weak = _traced(op, operands, keywords)
+    program, values, weak = _traced(op, operands, keywords, concrete)
   except Exception as e:  # noqa: BLE001 - the two paths must raise alike
     return ("raised", type(e), str(e))
   try:
@@ -196,17 +198,21 @@ def _neighbours(call):
 @settings(
   max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(calls())
-@example(("add", [("in", (2,), "float64", False), 0.5], {}))  # a number's value
-@example(("getitem", [("in", (3, 2), "float64", False), (slice(0, 2, None), 1)], {}))
-@example(("getitem", [("in", (3, 2), "float64", False), [0, 2]], {}))  # an index list's
-@example(("multiply", [("in", (2,), "float32", False), ("same", 0)], {}))
-@example(("subtract", [("in", (2,), "float64", False), ("alias", 0)], {}))
-def test_replayed_calls_compute_what_calls_run_as_they_are(unrecorded, call):
+@given(calls(), st.booleans())
+@example(("add", [("in", (2,), "float64", False), 0.5], {}), False)  # a number's value
+@example(("getitem", [("in", (3, 2), "float64", False), (slice(0, 2, None), 1)], {}), False)
+@example(("getitem", [("in", (3, 2), "float64", False), [0, 2]], {}), False)  # an index list's
+@example(("multiply", [("in", (2,), "float32", False), ("same", 0)], {}), False)
+@example(("subtract", [("in", (2,), "float64", False), ("alias", 0)], {}), False)
+@example(("add", [("in", (2,), "float64", False), 0.5], {}), True)  # values beside
+@example(("getitem", [("in", (3, 2), "float64", False), (slice(0, 2, None), 1)], {}), True)
+def test_replayed_calls_compute_what_calls_run_as_they_are(unrecorded, call, concrete):
+  """In a trace of abstract values and of concrete ones (each result's value computed
+  beside: the replayed results' too, compared as the results' weakness is)."""
   _recorded.clear()
   for each in _neighbours(call):
-    got = _outcome(*each)
-    want = unrecorded(lambda: _outcome(*each))
+    got = _outcome(*each, concrete)
+    want = unrecorded(lambda: _outcome(*each, concrete))
     if want[0] == "raised":
       assert got == want
       continue
@@ -285,19 +291,14 @@ def test_replayed_errors_and_equations_name_the_users_line():
       )
 
 
-def test_arrays_are_arguments_and_values_read_are_not_recorded():
+def test_arrays_are_arguments_of_a_record():
   """An array operand is an argument of the record, not its value (numpy's draws: new
-  numbers at each call); an op of a trace of values runs as it is (each value computed
-  beside)."""
+  numbers at each call)."""
   _recorded.clear()
   x = core.ShapedArray((3,), "float64")
   program, _, _ = trace_flat(lambda x: [x + np.random.uniform(size=3) for _ in range(2)], [x])
   literals = [a.value for e in program.eqns for a in e.inputs if isinstance(a, core.Lit)]
   assert len(literals) == 2 and not np.array_equal(literals[0], literals[1])
-  _recorded.clear()
-  read = lambda x: x * 2.0 if pnp.exp(np.ones(3))[0] > 0 else x  # a value read
-  trace_flat(read, [x], concrete=[np.ones(3)])
-  assert not _recorded._records
 
 
 def test_indices_are_their_values_in_a_signature(unrecorded):
@@ -312,4 +313,17 @@ def test_indices_are_their_values_in_a_signature(unrecorded):
     return eval_program(program, np.arange(6.0).reshape(3, 2))
 
   for g, w in zip(run(), unrecorded(run), strict=True):
+    np.testing.assert_array_equal(g, w)
+
+
+def test_a_call_that_reads_a_value_is_not_recorded():
+  """In a trace of values, indexing by a traced number reads it (a guard of the trace):
+  two calls with one signature but two such values are two different calls."""
+  _recorded.clear()
+  x, k = np.arange(6.0).reshape(3, 2), np.asarray(0)
+  fn = lambda x, k: [x[k], x[k + 1], x[k + 2]]
+  avals = [core.ShapedArray((3, 2), "float64"), core.ShapedArray((), "int64")]
+  program, _, _ = trace_flat(fn, avals, [False, True], concrete=[x, k], guards=[])
+  got = eval_program(program, x, k)
+  for g, w in zip(got, [x[0], x[1], x[2]], strict=True):
     np.testing.assert_array_equal(g, w)

@@ -25,7 +25,7 @@ import types
 
 import numpy as np
 
-from primc.core import SUPPORTED_DTYPES, Lit, Program, ShapedArray, dtype_name
+from primc.core import SUPPORTED_DTYPES, Lit, Program, ShapedArray, dtype_name, impl_rules
 from primc.trace import Builder, Tracer, refresh_view, restage, restage_kinds
 from primc.trace import state as trace_state
 
@@ -59,6 +59,24 @@ class _Record:
       self._kinds = restage_kinds(self.program)
     return self._kinds
 
+  def values(self, arrays: list) -> list:
+    """The outputs' values on the arguments' (`Tracer.concrete`), by each equation's numpy
+    implementation, as `bind` computes them beside a trace of values."""
+    env = {}
+    for v, a in zip(self.program.inputs, arrays):
+      env[v] = a.concrete if type(a) is Tracer else a
+    builders, trace_state.builders = trace_state.builders, []  # (a rule running a program)
+    try:
+      with np.errstate(all="ignore"):
+        for eqn in self.program.eqns:
+          xs = [x.value if type(x) is Lit else env[x] for x in eqn.inputs]
+          out = impl_rules[eqn.prim](*xs, **eqn.kw)
+          for v, o in zip(eqn.outputs, out if eqn.prim.multiple_results else (out,)):
+            env[v] = np.asarray(o)
+    finally:
+      trace_state.builders = builders
+    return [x.value if type(x) is Lit else env[x] for x in self.program.outputs]
+
 
 def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
   """`run(*args, **kwargs)` (the op `op`) by the record of its signature. A new
@@ -69,8 +87,6 @@ def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
   calls whose arrays are all traced are replayed (an op that reads a constant array's
   values: indexing by one)."""
   builder = trace_state.builders[-1]
-  if builder.concrete:
-    return NOT_RECORDED
   arrays: list = []
   try:
     key = (op, *[_signature(a, arrays, builder) for a in args])
@@ -84,9 +100,9 @@ def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
       _bounded(_records, key, None)
       return NOT_RECORDED
     if key not in _seen:
-      n = len(builder.eqns)
+      n, reads = len(builder.eqns), len(builder.guards)
       out = run(*args, **kwargs)
-      record = _observed(builder.eqns[n:], arrays, out)
+      record = None if len(builder.guards) != reads else _observed(builder.eqns[n:], arrays, out)
       _bounded(_seen, key, None) if record is None else _bounded(_records, key, record)
       return out
     record = _record(run, args, kwargs, arrays)
@@ -94,7 +110,7 @@ def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
   if record is None:
     return NOT_RECORDED
   atoms = restage(record.program, arrays, record.kinds)
-  if record.kind is None and type(record.outs[0]) is not int:
+  if record.kind is None and type(record.outs[0]) is not int and not builder.concrete:
     t = Tracer(builder, atoms[0])
     t.weak = record.outs[0][1]
     return t
@@ -143,8 +159,8 @@ def _signature(x, arrays: list, builder: Builder):
   """What of `x` its op's equations may depend on; its arrays appended to `arrays`."""
   t = type(x)
   if t is Tracer:
-    if x.builder is not builder or x.concrete is not None:
-      raise _Unrecorded
+    if x.builder is not builder or (x.concrete is None) is builder.concrete:
+      raise _Unrecorded  # (in a trace of values, one whose value is unknown)
     if x.base is not None and x.base[0].version != x.base[1]:
       refresh_view[0](x)  # (a view whose array changed since: as `bind` reads it)
     for k, a in enumerate(arrays):
@@ -232,12 +248,16 @@ def _fresh_result(o, sub: Builder) -> bool:
 
 
 def _results(record: _Record, arrays: list, atoms: list, builder: Builder):
+  """The call's results (in a trace of values, each new one with its value)."""
+  values = record.values(arrays) if builder.concrete else None
   results = []
-  for spec, atom in zip(record.outs, atoms):
+  for k, (spec, atom) in enumerate(zip(record.outs, atoms)):
     if type(spec) is int:
       results.append(arrays[spec])
     else:
       t = Tracer(builder, atom)
+      if values is not None:
+        t.concrete = values[k]
       t.weak = spec[1]
       results.append(t)
   return record.kind(results) if record.kind else results[0]
