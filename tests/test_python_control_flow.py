@@ -70,12 +70,12 @@ def test_branching_programs_match_numpy_and_finite_differences(steps, x):
   np.testing.assert_allclose(got_value, value, rtol=1e-10, atol=1e-12)
   f = _program(steps, NP_OPS)
   fd = [(f(x + eps * e) - f(x - eps * e)) / (2 * eps) for e in np.eye(3)]
-  np.testing.assert_allclose(got_grad, fd, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got_grad, fd, rtol=1e-5, atol=_fd_atol(value, eps))
   # second order through the same path: the Hessian against differences of gradients
   h = primc.hessian(_program(steps, OPS))(x)
   g = lambda p: primc.grad(_program(steps, OPS))(p)
   fd2 = np.stack([(g(x + eps * e) - g(x - eps * e)) / (2 * eps) for e in np.eye(3)])
-  np.testing.assert_allclose(h, fd2, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(h, fd2, rtol=1e-4, atol=10 * _fd_atol(got_grad, eps))
 
 
 def test_a_while_loop_on_values_differentiates_its_iterations():
@@ -96,6 +96,13 @@ def test_a_traced_index_into_a_numpy_array():
   np.testing.assert_allclose(primc.grad(f)(x), np.full(3, table[1]))
   idx = lambda x: pnp.sum(table[pnp.argsort(x)] * x)
   np.testing.assert_allclose(primc.grad(idx)(x), table[np.argsort(x)])
+
+
+def _fd_atol(value, eps) -> float:
+  """The tolerance of a central difference of step `eps` of a function of this size: its
+  rounding error, ~|f| * float64's epsilon / eps, beside 1e-5 (paths of squares reach
+  |f| ~ 1e10, where that error is ~1)."""
+  return 1e-5 + 8 * np.finfo(np.float64).eps * float(np.max(np.abs(value))) / eps
 
 
 def _same_path_nearby(steps, x, eps):
@@ -133,9 +140,9 @@ def test_under_jit_graph_breaks_take_each_calls_path(steps, points):
     for x in points + points[::-1]:
       np.testing.assert_allclose(value(x), f(x), rtol=1e-10, atol=1e-12)
       fd = [(f(x + eps * e) - f(x - eps * e)) / (2 * eps) for e in np.eye(3)]
-      np.testing.assert_allclose(gradient(x), fd, rtol=1e-5, atol=1e-5)
+      np.testing.assert_allclose(gradient(x), fd, rtol=1e-5, atol=_fd_atol(f(x), eps))
       fd2 = np.stack([(g(x + eps * e) - g(x - eps * e)) / (2 * eps) for e in np.eye(3)])
-      np.testing.assert_allclose(hessian(x), fd2, rtol=1e-4, atol=1e-4)
+      np.testing.assert_allclose(hessian(x), fd2, rtol=1e-4, atol=10 * _fd_atol(g(x), eps))
   finally:
     config.interpret = False
 
