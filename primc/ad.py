@@ -30,6 +30,7 @@ from primc.core import (
   ShapedArray,
   Var,
   results,
+  running,
   run,
   without_gc,
 )
@@ -1015,6 +1016,13 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
   out_cts_avals = [a.aval for a in program.outputs]
 
   def fn(*args):
+    before = running.source
+    try:
+      return sweep(*args)
+    finally:
+      running.source = before
+
+  def sweep(*args):
     consts = dict(zip(const_in, args[: len(const_in)], strict=True))
     read = lambda a: literal(a) if isinstance(a, Lit) else consts[a]
     linear_eqns = []
@@ -1022,6 +1030,7 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
       if eqn.outputs[0] in linear_vars:
         linear_eqns.append(eqn)
       else:
+        running.source = eqn.source  # (what it stages names its line: `core.running`)
         outs = results(eqn, eqn.prim.bind(*map(read, eqn.inputs), **eqn.kw))
         consts.update(zip(eqn.outputs, outs, strict=True))
     cts: dict[Var, object] = {}
@@ -1048,6 +1057,7 @@ def transpose_program(program: Program, linear_mask: Sequence[bool]) -> Program:
       ]
       if eqn.prim not in transpose_rules:
         raise PrimcError(f"primitive {eqn.prim.name} is not linear: it has no transpose rule")
+      running.source = eqn.source
       in_cts = transpose_rules[eqn.prim](ct, *invals, **eqn.kw)
       for a, c in zip(eqn.inputs, in_cts, strict=True):
         if c is not None and isinstance(a, Var) and a in linear_vars:

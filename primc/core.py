@@ -409,6 +409,17 @@ class Program:
 # The evaluator
 
 
+class _Running(threading.local):
+  """The source line of the equation a program run is at (`run`): what an equation staged
+  for it names (a JVP or batching rule's equations name the line of the equation they
+  stand for), where no user code runs in between (`primc.trace.trace_flat` clears it)."""
+
+  source: str | None = None
+
+
+running = _Running()
+
+
 def run(program: Program, args: Sequence, apply: Callable, lit: Callable | None = None) -> list:
   """Runs `program` on `args`: each equation's outputs are `apply(eqn, its inputs' values)`
   (a sequence, one value per output), a literal reads as `lit(literal)` (default: its
@@ -421,12 +432,17 @@ def run(program: Program, args: Sequence, apply: Callable, lit: Callable | None 
   lit = lit or (lambda a: a.value)
   env = dict(zip(program.inputs, args, strict=True))
   read = lambda a: lit(a) if isinstance(a, Lit) else env[a]
-  for eqn in program.eqns:
-    outs = apply(eqn, [read(a) for a in eqn.inputs])
-    for v, x in zip(eqn.outputs, outs, strict=True):
-      if v in env:
-        raise TypeCheckError(f"{eqn.prim.name}: variable {v.aval} assigned twice")
-      env[v] = x
+  before = running.source
+  try:
+    for eqn in program.eqns:
+      running.source = eqn.source
+      outs = apply(eqn, [read(a) for a in eqn.inputs])
+      for v, x in zip(eqn.outputs, outs, strict=True):
+        if v in env:
+          raise TypeCheckError(f"{eqn.prim.name}: variable {v.aval} assigned twice")
+        env[v] = x
+  finally:
+    running.source = before
   return [read(a) for a in program.outputs]
 
 

@@ -251,6 +251,14 @@ def user_source() -> str:
 _OURS: dict[str, bool] = {}  # file name -> whether it is primc's own (or contextlib's)
 
 
+def _source() -> str:
+  """The source line an equation staged now names: the user's (`user_source`), or, while
+  a program is run equation by equation with no user code in between (a transform's
+  rules: `core.running`), that of the equation it is staged for (found without walking
+  the stack through the transforms' frames)."""
+  return core.running.source or user_source()
+
+
 def user_ops() -> list[str]:
   """This thread's stack of user-facing ops being run (`user_op`)."""
   return _state.user_ops
@@ -349,7 +357,7 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
   outs = tuple([Var(a) for a in out_avals])
   if prim.name == "reshape" and type(inputs[0]) is Var:
     builder.reshaped[outs[0]] = inputs[0]
-  builder.eqns.append(Eqn(prim, inputs, make_params(params), outs, user_source()))
+  builder.eqns.append(Eqn(prim, inputs, make_params(params), outs, _source()))
   tracers = [Tracer(builder, v) for v in outs]
   if builder.concrete:
     _compute_beside(prim, args, params, tracers)
@@ -424,6 +432,7 @@ def trace_flat(
   """
   builder = Builder(len(_state.builders), concrete is not None)
   _state.builders.append(builder)
+  running, core.running.source = core.running.source, None  # (the function's own lines)
   try:
     args = [builder.new_input(a) for a in in_avals]
     for arg, is_weak in zip(args, weak):
@@ -448,6 +457,7 @@ def trace_flat(
       guards += [(value, source) for _, value, source in builder.guards]
   finally:
     _state.builders.pop()
+    core.running.source = running
   captured = [t for t, _ in builder.captured.values()]
   inputs = tuple(builder.inputs) + tuple(v for _, v in builder.captured.values())
   return Program(inputs, tuple(builder.eqns), tuple(out_atoms)), captured, out_tree
@@ -593,7 +603,7 @@ def stage_known(prim: Primitive, x: Tracer, params: dict, out_aval: ShapedArray)
   out = Var(out_aval)
   if prim.name == "reshape":
     builder.reshaped[out] = x.ir_var
-  builder.eqns.append(Eqn(prim, (x.ir_var,), make_params(params), (out,), user_source()))
+  builder.eqns.append(Eqn(prim, (x.ir_var,), make_params(params), (out,), _source()))
   return Tracer(builder, out)
 
 
@@ -628,7 +638,7 @@ def restage(program: Program, args: Sequence, kinds: Sequence[int]) -> list:
   env = {}
   for v, x in zip(program.inputs, args):
     env[v] = x.ir_var if type(x) is Tracer else Lit.of(x)
-  eqns, source = builder.eqns, user_source()
+  eqns, source = builder.eqns, _source()
   for eqn, kind in zip(program.eqns, kinds):
     inputs = tuple([a if type(a) is Lit else env[a] for a in eqn.inputs])
     if kind == _RESHAPE:
