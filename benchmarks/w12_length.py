@@ -6,9 +6,10 @@ likelihood) and an RNN unrolled n times (`h = tanh(h @ W + x[t] @ U)`). For each
 gradient of the final sum, stage by stage: tracing, JVP, partial evaluation
 (linearize), transpose, each pass of the pipeline (one round), fusion, planning
 (kernel sources and the run plan), and the first compiled call (kernels compiled or
-loaded), each in seconds per equation, with the exponent of its growth between the
-two largest n (1: linear). Then the whole `value_and_grad` as users call it: the first
-call from an empty cache, and a warm call (the kept program), against autograd's.
+loaded), each in seconds per equation (a pure stage's the least of three runs), with the
+exponent of its growth between the two largest n (1: linear). Then the whole
+`value_and_grad` as users call it: the first call from an empty cache, and a warm call
+(the kept program), against autograd's.
 
   python benchmarks/w12_length.py [--sizes 10,100,1000,3000] [--no-compile]
       [--compile-max 1000]
@@ -74,6 +75,13 @@ def _timed(fn, *args):
   return out, time.perf_counter() - start
 
 
+def _least(fn, *args, runs=3):
+  """`_timed`, the least of `runs` (a pure stage: a pause of the machine or of Python's
+  collector in one run moved single timings by up to 2x, and the growth with them)."""
+  times = [_timed(fn, *args) for _ in range(runs)]
+  return times[-1][0], min(t for _, t in times)
+
+
 def stages(name: str, n: int, compile_: bool) -> dict:
   """Seconds of each stage of the gradient of program `name` at length n."""
   import primc.numpy as pnp
@@ -85,16 +93,16 @@ def stages(name: str, n: int, compile_: bool) -> dict:
   row = {}
   (program, _, _), row["trace"] = _timed(trace_flat, loss, [aval_of(x)])
   wrt = [True]
-  _, row["jvp"] = _timed(ad.jvp_program, program, wrt)
-  (primal, linear), row["linearize"] = _timed(ad.linearize_program, program, wrt)
+  _, row["jvp"] = _least(ad.jvp_program, program, wrt)
+  (primal, linear), row["linearize"] = _least(ad.linearize_program, program, wrt)
   n_res = len(linear.inputs) - 1
-  _, row["transpose"] = _timed(ad.transpose_program, linear, [False] * n_res + [True])
-  vjp, row["vjp (all three)"] = _timed(ad.vjp_program, program, wrt, [True])
+  _, row["transpose"] = _least(ad.transpose_program, linear, [False] * n_res + [True])
+  vjp, row["vjp (all three)"] = _least(ad.vjp_program, program, wrt, [True])
   current = vjp
   for p in passes.PIPELINE:
-    current, row[f"pass {p.name}"] = _timed(p, current)
-  optimized, row["optimize (fixpoint)"] = _timed(passes.optimize, vjp)
-  _, row["fuse"] = _timed(passes.fuse, optimized)
+    current, row[f"pass {p.name}"] = _least(p, current)
+  optimized, row["optimize (fixpoint)"] = _least(passes.optimize, vjp)
+  _, row["fuse"] = _least(passes.fuse, optimized)
   _, row["plan (passes, fusion, sources)"] = _timed(build_plan, vjp)
   if compile_:
     one = np.ones((), x.dtype)
