@@ -566,12 +566,7 @@ def _stage(program: Program, args) -> list:
   eqns, n = builder.eqns, len(env)
   for eqn in program.eqns:
     inputs = tuple([a if type(a) is Lit else env[a] for a in eqn.inputs])
-    if len(eqn.outputs) == 1:
-      out = env[eqn.outputs[0]] = Var(eqn.outputs[0].aval)
-      outs = (out,)
-    else:
-      outs = tuple([Var(v.aval) for v in eqn.outputs])
-      env.update(zip(eqn.outputs, outs))
+    outs = _fresh_outputs(eqn, env)
     eqns.append(Eqn(eqn.prim, inputs, eqn.params, outs, eqn.source or user_source()))
     n += len(outs)
   if n != len(env):  # (a variable assigned twice: fewer entries than assignments)
@@ -605,6 +600,16 @@ def stage_known(prim: Primitive, x: Tracer, params: dict, out_aval: ShapedArray)
     builder.reshaped[out] = x.ir_var
   builder.eqns.append(Eqn(prim, (x.ir_var,), make_params(params), (out,), _source()))
   return Tracer(builder, out)
+
+
+def _fresh_outputs(eqn: Eqn, env: dict) -> tuple:
+  """New variables for `eqn`'s outputs, entered in `env` (one output without a list)."""
+  if len(eqn.outputs) == 1:
+    out = env[eqn.outputs[0]] = Var(eqn.outputs[0].aval)
+    return (out,)
+  outs = tuple([Var(v.aval) for v in eqn.outputs])
+  env.update(zip(eqn.outputs, outs))
+  return outs
 
 
 _PLAIN, _RESHAPE, _CONSTANT = 0, 1, 2  # `restage_kinds`
@@ -652,12 +657,7 @@ def restage(program: Program, args: Sequence, kinds: Sequence[int]) -> list:
       if outs is not None:
         env.update(zip(eqn.outputs, outs))
         continue
-    if len(eqn.outputs) == 1:
-      out = env[eqn.outputs[0]] = Var(eqn.outputs[0].aval)
-      outs = (out,)
-    else:
-      outs = tuple([Var(v.aval) for v in eqn.outputs])
-      env.update(zip(eqn.outputs, outs))
+    outs = _fresh_outputs(eqn, env)
     if kind == _RESHAPE:
       builder.reshaped[outs[0]] = inputs[0]
     elif kind == _CONSTANT:
