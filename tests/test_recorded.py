@@ -327,3 +327,21 @@ def test_a_call_that_reads_a_value_is_not_recorded():
   got = eval_program(program, x, k)
   for g, w in zip(got, [x[0], x[1], x[2]], strict=True):
     np.testing.assert_array_equal(g, w)
+
+
+def test_the_oldest_records_give_way(monkeypatch, unrecorded):
+  """Past `MAX_RECORDS` signatures the oldest are dropped (and recorded again when
+  called again); what replays is still each signature's own."""
+  monkeypatch.setattr(_recorded, "MAX_RECORDS", 4)
+  _recorded.clear()
+  fn = lambda x: [x * float(k) + x for _ in range(2) for k in range(10)]
+
+  def run():
+    program, _, _ = trace_flat(fn, [core.ShapedArray((3,), "float64")])
+    return eval_program(program, np.arange(3.0))
+
+  for _ in range(2):
+    got = run()
+    assert len(_recorded._records) <= 4 and len(_recorded._seen) <= 4
+  for g, w in zip(got, unrecorded(run), strict=True):
+    np.testing.assert_array_equal(g, w)

@@ -150,8 +150,13 @@ def clear() -> None:
 
 
 def _bounded(table: dict, key, value) -> None:
+  """`table[key] = value`, the oldest entry dropped past `MAX_RECORDS` (tolerating
+  another thread's entries coming and going meanwhile: traces run in several)."""
   if len(table) >= MAX_RECORDS:
-    table.pop(next(iter(table)))
+    try:
+      table.pop(next(iter(table)), None)
+    except (RuntimeError, StopIteration):  # (changed size while read: another thread's)
+      pass
   table[key] = value
 
 
