@@ -602,6 +602,10 @@ def call(
     return _run(entry, inputs)
   drawn, reason = _random_state(), None
   try:  # the function traced alone, once (a transform of it replays that trace)
+    if entry is None and taped and replayable and lifted and code not in _short:
+      first = _first_on_values(fun, arrays, weak, drawn, full_key, (key, state, fun), replay)
+      if first is not _short:
+        return first
     forward = _forward(fun, leaves, tree, traced, weak, walk, inputs) if replayable else None
     if type(entry) is _Taped or (entry is None and taped and _tapes(forward)):
       entry = _taped(entry, forward, drawn, full_key, (key, state, fun), replay)
@@ -688,14 +692,15 @@ class _Taped:
   keeps the function's trace alone (`forward`), its second compares a new one against it,
   later ones trust the walk as a kept program's hits do."""
 
-  __slots__ = ("forward", "calls", "seconds")
+  __slots__ = ("forward", "calls", "seconds", "size")
 
-  def __init__(self, forward):
+  def __init__(self, forward, size: int = 0):
     self.forward, self.calls, self.seconds = forward, 0, 0.0
+    self.size = size if forward is None else len(forward[0].eqns)  # (its equations)
 
   def due(self) -> bool:
     """Whether its calls have cost what making its program is estimated to cost."""
-    return self.seconds >= _making(self.forward[0])
+    return self.seconds >= TAPE_SECONDS_PER_EQN * self.size
 
 
 def _taped(entry, forward, drawn, full_key, keys, replay):
@@ -709,12 +714,49 @@ def _taped(entry, forward, drawn, full_key, keys, replay):
     entry = _Taped(forward)
     _count("misses", _reason(key, state[0]))
     _keep(full_key, entry)
+  elif entry.forward is None and forward is not None:
+    entry.forward, entry.size = forward, len(forward[0].eqns)  # (the first call's: arrays
+    # it reads by name as they were; this one's, lifted, is what later calls replay)
+    if entry.due():
+      return entry
   elif forward is None or not core.alpha_equal(forward[0], entry.forward[0]):
     _unkeep(full_key, code, fun, "with the same arguments (state read through an object?)")
     return plain()
   elif entry.due():
     return entry
   return _on_tape(entry, replay)
+
+
+_short: set = set()  # codes whose trace was short (`_first_on_values`: lifted at once)
+
+
+def _first_on_values(fun, arrays, weak, drawn, full_key, keys, replay):
+  """The first call of a function that reads arrays by name, under a taped transform:
+  the function traced with those arrays as they are (numpy's work on them stays
+  numpy's: `xs[t] @ u` of a sequence model's data, which a kept program takes as
+  inputs, and so traces) and, where that trace is long, transformed on values
+  (`primc.tape`), kept as a `_Taped` entry whose second call traces the function with
+  those arrays lifted. Where it is short, `_short` (its code is remembered: its kept
+  program is made now from a trace with the arrays lifted, as for a first call, and
+  from then on at once). Raises what tracing raises (a value read: paths are kept)."""
+  transform, leaves, tree, traced, _, code, _ = replay
+  program, out_tree = replayed.forward(fun, leaves, tree, traced, arrays, tuple(weak))
+  drew = _random_state() != drawn
+  if not drew and not _tapes((program,)):
+    if len(_short) < MAX_KINDS_OF_CODE:
+      _short.add(code)
+    return _short
+  entry = _Taped(None, len(program.eqns))
+  if not (drew and _drew(drawn, code, keys[2])):
+    _count("misses", _reason(keys[0], keys[1][0]))
+    _keep(full_key, entry)
+  start = time.perf_counter()
+  out = _on_values(transform, program, out_tree, leaves, tree, traced, arrays)
+  entry.calls, entry.seconds = 1, time.perf_counter() - start
+  return out
+
+
+MAX_KINDS_OF_CODE = 4096
 
 
 def _on_tape(entry: _Taped, replay):
@@ -1247,6 +1289,7 @@ def reset() -> None:
   _kept.clear()
   _unkept.clear()
   _static_scalars.clear()
+  _short.clear()
   _seen_codes.clear()
   _structures.clear()
   _stats.clear()

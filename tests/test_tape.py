@@ -271,3 +271,32 @@ def test_paths_run_on_values_then_made_agree_with_the_vjp_program(taped, made_af
   assert s["kept_taped"] >= 4, s
   if made_after == "at_once":  # each path made at its second call, checked once
     assert s["kept_taped"] == 4 and s["kept_checked"] == 4 and s["kept_hits"] == 11, s
+
+
+def test_a_long_first_call_reads_arrays_by_name_as_numpy_does(monkeypatch):
+  """A long function's first call traces the arrays it reads by name as they are (their
+  numpy work stays numpy's: one equation a step here, not four), runs on values, and
+  agrees with the program; its later calls, with the arrays changed, follow them."""
+  kept.reset()
+  rng = np.random.default_rng(2)
+  xs, u = rng.standard_normal((120, 4)), rng.standard_normal((4, 4)) * 0.5
+
+  def loss(w):
+    h = np.zeros(4)
+    for t in range(xs.shape[0]):
+      h = pnp.tanh(h @ w + xs[t] @ u)
+    return pnp.sum(h * h)
+
+  staged = []
+  real = kept._on_values
+  monkeypatch.setattr(kept, "_on_values", lambda *a: staged.append(len(a[1].eqns)) or real(*a))
+  w = rng.standard_normal((4, 4)) * 0.5
+  for step in range(4):
+    got = primc.value_and_grad(loss)(w)
+    want = _by_programs(lambda: primc.value_and_grad(loss)(w), monkeypatch)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-10)
+    xs[...] = rng.standard_normal(xs.shape)  # (read by name: a kept program's input)
+  assert kept.stats()["kept_taped"] == 4
+  assert staged[0] <= 4 * 120 < staged[1], staged  # first: xs[t] @ u computed by numpy
+  kept.reset()
