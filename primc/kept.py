@@ -557,11 +557,9 @@ def call(
   taped: bool = False,
 ):
   """`transform(fun)(*args, **kwargs)` by a kept program. `key`: the transform and its
-  parameters; `traced_scalars(args)(k)`: whether the k-th leaf of `(args, kwargs)`, a
-  Python scalar, is traced (weak, as `jit` traces it), not a value of the key (None:
-  every one is); `replayable`: it calls the function on arguments of their own shapes
-  (a function not kept by what it reads: `_by_structure`); `taped`: a long function's
-  first calls run on values (`primc.tape`, `_Taped`)."""
+  parameters; `traced_scalars(args)(k)`: whether the k-th leaf of `(args, kwargs)`, a Python
+  scalar, is traced (weak), not a value of the key (None: every one is); `replayable`: on
+  arguments of their own shapes (`_by_structure`); `taped`: first calls on values (`_Taped`)."""
   plain = lambda: _plainly(lambda: transform(fun)(*args, **kwargs))
   if replayable:
     plain = functools.partial(
@@ -600,15 +598,15 @@ def call(
     return _on_tape(entry, replay)  # (its third call on: the walk trusted, as at a hit)
   if type(entry) is _Entry and _hit(entry, full_key):
     return _run(entry, inputs)
-  drawn, reason = _random_state(), None
+  drawn, reason, keys = _random_state(), None, (key, state, fun)
   try:  # the function traced alone, once (a transform of it replays that trace)
-    if entry is None and taped and replayable and lifted and code not in _short:
-      first = _first_on_values(fun, arrays, weak, drawn, full_key, (key, state, fun), replay)
+    if entry is None and taped and replayable and lifted:
+      first = _first_on_values(fun, arrays, weak, drawn, full_key, keys, replay)
       if first is not _short:
         return first
     forward = _forward(fun, leaves, tree, traced, weak, walk, inputs) if replayable else None
     if type(entry) is _Taped or (entry is None and taped and _tapes(forward)):
-      entry = _taped(entry, forward, drawn, full_key, (key, state, fun), replay)
+      entry = _taped(entry, forward, drawn, full_key, keys, replay)
       if type(entry) is not _Taped:
         return entry  # (the call's result, by the tape)
       entry, reason = None, "calls on values cost enough: made"
@@ -740,6 +738,8 @@ def _first_on_values(fun, arrays, weak, drawn, full_key, keys, replay):
   program is made now from a trace with the arrays lifted, as for a first call, and
   from then on at once). Raises what tracing raises (a value read: paths are kept)."""
   transform, leaves, tree, traced, _, code, _ = replay
+  if code in _short:
+    return _short
   program, out_tree = replayed.forward(fun, leaves, tree, traced, arrays, tuple(weak))
   drew = _random_state() != drawn
   if not drew and not _tapes((program,)):
