@@ -1,22 +1,25 @@
-"""Traced numpy calls kept by signature: a pure op traced once per kind of arguments,
-then its equations restaged at each later call.
+"""Traced numpy calls kept by signature: the equations a pure op stages, recorded once per
+kind of arguments and staged again at each later call.
 
 While tracing, a `primc.numpy` function runs numpy's promotion and broadcasting rules
 and each primitive's shape rule before it stages its few equations: ~10 µs per
 equation (the 946-step HMM's trace: 0.15 s), where staging an equation costs ~1 µs.
-For the pure ops (`_op(recorded=True)`: ufuncs, reductions, products), those equations
-depend only on the call's *signature*: each array's shape, dtype and weakness (and which
-arguments are the same object), and the values of everything else (Python numbers,
-axes, keywords). So the first call of a signature is traced alone, on fresh inputs in
-place of its arrays (`_record`: a small program, as JAX's dispatch keeps one per
-signature), and every call of that signature stages that program's equations on its own
-arguments (`trace.restage`).
+For the pure ops (`_op(recorded=...)`: ufuncs, reductions, products, basic indexing),
+those equations depend only on the call's *signature*: each array's shape, dtype and
+weakness (and which arguments are the same object), and the values of everything else
+(Python numbers, axes, indices, keywords). So a signature's equations are recorded, as
+a small program of inputs for its arrays (as JAX's dispatch keeps one per signature),
+and every later call of it stages them on its own arguments (`trace.restage`). The
+record is read off the signature's first call where the equations it staged read only
+its arguments and each other (`_observed`); otherwise the op is traced alone at the
+signature's second call, on fresh inputs (`_record`).
 
-A call is recorded only inside a trace of abstract values, from the user's code (not
-from inside another op), with arguments of the kinds above; its record is kept only
-where the op staged equations and nothing else: results that are new traced arrays (not
-views), no value read, nothing of an enclosing trace captured. An op that raises is not
-recorded (it runs as before, and raises in its own words).
+A call is recorded from the user's code (not from inside another op), with arguments of
+the kinds above, in a trace of abstract values or of concrete ones (there each replayed
+result's value is computed from the record); its record is kept only where the op staged
+equations and nothing else: results that are new traced arrays (not views), no value
+read, nothing of an enclosing trace captured. An op that raises is not recorded (it runs
+as it is, and raises in its own words).
 """
 
 from __future__ import annotations
