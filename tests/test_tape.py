@@ -300,3 +300,32 @@ def test_a_long_first_call_reads_arrays_by_name_as_numpy_does(monkeypatch):
   assert kept.stats()["kept_taped"] == 4
   assert staged[0] <= 4 * 120 < staged[1], staged  # first: xs[t] @ u computed by numpy
   kept.reset()
+
+
+_READ = np.array([0.5, -1.0, 2.0])
+
+
+def _reads(w):
+  s = pnp.sum(w * _READ)
+  if _READ.sum() > 0:  # Python reads the named array's value (numpy's own, at a first call)
+    s = s * 2.0
+  if pnp.sum(w) > 0:  # and a traced value (a path)
+    s = s + pnp.sum(w**2)
+  return s
+
+
+def test_a_first_call_on_values_then_paths_follow_the_named_array(taped):
+  """A long function reading both an array it names and a traced value: its first call
+  on values (the array as it is), its later ones by paths, the array changed between
+  calls; every call's result is the transform's without keeping."""
+  for step in range(5):
+    _READ[...] = [0.5, -1.0, 2.0] if step % 2 == 0 else [-3.0, 1.0, 0.5]
+    w = np.array([0.3, -0.2, 0.4]) * (1 if step < 3 else -1)
+    got = primc.grad(_reads)(w)
+    primc.config.keep_transforms = False
+    try:
+      want = primc.grad(_reads)(w)
+    finally:
+      primc.config.keep_transforms = True
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+  assert kept.stats()["kept_taped"] >= 1
