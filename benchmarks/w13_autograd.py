@@ -3,10 +3,12 @@
 Each example of autograd's repository (`examples/`: `EXAMPLES`, those that need neither
 a download, autograd's internals nor complex numbers) runs in a fresh process twice: as it
 is, on autograd, and with its imports changed to primc's (`autograd.numpy` ->
-`primc.numpy`, `autograd.scipy` -> `primc.scipy`, `autograd`'s transforms -> primc's;
-`autograd.numpy.random` -> numpy's; autograd's optimizers and `flatten`, plain numpy
-helpers, stay autograd's). primc runs cold (an empty cache) and warm (the cache of the
-cold run). Plots are not drawn (matplotlib stands in as a stub).
+`primc.numpy`, `autograd.scipy` -> `primc.scipy`, `autograd`'s transforms, `flatten`,
+`fixed_point`, `primitive`/`defvjp` and `check_grads` -> primc's; `autograd.numpy.random`
+-> numpy's), each mapped when the example imports it; autograd's optimizers and tracer,
+plain numpy helpers, stay autograd's, and autograd itself loads only for them. primc runs
+cold (an empty cache) and warm (the cache of the cold run). Plots are drawn by matplotlib
+on Agg where it is installed, else not (a stub stands in).
 
 The examples are not part of primc: they are read from a checkout of autograd
 (`--examples DIR`), or downloaded at a fixed commit into primc's cache folder.
