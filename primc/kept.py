@@ -726,6 +726,7 @@ def _taped(entry, forward, drawn, full_key, keys, replay):
 
 
 _short: set = set()  # codes whose trace was short (`_first_on_values`: lifted at once)
+MAX_SHORT_CODES = 4096
 
 
 def _first_on_values(fun, arrays, weak, drawn, full_key, keys, replay):
@@ -743,7 +744,7 @@ def _first_on_values(fun, arrays, weak, drawn, full_key, keys, replay):
   program, out_tree = replayed.forward(fun, leaves, tree, traced, arrays, tuple(weak))
   drew = _random_state() != drawn
   if not drew and not _tapes((program,)):
-    if len(_short) < MAX_KINDS_OF_CODE:
+    if len(_short) < MAX_SHORT_CODES:
       _short.add(code)
     return _short
   entry = _Taped(None, len(program.eqns))
@@ -754,9 +755,6 @@ def _first_on_values(fun, arrays, weak, drawn, full_key, keys, replay):
   out = _on_values(transform, program, out_tree, leaves, tree, traced, arrays)
   entry.calls, entry.seconds = 1, time.perf_counter() - start
   return out
-
-
-MAX_KINDS_OF_CODE = 4096
 
 
 def _on_tape(entry: _Taped, replay):

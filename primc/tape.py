@@ -110,10 +110,7 @@ def _sweeps(program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequ
       if given is None:
         continue
     for a, c in zip(inputs, transposed([*res, *given])):
-      if a in cts:
-        cts[a] = cts[a] + c
-      else:
-        cts[a] = c
+      _accumulate(cts, a, c)
   outs = [np.asarray(a.value if type(a) is Lit else env[a]) for a in program.outputs]
   grads = [
     np.asarray(cts[v]) if v in cts else np.zeros(v.aval.shape, v.aval.dtype)

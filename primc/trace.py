@@ -364,13 +364,21 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
   return tracers if prim.multiple_results else tracers[0]
 
 
+def _reshaped_back(builder: Builder, v: Var, shape: tuple) -> Var | None:
+  """The operand `v` was reshaped from, where it has `shape` (a reshape of `v` to it is
+  that operand, no equation: `a[:, None]` broadcast against a matrix squeezes its new
+  axis again), else None."""
+  source = builder.reshaped.get(v)
+  return source if source is not None and source.aval.shape == shape else None
+
+
 def _unreshaped(builder: Builder, x: Tracer, new_sizes: tuple) -> Tracer | None:
   """A reshape of `x` back to the shape of the operand `x` was reshaped from: that operand
   (no equation), or None."""
   if x.builder is not builder:
     return None
-  source = builder.reshaped.get(x.ir_var)
-  if source is None or source.aval.shape != tuple(new_sizes):
+  source = _reshaped_back(builder, x.ir_var, tuple(new_sizes))
+  if source is None:
     return None
   out = Tracer(builder, source)
   if builder.concrete and x.concrete is not None:
@@ -387,14 +395,27 @@ def _compute_beside(prim: Primitive, args, params, tracers) -> None:
     if value is None:
       return
     values.append(value)
-  builders, _state.builders = _state.builders, []  # (a rule running a program: eagerly)
-  try:
-    with np.errstate(all="ignore"):
-      out = impl_rules[prim](*values, **params)
-  finally:
-    _state.builders = builders
+  out = _eagerly(lambda: impl_rules[prim](*values, **params))
   for t, o in zip(tracers, out if prim.multiple_results else (out,)):
     t.concrete = np.asarray(o)
+
+
+def _eagerly(thunk):
+  """`thunk()` with no trace active (a rule running a program runs it eagerly) and numpy's
+  floating-point errors ignored (IEEE results, as compiled code gives them)."""
+  builders, _state.builders = _state.builders, []
+  try:
+    with np.errstate(all="ignore"):
+      return thunk()
+  finally:
+    _state.builders = builders
+
+
+def values_beside(program: Program, values: Sequence) -> list:
+  """`program`'s outputs on `values` by each equation's numpy implementation, as `bind`
+  computes each result's value beside a trace of values (`_compute_beside`)."""
+  apply = lambda eqn, xs: [np.asarray(o) for o in results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw))]
+  return _eagerly(lambda: run(program, values, apply))
 
 
 core.binder[0] = bind  # Primitive.bind calls it
@@ -567,7 +588,7 @@ def _stage(program: Program, args) -> list:
   for eqn in program.eqns:
     inputs = tuple([a if type(a) is Lit else env[a] for a in eqn.inputs])
     outs = _fresh_outputs(eqn, env)
-    eqns.append(Eqn(eqn.prim, inputs, eqn.params, outs, eqn.source or user_source()))
+    eqns.append(Eqn(eqn.prim, inputs, eqn.params, outs, eqn.source or _source()))
     n += len(outs)
   if n != len(env):  # (a variable assigned twice: fewer entries than assignments)
     raise core.TypeCheckError("a variable is assigned twice in a program staged again")
@@ -647,8 +668,8 @@ def restage(program: Program, args: Sequence, kinds: Sequence[int]) -> list:
   for eqn, kind in zip(program.eqns, kinds):
     inputs = tuple([a if type(a) is Lit else env[a] for a in eqn.inputs])
     if kind == _RESHAPE:
-      same = builder.reshaped.get(inputs[0])
-      if same is not None and same.aval == eqn.outputs[0].aval:
+      same = _reshaped_back(builder, inputs[0], eqn.outputs[0].aval.shape)
+      if same is not None:
         env[eqn.outputs[0]] = same
         continue
     elif kind == _CONSTANT:

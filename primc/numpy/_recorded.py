@@ -28,8 +28,8 @@ import types
 
 import numpy as np
 
-from primc.core import SUPPORTED_DTYPES, Lit, Program, ShapedArray, dtype_name, impl_rules
-from primc.trace import Builder, Tracer, refresh_view, restage, restage_kinds
+from primc.core import SUPPORTED_DTYPES, Lit, Program, ShapedArray, dtype_name
+from primc.trace import Builder, Tracer, refresh_view, restage, restage_kinds, values_beside
 from primc.trace import state as trace_state
 
 MAX_RECORDS = 4096
@@ -63,22 +63,9 @@ class _Record:
     return self._kinds
 
   def values(self, arrays: list) -> list:
-    """The outputs' values on the arguments' (`Tracer.concrete`), by each equation's numpy
-    implementation, as `bind` computes them beside a trace of values."""
-    env = {}
-    for v, a in zip(self.program.inputs, arrays):
-      env[v] = a.concrete if type(a) is Tracer else a
-    builders, trace_state.builders = trace_state.builders, []  # (a rule running a program)
-    try:
-      with np.errstate(all="ignore"):
-        for eqn in self.program.eqns:
-          xs = [x.value if type(x) is Lit else env[x] for x in eqn.inputs]
-          out = impl_rules[eqn.prim](*xs, **eqn.kw)
-          for v, o in zip(eqn.outputs, out if eqn.prim.multiple_results else (out,)):
-            env[v] = np.asarray(o)
-    finally:
-      trace_state.builders = builders
-    return [x.value if type(x) is Lit else env[x] for x in self.program.outputs]
+    """The outputs' values on the arguments' (`Tracer.concrete`), as `bind` computes them
+    beside a trace of values."""
+    return values_beside(self.program, [a.concrete if type(a) is Tracer else a for a in arrays])
 
 
 def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
@@ -106,7 +93,10 @@ def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
       n, reads = len(builder.eqns), len(builder.guards)
       out = run(*args, **kwargs)
       record = None if len(builder.guards) != reads else _observed(builder.eqns[n:], arrays, out)
-      _bounded(_seen, key, None) if record is None else _bounded(_records, key, record)
+      if record is None:
+        _bounded(_seen, key, None)  # (traced alone at its second call)
+      else:
+        _bounded(_records, key, record)
       return out
     record = _record(run, args, kwargs, arrays)
     _bounded(_records, key, record)
