@@ -322,15 +322,18 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
 
 
 def _linearized(fun, primals, has_aux, what, transposed: bool = False):
-  """fun traced at primals and linearized: its primal program evaluated, and its linear
-  program, optimized unless it is to be `transposed` (the transpose is optimized; one
-  round before it too changes no equation count of nested derivatives tried, at ~15% of a
-  nested gradient's first call: autograd's tanh example, four deep)."""
+  """fun traced at primals and linearized: its primal program evaluated (`_to_evaluate`:
+  inside a trace, optimized with the enclosing program's), and its linear program,
+  optimized unless it is to be `transposed` (the transpose is optimized; one round before
+  it too changes no equation count of nested derivatives tried, at ~15% of a nested
+  gradient's first call: autograd's tanh example, four deep). Nested, neither the primal
+  nor the transposed program is optimized: autograd's tanh example's fourth derivative
+  16 -> 10 ms at its first call, its program at the fixpoint 203 equations either way."""
   program, leaves, captured, in_tree, out_tree = _trace(fun, primals)
   out_idx, aux_idx = _split_aux(out_tree, has_aux, what)
   wrt = [aval_of(x).is_float for x in leaves] + [False] * len(captured)
   primal_p, linear_p = ad.linearize_program(program, wrt)
-  primal_p = optimize(primal_p)
+  primal_p = _to_evaluate(primal_p)
   linear_p = linear_p if transposed else optimize(linear_p)
   res = eval_program(primal_p, *leaves, *captured)
   n_out = len(program.outputs)
@@ -351,7 +354,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     linear_p.inputs, linear_p.eqns, tuple(linear_p.outputs[lin_pos[i]] for i in chosen)
   )
   n_res = len(res)
-  transposed = optimize(
+  transposed = _to_evaluate(  # (vjp_fn runs in the trace its residuals belong to)
     ad.transpose_program(linear, [False] * n_res + [True] * (len(linear.inputs) - n_res))
   )
   float_in = [aval_of(x).is_float for x in leaves]
