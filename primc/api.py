@@ -311,7 +311,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
   for x, t in zip(leaves, t_leaves):
     if aval_of(x).shape != aval_of(t).shape:
       raise PrimcError(f"jvp: tangent {aval_of(t)} does not match primal {aval_of(x)}")
-  wrt = [aval_of(x).is_float for x in leaves] + [False] * len(captured)
+  wrt = _differentiable(leaves, captured)
   jvp_p = _to_evaluate(ad.jvp_program(program, wrt))
   ts = [pnp.asarray(t, aval_of(x).dtype) for x, t in zip(leaves, t_leaves) if aval_of(x).is_float]
   res = eval_program(jvp_p, *leaves, *captured, *ts)
@@ -331,8 +331,7 @@ def _linearized(fun, primals, has_aux, what, transposed: bool = False):
   16 -> 10 ms at its first call, its program at the fixpoint 203 equations either way."""
   program, leaves, captured, in_tree, out_tree = _trace(fun, primals)
   out_idx, aux_idx = _split_aux(out_tree, has_aux, what)
-  wrt = [aval_of(x).is_float for x in leaves] + [False] * len(captured)
-  primal_p, linear_p = ad.linearize_program(program, wrt)
+  primal_p, linear_p = ad.linearize_program(program, _differentiable(leaves, captured))
   primal_p = _to_evaluate(primal_p)
   linear_p = linear_p if transposed else optimize(linear_p)
   res = eval_program(primal_p, *leaves, *captured)
@@ -342,11 +341,58 @@ def _linearized(fun, primals, has_aux, what, transposed: bool = False):
 
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
   """Reverse mode: returns `(fun(*primals), vjp_fn)` (and aux if has_aux), where
-  `vjp_fn(ct)` gives the cotangents of the primals (a tuple, None for integer inputs)."""
-  program, leaves, in_tree, out_idx, aux_idx, outs, res, linear_p = _linearized(
-    fun, primals, has_aux, "vjp", transposed=True
-  )
+  `vjp_fn(ct)` gives the cotangents of the primals (a tuple, None for integer inputs).
+
+  On values, `fun` runs once, equation by equation, keeping what its derivative needs,
+  and `vjp_fn` sweeps that back (`primc.tape.pullback`, as autograd's tape): no program
+  is differentiated or optimized. Inside a trace (`jit`, an enclosing transform), its
+  linear program is transposed and staged into the trace's."""
+  if tracing():
+    program, leaves, in_tree, out_idx, aux_idx, outs, res, linear_p = _linearized(
+      fun, primals, has_aux, "vjp", transposed=True
+    )
+    pull = _transposed(program, out_idx, res, linear_p)
+  else:
+    program, leaves, captured, in_tree, out_tree = _trace(fun, primals, optimized=False)
+    out_idx, aux_idx = _split_aux(out_tree, has_aux, "vjp")
+    outs, back = tape.pullback(program, [*leaves, *captured], _differentiable(leaves, captured))
+    pull = lambda by_output: back([by_output.get(i) for i in range(len(program.outputs))])
   out_leaves, out_td = tree_flatten(out_idx)
+  chosen = [i for i in out_leaves if program.out_avals[i].is_float]
+  float_in = [aval_of(x).is_float for x in leaves]
+
+  def vjp_fn(ct):
+    ct_leaves, ct_td = tree_flatten(ct)
+    if ct_td != out_td:
+      raise PrimcError("vjp_fn: the cotangent must have the structure of the output")
+    cts = [
+      pnp.asarray(c, program.out_avals[i].dtype)
+      for c, i in zip(ct_leaves, out_leaves)
+      if program.out_avals[i].is_float
+    ]
+    for c, i in zip(cts, chosen):
+      if aval_of(c).shape != program.out_avals[i].shape:
+        raise PrimcError(
+          f"vjp_fn: cotangent {aval_of(c)} does not match output {program.out_avals[i]}"
+        )
+    in_cts = iter(pull(dict(zip(chosen, cts))))
+    flat = [next(in_cts) if f else None for f in float_in]
+    return tuple(tree_unflatten(in_tree, flat))
+
+  out = _pick(outs, out_idx)
+  return (out, vjp_fn, _pick(outs, aux_idx)) if has_aux else (out, vjp_fn)
+
+
+def _differentiable(leaves, captured) -> list[bool]:
+  """Which inputs of a traced program a derivative is taken in: the float leaves (not
+  the arrays it captured)."""
+  return [aval_of(x).is_float for x in leaves] + [False] * len(captured)
+
+
+def _transposed(program: Program, out_idx, res, linear_p: Program) -> Callable:
+  """A vjp's pullback inside a trace: the linear program of the outputs `out_idx` names
+  transposed, as a function of their cotangents ({output index: cotangent}) staging it."""
+  out_leaves = tree_flatten(out_idx)[0]
   float_outs = [a.is_float for a in program.out_avals]
   lin_pos = {i: k for k, i in enumerate(j for j, f in enumerate(float_outs) if f)}
   chosen = [i for i in out_leaves if float_outs[i]]
@@ -357,28 +403,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
   transposed = _to_evaluate(  # (vjp_fn runs in the trace its residuals belong to)
     ad.transpose_program(linear, [False] * n_res + [True] * (len(linear.inputs) - n_res))
   )
-  float_in = [aval_of(x).is_float for x in leaves]
-
-  def vjp_fn(ct):
-    ct_leaves, ct_td = tree_flatten(ct)
-    if ct_td != out_td:
-      raise PrimcError("vjp_fn: the cotangent must have the structure of the output")
-    cts = [
-      pnp.asarray(c, program.out_avals[i].dtype)
-      for c, i in zip(ct_leaves, out_leaves)
-      if float_outs[i]
-    ]
-    for c, i in zip(cts, chosen):
-      if aval_of(c).shape != program.out_avals[i].shape:
-        raise PrimcError(
-          f"vjp_fn: cotangent {aval_of(c)} does not match output {program.out_avals[i]}"
-        )
-    in_cts = iter(eval_program(transposed, *res, *cts))
-    flat = [next(in_cts) if f else None for f in float_in]
-    return tuple(tree_unflatten(in_tree, flat))
-
-  out = _pick(outs, out_idx)
-  return (out, vjp_fn, _pick(outs, aux_idx)) if has_aux else (out, vjp_fn)
+  return lambda by_output: eval_program(transposed, *res, *[by_output[i] for i in chosen])
 
 
 def linearize(fun: Callable, *primals: Any) -> tuple:

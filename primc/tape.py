@@ -18,7 +18,7 @@ equations); tests compare the two on every primitive's programs.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -72,6 +72,13 @@ def _rules(eqn: Eqn, active: tuple[bool, ...]):
 
 def _sweeps(program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequence):
   """Both sweeps, unguarded (`vjp`)."""
+  outs, tape, active = _forward(program, args, wrt)
+  return outs, _backward(program, wrt, tape, active, out_cts)
+
+
+def _forward(program: Program, args: Sequence, wrt: Sequence[bool]):
+  """The forward sweep: (the program's outputs, the tape, the variables a derivative
+  flows through)."""
   env = dict(zip(program.inputs, args, strict=True))
   active = {v for v, w in zip(program.inputs, wrt) if w}
   tape = []
@@ -95,6 +102,13 @@ def _sweeps(program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequ
     else:
       for v, x in zip(eqn.outputs, outs):
         env[v] = x
+  outs = [np.asarray(a.value if type(a) is Lit else env[a]) for a in program.outputs]
+  return outs, tape, active
+
+
+def _backward(program: Program, wrt, tape: list, active: set, out_cts: Sequence) -> list:
+  """The backward sweep over `tape` (which it leaves as it is): the cotangents of the
+  inputs marked in `wrt`."""
   cts: dict = {}
   for a, ct in zip(program.outputs, out_cts, strict=True):
     if ct is not None and a in active:
@@ -111,13 +125,11 @@ def _sweeps(program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequ
         continue
     for a, c in zip(inputs, transposed([*res, *given])):
       _accumulate(cts, a, c)
-  outs = [np.asarray(a.value if type(a) is Lit else env[a]) for a in program.outputs]
-  grads = [
+  return [
     np.asarray(cts[v]) if v in cts else np.zeros(v.aval.shape, v.aval.dtype)
     for v, w in zip(program.inputs, wrt)
     if w
   ]
-  return outs, grads
 
 
 def _given(cts: dict, eqn: Eqn) -> list | None:
@@ -147,6 +159,28 @@ def vjp(
       return _sweeps(program, args, wrt, out_cts)
   except Exception:  # noqa: BLE001 - see above
     return by_program(program, args, wrt, out_cts)
+
+
+def pullback(program: Program, args: Sequence, wrt: Sequence[bool]) -> tuple[list, Callable]:
+  """`vjp` in two steps, as autograd's tape runs (`primc.vjp` on values): the program's
+  outputs on `args` now (the forward sweep), and a function of the output cotangents
+  giving those of the inputs marked in `wrt` (the backward sweep, as often as it is
+  called). Where a sweep fails, `vjp`'s program is made and run instead."""
+  try:
+    with np.errstate(all="ignore"):
+      outs, tape, active = _forward(program, args, wrt)
+  except Exception:  # noqa: BLE001 - the program's evaluation names what is wrong
+    outs = [np.asarray(x) for x in eval_program(program, *args)]
+    return outs, lambda out_cts: by_program(program, args, wrt, out_cts)[1]
+
+  def back(out_cts: Sequence) -> list:
+    try:
+      with np.errstate(all="ignore"):
+        return _backward(program, wrt, tape, active, out_cts)
+    except Exception:  # noqa: BLE001 - as above
+      return by_program(program, args, wrt, out_cts)[1]
+
+  return outs, back
 
 
 def by_program(program: Program, args, wrt, out_cts) -> tuple[list, list]:

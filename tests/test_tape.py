@@ -37,8 +37,17 @@ def _agree(program, args, rng, rtol=1e-10):
   ]
   want_outs, want_cts = _by_program(program, args, wrt, cts)
   outs, got = tape.vjp(program, args, wrt, cts)
-  assert len(got) == len(want_cts)
-  for g, w in zip([*outs, *got], [*want_outs, *want_cts], strict=True):
+  _same([*outs, *got], [*want_outs, *want_cts], rtol)
+  # in two steps (`primc.vjp` on values): the backward sweep as often as it is called
+  outs, back = tape.pullback(program, args, wrt)
+  _same([*outs, *back(cts)], [*want_outs, *want_cts], rtol)
+  other = [None if c is None else rng.standard_normal(c.shape).astype(c.dtype) for c in cts]
+  _same(back(other), _by_program(program, args, wrt, other)[1], rtol)
+
+
+def _same(got, want, rtol):
+  assert len(got) == len(want)
+  for g, w in zip(got, want, strict=True):
     assert np.shape(g) == np.shape(w) and np.asarray(g).dtype == np.asarray(w).dtype
     np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-12)
 
@@ -123,6 +132,65 @@ def test_a_primitive_without_reverse_mode_says_so_as_the_program_does():
   f = lambda x: pnp.sum(lax.while_loop(lambda v: pnp.sum(v * v) < 50.0, lambda v: v * 1.7, x))
   with pytest.raises(primc.PrimcError, match="reverse-mode differentiation through while"):
     primc.grad(f)(np.ones(3))
+
+
+def _vjp_in_a_trace(f, args, ct, has_aux):
+  """`primc.vjp(f, *args)` and its pullback at `ct`, made inside `jit` (the transposed
+  program staged into jit's)."""
+
+  def both(*a):
+    made = primc.vjp(f, *a, has_aux=has_aux)
+    return made[0], made[1](ct), made[2:]
+
+  return primc.jit(both)(*args)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=OPS, seed=st.integers(0, 2**16), has_aux=st.booleans())
+def test_vjp_on_values_is_vjp_in_a_trace(ops, seed, has_aux):
+  """`primc.vjp` on values runs on the tape (no program of the function is linearized:
+  `_linearized` is not called) and gives what the vjp staged into `jit` gives, for
+  pytree arguments, an integer argument (its cotangent None), an auxiliary output and a
+  pullback called twice."""
+  from primc import api
+
+  rng = np.random.default_rng(seed)
+  x, y = rng.standard_normal((3, 4)) * 0.5, rng.standard_normal((3, 4)) * 0.5
+  g = _composition(ops)
+
+  def f(xy, n):
+    out = {"v": g(xy["x"], xy["y"]) * n, "k": n + 1}
+    return (out, pnp.sum(xy["x"])) if has_aux else out
+
+  args = ({"x": x, "y": y}, np.int64(3))
+  cts = [{"v": rng.standard_normal(()), "k": np.int64(0)} for _ in range(2)]
+  wants = [_vjp_in_a_trace(f, args, ct, has_aux) for ct in cts]
+  with pytest.MonkeyPatch.context() as m:
+    m.setattr(api, "_linearized", None)  # (called: a TypeError)
+    made = primc.vjp(f, *args, has_aux=has_aux)
+  out, pull = made[0], made[1]
+  for ct, (want_out, want_ct, want_aux) in zip(cts, wants):
+    got = pull(ct)
+    assert got[1] is None and want_ct[1] is None  # (the integer argument)
+    _same([got[0]["x"], got[0]["y"]], [want_ct[0]["x"], want_ct[0]["y"]], 1e-9)
+  _same([out["v"], out["k"], *made[2:]], [want_out["v"], want_out["k"], *want_aux], 1e-12)
+
+
+def test_vjp_on_values_refuses_what_the_traced_vjp_refuses():
+  """A pullback on values checks its cotangent as the traced one does, and a primitive
+  without reverse mode is named (by the program, made where the tape cannot go)."""
+  from primc import lax
+
+  out, pull = primc.vjp(lambda x: pnp.tanh(x) * 2.0, np.ones(3))
+  with pytest.raises(primc.PrimcError, match="does not match output"):
+    pull(np.ones(4))
+  with pytest.raises(primc.PrimcError, match="structure of the output"):
+    pull((np.ones(3), np.ones(3)))
+  f = lambda x: pnp.sum(lax.while_loop(lambda v: pnp.sum(v * v) < 50.0, lambda v: v * 1.7, x))
+  out, pull = primc.vjp(f, np.ones(3))
+  np.testing.assert_allclose(out, f(np.ones(3)))
+  with pytest.raises(primc.PrimcError, match="reverse-mode differentiation through while"):
+    pull(1.0)
 
 
 # ---------------------------------------------------------------------------------------
