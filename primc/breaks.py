@@ -21,13 +21,12 @@ source line is logged once per function.
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Callable
 
 import numpy as np
 
-log = logging.getLogger("primc")
+from primc.settings import log
 
 PATHS_KEPT = 16  # per signature, least recently taken dropped first
 

@@ -41,10 +41,8 @@ import collections
 import functools
 import hashlib
 import inspect
-import logging
 import os
 import sys
-import sysconfig
 import threading
 import time
 import types
@@ -53,7 +51,7 @@ from typing import Any, Callable
 import numpy as np
 
 from primc import breaks, core, passes, replayed
-from primc.settings import config
+from primc.settings import config, log
 from primc.core import (
   ConcretizationError,
   Lit,
@@ -66,7 +64,6 @@ from primc.core import (
 from primc.trace import as_array, aval_of, eval_program, trace_flat, tracing, weak_leaves
 from primc.tree import _node_of, tree_flatten, tree_unflatten
 
-log = logging.getLogger("primc")
 
 KEPT = 256  # kept programs (least recently used go first)
 MAX_DEPTH = 8  # functions reached through functions, at most
@@ -100,13 +97,20 @@ IDENTITY_TYPES: tuple = (
   type(np.sum),
 )
 _VALUES = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), np.dtype)
-_LIBRARY = tuple(
-  p + os.sep
-  for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-) + tuple(
+_PRIMC = tuple(  # primc's own folders
   os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d + os.sep
   for d in ("primc", "passes", "codegen")
 )
+
+
+@functools.cache
+def _library() -> tuple[str, ...]:
+  """The folders of code not the user's: the standard library's, installed packages'
+  (`site`'s, imported at startup), primc's."""
+  import site
+
+  folders = [os.path.dirname(os.__file__), *getattr(site, "getsitepackages", list)()]
+  return tuple(p + os.sep for p in dict.fromkeys(folders)) + _PRIMC
 
 
 class _Local(threading.local):
@@ -137,10 +141,7 @@ class NotKept(Exception):
 @functools.lru_cache(maxsize=4096)
 def _user_code(code: types.CodeType) -> bool:
   """Code of the user's (not primc's, numpy's or the standard library's): walked."""
-  return not code.co_filename.startswith(_LIBRARY)
-
-
-_PRIMC = _LIBRARY[-3:]  # primc's own folders
+  return not code.co_filename.startswith(_library())
 
 
 @functools.lru_cache(maxsize=4096)

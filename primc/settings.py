@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import os
 from typing import Iterator
 
@@ -49,6 +48,8 @@ class Config:
     a silent no-op), naming the closest one."""
     names = [f.name for f in dataclasses.fields(self)]
     if name not in names:
+      import difflib  # (only for this message)
+
       close = difflib.get_close_matches(name, names, n=1)
       hint = f"; did you mean {close[0]!r}?" if close else f" (settings: {', '.join(names)})"
       raise AttributeError(f"primc.config has no setting {name!r}{hint}")
@@ -56,6 +57,19 @@ class Config:
 
 
 config = Config()
+
+
+class _Log:
+  """The "primc" logger, `logging` imported at its first message: a transform's first
+  call does not import it (~2 ms)."""
+
+  def __getattr__(self, name):
+    import logging
+
+    return getattr(logging.getLogger("primc"), name)
+
+
+log = _Log()
 
 
 @contextlib.contextmanager
