@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-import hashlib
 import itertools
 import math
 import threading
@@ -503,6 +502,8 @@ def shape_free_key(program: Program) -> str:
     for v in e.outputs:
       ids[v] = len(ids)
   parts.append(tuple(atom(a) for a in program.outputs))
+  import hashlib  # (OpenSSL's, ~3 ms: imported where a key is first made)
+
   return hashlib.sha1(repr(parts).encode()).hexdigest()
 
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import hashlib
 import inspect
 import os
 import sys
@@ -333,6 +332,8 @@ def _filled(cell) -> bool:
 
 def _fingerprint(program) -> str:
   """The program's text and its literals' values: equal for equal traces."""
+  import hashlib  # (~3 ms: imported at a second call)
+
   h = hashlib.blake2b(str(program).encode(), digest_size=16)
   for eqn in program.eqns:
     for a in eqn.inputs:
@@ -498,8 +499,8 @@ class _Entry:
     self.calls, self.seconds, self.digest, self.executable = 0, 0.0, None, None
     self.fast = None  # the executable's steady runner (False: it has none)
     self.optimized = not config.optimize_transforms  # (`_optimize`: once it pays)
-    self.forward = self.traced_as = None  # the function traced alone: its fingerprint (a
-    # path's: `_forward_fingerprint`, with the arguments it was traced with)
+    self.forward = self.traced_as = None  # the function traced alone (`_forward`'s list;
+    # a path's: its fingerprint, `_forward_fingerprint`, with the arguments it was traced with)
 
   @property
   def fingerprint(self) -> str:
@@ -611,7 +612,7 @@ def call(
       if type(entry) is not _Taped:
         return entry  # (the call's result, by the tape)
       entry, reason = None, "calls on values cost enough: made"
-    if entry is not None and forward is not None and _digest(forward) == entry.forward:
+    if entry is not None and forward is not None and _same_trace(forward, entry.forward):
       _count("checked")  # the second call: the first call's program
       return _run(entry, inputs)
     made = _make(
@@ -652,8 +653,14 @@ def _first(made, drawn, forward, inputs, keys, reason: str | None = None):
   full_key, key, state, code, fun = keys
   if _drew(drawn, code, fun):
     return _run(made, inputs)
-  made.forward = None if forward is None else _digest(forward)
+  made.forward = forward  # (fingerprinted when a second call compares: `_same_trace`)
   return _run(_kept_or_checked(full_key, None, made, key, state, code, fun, reason), inputs)
+
+
+def _same_trace(forward: list, kept) -> bool:
+  """Whether the function traced alone as `forward` traced as the first call's `kept`
+  (`_forward`'s list, None where there was none)."""
+  return kept is not None and _digest(forward) == _digest(kept)
 
 
 def _drew(drawn, code, fun) -> bool:
