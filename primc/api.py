@@ -802,7 +802,7 @@ def jacobian(fun: Callable, argnum: int = 0) -> Callable:
   return jacrev(fun, argnums=argnum)
 
 
-@_kept()
+@_kept(taped=True)
 def elementwise_grad(fun: Callable, argnum: int = 0) -> Callable:
   """autograd.elementwise_grad (and `deriv`): the vector-Jacobian product with ones, the
   sum of each column of the Jacobian; the derivative itself for elementwise functions."""

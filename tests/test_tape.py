@@ -239,7 +239,9 @@ def test_first_calls_run_on_values_then_the_kept_program(taped):
   assert s["kept_taped"] == 4 and s["kept_checked"] == 1 and s["kept_hits"] == 2, s
 
 
-@pytest.mark.parametrize("transform", ["grad", "value_and_grad", "grad_aux", "argnums"])
+@pytest.mark.parametrize(
+  "transform", ["grad", "value_and_grad", "grad_aux", "argnums", "elementwise_grad"]
+)
 @pytest.mark.parametrize("change", ["in_place", "rebind", "none"])
 def test_calls_on_values_follow_the_data_as_kept_programs_do(taped, transform, change):
   """A global array changed between calls, read by name: every call's result is that of
@@ -253,6 +255,7 @@ def test_calls_on_values_follow_the_data_as_kept_programs_do(taped, transform, c
     "value_and_grad": lambda w: primc.value_and_grad(loss)(w),
     "grad_aux": lambda w: primc.grad(lambda v: (loss(v), {"d": v * 2.0}), has_aux=True)(w),
     "argnums": lambda w: primc.grad(loss, argnums=(0, 1))(w, 1.5),
+    "elementwise_grad": lambda w: primc.elementwise_grad(loss)(w),  # (vjp on values)
   }[transform]
   w = np.array([0.3, 0.2, -0.4])
   for step in range(5):
