@@ -49,6 +49,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+try:  # hashlib's own blake2b, without importing OpenSSL's hashes (~3 ms)
+  from _blake2 import blake2b
+except ImportError:  # (a Python without it)
+  from hashlib import blake2b
+
 from primc import breaks, core, passes, replayed
 from primc.settings import config, log
 from primc.core import (
@@ -60,7 +65,15 @@ from primc.core import (
   ufunc_rules,
   without_gc,
 )
-from primc.trace import as_array, aval_of, eval_program, trace_flat, tracing, weak_leaves
+from primc.trace import (
+  Tracer,
+  as_array,
+  aval_of,
+  eval_program,
+  trace_flat,
+  tracing,
+  weak_leaves,
+)
 from primc.tree import _node_of, tree_flatten, tree_unflatten
 
 
@@ -123,6 +136,70 @@ def wanted() -> bool:
   """Whether a transform called now keeps its program: keeping is on, nothing is being
   traced, and no call being run without keeping is under way."""
   return config.keep_transforms and not tracing() and not _local.plain
+
+
+def staged(key: tuple, fun: Callable, args: tuple, kwargs: dict) -> Any:
+  """`transform(fun)(*args, **kwargs)` inside a trace (an enclosing transform, `jit`),
+  from the program kept for a call outside it with arguments of these types: the function
+  traced alone here is compared with the first call's trace, as a second call's is, and
+  the kept program is staged into the trace (a nested derivative reuses the derivative a
+  call before it made: autograd's tanh example). `MISS` where no such program is kept or
+  the function traces differently (or reads arrays by name inside a kept program being
+  made: made again around that program's inputs, its globals a copy, it is keyed apart);
+  nothing is kept from inside a trace."""
+  if not config.keep_transforms or _local.plain:
+    return MISS
+  code = (key, getattr(fun, "__code__", None) or id(fun))
+  if code in _unkept or code in _static_scalars:
+    return MISS
+  walk = _Walk(traced=True)
+  try:  # (a value not hashable, an object the walk cannot compare: made anew)
+    leaves, tree, traced, statics = _argument_leaves(args, kwargs, _numbers)
+    weak = weak_leaves([leaves[k] for k in traced])
+    if True in weak:
+      return MISS  # (Python numbers: kept calls trace them weak, a trace may not)
+    state = (walk(fun), tuple(walk(s) for s in statics))
+    inputs = [as_array(leaves[k]) for k in traced] + [as_array(x) for x in walk.leaves]
+    full_key = (key, state, tree, tuple(traced), weak, tuple(vars(config).values()))
+    full_key += (tuple((x.shape, x.dtype.str) for x in inputs),)
+    entry = _kept.get(full_key)
+  except (NotKept, PrimcError, TypeError):
+    return MISS
+  if type(entry) is not _Entry or entry.forward is None:
+    return MISS
+  drawn, states = _random_state(), _random_states()
+  try:
+    forward = _forward(fun, leaves, tree, traced, weak, walk, inputs)
+  except ConcretizationError:
+    forward = None
+  if _random_state() != drawn:  # (drawn while traced: the trace made anew draws them)
+    _restore_random(states)
+    return MISS
+  if forward is None or not _same_trace(forward, entry.forward):
+    return MISS
+  _count("staged")
+  return tree_unflatten(entry.out_tree, eval_program(entry.program, *inputs))
+
+
+MISS = object()  # `staged`: no kept program stands in
+
+
+def _random_states() -> tuple:
+  """The full states of numpy's global generator and Python's `random`, to restore (None:
+  the module is not imported)."""
+  numpy_random, python = sys.modules.get("numpy.random"), sys.modules.get("random")
+  return (
+    None if numpy_random is None else numpy_random.get_state(legacy=False),
+    None if python is None else python.getstate(),
+  )
+
+
+def _restore_random(states: tuple) -> None:
+  numpy_state, python_state = states
+  if numpy_state is not None:
+    np.random.set_state(numpy_state)
+  if python_state is not None:
+    sys.modules["random"].setstate(python_state)
 
 
 def _plainly(thunk):
@@ -188,8 +265,10 @@ class _Walk:
   """One walk over a function and what it reaches: its key (hashable), the arrays lifted
   (`leaves`) and, with `tracers`, the function made again with those in their place."""
 
-  def __init__(self, tracers=None, holders=frozenset()):
+  def __init__(self, tracers=None, holders=frozenset(), traced: bool = False):
     self.leaves: list = []
+    self.traced = traced or tracers is not None  # (`staged`: in a trace, an array the
+    # function reads may be a traced value, lifted as an array is, and made again so)
     self.holders = set(holders)  # ids of the objects with arrays beneath (made again)
     self.held = 0  # arrays found, and references to holders seen before
     self.refs: list = []  # objects compared by identity (kept alive with the key)
@@ -201,7 +280,8 @@ class _Walk:
     """The key of `obj`; rebuilding, `obj` with tracers for its arrays (itself where it
     holds none: a list it appends to while traced stays the caller's)."""
     if self.tracers is not None:
-      if id(obj) in self.holders or type(obj) is np.ndarray or isinstance(obj, np.generic):
+      t = type(obj)
+      if id(obj) in self.holders or t is np.ndarray or t is Tracer or isinstance(obj, np.generic):
         return self._visit(obj, depth)
       return obj
     before = self.held
@@ -215,7 +295,7 @@ class _Walk:
     if self.nodes > MAX_NODES:
       raise NotKept(f"the function reaches more than {MAX_NODES} objects")
     t = type(obj)
-    if t is np.ndarray or isinstance(obj, np.generic):
+    if t is np.ndarray or isinstance(obj, np.generic) or (t is Tracer and self.traced):
       self.leaves.append(obj)
       self.held += 1
       return next(self.tracers) if self.tracers else ("leaf",)
@@ -332,9 +412,7 @@ def _filled(cell) -> bool:
 
 def _fingerprint(program) -> str:
   """The program's text and its literals' values: equal for equal traces."""
-  import hashlib  # (~3 ms: imported at a second call)
-
-  h = hashlib.blake2b(str(program).encode(), digest_size=16)
+  h = blake2b(str(program).encode(), digest_size=16)
   for eqn in program.eqns:
     for a in eqn.inputs:
       if isinstance(a, Lit):
@@ -514,12 +592,12 @@ def _argument_leaves(args: tuple, kwargs: dict, traced_scalars):
   """The arguments' leaves, their tree, which leaves are traced (arrays; Python scalars
   where `traced_scalars(k)` says so, weak as `jit` traces them) and the rest (Python
   values of the key). Flat array arguments (the common call) skip the pytree walk."""
-  if not kwargs and all([type(a) is np.ndarray for a in args]):
+  if not kwargs and all([type(a) is np.ndarray or type(a) is Tracer for a in args]):
     return list(args), len(args), list(range(len(args))), []
   leaves, tree = tree_flatten((args, kwargs))
   traced, statics = [], []
   for k, x in enumerate(leaves):
-    if isinstance(x, (np.ndarray, np.generic)) or (
+    if isinstance(x, (np.ndarray, np.generic, Tracer)) or (
       type(x) in (float, int, bool, complex) and traced_scalars(k)
     ):
       traced.append(k)

@@ -623,3 +623,101 @@ def test_a_users_function_marked_as_taking_front_ends_is_still_walked():
   scale[0] = 3.0  # (read through the op's closure: a new key)
   np.testing.assert_array_equal(g(np.ones(2)), [3.0, 3.0])
   assert primc.cache_stats().get("kept_not_kept", 0) == 0
+
+
+# ---------------------------------------------------------------------------------------
+# Inside a trace: a program kept outside it, staged (`kept.staged`)
+
+
+def _tanh(x):
+  return (1.0 - pnp.exp(-2 * x)) / (1.0 + pnp.exp(-(2 * x)))
+
+
+def test_nested_derivatives_stage_the_programs_kept_before_them():
+  """autograd's tanh example: each derivative plotted, then the next nested one. The inner
+  levels' first calls kept their programs; inside the next level's trace they are staged
+  (checked by tracing the function alone), and every result is a fresh trace's."""
+  x = np.linspace(-7, 7, 50)
+  fs, f = [], _tanh
+  for _ in range(4):
+    f = primc.elementwise_grad(f)
+    fs.append(f)
+  got = [g(x) for g in fs]
+  assert kept.stats()["kept_staged"] == 1 + 2 + 3, kept.stats()  # (levels inside each)
+  want = _unkept(lambda: [g(x) for g in fs])
+  t = np.tanh(x)
+  np.testing.assert_allclose(got[0], 1 - t**2, rtol=1e-9, atol=1e-15)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+_DATA_W = np.zeros(4)  # (read by name: rebound by the test below)
+
+
+@pytest.mark.parametrize("where", ["jit", "vmap", "grad"])
+def test_a_kept_gradient_staged_into_jit_vmap_and_grad_agrees(where):
+  rng = np.random.default_rng(3)
+  w0 = rng.standard_normal((3, 4))
+  g = primc.grad(lambda w: pnp.sum(pnp.tanh(w * _DATA_W) ** 2))
+  globals()["_DATA_W"] = rng.standard_normal(4)
+  g(w0[0])  # kept outside any trace
+  run = {
+    "jit": lambda: primc.jit(lambda w: g(w) * 2.0)(w0[1]),
+    "vmap": lambda: primc.jit(primc.vmap(g))(w0),  # (a kept vmap makes g anew: apart)
+    "grad": lambda: primc.grad(lambda w: pnp.sum(g(w) ** 2))(w0[2]),
+  }[where]
+  globals()["_DATA_W"] = rng.standard_normal(4)  # (rebound: the staged program reads it)
+  got = run()
+  assert kept.stats().get("kept_staged", 0) >= 1, kept.stats()
+  np.testing.assert_allclose(got, _unkept(run), rtol=1e-12, atol=1e-14)
+
+
+def test_a_function_reading_a_traced_value_by_name_is_made_in_the_trace():
+  """A closure over the enclosing trace's value cannot take a kept program: made anew,
+  and the function stays kept outside the trace."""
+  f = lambda y: primc.grad(lambda x: pnp.sum(pnp.sin(x * y)))(np.ones(3))
+  primc.grad(lambda x: pnp.sum(pnp.sin(x * 2.0)))(np.ones(3))
+  got = primc.grad(lambda y: pnp.sum(f(y)))(0.5)
+  np.testing.assert_allclose(got, 3 * (np.cos(0.5) - 0.5 * np.sin(0.5)), rtol=1e-12)
+  assert "kept_staged" not in kept.stats() and not kept.stats().get("kept_not_kept")
+
+
+def test_random_numbers_drawn_inside_a_trace_are_drawn_once():
+  """A kept function that now draws (a switch read through a module, which the walk
+  compares by identity) is traced in the enclosing trace once: numpy's generator advances
+  as it does without keeping."""
+  import types
+
+  switch = types.ModuleType("switch")
+  switch.draw = False
+  noise = lambda: np.random.standard_normal(3) if switch.draw else 1.0
+  f = primc.grad(lambda w: pnp.sum(w * noise()))
+  f(np.ones(3))
+  switch.draw = True
+  jitted = lambda: primc.jit(lambda w: f(w) + 0.0)(np.ones(3))
+  np.random.seed(5)
+  got = jitted()
+  after = np.random.standard_normal()
+  np.random.seed(5)
+  want = _unkept(jitted)
+  np.testing.assert_allclose(got, want)
+  assert after == np.random.standard_normal()
+  assert "kept_staged" not in kept.stats()
+
+
+def test_state_read_through_a_module_is_seen_inside_a_trace():
+  """The walk compares a module by identity: a value read through it that changed since
+  the kept call makes the function trace differently, and it is made in the trace."""
+  import types
+
+  switch = types.ModuleType("switch")
+  switch.scale = 1.0
+  f = primc.grad(lambda w: pnp.sum(pnp.sin(w * switch.scale)))
+  f(np.ones(3))
+  switch.scale = 3.0
+  run = lambda: primc.jit(lambda w: f(w) * 1.0)(np.ones(3))
+  np.testing.assert_allclose(run(), 3.0 * np.cos(3.0 * np.ones(3)), rtol=1e-12)
+  assert "kept_staged" not in kept.stats()
+  switch.scale = 1.0  # (as when kept: staged)
+  np.testing.assert_allclose(run(), np.cos(np.ones(3)), rtol=1e-12)
+  assert kept.stats()["kept_staged"] == 1
