@@ -721,3 +721,15 @@ def test_state_read_through_a_module_is_seen_inside_a_trace():
   switch.scale = 1.0  # (as when kept: staged)
   np.testing.assert_allclose(run(), np.cos(np.ones(3)), rtol=1e-12)
   assert kept.stats()["kept_staged"] == 1
+
+
+def test_an_array_closed_over_may_be_a_traced_value_inside_a_trace():
+  """`grad(lambda x: loss(x, y))` kept with an array y: inside `jit`, y is a traced value
+  of the same type, read by name, and the kept program is staged with it as its input."""
+  x0 = np.array([0.3, -0.2, 0.5])
+  outer = lambda y: primc.grad(lambda x: pnp.sum(pnp.tanh(x * y) ** 2))(x0)
+  want = lambda y: 2 * np.tanh(x0 * y) * (1 - np.tanh(x0 * y) ** 2) * y
+  y0, y1 = np.array([1.0, 2.0, -1.0]), np.array([0.5, -3.0, 2.0])
+  np.testing.assert_allclose(outer(y0), want(y0), rtol=1e-12)
+  np.testing.assert_allclose(primc.jit(outer)(y1), want(y1), rtol=1e-12)
+  assert kept.stats()["kept_staged"] == 1, kept.stats()
