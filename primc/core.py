@@ -341,6 +341,11 @@ ufunc_rules: dict[Primitive, np.ufunc] = {}
 # **params)` gives a function of the input values alone, run inside the caller's IEEE
 # error state (parameters read once, no dtype checks: the shape rules held when traced).
 runner_rules: dict[Primitive, Callable[..., Callable]] = {}
+# Control flow run again and again on values (kept runners, the tape): `program_runner_rules
+# [prim](sub, **params)` gives a function of the input values alone, `sub(program)` the
+# runner of a program among its parameters (made once, not evaluated anew at every step
+# of a loop), run inside the caller's IEEE error state.
+program_runner_rules: dict[Primitive, Callable[..., Callable]] = {}
 
 
 @dataclasses.dataclass(frozen=True, eq=False, init=False)

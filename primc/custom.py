@@ -35,6 +35,7 @@ from primc.core import (
   PrimcError,
   Program,
   ShapedArray,
+  program_runner_rules,
   results,
   run,
 )
@@ -89,6 +90,15 @@ abstract_rules[custom_vjp_call_p] = lambda *avals, fun, **_: _out_avals(fun)
 abstract_rules[custom_lin_p] = lambda *avals, out_avals, **_: tuple(out_avals)
 impl_rules[custom_jvp_call_p] = lambda *args, fun, **_: eval_program(fun, *args)
 impl_rules[custom_vjp_call_p] = lambda *args, fun, **_: eval_program(fun, *args)
+
+
+def _call_runner(sub, *, fun, **_):
+  run_fun = sub(fun)
+  return lambda *args: run_fun(list(args))
+
+
+program_runner_rules[custom_jvp_call_p] = _call_runner
+program_runner_rules[custom_vjp_call_p] = _call_runner
 
 
 def _no_forward_mode(*args, bwd, **_):

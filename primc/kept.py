@@ -61,6 +61,7 @@ from primc.core import (
   Lit,
   PrimcError,
   impl_rules,
+  program_runner_rules,
   runner_rules,
   ufunc_rules,
   without_gc,
@@ -450,6 +451,9 @@ def runner(program, guarded: bool = True) -> Callable[[list], list]:
     impl, kw = _float_impl(e), {}
     if impl is None:
       impl, kw = impl_rules[e.prim], e.kw
+      control = program_runner_rules.get(e.prim)  # (loops: their programs as runners)
+      if control is not None:
+        impl, kw = control(lambda p: runner(p, guarded=False), **e.kw), {}
     step = (
       impl,
       tuple(map(slot, e.inputs)),

@@ -43,6 +43,7 @@ from primc.core import (
   Program,
   ShapedArray,
   Var,
+  program_runner_rules,
 )
 from primc.prims import abstract_rules, impl_rules
 from primc.trace import Tracer, as_array, aval_of, eval_program, locate, trace_flat, user_source
@@ -166,6 +167,52 @@ def _scan_impl(*args, body, length, reverse, n_consts, n_carry):
   return carry + stacked
 
 
+def _cond_runner(sub, *, branches):
+  runs = [sub(b) for b in branches]
+
+  def run(index, *operands):
+    k = int(index)
+    if not 0 <= k < len(runs):
+      raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(runs)} branches")
+    return runs[k](list(operands))
+
+  return run
+
+
+def _while_runner(sub, *, cond, body, n_cond, n_body):
+  run_cond, run_body = sub(cond), sub(body)
+
+  def run(*args):
+    consts_c, consts_b = list(args[:n_cond]), list(args[n_cond : n_cond + n_body])
+    carry = list(args[n_cond + n_body :])
+    while bool(run_cond(consts_c + carry)[0]):
+      carry = run_body(consts_b + carry)
+    return carry
+
+  return run
+
+
+def _scan_runner(sub, *, body, length, reverse, n_consts, n_carry):
+  run_body = sub(body)
+  y_avals = [a.aval for a in body.outputs[n_carry:]]
+
+  def run(*args):
+    consts, carry = list(args[:n_consts]), list(args[n_consts : n_consts + n_carry])
+    xs, ys = args[n_consts + n_carry :], [None] * length
+    for i in range(length - 1, -1, -1) if reverse else range(length):
+      outs = run_body(consts + carry + [np.asarray(x[i]) for x in xs])
+      carry, ys[i] = outs[:n_carry], outs[n_carry:]
+    return carry + [
+      np.stack([y[k] for y in ys]) if length else np.zeros((0,) + a.shape, a.dtype)
+      for k, a in enumerate(y_avals)
+    ]
+
+  return run
+
+
+program_runner_rules[cond_p] = _cond_runner
+program_runner_rules[while_p] = _while_runner
+program_runner_rules[scan_p] = _scan_runner
 abstract_rules[cond_p] = _cond_rule
 abstract_rules[while_p] = lambda *avals, cond, body, n_cond, n_body: tuple(avals[n_cond + n_body :])
 abstract_rules[scan_p] = _scan_rule

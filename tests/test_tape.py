@@ -400,3 +400,69 @@ def test_a_first_call_on_values_then_paths_follow_the_named_array(taped):
       primc.config.keep_transforms = True
     np.testing.assert_allclose(got, want, rtol=1e-12)
   assert kept.stats()["kept_taped"] >= 1
+
+
+# ---------------------------------------------------------------------------------------
+# Control flow run again and again on values: its programs as runners
+
+
+def _softclip(x):
+  return pnp.tanh(x) * 2.0
+
+
+_softclip = primc.custom_jvp(_softclip)
+_softclip.defjvp(lambda p, t: (_softclip(p[0]), 2.0 * (1 - pnp.tanh(p[0]) ** 2) * t[0]))
+
+
+def _scaled(x):
+  return x * 3.0
+
+
+_scaled = primc.custom_vjp(_scaled)
+_scaled.defvjp(lambda x: (x * 3.0, None), lambda res, g: (g * 3.0,))
+
+CONTROL = {
+  "while": lambda x, k: primc.lax.while_loop(lambda v: pnp.sum(v * v) < 40.0, lambda v: v * 1.3, x),
+  "fori traced bounds": lambda x, k: primc.lax.fori_loop(0, k, lambda i, v: v + pnp.sin(v) * i, x),
+  "scan": lambda x, k: primc.lax.scan(lambda c, r: (c * r, c + r), x[0], x),
+  "scan reversed": lambda x, k: primc.lax.scan(
+    lambda c, r: (c + r, c * 2.0), x[0], x, reverse=True
+  ),
+  "switch": lambda x, k: primc.lax.switch(k, [lambda v: v - 1.0, pnp.exp, pnp.cos], x),
+  "cond in scan in while": lambda x, k: primc.lax.while_loop(
+    lambda v: v[0, 0] < 5.0,
+    lambda v: (
+      primc.lax.scan(
+        lambda c, r: (primc.lax.cond(pnp.sum(r) > 0, lambda a: a + r, lambda a: a - r, c), c),
+        v[0] + 1.0,
+        v,
+      )[1]
+      + 1.0
+    ),
+    x,
+  ),
+  "custom_jvp": lambda x, k: _softclip(x) + k,
+  "custom_vjp": lambda x, k: _scaled(x) * k,
+}
+
+
+@pytest.mark.parametrize("generated", [False, True])
+@pytest.mark.parametrize("name", list(CONTROL))
+def test_control_flow_runners_agree_with_the_interpreter(name, generated, monkeypatch):
+  """A program with loops, branches and custom rules, run by `kept.runner` (its programs'
+  runners made once: `program_runner_rules`), gives the interpreter's values bit for bit,
+  for several inputs of one runner; an index out of range is the interpreter's error."""
+  if generated:
+    monkeypatch.setattr(kept, "GENERATE_AFTER", 0)
+  rng = np.random.default_rng(7)
+  x = rng.uniform(0.5, 1.5, (3, 2))
+  program = primc.make_program(CONTROL[name])(x, np.int64(2))
+  run = kept.runner(program)
+  for k in (0, 1, 2, 2):
+    xs = [rng.uniform(0.5, 1.5, (3, 2)), np.asarray(np.int64(k))]
+    for got, want in zip(run(xs), eval_program(program, *xs), strict=True):
+      assert np.asarray(got).dtype == np.asarray(want).dtype
+      np.testing.assert_array_equal(got, want)
+  if name == "switch":
+    with pytest.raises(primc.PrimcIndexError, match="out of range for 3 branches"):
+      run([x, np.asarray(np.int64(3))])
