@@ -28,8 +28,11 @@ from primc.kept import runner
 from primc.trace import eval_program
 from primc.settings import config
 
-_KINDS: dict = {}  # (prim, params, input avals, active mask) -> `_made`
+_KINDS: dict = {}  # (prim, params, input avals, active mask) -> [`_made`, uses, programs]
 MAX_KINDS = 4096
+OPTIMIZE_AFTER = 16  # uses of a kind before its programs are optimized: a round of the
+# passes costs ~60 us a program, and most kinds of a one-off vjp (check_grads) run a few
+# times; those of a long chain, thousands
 
 
 def _one(eqn: Eqn) -> Program:
@@ -39,11 +42,10 @@ def _one(eqn: Eqn) -> Program:
   return Program(ins, (Eqn(eqn.prim, ins, eqn.params, outs, eqn.source),), outs)
 
 
-def _made(eqn: Eqn, active: tuple[bool, ...]):
+def _programs(eqn: Eqn, active: tuple[bool, ...]):
   """The equation's primal program (inputs -> outputs, residuals) and the transpose of its
-  linear part (residuals, output cotangents -> cotangents of the active inputs), as
-  runners (`kept.runner`, unguarded: `vjp` guards the whole call), and which outputs are
-  floats (those a derivative flows through); None where none is."""
+  linear part (residuals, output cotangents -> cotangents of the active inputs), and which
+  outputs are floats (those a derivative flows through); None where none is."""
   floats = tuple([v.aval.is_float for v in eqn.outputs])
   if not any(floats):
     return None
@@ -51,23 +53,37 @@ def _made(eqn: Eqn, active: tuple[bool, ...]):
   n_res = len(primal.outputs) - len(eqn.outputs)
   n_lin = len(linear.inputs) - n_res
   transposed = ad.transpose_program(linear, [False] * n_res + [True] * n_lin)
-  if config.optimize_transforms:
+  return primal, transposed, floats
+
+
+def _made(programs, optimized: bool):
+  """`_programs`' programs as runners (`kept.runner`, unguarded: `vjp` guards the whole
+  call), `optimized` (one round of the passes) where transforms are."""
+  if programs is None:
+    return None
+  primal, transposed, floats = programs
+  if optimized and config.optimize_transforms:
     primal, transposed = passes.optimize(primal, rounds=1), passes.optimize(transposed, rounds=1)
   return runner(primal, guarded=False), runner(transposed, guarded=False), floats
 
 
 def _rules(eqn: Eqn, active: tuple[bool, ...]):
-  """`_made`, kept by the equation's kind (made anew where its parameters do not hash)."""
+  """`_made`, kept by the equation's kind (made anew where its parameters do not hash),
+  its programs optimized at the kind's OPTIMIZE_AFTER-th use."""
   key = (eqn.prim, eqn.params, tuple([a.aval for a in eqn.inputs]), active)
   try:
-    made = _KINDS.get(key, _KINDS)
+    kind = _KINDS.get(key)
   except TypeError:
-    return _made(eqn, active)
-  if made is _KINDS:
+    return _made(_programs(eqn, active), True)
+  if kind is None:
     if len(_KINDS) >= MAX_KINDS:
       _KINDS.pop(next(iter(_KINDS)))
-    made = _KINDS[key] = _made(eqn, active)
-  return made
+    programs = _programs(eqn, active)
+    kind = _KINDS[key] = [_made(programs, False), 0, programs]
+  kind[1] += 1
+  if kind[1] == OPTIMIZE_AFTER:
+    kind[0], kind[2] = _made(kind[2], True), None
+  return kind[0]
 
 
 def _sweeps(program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequence):

@@ -59,8 +59,13 @@ def _has_float_argument(case) -> bool:
 FLOAT_CASES = [c for c in DIFF_CASES if _has_float_argument(c)]  # (something to differentiate)
 
 
+@pytest.mark.parametrize("optimize_after", [1, 10**9])  # (kinds optimized, and not)
 @pytest.mark.parametrize("case", FLOAT_CASES, ids=case_id)
-def test_every_primitive_on_the_tape_agrees_with_its_vjp_program(case, rng):
+def test_every_primitive_on_the_tape_agrees_with_its_vjp_program(
+  case, optimize_after, rng, monkeypatch
+):
+  monkeypatch.setattr(tape, "_KINDS", {})
+  monkeypatch.setattr(tape, "OPTIMIZE_AFTER", optimize_after)
   xs = case.make(rng)
   program = primc.make_program(case.fn)(*xs)
   _agree(program, [np.asarray(x) for x in xs], rng)
