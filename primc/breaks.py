@@ -49,25 +49,37 @@ class Paths:
 
   def run(self, leaves) -> tuple[list, object]:
     """(the flat outputs, their tree) of the path these inputs take."""
-    known: list = []  # this call's guard values found so far
-    for path in list(self.paths):
-      exe, guards, out_tree = path
-      if not _agree(guards, known):
-        continue
-      flat = exe(leaves, None)
-      got = flat[len(flat) - len(guards) :]
-      k = _first_difference(got, guards)
-      if k is None:
-        self._taken(path)
-        self.last = path
-        return flat[: len(flat) - len(guards)], out_tree
-      known = list(got[: k + 1])
+    found = self.find(leaves, lambda path: path[0](leaves, None))
+    if found is not None:
+      path, flat = found
+      return flat[: len(flat) - len(path[1])], path[2]
     path = self.make(leaves)
     self.add(path)
     self.last = path
     exe, guards, out_tree = path
     flat = exe(leaves, None)
     return flat[: len(flat) - len(guards)], out_tree
+
+  def find(self, leaves, run: Callable) -> tuple | None:
+    """(the path kept that these inputs take, its flat outputs, guards last), or None
+    (nothing is made). `run(path)`: the path's flat outputs on the inputs (None: it cannot
+    be run here, not taken)."""
+    known: list = []  # this call's guard values found so far
+    for path in list(self.paths):
+      guards = path[1]
+      if not _agree(guards, known):
+        continue
+      flat = run(path)
+      if flat is None:
+        continue
+      got = flat[len(flat) - len(guards) :]
+      k = _first_difference(got, guards)
+      if k is None:
+        self._taken(path)
+        self.last = path
+        return path, flat
+      known = list(got[: k + 1])
+    return None
 
   def _taken(self, path) -> None:
     with self._lock:

@@ -71,8 +71,10 @@ from primc.trace import (
   as_array,
   aval_of,
   eval_program,
+  lift_guards,
   trace_flat,
   tracing,
+  user_source,
   weak_leaves,
 )
 from primc.tree import _node_of, tree_flatten, tree_unflatten
@@ -161,25 +163,64 @@ def staged(key: tuple, fun: Callable, args: tuple, kwargs: dict) -> Any:
       return MISS  # (Python numbers: kept calls trace them weak, a trace may not)
     state = (walk(fun), tuple(walk(s) for s in statics))
     inputs = [as_array(leaves[k]) for k in traced] + [as_array(x) for x in walk.leaves]
-    full_key = (key, state, tree, tuple(traced), weak, tuple(vars(config).values()))
-    full_key += (tuple((x.shape, x.dtype.str) for x in inputs),)
-    entry = _kept.get(full_key)
+    rest = (tuple(traced), weak, tuple(vars(config).values()))
+    rest += (tuple((x.shape, x.dtype.str) for x in inputs),)
+    entry = _kept.get((key, state, tree, *rest))
+    if entry is None and type(tree) is int:  # (a traced value stands for an array or a
+      tree = tree_flatten((args, kwargs))[1]  # numpy scalar, whose calls flatten apart)
+      entry = _kept.get((key, state, tree, *rest))
   except (NotKept, PrimcError, TypeError):
     return MISS
+  if isinstance(entry, breaks.Paths):
+    return _staged_path(entry, fun, leaves, tree, traced, weak, walk, inputs)
   if type(entry) is not _Entry or entry.forward is None:
     return MISS
-  drawn, states = _random_state(), _random_states()
-  try:
+
+  def alone():
     forward = _forward(fun, leaves, tree, traced, weak, walk, inputs)
-  except ConcretizationError:
-    forward = None
-  if _random_state() != drawn:  # (drawn while traced: the trace made anew draws them)
-    _restore_random(states)
-    return MISS
-  if forward is None or not _same_trace(forward, entry.forward):
+    return None if forward is None else _digest(forward)
+
+  if not _traces_as(_digest(entry.forward), alone):
     return MISS
   _count("staged")
   return tree_unflatten(entry.out_tree, eval_program(entry.program, *inputs))
+
+
+def _staged_path(paths, fun, leaves, tree, traced, weak, walk, inputs) -> Any:
+  """`staged` for a function whose Python reads values, in a trace of values: the kept
+  path its inputs' values take (run on them to see), checked by tracing the function
+  alone on them until its first reuse did, staged with its guards made the trace's."""
+  values = [x.concrete if type(x) is Tracer else x for x in inputs]
+  if any(v is None for v in values):  # (no values: no path to take)
+    return MISS
+  run = lambda path: path[0].entry.run(values) if type(path[0].entry) is _Entry else None
+  found = paths.find(values, run)  # (none made here: a new path is made outside)
+  if found is None:
+    return MISS
+  path = found[0]
+  entry = path[0].entry
+  alone = lambda: _forward_fingerprint(fun, leaves, tree, traced, weak, walk, values)
+  if entry.calls < 2 and not _traces_as(entry.forward, alone):
+    return MISS
+  source = user_source()
+  main = lift_guards(entry.program, [(g, source) for g in path[1]], inputs)
+  _count("staged")
+  return tree_unflatten(path[2], eval_program(main, *inputs))
+
+
+def _traces_as(kept: str, alone: Callable) -> bool:
+  """Whether the function traced alone here (`alone()`: its fingerprint, or None where it
+  reads a value there) traces as the kept call's (`kept`); numpy's and Python's random
+  generators restored where it drew (the trace made anew then draws them, once)."""
+  drawn, states = _random_state(), _random_states()
+  try:
+    digest = alone()
+  except ConcretizationError:
+    digest = None
+  if _random_state() != drawn:
+    _restore_random(states)
+    return False
+  return digest is not None and digest == kept
 
 
 MISS = object()  # `staged`: no kept program stands in

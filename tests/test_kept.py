@@ -733,3 +733,29 @@ def test_an_array_closed_over_may_be_a_traced_value_inside_a_trace():
   np.testing.assert_allclose(outer(y0), want(y0), rtol=1e-12)
   np.testing.assert_allclose(primc.jit(outer)(y1), want(y1), rtol=1e-12)
   assert kept.stats()["kept_staged"] == 1, kept.stats()
+
+
+def _series(x):  # sin's series summed until a term is small: a path per number of terms
+  term, total = x, x
+  for i in range(60):
+    term = -term * x * x / ((2 * i + 3) * (2 * i + 2))
+    total = total + term
+    if pnp.abs(term) < 0.2:
+      break
+  return total
+
+
+def test_nested_derivatives_of_a_function_reading_values_stage_its_kept_paths():
+  """autograd's sinusoid example: `grad(grad(f))` after `grad(f)`, f's loop ending where a
+  value says. Traced with values, the inner gradient takes the path kept for those values
+  and its guards become the outer trace's: every second derivative is a fresh trace's."""
+  d = primc.grad(_series)
+  dd = primc.grad(d)
+  xs = np.linspace(-4.5, 4.5, 19)
+  for v in xs:
+    d(v)
+  got = [dd(v) for v in xs]
+  assert kept.stats()["kept_staged"] >= 5, kept.stats()
+  want = _unkept(lambda: [dd(v) for v in xs])
+  np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(got[9], 0.0, atol=1e-12)  # (-sin(0))
