@@ -759,3 +759,56 @@ def test_nested_derivatives_of_a_function_reading_values_stage_its_kept_paths():
   want = _unkept(lambda: [dd(v) for v in xs])
   np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
   np.testing.assert_allclose(got[9], 0.0, atol=1e-12)  # (-sin(0))
+
+
+_UNARY = [
+  pnp.sin,
+  pnp.tanh,
+  lambda x: x * x,
+  lambda x: pnp.exp(0.3 * x),
+  lambda x: pnp.sqrt(1.0 + x * x),
+  lambda x: pnp.log(2.0 + pnp.sin(x)),
+  lambda x: x * _SCALE,  # (an array read by name)
+  lambda x: pnp.cumsum(x),
+  lambda x: x[::-1] * x,
+  lambda x: pnp.maximum(x, 0.1),
+  lambda x: pnp.softmax(x),
+]
+_SCALE = np.array([0.5, -2.0, 1.5])
+_INNER = {  # a transform of a function of a (3,) array, and its result as one array
+  "grad": lambda f: lambda x: primc.grad(lambda v: pnp.sum(f(v)))(x),
+  "elementwise_grad": lambda f: primc.elementwise_grad(f),
+  "value_and_grad": lambda f: lambda x: primc.value_and_grad(lambda v: pnp.sum(f(v)))(x)[1],
+  "jacrev": lambda f: lambda x: pnp.sum(primc.jacrev(f)(x), axis=0),
+  "jacfwd": lambda f: lambda x: pnp.sum(primc.jacfwd(f)(x), axis=1),
+  "hessian": lambda f: lambda x: pnp.sum(primc.hessian(lambda v: pnp.sum(f(v)))(x), axis=0),
+}
+_OUTER = {  # an enclosing trace of the inner transform
+  "jit": lambda g, x: primc.jit(lambda v: g(v) * 1.5)(x),
+  "vmap": lambda g, x: primc.jit(primc.vmap(g))(np.stack([x, x[::-1]])),
+  "grad": lambda g, x: primc.grad(lambda v: pnp.sum(pnp.sin(g(v))))(x),
+  "elementwise_grad": lambda g, x: primc.elementwise_grad(lambda v: pnp.cos(g(v)))(x),
+  "jvp": lambda g, x: primc.jvp(g, (x,), (np.array([1.0, -0.5, 2.0]),))[1],
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+  inner=st.sampled_from(sorted(_INNER)),
+  outer=st.sampled_from(sorted(_OUTER)),
+  unary=st.lists(st.integers(0, len(_UNARY) - 1), min_size=1, max_size=3),
+  primed=st.integers(0, 2),
+  seed=st.integers(0, 2**16),
+)
+def test_a_transform_in_any_trace_agrees_with_keeping_off(inner, outer, unary, primed, seed):
+  """Every transform, inside every enclosing trace, after 0-2 calls outside it (kept,
+  then checked: the program staged where one is kept) gives what it gives unkept."""
+  kept.reset()
+  f = lambda v: functools.reduce(lambda a, k: _UNARY[k](a), unary, v)
+  g = _INNER[inner](f)
+  x = np.random.default_rng(seed).uniform(-1.0, 1.0, 3)
+  for _ in range(primed):
+    g(x + 0.25)  # (outside any trace: kept)
+  got = _OUTER[outer](g, x)
+  want = _unkept(lambda: _OUTER[outer](g, x))
+  np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
