@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from primc import ad, batching, kept, passes, tape
+from primc import ad, batching, kept, passes, replayed, tape
 from primc import numpy as pnp
 from primc.settings import config
 from primc import prims as P
@@ -68,6 +68,10 @@ def _trace(
     return fn(*tree_unflatten(in_tree, xs))
 
   avals = [aval_of(x) for x in leaves]
+  taken = None if tracing() else replayed.adopted(fn, leaves)  # (a trace replayed on values)
+  if taken is not None:
+    program, captured, out_tree = taken
+    return (optimize(program) if optimized else program), leaves, captured, in_tree, out_tree
   try:
     program, captured, out_tree = trace_flat(flat_fn, avals, weak)
   except ConcretizationError:
