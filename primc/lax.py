@@ -131,20 +131,6 @@ def _cond_rule(index, *operands, branches):
   return tuple(a.aval for a in branches[0].outputs)
 
 
-def _cond_impl(index, *operands, branches):
-  k = int(index)
-  if not 0 <= k < len(branches):
-    raise PrimcIndexError(f"switch: branch index {k} is out of range for {len(branches)} branches")
-  return eval_program(branches[k], *operands)
-
-
-def _while_impl(*args, cond, body, n_cond, n_body):
-  consts_c, consts_b, carry = args[:n_cond], args[n_cond : n_cond + n_body], args[n_cond + n_body :]
-  while bool(eval_program(cond, *consts_c, *carry)[0]):
-    carry = eval_program(body, *consts_b, *carry)
-  return list(carry)
-
-
 def _scan_rule(*avals, body, length, reverse, n_consts, n_carry):
   outs = [a.aval for a in body.outputs]
   return tuple(outs[:n_carry]) + tuple(
@@ -152,19 +138,13 @@ def _scan_rule(*avals, body, length, reverse, n_consts, n_carry):
   )
 
 
-def _scan_impl(*args, body, length, reverse, n_consts, n_carry):
-  consts, carry = args[:n_consts], list(args[n_consts : n_consts + n_carry])
-  xs = args[n_consts + n_carry :]
-  ys = [None] * length
-  for i in range(length - 1, -1, -1) if reverse else range(length):
-    outs = eval_program(body, *consts, *carry, *[np.asarray(x[i]) for x in xs])
-    carry, ys[i] = list(outs[:n_carry]), outs[n_carry:]
-  y_avals = [a.aval for a in body.outputs[n_carry:]]
-  stacked = [
-    np.stack([np.asarray(y[k]) for y in ys]) if length else np.zeros((0,) + a.shape, a.dtype)
-    for k, a in enumerate(y_avals)
-  ]
-  return carry + stacked
+# How control flow runs on values: `sub(program)` runs one of its programs (a list of
+# values -> a list of values). The interpreter evaluates them at every step (`impl_rules`),
+# kept runners make each a runner once (`program_runner_rules`).
+
+
+def _evaluated(program: Program) -> Callable:
+  return lambda values: eval_program(program, *values)
 
 
 def _cond_runner(sub, *, branches):
@@ -201,9 +181,9 @@ def _scan_runner(sub, *, body, length, reverse, n_consts, n_carry):
     xs, ys = args[n_consts + n_carry :], [None] * length
     for i in range(length - 1, -1, -1) if reverse else range(length):
       outs = run_body(consts + carry + [np.asarray(x[i]) for x in xs])
-      carry, ys[i] = outs[:n_carry], outs[n_carry:]
-    return carry + [
-      np.stack([y[k] for y in ys]) if length else np.zeros((0,) + a.shape, a.dtype)
+      carry, ys[i] = list(outs[:n_carry]), outs[n_carry:]
+    return list(carry) + [
+      np.stack([np.asarray(y[k]) for y in ys]) if length else np.zeros((0,) + a.shape, a.dtype)
       for k, a in enumerate(y_avals)
     ]
 
@@ -216,9 +196,9 @@ program_runner_rules[scan_p] = _scan_runner
 abstract_rules[cond_p] = _cond_rule
 abstract_rules[while_p] = lambda *avals, cond, body, n_cond, n_body: tuple(avals[n_cond + n_body :])
 abstract_rules[scan_p] = _scan_rule
-impl_rules[cond_p] = _cond_impl
-impl_rules[while_p] = _while_impl
-impl_rules[scan_p] = _scan_impl
+impl_rules[cond_p] = lambda *args, **params: _cond_runner(_evaluated, **params)(*args)
+impl_rules[while_p] = lambda *args, **params: _while_runner(_evaluated, **params)(*args)
+impl_rules[scan_p] = lambda *args, **params: _scan_runner(_evaluated, **params)(*args)
 
 
 # ---------------------------------------------------------------------------------------
