@@ -120,9 +120,9 @@ def _kept(differentiates: bool = False, replayable: bool = True, taped: bool = F
         if kept.wanted():
           return kept.call(remake, key, fun, args, kwargs, scalars, replayable, taped)
         if tracing():  # (made anew, or staged from a program kept outside the trace:
-          staged = kept.staged(key, fun, args, kwargs)  # one kept from inside it would
-          if staged is not kept.MISS:  # hold this trace's values, and the function
-            return staged  # rebuilt around a later one's)
+          staged = kept.staged(key, fun, args, kwargs, remake)  # one kept from inside
+          if staged is not kept.MISS:  # it would hold this trace's values, and the
+            return staged  # function rebuilt around a later one's)
           return remake(fun)(*args, **kwargs)
         if not plain:
           plain.append(remake(fun))

@@ -141,15 +141,16 @@ def wanted() -> bool:
   return config.keep_transforms and not tracing() and not _local.plain
 
 
-def staged(key: tuple, fun: Callable, args: tuple, kwargs: dict) -> Any:
+def staged(key: tuple, fun: Callable, args: tuple, kwargs: dict, transform: Callable) -> Any:
   """`transform(fun)(*args, **kwargs)` inside a trace (an enclosing transform, `jit`),
   from the program kept for a call outside it with arguments of these types: the function
   traced alone here is compared with the first call's trace, as a second call's is, and
   the kept program is staged into the trace (a nested derivative reuses the derivative a
-  call before it made: autograd's tanh example). `MISS` where no such program is kept or
-  the function traces differently (or reads arrays by name inside a kept program being
-  made: made again around that program's inputs, its globals a copy, it is keyed apart);
-  nothing is kept from inside a trace."""
+  call before it made: autograd's tanh example); where it traces differently, the
+  transform of that trace (the function's Python does not run again: what it drew, it
+  drew once). `MISS` where no such program is kept (or the function reads arrays by name
+  inside a kept program being made: made again around that program's inputs, its
+  globals a copy, it is keyed apart); nothing is kept from inside a trace."""
   if not config.keep_transforms or _local.plain:
     return MISS
   code = (key, getattr(fun, "__code__", None) or id(fun))
@@ -175,13 +176,15 @@ def staged(key: tuple, fun: Callable, args: tuple, kwargs: dict) -> Any:
     return _staged_path(entry, fun, leaves, tree, traced, weak, walk, inputs)
   if type(entry) is not _Entry or entry.forward is None:
     return MISS
-
-  def alone():
+  try:
     forward = _forward(fun, leaves, tree, traced, weak, walk, inputs)
-    return None if forward is None else _digest(forward)
-
-  if not _traces_as(_digest(entry.forward), alone):
+  except ConcretizationError:
     return MISS
+  if forward is None:
+    return MISS
+  if not _same_trace(forward, entry.forward):
+    replay = replayed.replaying(transform, forward[0], forward[1], leaves, tree, traced)
+    return replay(*inputs)
   _count("staged")
   return tree_unflatten(entry.out_tree, eval_program(entry.program, *inputs))
 
@@ -189,7 +192,8 @@ def staged(key: tuple, fun: Callable, args: tuple, kwargs: dict) -> Any:
 def _staged_path(paths, fun, leaves, tree, traced, weak, walk, inputs) -> Any:
   """`staged` for a function whose Python reads values, in a trace of values: the kept
   path its inputs' values take (run on them to see), checked by tracing the function
-  alone on them until its first reuse did, staged with its guards made the trace's."""
+  alone on them until its first reuse did, staged with its guards made the trace's. A
+  path that traces differently is made anew (its Python runs again)."""
   values = [x.concrete if type(x) is Tracer else x for x in inputs]
   if any(v is None for v in values):  # (no values: no path to take)
     return MISS
@@ -199,49 +203,20 @@ def _staged_path(paths, fun, leaves, tree, traced, weak, walk, inputs) -> Any:
     return MISS
   path = found[0]
   entry = path[0].entry
-  alone = lambda: _forward_fingerprint(fun, leaves, tree, traced, weak, walk, values)
-  if entry.calls < 2 and not _traces_as(entry.forward, alone):
-    return MISS
+  if entry.calls < 2:
+    try:
+      alone = _forward_fingerprint(fun, leaves, tree, traced, weak, walk, values)
+    except ConcretizationError:
+      return MISS
+    if alone != entry.forward:
+      return MISS
   source = user_source()
   main = lift_guards(entry.program, [(g, source) for g in path[1]], inputs)
   _count("staged")
   return tree_unflatten(path[2], eval_program(main, *inputs))
 
 
-def _traces_as(kept: str, alone: Callable) -> bool:
-  """Whether the function traced alone here (`alone()`: its fingerprint, or None where it
-  reads a value there) traces as the kept call's (`kept`); numpy's and Python's random
-  generators restored where it drew (the trace made anew then draws them, once)."""
-  drawn, states = _random_state(), _random_states()
-  try:
-    digest = alone()
-  except ConcretizationError:
-    digest = None
-  if _random_state() != drawn:
-    _restore_random(states)
-    return False
-  return digest is not None and digest == kept
-
-
 MISS = object()  # `staged`: no kept program stands in
-
-
-def _random_states() -> tuple:
-  """The full states of numpy's global generator and Python's `random`, to restore (None:
-  the module is not imported)."""
-  numpy_random, python = sys.modules.get("numpy.random"), sys.modules.get("random")
-  return (
-    None if numpy_random is None else numpy_random.get_state(legacy=False),
-    None if python is None else python.getstate(),
-  )
-
-
-def _restore_random(states: tuple) -> None:
-  numpy_state, python_state = states
-  if numpy_state is not None:
-    np.random.set_state(numpy_state)
-  if python_state is not None:
-    sys.modules["random"].setstate(python_state)
 
 
 def _plainly(thunk):

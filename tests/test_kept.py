@@ -685,8 +685,8 @@ def test_a_function_reading_a_traced_value_by_name_is_made_in_the_trace():
 
 def test_random_numbers_drawn_inside_a_trace_are_drawn_once():
   """A kept function that now draws (a switch read through a module, which the walk
-  compares by identity) is traced in the enclosing trace once: numpy's generator advances
-  as it does without keeping."""
+  compares by identity) is traced in the enclosing trace once, its transform made from
+  that trace: numpy's generator advances as it does without keeping."""
   import types
 
   switch = types.ModuleType("switch")
