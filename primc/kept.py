@@ -164,12 +164,10 @@ def staged(key: tuple, fun: Callable, args: tuple, kwargs: dict, transform: Call
       return MISS  # (Python numbers: kept calls trace them weak, a trace may not)
     state = (walk(fun), tuple(walk(s) for s in statics))
     inputs = [as_array(leaves[k]) for k in traced] + [as_array(x) for x in walk.leaves]
-    rest = (tuple(traced), weak, tuple(vars(config).values()))
-    rest += (tuple((x.shape, x.dtype.str) for x in inputs),)
-    entry = _kept.get((key, state, tree, *rest))
+    entry = _kept.get(_full_key(key, state, tree, traced, weak, inputs))
     if entry is None and type(tree) is int:  # (a traced value stands for an array or a
       tree = tree_flatten((args, kwargs))[1]  # numpy scalar, whose calls flatten apart)
-      entry = _kept.get((key, state, tree, *rest))
+      entry = _kept.get(_full_key(key, state, tree, traced, weak, inputs))
   except (NotKept, PrimcError, TypeError):
     return MISS
   if isinstance(entry, breaks.Paths):
@@ -685,8 +683,7 @@ def call(
   except (NotKept, PrimcError) as e:  # (an array of a dtype primc does not take: baked)
     return _not_kept(code, str(e).splitlines()[0], plain)
   inputs = arrays + lifted
-  full_key = (key, state, tree, tuple(traced), weak, tuple(vars(config).values()))
-  full_key += (tuple((x.shape, x.dtype.str) for x in inputs),)
+  full_key = _full_key(key, state, tree, traced, weak, inputs)
   try:
     entry = _kept.get(full_key)
   except TypeError as e:  # a value of the key that Python cannot hash
@@ -726,6 +723,14 @@ def call(
   if entry is None:
     return _first(made, drawn, forward, inputs, (full_key, key, state, code, fun), reason)
   return _run(_kept_or_checked(full_key, entry, made, key, state, code, fun), inputs)
+
+
+def _full_key(key, state, tree, traced, weak, inputs) -> tuple:
+  """What a kept program is found by: the transform's key, what the function reads
+  (`state`), the arguments' tree, which leaves are traced and which weak, the settings,
+  and the inputs' types (made once here: `call` keeps by it, `staged` finds by it)."""
+  types = tuple((x.shape, x.dtype.str) for x in inputs)
+  return (key, state, tree, tuple(traced), weak, tuple(vars(config).values()), types)
 
 
 def _has_numbers(leaves, traced) -> bool:
@@ -983,17 +988,8 @@ def _by_structure(transform, key, fun, args, kwargs, traced_scalars, plain):
         fun, args, kwargs, _lazy(traced_scalars, args)
       )
     structure, consts = replayed.lifted(structure)
-    skey = (
-      "structure",
-      key,
-      _fingerprint(structure),
-      tree,
-      tuple(traced),
-      out_tree,
-      weak,
-      tuple(vars(config).values()),
-      tuple((x.shape, x.dtype.str) for x in arrays + consts),
-    )
+    state = (_fingerprint(structure), out_tree)  # (what it reads: its trace)
+    skey = _full_key(("structure", key), state, tree, traced, weak, arrays + consts)
     entry = _kept.get(skey)
     if entry is None:
       entry = _replay_entry(
