@@ -303,11 +303,14 @@ def _is_constant(eqn: Eqn) -> bool:
   )
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
 class FusedProgram(Program):
-  """A program whose equations are `region` equations; prints its regions as programs."""
+  """A program whose equations are `region` equations; prints its regions as programs.
+  `reasons`: why each region starts."""
 
-  reasons: tuple[str, ...] = ()
+  _fields = ("inputs", "eqns", "outputs", "reasons")
+
+  def __init__(self, inputs, eqns, outputs, reasons: tuple[str, ...] = ()):
+    self.__dict__.update(inputs=inputs, eqns=eqns, outputs=outputs, reasons=reasons)
 
   @property
   def regions(self) -> tuple[Program, ...]:

@@ -12,13 +12,13 @@ the regions and the generated source.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
 import sys
 import threading
 from typing import Callable
 
 from primc.core import (
+  Frozen,
   PrimcError,
   Program,
   TypeCheckError,
@@ -33,12 +33,14 @@ from primc.passes.dce import dce
 from primc.passes.simplify import simplify
 
 
-@dataclasses.dataclass(frozen=True)
-class Pass:
-  name: str
-  run: Callable[..., Program]
-  description: str
-  takes_fast: bool = False  # accepts the `fast` flag (rewrites exact only for finite values)
+class Pass(Frozen):
+  """A pass of the pipeline: `run(program)` (and `fast`, where it `takes_fast`: rewrites
+  exact only for finite values)."""
+
+  _fields = ("name", "run", "description", "takes_fast")
+
+  def __init__(self, name: str, run: Callable[..., Program], description: str, takes_fast=False):
+    self.__dict__.update(name=name, run=run, description=description, takes_fast=takes_fast)
 
   def __call__(self, program: Program, fast: bool = False) -> Program:
     return self.run(program, fast=fast) if self.takes_fast else self.run(program)

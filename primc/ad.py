@@ -15,7 +15,6 @@ materialized only at a program boundary. Non-differentiable primitives (comparis
 from __future__ import annotations
 
 import itertools
-import dataclasses
 from typing import Callable, Sequence
 
 import numpy as np
@@ -23,6 +22,7 @@ import numpy as np
 from primc import prims as P
 from primc.core import (
   Eqn,
+  Frozen,
   Lit,
   Primitive,
   PrimcError,
@@ -40,20 +40,27 @@ jvp_rules: dict[Primitive, Callable] = {}  # (primals, tangents, **params) -> (o
 transpose_rules: dict[Primitive, Callable] = {}  # (ct, *invals, **params) -> [ct | None, ...]
 
 
-@dataclasses.dataclass(frozen=True)
-class Zero:
+class _Typed(Frozen):
+  """A placeholder of an abstract value, equal to another of its class and value."""
+
+  _fields = ("aval",)
+
+  def __init__(self, aval: ShapedArray):
+    self.__dict__["aval"] = aval
+
+  def __eq__(self, other):
+    return type(other) is type(self) and other.aval == self.aval
+
+  def __hash__(self):
+    return hash((type(self), self.aval))
+
+
+class Zero(_Typed):
   """A symbolic zero tangent or cotangent."""
 
-  __pytree_leaf__ = True
-  aval: ShapedArray
 
-
-@dataclasses.dataclass(frozen=True)
-class UndefinedPrimal:
+class UndefinedPrimal(_Typed):
   """A linear input of an equation being transposed."""
-
-  __pytree_leaf__ = True
-  aval: ShapedArray
 
 
 def instantiate(t, aval: ShapedArray | None = None):

@@ -6,13 +6,11 @@ of the primitives (a product becomes a dot region: BLAS where it is large)."""
 
 from __future__ import annotations
 
-import string
-
 from primc import prims as P
 from primc.core import ShapeError
 from primc.trace import aval_of
 
-_LETTERS = string.ascii_letters
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # (string.ascii_letters)
 
 
 def parse(subscripts: str, shapes) -> tuple[list[str], str]:

@@ -7,15 +7,49 @@ registered class's auxiliary data must be hashable). `primc.tree_util` is the pu
 
 from __future__ import annotations
 
-import dataclasses
+import sys
 from typing import Any, Callable
 
 
-@dataclasses.dataclass(frozen=True)
 class TreeDef:
-  kind: str  # "leaf" | "none" | "tuple" | "list" | "dict" | "node"
-  meta: Any  # dict keys (sorted); (class, aux data) of a node; or None
-  children: tuple["TreeDef", ...]
+  """A pytree's structure: `kind` ("leaf", "none", "tuple", "list", "dict" or "node"),
+  `meta` (a dict's sorted keys; a node's (class, aux data); else None) and `children`.
+  Immutable, compared and hashed by value: it enters cache keys. (A plain class: a
+  dataclass costs ~0.4 ms of `import primc`.)"""
+
+  __slots__ = ("kind", "meta", "children", "_hash")
+
+  def __init__(self, kind: str, meta: Any, children: tuple["TreeDef", ...]):
+    object.__setattr__(self, "kind", kind)
+    object.__setattr__(self, "meta", meta)
+    object.__setattr__(self, "children", children)
+    object.__setattr__(self, "_hash", None)
+
+  def __setattr__(self, name, value):
+    raise AttributeError(f"cannot assign to field {name!r} of a frozen TreeDef")
+
+  def __delattr__(self, name):
+    raise AttributeError(f"cannot delete field {name!r} of a frozen TreeDef")
+
+  def __eq__(self, other):
+    if type(other) is not TreeDef:
+      return NotImplemented
+    return self is other or (
+      self.kind == other.kind and self.meta == other.meta and self.children == other.children
+    )
+
+  def __hash__(self):
+    h = self._hash
+    if h is None:
+      h = hash((self.kind, self.meta, self.children))
+      object.__setattr__(self, "_hash", h)
+    return h
+
+  def __repr__(self):
+    return f"TreeDef(kind={self.kind!r}, meta={self.meta!r}, children={self.children!r})"
+
+  def __reduce__(self):
+    return TreeDef, (self.kind, self.meta, self.children)
 
   @property
   def num_leaves(self) -> int:
@@ -52,11 +86,7 @@ def _node_of(tree):
     return _NODES[cls]
   if isinstance(tree, tuple) and hasattr(tree, "_fields"):
     return (lambda t: (tuple(t), None)), (lambda aux, c: cls(*c))
-  if (
-    dataclasses.is_dataclass(tree)
-    and not isinstance(tree, type)
-    and not getattr(cls, "__pytree_leaf__", False)
-  ):  # the IR's own are leaves
+  if hasattr(cls, "__dataclass_fields__"):
     return _dataclass_flatten, _dataclass_unflatten(cls)
   return None
 
@@ -65,7 +95,7 @@ def _dataclass_flatten(obj):
   """A dataclass's `init` fields: strings (names, modes) are auxiliary data, the rest
   children; aux = (data field names, (meta name, value) pairs)."""
   data, meta = [], []
-  for f in dataclasses.fields(obj):
+  for f in sys.modules["dataclasses"].fields(obj):  # (loaded: obj is a dataclass's)
     if f.init:
       value = getattr(obj, f.name)
       (meta if isinstance(value, (str, bytes)) else data).append((f.name, value))

@@ -1,7 +1,5 @@
 """The IR: printer golden text, typecheck rejections, frozen values."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -9,7 +7,17 @@ import primc
 import primc.numpy as pnp
 from primc import prims as P
 from primc import trace
-from primc.core import Eqn, Lit, Primitive, Program, ShapedArray, Var, make_params, typecheck
+from primc.core import (
+  Eqn,
+  FrozenError,
+  Lit,
+  Primitive,
+  Program,
+  ShapedArray,
+  Var,
+  make_params,
+  typecheck,
+)
 
 F22 = np.zeros((2, 2), np.float32)
 
@@ -111,13 +119,50 @@ def test_typecheck_rejects_unknown_primitive_and_undefined_output():
 
 def test_ir_is_frozen_and_params_hashable():
   program = primc.make_program(lambda x: x.sum(0))(F22)
-  with pytest.raises(dataclasses.FrozenInstanceError):
+  with pytest.raises(FrozenError):
     program.eqns = ()
-  with pytest.raises(dataclasses.FrozenInstanceError):
+  with pytest.raises(FrozenError):
     program.eqns[0].params = ()
   assert hash(program.eqns[0].params) == hash((("axes", (0,)),))
   with pytest.raises(TypeError):
     make_params({"axes": [0]})
+
+
+def test_every_ir_record_is_frozen_compares_and_pickles():
+  import pickle
+
+  from primc.ad import UndefinedPrimal, Zero
+  from primc.passes.pipeline import PIPELINE
+  from primc.tree import tree_flatten
+
+  aval = ShapedArray([2, np.int64(3)], np.float32)
+  assert (aval.shape, aval.dtype) == ((2, 3), "float32")
+  assert aval == ShapedArray((2, 3), "float32") and hash(aval) == hash(ShapedArray((2, 3), "f4"))
+  assert aval != ShapedArray((3, 2), "float32") and aval != ShapedArray((2, 3), "float64")
+  assert pickle.loads(pickle.dumps(aval)) == aval
+  assert repr(aval) == "ShapedArray(shape=(2, 3), dtype='float32')"
+  program = primc.make_program(lambda x: x.sum(0) * 2.0)(F22)
+  treedef = tree_flatten({"a": (1, [2])})[1]
+  assert pickle.loads(pickle.dumps(treedef)) == treedef
+  assert hash(tree_flatten({"a": (3, [4])})[1]) == hash(treedef)
+  assert treedef != tree_flatten({"a": (1, (2,))})[1]
+  assert Zero(aval) == Zero(aval) and Zero(aval) != UndefinedPrimal(aval)
+  records = [
+    aval,
+    program,
+    program.eqns[0],
+    program.inputs[0],
+    Lit.of(1.0),
+    treedef,
+    Zero(aval),
+    PIPELINE[0],
+  ]
+  for record in records:
+    name = "kind" if record is treedef else "aval" if not isinstance(record, Program) else "eqns"
+    with pytest.raises(AttributeError, match="frozen"):
+      setattr(record, name, None)
+    with pytest.raises(AttributeError):
+      delattr(record, name)
 
 
 def test_literals_compare_by_value_vars_by_identity():

@@ -502,8 +502,9 @@ fft = _Namespace(
   " (numpy's transforms are complex-valued; primc's dtypes are real)",
   fftshift=_front_end_aware(_op(lambda x, axes=None: _fftshift(x, axes))),
   ifftshift=_front_end_aware(_op(lambda x, axes=None: _fftshift(x, axes, inverse=True))),
-  fftfreq=np.fft.fftfreq,
-  rfftfreq=np.fft.rfftfreq,
+  # numpy's own, numpy.fft imported at the first call (~1 ms of `import primc.numpy`)
+  fftfreq=lambda *args, **kwargs: np.fft.fftfreq(*args, **kwargs),
+  rfftfreq=lambda *args, **kwargs: np.fft.rfftfreq(*args, **kwargs),
 )
 
 
