@@ -73,8 +73,8 @@ class Builder:
     # in a trace of values: each value Python read (a branch, an index), as (var, value,
     # source line), in order; the program is valid where these come out the same
     self.guards: list[tuple[Var, np.ndarray, str]] = []
-    # Python numbers broadcast to a shape (`x ** 2` in a loop): (key, dtype, shape) -> (var,
-    # value); staged once per trace level (`primc.numpy._base._weak_constant`)
+    # equations of small literals alone (`x ** 2` in a loop broadcasts its 2), staged once
+    # per trace level: `constant_key` -> their outputs
     self.constants: dict = {}
     # each reshape's output -> its operand (`_unreshaped`: `a[:, None]` broadcast against a
     # matrix squeezes its new axis again; that reshape is the operand itself)
@@ -354,10 +354,16 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
   inputs = tuple(
     [a.ir_var if type(a) is Tracer and a.builder is builder else builder.atom(a) for a in args]
   )
-  outs = tuple([Var(a) for a in out_avals])
-  if prim.name == "reshape" and type(inputs[0]) is Var:
-    builder.reshaped[outs[0]] = inputs[0]
-  builder.eqns.append(Eqn(prim, inputs, make_params(params), outs, _source()))
+  items = make_params(params)
+  key = constant_key(prim, items, inputs) if _constant(inputs) else None
+  outs = None if key is None else builder.constants.get(key)
+  if outs is None:
+    outs = tuple([Var(a) for a in out_avals])
+    if prim.name == "reshape" and type(inputs[0]) is Var:
+      builder.reshaped[outs[0]] = inputs[0]
+    builder.eqns.append(Eqn(prim, inputs, items, outs, _source()))
+    if key is not None:
+      builder.constants[key] = outs
   tracers = [Tracer(builder, v) for v in outs]
   if builder.concrete:
     _compute_beside(prim, args, params, tracers)
@@ -644,11 +650,31 @@ def restage_kinds(program: Program) -> tuple[int, ...]:
       _RESHAPE
       if eqn.prim.name == "reshape" and type(eqn.inputs[0]) is Var
       else _CONSTANT
-      if all(type(a) is Lit for a in eqn.inputs)
+      if _constant(eqn.inputs)
       else _PLAIN
       for eqn in program.eqns
     ]
   )
+
+
+SHARED_LITERAL_BYTES = 1024  # a literal this small or smaller is compared by its bytes
+
+
+def _constant(inputs: tuple) -> bool:
+  """Whether an equation of these inputs is of small literals alone (or none: a generator),
+  staged once per trace level (`constant_key`): a Python number broadcast in a loop is one
+  equation, not one per step."""
+  for a in inputs:
+    if type(a) is not Lit or a.value.nbytes > SHARED_LITERAL_BYTES:
+      return False
+  return True
+
+
+def constant_key(prim, params: tuple, inputs: tuple) -> tuple:
+  """What an equation of small literals alone (`_constant`) is staged once per trace level
+  by: the same key whether it is bound (`bind`) or restaged from an op's record
+  (`restage`), so a trace is the same whether its ops run or are replayed."""
+  return ("constant", prim, params, inputs)
 
 
 def restage(program: Program, args: Sequence, kinds: Sequence[int]) -> list:
@@ -673,7 +699,7 @@ def restage(program: Program, args: Sequence, kinds: Sequence[int]) -> list:
         env[eqn.outputs[0]] = same
         continue
     elif kind == _CONSTANT:
-      key = ("restaged", eqn.prim, eqn.params, inputs)
+      key = constant_key(eqn.prim, eqn.params, inputs)
       outs = builder.constants.get(key)
       if outs is not None:
         env.update(zip(eqn.outputs, outs))

@@ -345,3 +345,41 @@ def test_the_oldest_records_give_way(monkeypatch, unrecorded):
     assert len(_recorded._records) <= 4 and len(_recorded._seen) <= 4
   for g, w in zip(got, unrecorded(run), strict=True):
     np.testing.assert_array_equal(g, w)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+  st.lists(
+    st.tuples(
+      st.sampled_from(BINARY[:5] + UNARY),
+      st.sampled_from([2, 2.0, 0.5, 1, 1.0, True, np.float64(2.0)]),
+      st.sampled_from(["left", "right", "input"]),
+    ),
+    min_size=1,
+    max_size=8,
+  ),
+  st.sampled_from([(), (3,), (2, 3)]),
+  st.booleans(),
+)
+def test_a_function_traces_the_same_whether_its_ops_run_or_are_replayed(steps, shape, concrete):
+  """Its first trace runs each new signature as it is (and records it); later traces
+  replay the records. The programs are the same, equation for equation (a kept
+  transform's second call compares them: a difference makes its program again):
+  a number's broadcast is staged once per trace in both, whatever it was written as."""
+  _recorded.clear()
+
+  def fn(x):
+    y = x
+    for op, number, side in steps:
+      if op in UNARY:
+        y = getattr(pnp, op)(y)
+        continue
+      other = x if side == "input" else number
+      y = getattr(pnp, op)(other, y) if side == "left" else getattr(pnp, op)(y, other)
+    return y
+
+  aval = core.ShapedArray(shape, "float64")
+  values = [np.full(shape, 1.5)] if concrete else None
+  with np.errstate(all="ignore"):
+    printed = [str(trace_flat(fn, [aval], concrete=values)[0]) for _ in range(3)]
+  assert printed[1] == printed[0] and printed[2] == printed[0]

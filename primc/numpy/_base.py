@@ -11,9 +11,9 @@ import types
 import numpy as np
 
 from primc import prims as P
-from primc.core import FLOAT_DTYPES, PrimcError, ShapeError, dtype_name
+from primc.core import FLOAT_DTYPES, Lit, PrimcError, ShapeError, dtype_name
 from primc.numpy import _recorded
-from primc.trace import Tracer, aval_of, locate, user_ops
+from primc.trace import Tracer, aval_of, constant_key, locate, user_ops
 from primc.trace import as_array as leaf_array
 from primc.trace import state as trace_state
 
@@ -295,13 +295,14 @@ def _weak_constant(x, dtype: str, shape: tuple):
   if not builders or not shape:
     return _raw_broadcast_to(np.asarray(x, dtype), shape)
   builder = builders[-1]
-  key = (x.hex() if type(x) is float else x, type(x), dtype, shape)
-  kept = builder.constants.get(key)
-  if kept is None:
-    t = _raw_broadcast_to(np.asarray(x, dtype), shape)
-    kept = builder.constants[key] = (t.ir_var, t.concrete)
+  value = np.asarray(x, dtype)
+  params = (("broadcast_dimensions", ()), ("shape", shape))  # (`P.broadcast_in_dim`'s)
+  kept = builder.constants.get(constant_key(P.broadcast_in_dim_p, params, (Lit.of(value),)))
+  if kept is None:  # (staged and kept by `bind`)
+    return _raw_broadcast_to(value, shape)
   fresh = Tracer(builder, kept[0])
-  fresh.concrete = kept[1]
+  if builder.concrete:
+    fresh.concrete = np.broadcast_to(value, shape)
   return fresh
 
 
