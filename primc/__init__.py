@@ -53,7 +53,6 @@ _NAMES = {
   "interpreter": ["interpret"],
   "trace": ["make_program"],
   "api": [
-    "check_grads",
     "grad",
     "hessian",
     "hvp",
@@ -84,6 +83,7 @@ _NAMES = {
   "settings": ["config", "raw_transforms"],
   "custom": ["custom_jvp", "custom_vjp"],
   "fixed_points": ["fixed_point"],
+  "checking": ["check_grads"],
   "compile": ["cache_stats", "jit"],
   "eager": ["GradManager", "PyLayer", "PyLayerContext", "Tensor", "to_tensor"],
   "nn": ["seed", "rand", "randn", "randint"],

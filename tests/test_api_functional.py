@@ -174,3 +174,19 @@ def test_check_grads_catches_a_wrong_rule(order, monkeypatch):
   )
   with pytest.raises(AssertionError, match="mismatch"):
     primc.check_grads(pnp.sin, (np.array([0.3, 1.2]),), order=order)
+
+
+def test_check_grads_directions_are_generic_and_the_same_for_a_seed():
+  """`checking.Directions`: uniform on [-1, 1) (its mean and variance, each sign about
+  half the time), the same stream for a seed, another for another seed, a dtype's."""
+  from primc.checking import Directions
+
+  draws = Directions(7).draw((20000,), np.float64)
+  assert draws.min() >= -1.0 and draws.max() < 1.0
+  assert abs(draws.mean()) < 0.02 and abs(draws.var() - 1 / 3) < 0.01
+  assert abs((draws > 0).mean() - 0.5) < 0.02
+  assert len(np.unique(draws)) == draws.size
+  one, again = Directions(7), Directions(7)
+  np.testing.assert_array_equal(one.draw((2, 3), np.float64), again.draw((2, 3), np.float64))
+  assert (one.draw((4,), np.float64) != Directions(8).draw((4,), np.float64)).all()
+  assert Directions(0).draw((), np.float32).dtype == np.float32
