@@ -39,6 +39,7 @@ from primc.core import (
   results,
   run,
 )
+from primc.kept import bind_control
 from primc.prims import abstract_rules, impl_rules
 from primc.trace import (
   Tracer,
@@ -385,8 +386,13 @@ class custom_jvp(_CustomFunction):
         )
       return [as_array(o) for o in outs] + [as_array(t) for t in t_outs]
 
-    outs = custom_jvp_call_p.bind(
-      *leaves, *captured, fun=program, rule=Rule(rule, f"{name}'s jvp"), n_args=len(leaves)
+    outs = bind_control(
+      custom_jvp_call_p,
+      *leaves,
+      *captured,
+      fun=program,
+      rule=Rule(rule, f"{name}'s jvp"),
+      n_args=len(leaves),
     )
     return tree_unflatten(out_tree, outs)
 
@@ -469,7 +475,8 @@ class custom_vjp(_CustomFunction):
 
     if values is not None:  # fwd loops on values as the function did
       fwd = _on_values(fwd, values)
-    outs = custom_vjp_call_p.bind(
+    outs = bind_control(
+      custom_vjp_call_p,
       *leaves,
       *captured,
       fun=program,

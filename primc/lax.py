@@ -45,6 +45,7 @@ from primc.core import (
   Var,
   program_runner_rules,
 )
+from primc.kept import bind_control
 from primc.prims import abstract_rules, impl_rules
 from primc.trace import Tracer, as_array, aval_of, eval_program, locate, trace_flat, user_source
 from primc.tree import tree_flatten, tree_unflatten
@@ -670,7 +671,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
   if aval_of(index).shape != ():
     raise PrimcError(f"cond/switch needs a scalar predicate or index, got {aval_of(index)}")
   index = P.convert(index, "int32") if aval_of(index).dtype != "int32" else index
-  outs = cond_p.bind(index, *leaves, *captured, branches=tuple(programs))
+  outs = bind_control(cond_p, index, *leaves, *captured, branches=tuple(programs))
   return tree_unflatten(out_tree, outs)
 
 
@@ -703,7 +704,8 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
   body_prog, body_cap, body_tree = _closed(lambda *xs: body_fun(unflat(xs)), avals)
   _check_same("while_loop body's output structure", body_tree, tree)
   _check_carry("while_loop body", body_prog.out_avals, tuple(avals))
-  outs = while_p.bind(
+  outs = bind_control(
+    while_p,
     *cond_cap,
     *body_cap,
     *leaves,
@@ -756,7 +758,8 @@ def _scan(f, init, xs, length, reverse, name):
     tuple(_avals(c_leaves)),
     1 if name == "fori_loop" else 0,
   )
-  outs = scan_p.bind(
+  outs = bind_control(
+    scan_p,
     *captured,
     *c_leaves,
     *x_leaves,

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import primc
 import primc.numpy as pnp
 from primc import ad, kept, tape
+from primc.tree import tree_flatten
 from primc.trace import eval_program
 
 from prim_cases import case_id
@@ -471,6 +472,41 @@ CONTROL = {
   "custom_jvp": lambda x, k: _softclip(x) + k,
   "custom_vjp": lambda x, k: _scaled(x) * k,
 }
+
+
+@pytest.mark.parametrize("name", list(CONTROL))
+def test_eager_control_flow_runs_by_runners_as_the_interpreter(name, monkeypatch):
+  """Called on values outside any trace, a loop, a branch or a custom function runs by
+  runners of its programs (`kept.bind_control`: no equation holding programs is bound),
+  with the values bind gives (the interpreter's path) bit for bit; an index out of range
+  is the interpreter's error."""
+  from primc import core
+
+  rng = np.random.default_rng(3)
+  cases = [(rng.uniform(0.5, 1.5, (3, 2)), np.int64(k)) for k in (0, 1, 2)]
+  bound = []
+  binder = core.binder[0]
+
+  def counting(prim, args, params):
+    if prim in core.program_runner_rules and not primc.trace.tracing():  # (run, not staged)
+      bound.append(prim.name)
+    return binder(prim, args, params)
+
+  monkeypatch.setattr(core, "binder", [counting])
+  got = [CONTROL[name](*case) for case in cases]
+  assert bound == []
+  with monkeypatch.context() as m:  # bound: the interpreter's path
+    for module in (primc.lax, primc.custom):
+      m.setattr(module, "bind_control", lambda prim, *a, **k: prim.bind(*a, **k))
+    want = [CONTROL[name](*case) for case in cases]
+  assert bound or name == "switch"  # (a known index chooses its branch in Python)
+  for g, w in zip(got, want, strict=True):
+    for a, b in zip(tree_flatten(g)[0], tree_flatten(w)[0], strict=True):
+      assert np.asarray(a).dtype == np.asarray(b).dtype
+      np.testing.assert_array_equal(a, b)
+  x = cases[0][0]
+  with pytest.raises(primc.PrimcIndexError, match="out of bounds"):
+    primc.lax.fori_loop(0, np.int64(2), lambda i, v: v + v[i + 5], x)
 
 
 @pytest.mark.parametrize("generated", [False, True])
