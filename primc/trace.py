@@ -561,7 +561,22 @@ def eval_program(program: Program, *args) -> list:
   """Runs a program by binding each equation: eager on arrays, staged while tracing."""
   if _state.builders and not _state.builders[-1].concrete and _stageable(program, args):
     return _stage(program, args)  # (a trace of values binds: each value computed beside)
-  return run(program, args, lambda eqn, xs: results(eqn, eqn.prim.bind(*xs, **eqn.kw)), lit=literal)
+  return run(program, args, _bound, lit=literal)
+
+
+def _bound(eqn: Eqn, xs: list) -> list:
+  """`eqn` bound on `xs` (`eval_program`); an error its implementation raises on values
+  (an index out of bounds in a loop's body) names the op, its operands and the equation's
+  line, as a staged op's error does."""
+  try:
+    return results(eqn, eqn.prim.bind(*xs, **eqn.kw))
+  except PrimcError as e:
+    if getattr(e, "located", False):
+      raise
+    operands = ", ".join(str(aval_of(x)) for x in xs)
+    out = type(e)(f"{eqn.prim.name} on ({operands}): {e} at {eqn.source or user_source()}")
+    out.located = True
+    raise out from None
 
 
 def _stageable(program: Program, args) -> bool:
