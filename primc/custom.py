@@ -39,7 +39,7 @@ from primc.core import (
   results,
   run,
 )
-from primc.kept import bind_control
+from primc.runners import bind_control
 from primc.prims import abstract_rules, impl_rules
 from primc.trace import (
   Tracer,

@@ -45,7 +45,7 @@ from primc.core import (
   Var,
   program_runner_rules,
 )
-from primc.kept import bind_control
+from primc.runners import bind_control
 from primc.prims import abstract_rules, impl_rules
 from primc.trace import Tracer, as_array, aval_of, eval_program, locate, trace_flat, user_source
 from primc.tree import tree_flatten, tree_unflatten

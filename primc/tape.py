@@ -24,7 +24,7 @@ import numpy as np
 
 from primc import ad, passes
 from primc.core import Eqn, Lit, Program, Var, impl_rules, results
-from primc.kept import runner
+from primc.runners import runner
 from primc.trace import eval_program
 from primc.settings import config
 
@@ -57,7 +57,7 @@ def _programs(eqn: Eqn, active: tuple[bool, ...]):
 
 
 def _made(programs, optimized: bool):
-  """`_programs`' programs as runners (`kept.runner`, unguarded: `vjp` guards the whole
+  """`_programs`' programs as runners (`runners.runner`, unguarded: `vjp` guards the whole
   call), `optimized` (one round of the passes) where transforms are."""
   if programs is None:
     return None

@@ -18,6 +18,7 @@ LAYERS = [
       "primc.trace",
       "primc.prims",
       "primc.interpreter",
+      "primc.runners",
       "primc.settings",
       "primc.breaks",
     ],

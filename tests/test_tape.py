@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import primc
 import primc.numpy as pnp
-from primc import ad, kept, tape
+from primc import ad, kept, runners, tape
 from primc.tree import tree_flatten
 from primc.trace import eval_program
 
@@ -74,13 +74,13 @@ def test_every_primitive_on_the_tape_agrees_with_its_vjp_program(
 
 @pytest.mark.parametrize("case", FLOAT_CASES, ids=case_id)
 def test_generated_runners_agree_with_the_interpreter(case, rng, monkeypatch):
-  """A runner past `kept.GENERATE_AFTER` calls is one generated function: its results
+  """A runner past `runners.GENERATE_AFTER` calls is one generated function: its results
   are the interpreter's bit for bit, and the tape's kinds made that way agree too."""
-  monkeypatch.setattr(kept, "GENERATE_AFTER", 0)
+  monkeypatch.setattr(runners, "GENERATE_AFTER", 0)
   monkeypatch.setattr(tape, "_KINDS", {})
   xs = [np.asarray(x) for x in case.make(rng)]
   program = primc.make_program(case.fn)(*xs)
-  run = kept.runner(program)
+  run = runners.runner(program)
   for got, want in zip(run(xs), eval_program(program, *xs), strict=True):
     assert np.asarray(got).dtype == np.asarray(want).dtype
     np.testing.assert_array_equal(got, want)
@@ -477,7 +477,7 @@ CONTROL = {
 @pytest.mark.parametrize("name", list(CONTROL))
 def test_eager_control_flow_runs_by_runners_as_the_interpreter(name, monkeypatch):
   """Called on values outside any trace, a loop, a branch or a custom function runs by
-  runners of its programs (`kept.bind_control`: no equation holding programs is bound),
+  runners of its programs (`runners.bind_control`: no equation holding programs is bound),
   with the values bind gives (the interpreter's path) bit for bit; an index out of range
   is the interpreter's error, naming the op and the line."""
   from primc import core
@@ -512,15 +512,15 @@ def test_eager_control_flow_runs_by_runners_as_the_interpreter(name, monkeypatch
 @pytest.mark.parametrize("generated", [False, True])
 @pytest.mark.parametrize("name", list(CONTROL))
 def test_control_flow_runners_agree_with_the_interpreter(name, generated, monkeypatch):
-  """A program with loops, branches and custom rules, run by `kept.runner` (its programs'
+  """A program with loops, branches and custom rules, run by `runners.runner` (its programs'
   runners made once: `program_runner_rules`), gives the interpreter's values bit for bit,
   for several inputs of one runner; an index out of range is the interpreter's error."""
   if generated:
-    monkeypatch.setattr(kept, "GENERATE_AFTER", 0)
+    monkeypatch.setattr(runners, "GENERATE_AFTER", 0)
   rng = np.random.default_rng(7)
   x = rng.uniform(0.5, 1.5, (3, 2))
   program = primc.make_program(CONTROL[name])(x, np.int64(2))
-  run = kept.runner(program)
+  run = runners.runner(program)
   for k in (0, 1, 2, 2):
     xs = [rng.uniform(0.5, 1.5, (3, 2)), np.asarray(np.int64(k))]
     for got, want in zip(run(xs), eval_program(program, *xs), strict=True):
