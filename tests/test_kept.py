@@ -136,15 +136,18 @@ def test_random_numbers_drawn_inside_are_drawn_at_every_call(caplog, monkeypatch
 
 def test_the_second_call_checks_by_tracing_the_function_alone(monkeypatch):
   """The second call traces the function without the transform (the HMM gradient's
-  second call: 5.2 s -> 1.1 s), not the transform again."""
-  made = []
-  real = kept._make
+  second call: 5.2 s -> 1.1 s), not the transform again, and compares the two traces
+  variable by variable (`core.alpha_equal`), before printing them."""
+  made, printed = [], []
+  real, fingerprint = kept._make, kept._fingerprint
   monkeypatch.setattr(kept, "_make", lambda *a, **k: made.append(1) or real(*a, **k))
+  monkeypatch.setattr(kept, "_fingerprint", lambda p: printed.append(1) or fingerprint(p))
   f = lambda w: pnp.sum(pnp.tanh(2 * w + 1) ** 2)
   w = np.linspace(-1, 1, 7)
   for _ in range(3):
     np.testing.assert_allclose(primc.grad(f)(w), _tanh_loss_grad(w), rtol=1e-10)
   assert len(made) == 1 and kept.stats()["kept_checked"] == 1
+  assert not printed  # (the same trace up to names: not printed to compare)
 
 
 def test_state_read_through_a_module_is_seen_at_the_second_call(monkeypatch, caplog):
