@@ -61,16 +61,24 @@ HARNESS = textwrap.dedent("""
     import sys, types, importlib.abc, importlib.util
     mode = sys.argv[1]
     if importlib.util.find_spec("matplotlib") is None:  # else the real one, on Agg
-      stub = types.ModuleType("matplotlib")
       class _Any:
           def __getattr__(self, name): return _Any()
           def __call__(self, *a, **k): return _Any()
           def __iter__(self): return iter(())
-      plt = _Any()
-      stub.pyplot = plt
-      stub.use = lambda *a, **k: None
-      sys.modules["matplotlib"] = stub
-      sys.modules["matplotlib.pyplot"] = plt
+      class _Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+          # matplotlib and its submodules (pyplot, cm, image): every name a stand-in
+          def find_spec(self, name, path, target=None):
+              if name.split(".")[0] != "matplotlib":
+                  return None
+              return importlib.util.spec_from_loader(name, self, is_package=True)
+          def create_module(self, spec):
+              module = types.ModuleType(spec.name)
+              module.__getattr__ = lambda attr: _Any()
+              module.use = lambda *a, **k: None
+              return module
+          def exec_module(self, module):
+              pass
+      sys.meta_path.insert(0, _Stubs())
     if mode == "primc":
         import importlib
         TRANSFORMS = ("grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian",
@@ -98,7 +106,10 @@ HARNESS = textwrap.dedent("""
                 importlib.import_module("primc.numpy").random = random
                 return random
             if name.startswith(("autograd.numpy", "autograd.scipy")):
-                return importlib.import_module("primc" + name[len("autograd"):])
+                module = importlib.import_module("primc" + name[len("autograd"):])
+                if not hasattr(module, "__path__"):  # (a parent of what the example
+                    module.__path__ = []  # imports: `autograd.scipy.stats.norm`)
+                return module
             if name == "autograd.misc.fixed_points":
                 return importlib.import_module("primc.fixed_points")
             if name in ("autograd.misc", "autograd.misc.flatten"):
