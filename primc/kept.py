@@ -58,6 +58,7 @@ from primc import breaks, core, passes, replayed
 from primc.settings import config, log
 from primc.core import (
   ConcretizationError,
+  Frozen,
   Lit,
   PrimcError,
   without_gc,
@@ -74,7 +75,7 @@ from primc.trace import (
   weak_leaves,
 )
 from primc.runners import runner
-from primc.tree import _node_of, tree_flatten, tree_unflatten
+from primc.tree import TreeDef, _node_of, tree_flatten, tree_unflatten
 
 
 KEPT = 256  # kept programs (least recently used go first)
@@ -107,8 +108,11 @@ IDENTITY_TYPES: tuple = (
   staticmethod,
   classmethod,
   type(np.sum),
+  Frozen,  # the IR's records (a program, an abstract value): immutable, made once
 )
-_VALUES = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), np.dtype)
+# values compared by value (a pytree's structure too: `flatten_func`'s `unflatten` reads
+# one; immutable, hashed by value)
+_VALUES = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), np.dtype, TreeDef)
 _PRIMC = tuple(  # primc's own folders
   os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d + os.sep
   for d in ("primc", "passes", "codegen")

@@ -810,3 +810,34 @@ def test_a_transform_in_any_trace_agrees_with_keeping_off(inner, outer, unary, p
   got = _OUTER[outer](g, x)
   want = _unkept(lambda: _OUTER[outer](g, x))
   np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_a_function_reading_primc_objects_is_kept():
+  """A function whose closure reaches primc's own immutable objects, a pytree's structure
+  (`flatten_func`'s `unflatten`, as autograd's gmm example reads it) or the IR's records
+  (a program, an abstract value, a literal), is kept: they are keyed by value or by
+  identity, never refused as unknown objects."""
+  from primc.core import Lit, ShapedArray
+  from primc.tree_util import flatten_func
+
+  program = primc.make_program(lambda v: v * 2.0)(np.ones(2))
+  aval, lit = ShapedArray((2,), "float64"), Lit.of(3.0)
+
+  def objective(p):
+    scale = len(program.eqns) + aval.size + float(lit.value)
+    return pnp.sum(p["a"] ** 2) * scale + pnp.sum(pnp.tanh(p["b"]))
+
+  scale = len(program.eqns) + 2 + 3.0
+  flat, unflatten, x0 = flatten_func(objective, {"a": np.ones(3), "b": np.linspace(0, 1, 2)})
+  for k in range(3):
+    x = x0 + 0.1 * k
+    want = np.concatenate([2 * x[:3] * scale, 1 - np.tanh(x[3:]) ** 2])
+    np.testing.assert_allclose(primc.grad(flat)(x), want, rtol=1e-12)
+    np.testing.assert_allclose(
+      primc.hessian_vector_product(flat)(x, np.ones(5)),
+      np.concatenate([np.full(3, 2 * scale), -2 * np.tanh(x[3:]) * (1 - np.tanh(x[3:]) ** 2)]),
+      rtol=1e-12,
+    )
+  stats = kept.stats()
+  assert "kept_not_kept" not in stats, stats.get("kept_miss_reasons")
+  assert stats["kept_hits"] >= 2
