@@ -52,9 +52,11 @@ EXAMPLES = [
   "bayesian_optimization",
   "ica",
   "black_box_svi",
+  "gmm",
 ]
-FILES = [f"{e}.py" for e in EXAMPLES]  # (lstm imports rnn; hmm_em reads lstm.py;
-# bayesian_optimization imports gaussian_process)
+FILES = [f"{e}.py" for e in EXAMPLES] + ["data.py", "data_mnist.py"]  # (lstm imports
+# rnn; hmm_em reads lstm.py; bayesian_optimization imports gaussian_process; gmm takes
+# its data from data.py, which imports data_mnist.py: nothing is downloaded)
 
 # The imports changed: run before the example, in its process
 HARNESS = textwrap.dedent("""
