@@ -29,6 +29,7 @@ from primc.custom import custom_vjp
 from primc.numpy import NotSupportedError
 from primc.trace import aval_of
 from primc.tree import tree_flatten, tree_unflatten
+from primc.scipy._missing import missing
 
 RTOL = ATOL = 1.49012e-8  # scipy's defaults
 MXSTEP = 5000  # steps per requested time before the row is NaN
@@ -247,14 +248,7 @@ def odeint(
 
 
 def __getattr__(name: str):
-  import scipy.integrate
-
-  if name.startswith("__") or not hasattr(scipy.integrate, name):
-    raise AttributeError(f"module 'primc.scipy.integrate' has no attribute {name!r}")
-  raise NotSupportedError(
-    f"primc.scipy.integrate.{name} (scipy.integrate.{name}) is not "
-    f"supported yet; the README's scipy section lists what is"
-  )
+  raise missing("integrate", name)
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

@@ -9,6 +9,7 @@ import numpy as np
 from primc import numpy as pnp
 from primc.numpy import NotSupportedError, _op
 from primc.trace import aval_of
+from primc.scipy._missing import missing
 
 solve_triangular = pnp.linalg.solve_triangular
 inv, det, norm = pnp.linalg.inv, pnp.linalg.det, pnp.linalg.norm
@@ -155,14 +156,7 @@ def block_diag(*arrs):
 
 
 def __getattr__(name: str):
-  import scipy.linalg
-
-  if name.startswith("__") or not hasattr(scipy.linalg, name):
-    raise AttributeError(f"module 'primc.scipy.linalg' has no attribute {name!r}")
-  raise NotSupportedError(
-    f"primc.scipy.linalg.{name} (scipy.linalg.{name}) is not "
-    f"supported yet; the README's scipy section lists what is"
-  )
+  raise missing("linalg", name)
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

@@ -14,6 +14,7 @@ import numpy as np
 from primc import numpy as pnp
 from primc.numpy import NotSupportedError, _op
 from primc.trace import aval_of
+from primc.scipy._missing import missing
 
 _MODES = ("full", "valid", "same")
 
@@ -204,14 +205,7 @@ correlate2d = _two_d(_correlate2d_same, "correlate2d")
 
 
 def __getattr__(name: str):
-  import scipy.signal
-
-  if name.startswith("__") or not hasattr(scipy.signal, name):
-    raise AttributeError(f"module 'primc.scipy.signal' has no attribute {name!r}")
-  raise NotSupportedError(
-    f"primc.scipy.signal.{name} (scipy.signal.{name}) is not "
-    f"supported yet; the README's scipy section lists what is"
-  )
+  raise missing("signal", name)
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

@@ -18,6 +18,7 @@ from primc import numpy as pnp
 from primc import prims as P
 from primc.custom import custom_jvp
 from primc.numpy import NotSupportedError, _op
+from primc.scipy._missing import missing
 
 erf = pnp._unary(P.erf_p.bind, "erf")
 erfc = pnp._unary(P.erfc_p.bind, "erfc")
@@ -249,14 +250,7 @@ jn, yn = _special("jv"), _special("yv")  # integer orders: the same values
 
 
 def __getattr__(name: str):
-  import scipy.special
-
-  if name.startswith("__") or not hasattr(scipy.special, name):
-    raise AttributeError(f"module 'primc.scipy.special' has no attribute {name!r}")
-  raise NotSupportedError(
-    f"primc.scipy.special.{name} (scipy.special.{name}) is not "
-    f"supported yet; the README's scipy section lists what is"
-  )
+  raise missing("special", name)
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too

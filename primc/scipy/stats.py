@@ -15,6 +15,7 @@ from primc import numpy as pnp
 from primc.numpy import NotSupportedError, _op
 from primc.scipy import special
 from primc.trace import Tracer, aval_of
+from primc.scipy._missing import missing
 
 _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 
@@ -352,14 +353,7 @@ multivariate_normal = _Distribution(
 
 
 def __getattr__(name: str):
-  import scipy.stats
-
-  if name.startswith("__") or not hasattr(scipy.stats, name):
-    raise AttributeError(f"module 'primc.scipy.stats' has no attribute {name!r}")
-  raise NotSupportedError(
-    f"primc.scipy.stats.{name} (scipy.stats.{name}) is not supported "
-    f"yet; the README's scipy section lists what is"
-  )
+  raise missing("stats", name)
 
 
 pnp.wrap_public_functions(globals(), __name__)  # eager tensors and static variables too
