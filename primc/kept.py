@@ -838,7 +838,8 @@ def _random_state() -> tuple:
 
 
 MAX_STRUCTURES = 8  # structures of one function's trace seen more often than reused: stop
-_structures: dict = {}  # (transform key, code) -> [structures made, reuses]; None: cannot
+_structures: dict = {}  # (transform key, code) -> [structures made, reuses, the last
+# structure's (program, the key without its fingerprint, full key)]; None: cannot
 
 
 def _by_structure(transform, key, fun, args, kwargs, traced_scalars, plain):
@@ -848,7 +849,7 @@ def _by_structure(transform, key, fun, args, kwargs, traced_scalars, plain):
   (`primc.replayed`). `plain()` where it cannot be traced alone, or where its structure
   keeps changing (`MAX_STRUCTURES`)."""
   code = (key, getattr(fun, "__code__", None) or id(fun))
-  seen = _structures.get(code, [0, 0])
+  seen = _structures.get(code, [0, 0, None])
   if seen is None or (seen[0] >= MAX_STRUCTURES and seen[1] < seen[0]):
     return plain()
   try:
@@ -861,8 +862,7 @@ def _by_structure(transform, key, fun, args, kwargs, traced_scalars, plain):
         fun, args, kwargs, _lazy(traced_scalars, args)
       )
     structure, consts = replayed.lifted(structure)
-    state = (_fingerprint(structure), out_tree)  # (what it reads: its trace)
-    skey = _full_key(("structure", key), state, tree, traced, weak, arrays + consts)
+    skey = _structure_key(seen, key, structure, out_tree, tree, traced, weak, arrays + consts)
     entry = _kept.get(skey)
     if entry is None:
       entry = _replay_entry(
@@ -879,6 +879,21 @@ def _by_structure(transform, key, fun, args, kwargs, traced_scalars, plain):
     return plain()
   _structures[code] = seen
   return _run(entry, arrays + consts)
+
+
+def _structure_key(seen, key, structure, out_tree, tree, traced, weak, inputs) -> tuple:
+  """The full key of a structure (its fingerprint, what it reads: its trace); the last
+  one's where the structure is the same up to variable names (`core.alpha_equal`, on
+  inputs of the same types: printing each call's trace cost ~a third of a call)."""
+  rest = _full_key(("structure", key), out_tree, tree, traced, weak, inputs)
+  last = seen[2]
+  if last is not None and last[1] == rest and core.alpha_equal(structure, last[0]):
+    return last[2]
+  skey = _full_key(
+    ("structure", key), (_fingerprint(structure), out_tree), tree, traced, weak, inputs
+  )
+  seen[2] = (structure, rest, skey)
+  return skey
 
 
 def _alone(fun, args, kwargs, traced_scalars):

@@ -841,3 +841,20 @@ def test_a_function_reading_primc_objects_is_kept():
   stats = kept.stats()
   assert "kept_not_kept" not in stats, stats.get("kept_miss_reasons")
   assert stats["kept_hits"] >= 2
+
+
+def test_a_structure_seen_again_is_found_without_printing_it(monkeypatch):
+  """A function drawing random numbers is kept by the structure of its trace; a call
+  whose trace is the last one's up to variable names finds its program without printing
+  the trace (`core.alpha_equal`); each call's own draws are used."""
+  printed = []
+  fingerprint = kept._fingerprint
+  monkeypatch.setattr(kept, "_fingerprint", lambda p: printed.append(1) or fingerprint(p))
+  rs, again = np.random.RandomState(0), np.random.RandomState(0)
+  f = lambda w: pnp.sum(pnp.tanh(w * rs.standard_normal(3)))
+  w = np.linspace(0.1, 0.3, 3)
+  for _ in range(5):
+    noise = again.standard_normal(3)
+    np.testing.assert_allclose(primc.grad(f)(w), noise * (1 - np.tanh(w * noise) ** 2), rtol=1e-12)
+  assert len(printed) == 1
+  assert kept.stats()["kept_hits"] >= 4
