@@ -17,6 +17,36 @@ DTYPES = ["float64", "float32", "int64", "int32", "bool"]
 BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "less"]
 UNARY = ["exp", "log", "tanh", "sqrt", "negative", "abs", "square"]
 REDUCTIONS = ["sum", "mean", "max", "min", "prod", "logsumexp"]
+# primc.scipy's functions (recorded where every array argument is traced): x, then the
+# distribution's loc and scale, or the special function's other operand
+SCIPY = {
+  "stats.norm.logpdf": 3,
+  "stats.norm.cdf": 3,
+  "stats.norm.logcdf": 3,
+  "stats.t.logpdf": 4,
+  "stats.gamma.logpdf": 4,
+  "special.expit": 1,
+  "special.logit": 1,
+  "special.gammaln": 1,
+  "special.digamma": 1,
+  "special.log_ndtr": 1,
+  "special.xlogy": 2,
+  "special.betaln": 2,
+  "special.logsumexp": 1,
+  "special.softmax": 1,
+}
+
+
+def _function(op: str):
+  """The function `op` names: primc.numpy's, or primc.scipy's ("stats.norm.logpdf")."""
+  if "." not in op:
+    return getattr(pnp, op)
+  import primc.scipy
+
+  fn = primc.scipy
+  for part in op.split("."):
+    fn = getattr(fn, part)
+  return fn
 
 
 @pytest.fixture
@@ -40,7 +70,7 @@ def calls(draw):
   """(op, operands, keywords): operands are ("in", shape, dtype, weak) traced inputs,
   ("array", value), ("same", k) (operand k again), ("alias", k) (another object of
   operand k's value) or a Python or numpy number."""
-  family = draw(st.sampled_from(["binary", "unary", "reduction", "product", "index"]))
+  family = draw(st.sampled_from(["binary", "unary", "reduction", "product", "index", "scipy"]))
   ndim = draw(st.integers(0, 3))
   shape = _shape(draw, ndim)
   dtype = draw(st.sampled_from(DTYPES))
@@ -65,6 +95,9 @@ def calls(draw):
     return draw(st.sampled_from(BINARY)), [operand(0, shape), operand(1, shape)], {}
   if family == "unary":
     return draw(st.sampled_from(UNARY)), [("in", shape, dtype, False)], {}
+  if family == "scipy":
+    op = draw(st.sampled_from(sorted(SCIPY)))
+    return op, [("in", shape, dtype, False)] + [operand(k, shape) for k in range(1, SCIPY[op])], {}
   if family == "reduction":
     axis = draw(st.sampled_from([None, 0, -1, (0,), 1]))
     keywords = {"axis": axis} if axis is not None else {}
@@ -145,7 +178,7 @@ def _traced(op, operands, keywords, concrete=False):
     for s in specs:
       args.append(build(s))
     call = (
-      (lambda: args[0][args[1]]) if op == "getitem" else lambda: getattr(pnp, op)(*args, **keywords)
+      (lambda: args[0][args[1]]) if op == "getitem" else lambda: _function(op)(*args, **keywords)
     )
     outs = [call() for _ in range(2)]
     for o in outs:

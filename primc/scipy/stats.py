@@ -27,7 +27,9 @@ class _Distribution:
     self.name = name
     for method, fn in methods.items():
       fn.__name__ = f"{name}.{method}"
-      setattr(self, method, pnp.takes_front_ends(_op(fn)))
+      # (recorded: a call while tracing replays the equations of its signature, where
+      # every array argument is traced: one that reads a constant array's values runs)
+      setattr(self, method, pnp.takes_front_ends(_op(fn, recorded="traced")))
 
   def rvs(self, *args, **kwargs):
     """Samples, from scipy itself: sampling is not differentiated (as in autograd and
