@@ -333,33 +333,36 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
         f"{_describe(prim, [aval_of(x) for x in args], params)}"
         f" (primc supports {', '.join(SUPPORTED_DTYPES)})",
       )
-  if _state.builders and prim.name == "reshape" and type(args[0]) is Tracer:
-    same = _unreshaped(_state.builders[-1], args[0], params["new_sizes"])
+  builders = _state.builders
+  reshape = prim.name == "reshape"
+  if builders and reshape and type(args[0]) is Tracer:
+    same = _unreshaped(builders[-1], args[0], params["new_sizes"])
     if same is not None:  # (before the shape rule: a reshape back is most reshapes)
       return same
-  if prim not in abstract_rules:
+  rule = abstract_rules.get(prim)
+  if rule is None:
     raise PrimcError(f"primitive {prim.name} has no shape rule")
   try:
-    out_aval = abstract_rules[prim](*avals, **params)
+    out_aval = rule(*avals, **params)
   except ShapeError as e:
     raise locate(e, f"{_describe(prim, avals, params)}: {e}") from None
   out_avals = list(out_aval) if prim.multiple_results else [out_aval]
-  if not _state.builders:
+  if not builders:
     out = impl_rules[prim](*args, **params)
     outs = [np.asarray(o) for o in (out if prim.multiple_results else [out])]  # 0-d: arrays
     for o, a in zip(outs, out_avals, strict=True):
       assert o.shape == a.shape and dtype_name(o.dtype) == a.dtype, (prim, o.shape, o.dtype, a)
     return outs if prim.multiple_results else outs[0]
-  builder = _state.builders[-1]
+  builder = builders[-1]
   inputs = tuple(
     [a.ir_var if type(a) is Tracer and a.builder is builder else builder.atom(a) for a in args]
   )
-  items = make_params(params)
+  items = make_params(params) if params else ()
   key = constant_key(prim, items, inputs) if _constant(inputs) else None
   outs = None if key is None else builder.constants.get(key)
   if outs is None:
     outs = tuple([Var(a) for a in out_avals])
-    if prim.name == "reshape" and type(inputs[0]) is Var:
+    if reshape and type(inputs[0]) is Var:
       builder.reshaped[outs[0]] = inputs[0]
     builder.eqns.append(Eqn(prim, inputs, items, outs, _source()))
     if key is not None:
@@ -682,7 +685,7 @@ def _constant(inputs: tuple) -> bool:
   for a in inputs:
     if type(a) is not Lit or a.value.nbytes > SHARED_LITERAL_BYTES:
       return False
-  return True
+  return True  # (no inputs: a generator)
 
 
 def constant_key(prim, params: tuple, inputs: tuple) -> tuple:
