@@ -204,10 +204,10 @@ def _staged_path(paths, fun, leaves, tree, traced, weak, walk, inputs) -> Any:
   entry = path[0].entry
   if entry.calls < 2:
     try:
-      alone = _forward_fingerprint(fun, leaves, tree, traced, weak, walk, values)
+      alone = _traced_alone(fun, leaves, tree, traced, weak, walk, values, True)[0]
     except ConcretizationError:
       return MISS
-    if alone != entry.forward:
+    if not _same_trace([alone, None, None], entry.forward):
       return MISS
   source = user_source()
   main = lift_guards(entry.program, [(g, source) for g in path[1]], inputs)
@@ -464,7 +464,8 @@ class _Entry:
     self.fast = None  # the executable's steady runner (False: it has none)
     self.optimized = not config.optimize_transforms  # (`_optimize`: once it pays)
     self.forward = self.traced_as = None  # the function traced alone (`_forward`'s list;
-    # a path's: its fingerprint, `_forward_fingerprint`, with the arguments it was traced with)
+    # a path's: its trace on its values, `_traced_alone`, with the arguments it was traced
+    # with, compared by `_same_trace` at its first reuse)
 
   @property
   def fingerprint(self) -> str:
@@ -782,16 +783,12 @@ class _TapedPath:
   def __init__(self, transform, traced_as, alone, make):
     program, fun_tree, read = alone  # (the function traced alone: outputs, then guards)
     self.alone, guarded = _guards_apart(program, len(read))
+    self.forward = [self.alone, None, None]  # (what its first reuse compares: `_same_trace`)
     self.guards = [value for value, _ in read]
     self.check = runner(passes.dce(guarded))
     self.transform, self.traced_as, self.fun_tree, self.make = transform, traced_as, fun_tree, make
     self.made, self.calls, self.seconds, self.pending, self.n_out = None, 0, 0.0, None, 0
     self.entry = self  # (`_on_path` reads the path's counts there)
-
-  @functools.cached_property
-  def forward(self) -> str:
-    """What the path's first reuse compares (`_checked_path`): made then, if ever."""
-    return _fingerprint(self.alone)
 
   def first(self, xs):
     """(self, the transform's output tree): its first call, on values (the flat result
@@ -978,7 +975,7 @@ def _checked_path(paths, inputs, full_key, code, fun, flat, out_tree):
   """A kept path reused for the first time, traced again: a different program (numpy
   random numbers drawn inside) unkeeps the function, this call's result its new trace's."""
   taken = paths.last[0].entry
-  if _forward_fingerprint(*taken.traced_as, inputs) == taken.forward:
+  if _same_trace([_traced_alone(*taken.traced_as, inputs, True)[0], None, None], taken.forward):
     _count("checked")
     return flat, out_tree
   run, guards, tree = paths.make(inputs)
@@ -1011,7 +1008,7 @@ def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped, replay
     else:
       entry = _make(transform, fun, leaves, tree, traced, xs[:n], xs[n:], weak, walk, guards)
     entry[0].traced_as = traced_as
-    entry[0].forward = _fingerprint(alone)  # (the trace a path's first reuse compares)
+    entry[0].forward = [alone, None, None]  # (the trace a path's first reuse compares)
     return entry
 
   try:
@@ -1205,12 +1202,6 @@ def _traced_alone(
   )
   assert not captured
   return program, out_tree, lifted
-
-
-def _forward_fingerprint(fun, leaves, tree, traced, weak, walk, inputs) -> str:
-  """The fingerprint of `fun` traced alone on these values (its path): what a path's
-  check compares."""
-  return _fingerprint(_traced_alone(fun, leaves, tree, traced, weak, walk, inputs, True)[0])
 
 
 def _forward(fun, leaves, tree, traced, weak, walk, inputs) -> list | None:
