@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import primc
@@ -47,10 +47,14 @@ def _agree(program, args, rng, rtol=1e-10):
 
 
 def _same(got, want, rtol):
+  """Equal to `rtol`, and near zero to 1e-12 of the largest value compared: a cotangent
+  that cancels to zero in one program is a few rounding errors of the terms that cancel
+  in the other (~1e-12 where they are ~2,500)."""
   assert len(got) == len(want)
+  scale = max([float(np.max(np.abs(w))) for w in want if np.size(w)], default=1.0)
   for g, w in zip(got, want, strict=True):
     assert np.shape(g) == np.shape(w) and np.asarray(g).dtype == np.asarray(w).dtype
-    np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-12)
+    np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-12 * max(1.0, scale))
 
 
 def _has_float_argument(case) -> bool:
@@ -153,6 +157,8 @@ def _vjp_in_a_trace(f, args, ct, has_aux):
 
 @settings(max_examples=25, deadline=None)
 @given(ops=OPS, seed=st.integers(0, 2**16), has_aux=st.booleans())
+@example(ops=[("reshape", 7, 1, 0), ("reshape", 0, 2, 0)], seed=0, has_aux=False)  # (a zero
+# cotangent: exact in jit's program, rounding of terms ~2,500 on the tape)
 def test_vjp_on_values_is_vjp_in_a_trace(ops, seed, has_aux):
   """`primc.vjp` on values runs on the tape (no program of the function is linearized:
   `_linearized` is not called) and gives what the vjp staged into `jit` gives, for
