@@ -20,6 +20,14 @@ from primc.custom import custom_jvp
 from primc.numpy import NotSupportedError, _op
 from primc.scipy._missing import missing
 
+
+def scipy_op(fn):
+  """A primc.scipy function as an op (`primc.numpy._op`), recorded: a call while tracing
+  replays the equations of its signature where every array argument is traced (one that
+  reads a constant array's values runs as it is)."""
+  return _op(fn, recorded="traced")
+
+
 erf = pnp._unary(P.erf_p.bind, "erf")
 erfc = pnp._unary(P.erfc_p.bind, "erfc")
 erfinv = pnp._unary(P.erfinv_p.bind, "erfinv")
@@ -28,7 +36,7 @@ gammaln = pnp._unary(P.gammaln_p.bind, "gammaln")
 gamma = pnp._unary(P.gamma_p.bind, "gamma")
 
 
-@_op(recorded="traced")
+@scipy_op
 def polygamma(n, x):
   """psi^(n)(x), for an integer order n >= 0 (scipy also takes an array of orders)."""
   if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
@@ -36,7 +44,7 @@ def polygamma(n, x):
   return P.polygamma_p.bind(pnp._float(x), n=int(n))
 
 
-@_op(recorded="traced")
+@scipy_op
 def digamma(x):
   return polygamma(0, x)
 
@@ -56,7 +64,7 @@ def _pole(x):
   return pnp.logical_and(pnp.less_equal(x, 0.0), pnp.equal(x, pnp.floor(x)))
 
 
-@_op(recorded="traced")
+@scipy_op
 def rgamma(x):
   """1 / Γ(x), 0 at the poles of Γ."""
   x = pnp._float(x)
@@ -64,14 +72,14 @@ def rgamma(x):
   return pnp.where(pole, 0.0, _guarded(pole, lambda z: pnp.reciprocal(gamma(z)), x, 1.0))
 
 
-@_op(recorded="traced")
+@scipy_op
 def betaln(a, b):
   """log |B(a, b)| = gammaln(a) + gammaln(b) - gammaln(a + b)."""
   a, b = pnp._float(a), pnp._float(b)
   return pnp.subtract(pnp.add(gammaln(a), gammaln(b)), gammaln(pnp.add(a, b)))
 
 
-@_op(recorded="traced")
+@scipy_op
 def beta(a, b):
   """B(a, b), signed as Γ(a) Γ(b) / Γ(a + b)."""
   a, b = pnp._float(a), pnp._float(b)
@@ -81,7 +89,7 @@ def beta(a, b):
   return pnp.multiply(pnp.stop_gradient(sign), pnp.exp(betaln(a, b)))
 
 
-@_op(recorded="traced")
+@scipy_op
 def multigammaln(a, d):
   """The multivariate log-gamma of dimension d (an int): d(d-1)/4 log(pi) plus
   sum over j < d of gammaln(a - j/2)."""
@@ -94,7 +102,7 @@ def multigammaln(a, d):
   return out
 
 
-@_op(recorded="traced")
+@scipy_op
 def expit(x):
   """1 / (1 + exp(-x)), without overflow for either sign."""
   x = pnp._float(x)
@@ -104,13 +112,13 @@ def expit(x):
   )
 
 
-@_op(recorded="traced")
+@scipy_op
 def log_expit(x):
   """log(expit(x)) = -softplus(-x)."""
   return pnp.negative(pnp.softplus(pnp.negative(pnp._float(x))))
 
 
-@_op(recorded="traced")
+@scipy_op
 def logit(p):
   """log(p / (1 - p))."""
   p = pnp._float(p)
@@ -135,21 +143,21 @@ def _xlog(log_fn, name):
     return f(x, y), pnp.add(pnp.multiply(tx, log_fn(y)), pnp.divide(pnp.multiply(ty, x), dy))
 
   f.__name__ = name
-  return _op(f, recorded="traced")
+  return scipy_op(f)
 
 
 xlogy = _xlog(pnp.log, "xlogy")
 xlog1py = _xlog(pnp.log1p, "xlog1py")
 
 
-@_op(recorded="traced")
+@scipy_op
 def entr(x):
   """-x log(x) for x > 0, 0 at 0, -inf below."""
   x = pnp._float(x)
   return pnp.where(pnp.less(x, 0.0), -np.inf, pnp.negative(xlogy(x, x)))
 
 
-@_op(recorded="traced")
+@scipy_op
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
   """log(sum(b * exp(a))) over `axis` (all axes when None), shifted by the maximum; with
   `return_sign`, (log|sum|, its sign), else nan where the sum is negative."""
@@ -168,7 +176,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
   return pnp.add(pnp.log(s), m)
 
 
-@_op(recorded="traced")
+@scipy_op
 def softmax(x, axis=None):
   """exp(x) / sum(exp(x)) over `axis` (scipy's default: every axis)."""
   x = pnp._float(x)
@@ -177,7 +185,7 @@ def softmax(x, axis=None):
   return pnp.divide(z, pnp.sum(z, axes, keepdims=True))
 
 
-@_op(recorded="traced")
+@scipy_op
 def log_softmax(x, axis=None):
   x = pnp._float(x)
   return pnp.subtract(x, pnp.logsumexp(x, axis, keepdims=True))
@@ -186,13 +194,13 @@ def log_softmax(x, axis=None):
 _SQRT_HALF = float(np.sqrt(0.5))
 
 
-@_op(recorded="traced")
+@scipy_op
 def ndtr(x):
   """The standard normal CDF, erfc(-x / sqrt(2)) / 2."""
   return pnp.multiply(0.5, erfc(pnp.multiply(pnp._float(x), -_SQRT_HALF)))
 
 
-@_op(recorded="traced")
+@scipy_op
 def log_ndtr(x):
   """log(ndtr(x)): log1p(-ndtr(-x)) above 0; far in the lower tail (x < -20, where ndtr
   underflows) its asymptotic series
@@ -224,7 +232,7 @@ def log_ndtr(x):
   return pnp.where(tail, _guarded(pnp.logical_not(tail), series, x, -30.0), body)
 
 
-@_op(recorded="traced")
+@scipy_op
 def ndtri(p):
   """The inverse of ndtr: -sqrt(2) erfcinv(2p)."""
   return pnp.multiply(-np.sqrt(2.0), erfcinv(pnp.multiply(2.0, pnp._float(p))))
@@ -239,7 +247,7 @@ def _special(name: str):
     f"scipy.special.{name}: scipy's own function in both paths (its C code, "
     f"called by kernels); derivatives of every order in the last operand."
   )
-  return _op(fn, recorded="traced")
+  return scipy_op(fn)
 
 
 # Bessel functions, incomplete gamma and beta functions and their inverses, exponential

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 from primc import numpy as pnp
-from primc.numpy import NotSupportedError, _op
+from primc.numpy import NotSupportedError
 from primc.scipy import special
 from primc.trace import Tracer, aval_of
 from primc.scipy._missing import missing
@@ -27,9 +27,7 @@ class _Distribution:
     self.name = name
     for method, fn in methods.items():
       fn.__name__ = f"{name}.{method}"
-      # (recorded: a call while tracing replays the equations of its signature, where
-      # every array argument is traced: one that reads a constant array's values runs)
-      setattr(self, method, pnp.takes_front_ends(_op(fn, recorded="traced")))
+      setattr(self, method, pnp.takes_front_ends(special.scipy_op(fn)))
 
   def rvs(self, *args, **kwargs):
     """Samples, from scipy itself: sampling is not differentiated (as in autograd and
