@@ -57,13 +57,13 @@ import json
 import logging
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import threading
 import time
 
 from primc.codegen import cache
+from primc.codegen.paths import default_root, make_private_dir, unsafe, writable
 from primc.codegen.plan import Plan
 
 log = logging.getLogger("primc.cache")
@@ -89,42 +89,6 @@ def _digest(path: str) -> tuple[int, str]:
   return len(data), hashlib.sha256(data).hexdigest()
 
 
-def unsafe(path: str) -> str | None:
-  """Why a directory must not hold files primc executes (None: it may)."""
-  try:
-    st = os.stat(path)
-  except OSError as e:
-    return f"cannot be read ({e.strerror})"
-  if not stat.S_ISDIR(st.st_mode):
-    return "is not a directory"
-  if hasattr(os, "getuid"):
-    if st.st_uid not in (os.getuid(), 0):
-      return "belongs to another user"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-      return "is writable by group or others"
-  return None
-
-
-def writable(path: str) -> bool:
-  return os.access(path, os.W_OK | os.X_OK)
-
-
-def make_private_dir(path: str) -> None:
-  """Creates `path` and each missing parent 0700, whatever the umask."""
-  if os.path.isdir(path):
-    return
-  parent = os.path.dirname(path)
-  if parent != path:
-    make_private_dir(parent)
-  try:
-    os.mkdir(path, 0o700)
-  except FileExistsError:
-    if not os.path.isdir(path):
-      raise
-    return
-  os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
-
-
 LOCK_WAIT = 120.0  # seconds: a compile holding a module's lock takes far less
 
 
@@ -135,15 +99,6 @@ def lock_wait() -> float:
     return float(os.environ.get("PRIMC_LOCK_TIMEOUT", LOCK_WAIT))
   except ValueError:
     return LOCK_WAIT
-
-
-def default_root() -> str:
-  path = os.environ.get("PRIMC_CACHE_DIR")
-  if not path:
-    import platformdirs
-
-    path = platformdirs.user_cache_dir("primc")
-  return os.path.abspath(path)
 
 
 def max_bytes() -> int:
@@ -572,7 +527,8 @@ class Store:
 
   # -- size ----------------------------------------------------------------------------
   def entries(self, directory: str | None = None) -> list[dict]:
-    """Every entry of a cache directory: plans, and modules with all their files."""
+    """Every entry of a cache directory: plans, kept transform programs, and modules with all
+    their files."""
     directory = directory or self.root
     out: dict[str, dict] = {}
 
@@ -589,6 +545,9 @@ class Store:
     for path in glob.glob(os.path.join(directory, "p_*.plan")):
       key = os.path.basename(path)[2:-5]
       add(f"p{key}", "plan", key, path)
+    for path in glob.glob(os.path.join(directory, "t_*.prog")):  # (kept transform
+      key = os.path.basename(path)[2:-5]  # programs, `primc.stored`: verified there)
+      add(f"t{key}", "program", key, path)
     for path in glob.glob(os.path.join(directory, "m_*")):
       key = os.path.basename(path)[2:].split(".")[0]
       add(f"m{key}", "module", key, path)
@@ -678,6 +637,8 @@ class Store:
         bad.append((d, f"directory {why}"))
     for e in self.entries(root):
       key = e["key"]
+      if e["kind"] == "program":  # (checked as `primc.stored` reads them, header and
+        continue  # digest; a bad one is removed and made again)
       if e["kind"] == "plan":
         try:
           Plan.from_bytes(check_entry(self.path(root, "plan", key), "plan", key))

@@ -190,7 +190,7 @@ def _cache(args) -> int:
         )
       else:
         print(f"  {key}: {value}" if value else f"  {part}")
-    for kind in ("module", "plan"):
+    for kind in ("module", "plan", "program"):
       chosen = [e for e in entries if e["kind"] == kind]
       print(
         f"{kind + 's':8s} {len(chosen):5d} entries {sum(e['bytes'] for e in chosen) / 1e6:9.2f} MB"

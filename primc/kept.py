@@ -54,7 +54,7 @@ try:  # hashlib's own blake2b, without importing OpenSSL's hashes (~3 ms)
 except ImportError:  # (a Python without it)
   from hashlib import blake2b
 
-from primc import breaks, core, passes, replayed
+from primc import breaks, core, passes, replayed, stored
 from primc.settings import config, log
 from primc.core import (
   ConcretizationError,
@@ -527,19 +527,14 @@ def call(
   parameters; `traced_scalars(args)(k)`: whether the k-th leaf of `(args, kwargs)`, a Python
   scalar, is traced (weak), not a value of the key (None: every one is); `replayable`: on
   arguments of their own shapes (`_by_structure`); `taped`: first calls on values (`_Taped`)."""
-  plain = lambda: _plainly(lambda: transform(fun)(*args, **kwargs))
-  if replayable:
-    plain = functools.partial(
-      _by_structure, transform, key, fun, args, kwargs, traced_scalars, plain
-    )
+  plain = _plain_call(transform, key, fun, args, kwargs, traced_scalars, replayable)
   code = (key, getattr(fun, "__code__", None) or id(fun))  # what is not kept: by code
   if code in _unkept:
     _count("not_kept")
     return plain()
   walk = _Walk()
-  # Python numbers among the arguments are traced (weak) first: `grad(loss)(w, step)` keeps
-  # one program for every step; a function needing one's value (`range(n)`, `if flag:`)
-  # is kept with them as values of the key (`traced_scalars`), from then on
+  # Python numbers are traced (weak) first (one program for every `step`); values of the
+  # key from then on where the function needs one's value (`range(n)`: `traced_scalars`)
   static = code in _static_scalars and traced_scalars is not None
   leaves, tree, traced, statics = _argument_leaves(
     args, kwargs, _lazy(traced_scalars, args) if static else _numbers
@@ -565,12 +560,17 @@ def call(
   if type(entry) is _Entry and _hit(entry, full_key):
     return _run(entry, inputs)
   drawn, reason, keys = _random_state(), None, (key, state, fun)
+  firsts = (full_key, key, state, code, fun)
   try:  # the function traced alone, once (a transform of it replays that trace)
     if entry is None and taped and replayable and lifted:
       first = _first_on_values(fun, arrays, weak, drawn, full_key, keys, replay)
       if first is not _short:
         return first
     forward = _forward(fun, leaves, tree, traced, weak, walk, inputs) if replayable else None
+    disk = _Disk(drawn, key, forward, leaves, tree, traced, weak, inputs)
+    found = disk.load() if entry is None else None  # made by an earlier process
+    if found is not None:
+      return _first(_Entry(*found, walk.refs), drawn, forward, inputs, firsts)
     if type(entry) is _Taped or (entry is None and taped and _tapes(forward)):
       entry = _taped(entry, forward, drawn, full_key, keys, replay)
       if type(entry) is not _Taped:
@@ -590,8 +590,66 @@ def call(
       return _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped, replayable)
     return _not_kept(code, str(e).splitlines()[0], plain)
   if entry is None:
-    return _first(made, drawn, forward, inputs, (full_key, key, state, code, fun), reason)
+    disk.save(made)
+    return _first(made, drawn, forward, inputs, firsts, reason)
   return _run(_kept_or_checked(full_key, entry, made, key, state, code, fun), inputs)
+
+
+class _Disk:
+  """A call's kept program on disk (`primc.stored`), where its function traced alone
+  (`forward`) drew no random numbers: its key (the transform's, the function's trace and
+  output tree, the arguments' tree, their traced and weak leaves and Python values, the
+  inputs' types), made at its first use; None where a part is not plain data (nothing is
+  stored then) or storing is off."""
+
+  __slots__ = ("parts", "made", "key")
+
+  def __init__(self, drawn, *parts):
+    self.parts, self.made = parts, parts[1] is not None and _random_state() == drawn
+
+  def _key(self) -> str | None:
+    if not hasattr(self, "key"):
+      self.key = _stored_key(*self.parts) if self.made and stored.wanted() else None
+    return self.key
+
+  def load(self) -> tuple | None:
+    """(program, out_tree) an earlier process stored, or None."""
+    found = None if self._key() is None else stored.load(self.key)
+    if found is not None:
+      _count("loaded")
+    return found
+
+  def save(self, made: _Entry) -> None:
+    if self._key() is not None and stored.save(self.key, made.program, made.out_tree):
+      _count("stored")
+
+
+def _stored_key(key, forward, leaves, tree, traced, weak, inputs) -> str | None:
+  """`_Disk`'s key (`stored.key`), or None where a part is not plain data."""
+  chosen = set(traced)
+  try:
+    return stored.key(
+      (
+        stored.plain(key),
+        stored.encode_program(forward[0]),
+        stored.encode_tree(forward[1]),
+        tree if type(tree) is int else stored.encode_tree(tree),
+        tuple(traced),
+        tuple(weak),
+        tuple([(x.shape, x.dtype.str) for x in inputs]),
+        stored.plain(tuple([x for k, x in enumerate(leaves) if k not in chosen])),
+      )
+    )
+  except stored.NotPlain:
+    return None
+
+
+def _plain_call(transform, key, fun, args, kwargs, traced_scalars, replayable) -> Callable:
+  """The call made without keeping (`_by_structure` first, where `replayable`)."""
+  plain = lambda: _plainly(lambda: transform(fun)(*args, **kwargs))
+  if not replayable:
+    return plain
+  return functools.partial(_by_structure, transform, key, fun, args, kwargs, traced_scalars, plain)
 
 
 def _full_key(key, state, tree, traced, weak, inputs) -> tuple:

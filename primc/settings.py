@@ -15,6 +15,9 @@
   per function, state and signature, then runs the kept program (`primc/kept.py`).
 - `compile_hot_transforms` (default True; PRIMC_COMPILE_HOT=0 turns it off): a kept
   program called often is compiled (tiered: the interpreter serves until it is).
+- `store_transforms` (default True; PRIMC_STORE_TRANSFORMS=0 turns it off): a kept
+  program is stored in the cache directory, so a new process's first call of the same
+  transform of the same trace loads it instead of making it (`primc/stored.py`).
 - `interpret` (PRIMC_INTERPRET=1): `jit` runs every new signature on the reference
   interpreter instead of compiling it (tests run programs both ways with it).
 - `perf_map` (PRIMC_PERF_MAP=1): each kernel compiled by LLVM is named, with its address
@@ -39,6 +42,7 @@ class Config:
     "interpret": lambda: os.environ.get("PRIMC_INTERPRET") == "1",
     "keep_transforms": lambda: os.environ.get("PRIMC_KEEP_TRANSFORMS") != "0",
     "compile_hot_transforms": lambda: os.environ.get("PRIMC_COMPILE_HOT") != "0",
+    "store_transforms": lambda: os.environ.get("PRIMC_STORE_TRANSFORMS") != "0",
     # a kernel the LLVM renderer fails on raises, instead of being compiled by numba with
     # a warning (the test suite sets it: a renderer bug must fail a test, not hide behind
     # the fallback); read from the environment, so compile workers inherit it

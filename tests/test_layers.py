@@ -47,6 +47,7 @@ LAYERS = [
       "primc.fixed_points",
       "primc.kept",
       "primc.replayed",
+      "primc.stored",
       "primc.tape",
     ],
   ),

@@ -1,0 +1,273 @@
+"""Kept transform programs on disk: a new process's first `grad(f)(x)` loads the program an
+earlier process made for the same trace, instead of differentiating and optimizing again.
+
+A kept program (`primc.kept`) is a pure function of what it is made from: the transform
+and its parameters, the function's trace alone (its equations, parameters, literal values
+and source lines), its output structure, the arguments' structure, which leaves are traced
+and which weak, the inputs' types, the settings the transforms read, and primc's own
+code. Written out as plain data (tuples, strings, numbers, bytes), those are the key
+(`key`). Where one is not plain data, nothing is stored: a custom rule (Python code a
+trace names but does not hold), a control-flow body, a user's pytree class.
+
+An entry is the file `<cache dir>/t_<key>.prog` (the cache directory of compiled code,
+`PRIMC_CACHE_DIR`, bounded with it): a header line binding it to its key, the environment
+(primc's version and a stamp of its sources, numpy's and Python's versions) and a digest
+of the payload; then the payload, the program and its output structure as `marshal` of
+plain values (no code is loaded; what decodes to anything else is a corrupt entry).
+Nothing is trusted unverified: an entry of another key or environment, or whose payload
+does not match its digest, is logged once, removed and made again. A directory writable
+by others is refused, as the compile cache refuses it.
+
+`PRIMC_STORE_TRANSFORMS=0` (`primc.config.store_transforms = False`) turns it off.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import marshal
+import os
+import sys
+
+import numpy as np
+
+from primc import passes
+from primc.codegen.paths import default_root, make_private_dir, unsafe, writable
+from primc.core import PRIMITIVES, VERSION, Eqn, Lit, Program, ShapedArray, Var
+from primc.settings import config, log
+from primc.tree import LEAF, TreeDef
+
+try:  # hashlib's own blake2b, without importing OpenSSL's hashes (~3 ms)
+  from _blake2 import blake2b
+except ImportError:  # pragma: no cover - every CPython has it
+  from hashlib import blake2b
+
+FORMAT = 1
+MAGIC = b"primc-program\n"
+_PLAIN = (int, float, bool, str, bytes, type(None))
+_stats = {"stored": 0, "loaded": 0, "bad": 0}
+_warned: set = set()
+_names = itertools.count()
+
+
+class NotPlain(Exception):
+  """A part of a program or key that is not plain data: nothing is stored."""
+
+
+def plain(x):
+  """`x` where it is plain data (numbers, strings, bytes, None, tuples of them), else
+  NotPlain."""
+  t = type(x)
+  if t is tuple:
+    for y in x:
+      if type(y) not in _PLAIN:
+        plain(y)
+  elif t not in _PLAIN:
+    raise NotPlain(t.__name__)
+  return x
+
+
+# ---------------------------------------------------------------------------------------
+# Programs and trees as plain data
+
+
+def _aval(a: ShapedArray) -> tuple:
+  return (a.shape, a.dtype)
+
+
+def encode_program(program: Program) -> tuple:
+  """`program` as plain data (NotPlain where a parameter is not: a nested program, a
+  rule): (input types, equations, outputs, literals); variables are numbered in order,
+  literals are negative numbers into the literals."""
+  ids: dict = {}
+  lits: dict = {}
+
+  def atom(a):
+    if type(a) is Lit:
+      k = lits.get(a)
+      if k is None:
+        value = np.ascontiguousarray(a.value)
+        k = lits[a] = (-1 - len(lits), (_aval(a.aval), value.tobytes(), a.sized))
+      return k[0]
+    return ids[a]
+
+  for v in program.inputs:
+    ids[v] = len(ids)
+  eqns = []
+  for e in program.eqns:
+    ins = tuple([atom(a) for a in e.inputs])
+    for v in e.outputs:
+      ids[v] = len(ids)
+    outs = tuple([_aval(v.aval) for v in e.outputs])
+    eqns.append((e.prim.name, ins, plain(e.params), outs, e.source))
+  outputs = tuple([atom(a) for a in program.outputs])
+  literals = tuple([data for _, data in sorted(lits.values(), reverse=True)])
+  return (tuple([_aval(v.aval) for v in program.inputs]), tuple(eqns), outputs, literals)
+
+
+def decode_program(data) -> Program:
+  """The program `encode_program` wrote."""
+  in_avals, eqns, outputs, literals = data
+  lits = []
+  for (shape, dtype), raw, sized in literals:
+    value = np.frombuffer(raw, dtype).reshape(shape)  # (read-only, as a literal's is)
+    lits.append(Lit(value, ShapedArray(shape, dtype), bool(sized)))
+  variables = [Var(ShapedArray(*a)) for a in in_avals]
+  inputs = tuple(variables)
+  atom = lambda k: variables[k] if k >= 0 else lits[-1 - k]
+  out = []
+  for name, ins, params, outs, source in eqns:
+    made = tuple([Var(ShapedArray(*a)) for a in outs])
+    out.append(Eqn(PRIMITIVES[name], tuple([atom(k) for k in ins]), params, made, source))
+    variables.extend(made)
+  return Program(inputs, tuple(out), tuple([atom(k) for k in outputs]))
+
+
+def encode_tree(tree: TreeDef) -> tuple:
+  """A tree of Python's containers as plain data (NotPlain for a registered class)."""
+  if tree.kind == "node":
+    raise NotPlain("a pytree node")
+  meta = plain(tree.meta) if tree.kind == "dict" else None
+  return (tree.kind, meta, tuple([encode_tree(c) for c in tree.children]))
+
+
+def decode_tree(data) -> TreeDef:
+  kind, meta, children = data
+  if kind == "leaf":
+    return LEAF
+  return TreeDef(kind, meta, tuple([decode_tree(c) for c in children]))
+
+
+# ---------------------------------------------------------------------------------------
+# Keys
+
+
+@functools.cache
+def environment() -> str:
+  """primc's version and a stamp of its sources (names, sizes and times of its and its
+  passes' files: an edited primc is a new environment), numpy's and Python's versions."""
+  h = blake2b(digest_size=8)
+  for root in sorted({os.path.dirname(__file__), os.path.dirname(passes.__file__)}):
+    for where, dirs, files in os.walk(root):
+      dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+      for name in sorted(f for f in files if f.endswith(".py")):
+        st = os.stat(os.path.join(where, name))
+        h.update(f"{where}/{name}:{st.st_size}:{st.st_mtime_ns};".encode())
+  python = ".".join(map(str, sys.version_info[:3]))
+  return f"primc={VERSION}+{h.hexdigest()} numpy={np.__version__} python={python}"
+
+
+def key(parts: tuple) -> str:
+  """The key of an entry made from `parts` (plain data, as `plain` checks: `encode_program`'s
+  and `encode_tree`'s, numbers and strings), in this environment."""
+  text = repr((FORMAT, environment(), config.optimize_transforms, parts))
+  return blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------
+# Entries
+
+
+@functools.cache
+def _directory() -> str | None:
+  """The cache directory, created 0700 (None where it cannot be, or is refused)."""
+  root = default_root()
+  try:
+    make_private_dir(root)
+  except OSError as e:
+    _warn_once(("root", root), f"primc: cannot create the cache directory {root} ({e.strerror})")
+    return None
+  why = unsafe(root)
+  if why:
+    _warn_once(("root", root), f"primc: refusing cache directory {root}: it {why}")
+    return None
+  return root
+
+
+def wanted() -> bool:
+  return config.store_transforms and _directory() is not None
+
+
+def _path(k: str) -> str:
+  return os.path.join(_directory(), f"t_{k}.prog")
+
+
+def _header(k: str, payload: bytes) -> bytes:
+  digest = blake2b(payload, digest_size=16).hexdigest()
+  return MAGIC + f"{FORMAT} {k} {digest} {len(payload)} {environment()}\n".encode()
+
+
+def load(k: str) -> tuple[Program, TreeDef] | None:
+  """The program and output tree stored under key `k`, or None (none, or a bad entry:
+  logged once and removed)."""
+  path = _path(k)
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError:
+    return None
+  try:
+    head, payload = data[len(MAGIC) :].split(b"\n", 1)
+    if not data.startswith(MAGIC) or data[: len(MAGIC) + len(head) + 1] != _header(k, payload):
+      raise ValueError("another key, environment or payload")
+    program, tree = marshal.loads(payload)
+    found = decode_program(program), decode_tree(tree)
+  except Exception as e:  # noqa: BLE001 - any entry that does not decode is bad
+    _stats["bad"] += 1
+    _warn_once(("bad", path), f"primc: a bad stored program {path} ({e}): removed, made again")
+    _remove(path)
+    return None
+  _stats["loaded"] += 1
+  return found
+
+
+def save(k: str, program: Program, out_tree: TreeDef) -> bool:
+  """Stores the program and its output tree under key `k`, atomically (a reader sees
+  the old entry or the new); False where they are not plain data or cannot be written."""
+  directory = _directory()
+  if directory is None or not writable(directory):
+    return False
+  try:
+    payload = marshal.dumps((encode_program(program), encode_tree(out_tree)))
+  except NotPlain:
+    return False
+  path = _path(k)
+  tmp = os.path.join(directory, f".tmp-{os.getpid()}-{next(_names)}.prog")
+  try:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+      f.write(_header(k, payload) + payload)
+    os.replace(tmp, path)
+  except OSError as e:
+    _warn_once(("write", directory), f"primc: cannot store programs in {directory} ({e})")
+    _remove(tmp)
+    return False
+  _stats["stored"] += 1
+  return True
+
+
+def _remove(path: str) -> None:
+  try:
+    os.unlink(path)
+  except OSError:
+    pass
+
+
+def _warn_once(what, message: str) -> None:
+  if what not in _warned:
+    _warned.add(what)
+    log.warning(message)
+
+
+def stats() -> dict:
+  """Entries stored, loaded and found bad by this process."""
+  return dict(_stats)
+
+
+def reset() -> None:
+  """Forgets the directory (read again at the next use: tests set PRIMC_CACHE_DIR) and
+  the counts."""
+  _directory.cache_clear()
+  _warned.clear()
+  for k in _stats:
+    _stats[k] = 0

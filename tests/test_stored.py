@@ -1,0 +1,234 @@
+"""Kept transform programs on disk (`primc.stored`): a new process's first call loads the
+program an earlier one made, bit for bit the same results, and nothing that is not plain
+data, nothing of another key or environment, nothing corrupt is ever used. Oracles: the
+program made in this process (printed alike, the same values), numpy, and the counters
+of what was differentiated."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import primc
+import primc.numpy as pnp
+from primc import ad, kept, stored
+from primc.settings import config
+from test_ad_random import BINARY, UNARY
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+  """A cache directory of this test's own, storing on (whatever the suite's setting)."""
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(tmp_path / "cache"))
+  monkeypatch.setattr(config, "store_transforms", True)
+  stored.reset()
+  kept.reset()
+  yield tmp_path / "cache"
+  stored.reset()
+  kept.reset()
+
+
+def _new_process():
+  """What a new process knows: nothing kept in memory (the disk stays)."""
+  kept.reset()
+
+
+def _linearized(monkeypatch) -> list:
+  """A list that grows at each program linearized from now on."""
+  calls = []
+  linearize = ad.linearize_program
+
+  def counting(*args, **kwargs):
+    calls.append(1)
+    return linearize(*args, **kwargs)
+
+  monkeypatch.setattr(ad, "linearize_program", counting)
+  return calls
+
+
+def _loss(w, x):
+  return pnp.sum(pnp.tanh(x @ w + 1.0) ** 2)
+
+
+def _entries(directory) -> list:
+  return sorted(p for p in os.listdir(directory) if p.endswith(".prog"))
+
+
+def test_a_new_process_loads_the_program_and_differentiates_nothing(cache_dir, monkeypatch):
+  w, x = np.linspace(-1, 1, 3), np.linspace(0, 2, 12).reshape(4, 3)
+  first = primc.grad(_loss)(w, x)
+  assert stored.stats()["stored"] == 1 and len(_entries(cache_dir)) == 1
+  _new_process()
+  calls = _linearized(monkeypatch)
+  again = primc.grad(_loss)(w, x)
+  assert calls == [] and stored.stats()["loaded"] == 1
+  np.testing.assert_array_equal(again, first)
+  want = 2 * np.tanh(x @ w + 1) * (1 - np.tanh(x @ w + 1) ** 2) @ x
+  np.testing.assert_allclose(again, want, rtol=1e-12)
+  for _ in range(2):  # (its next calls: the loaded program, kept)
+    np.testing.assert_array_equal(primc.grad(_loss)(w, x), first)
+  assert calls == [] and stored.stats() == {"stored": 1, "loaded": 1, "bad": 0}
+
+
+FAMILY = st.tuples(
+  st.sampled_from(range(len(UNARY))),
+  st.sampled_from(range(len(BINARY))),
+  st.sampled_from(["grad", "egrad", "value_and_grad", "hessian", "jacfwd"]),
+)
+
+
+def _program(case):
+  u, b, how = case
+  f = lambda x, y: pnp.sum(BINARY[b](UNARY[u](x), y) * 0.5)
+  return {
+    "grad": lambda: primc.grad(f, argnums=(0, 1)),
+    "egrad": lambda: primc.elementwise_grad(lambda x, y: BINARY[b](UNARY[u](x), y)),
+    "value_and_grad": lambda: primc.value_and_grad(f),
+    "hessian": lambda: primc.hessian(f),
+    "jacfwd": lambda: primc.jacfwd(lambda x, y: UNARY[u](x) * y),
+  }[how]()
+
+
+@settings(max_examples=25, deadline=None)
+@given(FAMILY)
+def test_loaded_programs_are_the_programs_made(case):
+  """Every transform of the family, made in one "process" and loaded in the next: the
+  same printed program, the same values bit for bit."""
+  stored.reset()
+  kept.reset()
+  rng = np.random.default_rng(len(repr(case)))
+  x, y = rng.uniform(0.2, 1.5, 5), rng.uniform(0.2, 1.5, 5)
+  run = lambda: _program(case)(x, y)  # (one call site: a derivative's equations name it)
+  made = run()
+  programs = [str(e.program) for e in kept._kept.values() if type(e) is kept._Entry]
+  _new_process()
+  loaded = run()
+  if stored.stats()["stored"]:
+    assert stored.stats()["loaded"] == stored.stats()["stored"]
+    assert [str(e.program) for e in kept._kept.values() if type(e) is kept._Entry] == programs
+  for a, b in zip(primc.tree_util.tree_leaves(made), primc.tree_util.tree_leaves(loaded)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_a_new_process_reads_what_an_old_one_wrote(cache_dir):
+  """Two real processes: the second loads (its counters say so) and prints the same."""
+  script = (
+    "import numpy as np, primc, primc.numpy as pnp\n"
+    "from primc import stored\n"
+    "f = lambda w: pnp.sum(pnp.sin(w) * pnp.exp(0.5 * w))\n"
+    "print(repr(primc.grad(primc.grad(lambda w: f(w) * f(w)))(np.float64(0.7))), "
+    "stored.stats())\n"
+  )
+  env = dict(os.environ, PRIMC_CACHE_DIR=str(cache_dir))
+  run = lambda: subprocess.run(
+    [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+  ).stdout.split(" {")
+  (value1, stats1), (value2, stats2) = run(), run()
+  assert value1 == value2
+  assert "'stored': 0" not in stats1 and "'loaded': 0" in stats1
+  assert "'loaded': 0" not in stats2 and "'stored': 0" in stats2
+
+
+def test_a_custom_rule_is_never_stored(cache_dir):
+  @primc.custom_vjp
+  def clip(x):
+    return x
+
+  clip.defvjp(lambda x: (x, ()), lambda res, g: (pnp.clip(g, -0.5, 0.5),))
+  g = primc.grad(lambda x: pnp.sum(clip(x) * 3.0))(np.ones(3))
+  np.testing.assert_array_equal(g, np.full(3, 0.5))
+  assert stored.stats()["stored"] == 0 and _entries(cache_dir) == []
+
+
+@pytest.mark.parametrize(
+  "damage",
+  ["flip a payload byte", "truncate", "another key's entry", "another environment", "empty"],
+)
+def test_a_bad_entry_is_refused_logged_once_and_made_again(cache_dir, damage, caplog):
+  w, x = np.linspace(-1, 1, 3), np.linspace(0, 2, 12).reshape(4, 3)
+  want = primc.grad(_loss)(w, x)
+  primc.grad(lambda w, x: pnp.sum(pnp.sin(x @ w)))(w, x)  # (a second entry)
+  names = _entries(cache_dir)
+  originals = {name: (cache_dir / name).read_bytes() for name in names}
+  for k, name in enumerate(names):  # (each entry damaged alike: whichever a call reads)
+    data = originals[name]
+    if damage == "flip a payload byte":
+      data = data[:-5] + bytes([data[-5] ^ 1]) + data[-4:]
+    elif damage == "truncate":
+      data = data[: len(data) // 2]
+    elif damage == "another key's entry":
+      data = originals[names[1 - k]]
+    elif damage == "another environment":
+      data = data.replace(b"primc=", b"primc=9", 1)
+    else:
+      data = b""
+    (cache_dir / name).write_bytes(data)
+  _new_process()
+  with caplog.at_level(logging.WARNING, logger="primc"):
+    got = primc.grad(_loss)(w, x)
+    _new_process()
+    primc.grad(_loss)(w, x)
+  np.testing.assert_array_equal(got, want)
+  assert stored.stats()["bad"] == 1 and stored.stats()["loaded"] == 1  # (made again, kept)
+  assert sum("bad stored program" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_another_environment_is_another_key(cache_dir, monkeypatch):
+  w, x = np.linspace(-1, 1, 3), np.ones((4, 3))
+  primc.grad(_loss)(w, x)
+  monkeypatch.setattr(stored, "environment", lambda: "primc=edited")
+  _new_process()
+  primc.grad(_loss)(w, x)
+  assert stored.stats() == {"stored": 2, "loaded": 0, "bad": 0}
+
+
+def test_the_same_trace_at_another_line_is_another_entry(cache_dir):
+  """An equation's source line is part of the key: an error of the loaded program names
+  the line of this function, not of an equal one elsewhere."""
+  w, x = np.linspace(-1, 1, 3), np.ones((4, 3))
+  f = lambda w, x: pnp.sum(pnp.tanh(x @ w + 1.0) ** 2)
+  g = lambda w, x: pnp.sum(pnp.tanh(x @ w + 1.0) ** 2)
+  np.testing.assert_array_equal(primc.grad(f)(w, x), primc.grad(g)(w, x))
+  assert len(_entries(cache_dir)) == 2
+
+
+def test_storing_off_writes_nothing(cache_dir, monkeypatch):
+  monkeypatch.setattr(config, "store_transforms", False)
+  primc.grad(_loss)(np.ones(3), np.ones((4, 3)))
+  assert not cache_dir.exists() or _entries(cache_dir) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX permissions")
+def test_a_directory_others_may_write_is_refused(cache_dir, caplog):
+  cache_dir.mkdir(parents=True)
+  os.chmod(cache_dir, 0o777)
+  with caplog.at_level(logging.WARNING, logger="primc"):
+    g = primc.grad(_loss)(np.ones(3), np.ones((4, 3)))
+  np.testing.assert_allclose(g, primc.grad(_loss)(np.ones(3), np.ones((4, 3))))
+  assert _entries(cache_dir) == [] and "writable by group or others" in caplog.text
+
+
+def test_plain_refuses_what_is_not_data():
+  assert stored.plain((1, 2.5, "a", None, (True, b"x"))) == (1, 2.5, "a", None, (True, b"x"))
+  for bad in ([1], (1, [2]), np.float64(1.0), {"a": 1}, (1, (2, object()))):
+    with pytest.raises(stored.NotPlain):
+      stored.plain(bad)
+
+
+def test_stored_programs_are_entries_of_the_bounded_cache(cache_dir):
+  """`primc cache` lists them and evicts them as it evicts plans (least recently used)."""
+  from primc.codegen.store import Store
+
+  primc.grad(_loss)(np.ones(3), np.ones((4, 3)))
+  cache = Store(str(cache_dir))
+  assert [e["kind"] for e in cache.entries()] == ["program"]
+  assert cache.check_all() == []
+  size = os.path.getsize(cache_dir / _entries(cache_dir)[0])
+  assert cache.prune(0) == (1, size) and _entries(cache_dir) == []
