@@ -590,7 +590,7 @@ def call(
       return _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped, replayable)
     return _not_kept(code, str(e).splitlines()[0], plain)
   if entry is None:
-    disk.save(made)
+    disk.save(made.program, made.out_tree)
     return _first(made, drawn, forward, inputs, firsts, reason)
   return _run(_kept_or_checked(full_key, entry, made, key, state, code, fun), inputs)
 
@@ -619,19 +619,21 @@ class _Disk:
       _count("loaded")
     return found
 
-  def save(self, made: _Entry) -> None:
-    if self._key() is not None and stored.save(self.key, made.program, made.out_tree):
+  def save(self, program, out_tree) -> None:
+    if self._key() is not None and stored.save(self.key, program, out_tree):
       _count("stored")
 
 
-def _stored_key(key, forward, leaves, tree, traced, weak, inputs) -> str | None:
-  """`_Disk`'s key (`stored.key`), or None where a part is not plain data."""
+def _stored_key(key, forward, leaves, tree, traced, weak, inputs, guards=None) -> str | None:
+  """`_Disk`'s key (`stored.key`), or None where a part is not plain data. `guards`: a
+  path's program of the values its Python read (`_replayed_path`)."""
   chosen = set(traced)
   try:
     return stored.key(
       (
         stored.plain(key),
         stored.encode_program(forward[0]),
+        None if guards is None else stored.encode_program(guards),
         stored.encode_tree(forward[1]),
         tree if type(tree) is int else stored.encode_tree(tree),
         tuple(traced),
@@ -1054,7 +1056,7 @@ def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped, replay
   traced_as = (fun, leaves, tree, traced, weak, walk)
 
   def make(xs, guards, on_values=taped):
-    found = []
+    found, drawn = [], _random_state()
     program, fun_tree, _ = _traced_alone(*traced_as, xs, True, found)
     if on_values and _tapes((program,)):
       guards += [value for value, _ in found]
@@ -1062,7 +1064,8 @@ def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped, replay
     alone, guarded = _guards_apart(program, len(found))
     if replayable:
       guards += [value for value, _ in found]
-      entry = _replayed_path(transform, traced_as, alone, guarded, fun_tree, xs)
+      disk = _Disk(drawn, full_key[0], [alone, fun_tree], leaves, tree, traced, weak, xs, guarded)
+      entry = _replayed_path(transform, traced_as, alone, guarded, fun_tree, xs, disk)
     else:
       entry = _make(transform, fun, leaves, tree, traced, xs[:n], xs[n:], weak, walk, guards)
     entry[0].traced_as = traced_as
@@ -1078,12 +1081,17 @@ def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped, replay
   return tree_unflatten(*reversed(paths.run(arrays + lifted)))
 
 
-def _replayed_path(transform, traced_as, alone, guarded, fun_tree, xs):
+def _replayed_path(transform, traced_as, alone, guarded, fun_tree, xs, disk):
   """The kept entry of a path of a `replayable` transform, from the path's trace alone
   (`alone`: its outputs; `guarded`: the values Python read, its guards): the transform of
   replaying that trace (no Python runs again, nothing is computed while tracing), its
-  guards' values after its outputs: (entry, the transform's output tree), as `_make`."""
+  guards' values after its outputs: (entry, the transform's output tree), as `_make`;
+  stored (`disk`), or loaded where an earlier process stored it."""
   fun, leaves, tree, traced, weak, walk = traced_as
+  found = disk.load()
+  if found is not None:
+    flat_tree, out_tree = found[1].children  # (as `disk.save` below pairs them)
+    return _Entry(found[0], flat_tree, walk.refs), out_tree
   flat = replayed.replaying(transform, alone, fun_tree, leaves, tree, traced)
   trees = []
 
@@ -1097,7 +1105,9 @@ def _replayed_path(transform, traced_as, alone, guarded, fun_tree, xs):
     with_guards, avals, tuple(weak) + (False,) * (len(xs) - len(weak))
   )
   assert not captured
-  return _Entry(program, tree_flatten([0] * len(program.outputs))[1], walk.refs), trees[0]
+  entry = _Entry(program, tree_flatten([0] * len(program.outputs))[1], walk.refs)
+  disk.save(program, TreeDef("tuple", None, (entry.out_tree, trees[0])))
+  return entry, trees[0]
 
 
 _unkept: set = set()  # (transform key, code): calls not kept (traced at every call)

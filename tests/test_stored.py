@@ -232,3 +232,25 @@ def test_stored_programs_are_entries_of_the_bounded_cache(cache_dir):
   assert cache.check_all() == []
   size = os.path.getsize(cache_dir / _entries(cache_dir)[0])
   assert cache.prune(0) == (1, size) and _entries(cache_dir) == []
+
+
+def _branchy(x):
+  if pnp.sum(x) > 0:  # Python reads a value: one kept program per path
+    return pnp.sum(x**3)
+  return pnp.sum(pnp.sin(x))
+
+
+def test_a_path_of_python_control_flow_is_stored_with_its_guards(monkeypatch):
+  """A function whose Python reads values: each path's program is stored with the guards
+  it was traced with; a new process takes the stored path only where its values take it."""
+  up, down = np.array([0.5, 1.0, 2.0]), np.array([-0.5, -1.0, 0.2])
+  run = lambda x: primc.grad(_branchy)(x)  # (one call site)
+  first = run(up)
+  assert stored.stats()["stored"] == 1
+  _new_process()
+  calls = _linearized(monkeypatch)
+  np.testing.assert_array_equal(run(up), first)
+  assert calls == [] and stored.stats()["loaded"] == 1
+  np.testing.assert_allclose(run(down), np.cos(down), rtol=1e-14)  # (the other path: made)
+  np.testing.assert_allclose(run(up * 2), 3 * (up * 2) ** 2, rtol=1e-14)
+  assert calls and stored.stats()["stored"] == 2
