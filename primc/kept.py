@@ -612,15 +612,22 @@ class _Disk:
       self.key = _stored_key(*self.parts) if self.made and stored.wanted() else None
     return self.key
 
+  def _lines(self) -> tuple:
+    """The source lines of the key's traces (the function's, a path's guards')."""
+    programs = [self.parts[1][0]] + ([self.parts[8]] if len(self.parts) > 8 else [])
+    return sum((stored.sources_of(p) for p in programs if p is not None), ())
+
   def load(self) -> tuple | None:
-    """(program, out_tree) an earlier process stored, or None."""
-    found = None if self._key() is None else stored.load(self.key)
+    """(program, out_tree) an earlier process stored, naming this call's lines; or None."""
+    found = None
+    if self._key() is not None:
+      found = stored.load(self.key, self._lines(), user_source())
     if found is not None:
       _count("loaded")
     return found
 
   def save(self, program, out_tree) -> None:
-    if self._key() is not None and stored.save(self.key, program, out_tree):
+    if self._key() is not None and stored.save(self.key, program, out_tree, self._lines()):
       _count("stored")
 
 
@@ -632,8 +639,8 @@ def _stored_key(key, forward, leaves, tree, traced, weak, inputs, guards=None) -
     return stored.key(
       (
         stored.plain(key),
-        stored.encode_program(forward[0]),
-        None if guards is None else stored.encode_program(guards),
+        stored.encode_program(forward[0], sources=False),
+        None if guards is None else stored.encode_program(guards, sources=False),
         stored.encode_tree(forward[1]),
         tree if type(tree) is int else stored.encode_tree(tree),
         tuple(traced),

@@ -2,12 +2,14 @@
 earlier process made for the same trace, instead of differentiating and optimizing again.
 
 A kept program (`primc.kept`) is a pure function of what it is made from: the transform
-and its parameters, the function's trace alone (its equations, parameters, literal values
-and source lines), its output structure, the arguments' structure, which leaves are traced
-and which weak, the inputs' types, the settings the transforms read, and primc's own
-code. Written out as plain data (tuples, strings, numbers, bytes), those are the key
-(`key`). Where one is not plain data, nothing is stored: a custom rule (Python code a
-trace names but does not hold), a control-flow body, a user's pytree class.
+and its parameters, the function's trace alone (its equations, parameters and literal
+values), its output structure, the arguments' structure, which leaves are traced and
+which weak, the inputs' types, the settings the transforms read, and primc's own code.
+Written out as plain data (tuples, strings, numbers, bytes), those are the key (`key`).
+Where one is not plain data, nothing is stored: a custom rule (Python code a trace names
+but does not hold), a control-flow body, a user's pytree class. Source lines are not in
+the key (a script copied elsewhere, or edited above the function, finds its programs):
+the entry keeps its trace's lines, and a loaded program names this call's (`resourced`).
 
 An entry is the file `<cache dir>/t_<key>.prog` (the cache directory of compiled code,
 `PRIMC_CACHE_DIR`, bounded with it): a header line binding it to its key, the environment
@@ -28,6 +30,7 @@ import itertools
 import marshal
 import os
 import sys
+from typing import Callable
 
 import numpy as np
 
@@ -45,7 +48,7 @@ except ImportError:  # pragma: no cover - every CPython has it
 FORMAT = 1
 MAGIC = b"primc-program\n"
 _PLAIN = (int, float, bool, str, bytes, type(None))
-_stats = {"stored": 0, "loaded": 0, "bad": 0}
+_stats = {"stored": 0, "loaded": 0, "bad": 0, "unmapped": 0}
 _warned: set = set()
 _names = itertools.count()
 
@@ -75,10 +78,11 @@ def _aval(a: ShapedArray) -> tuple:
   return (a.shape, a.dtype)
 
 
-def encode_program(program: Program) -> tuple:
+def encode_program(program: Program, sources: bool = True) -> tuple:
   """`program` as plain data (NotPlain where a parameter is not: a nested program, a
   rule): (input types, equations, outputs, literals); variables are numbered in order,
-  literals are negative numbers into the literals."""
+  literals are negative numbers into the literals; the equations' source lines where
+  `sources` (a key leaves them out: `resourced`)."""
   ids: dict = {}
   lits: dict = {}
 
@@ -99,14 +103,14 @@ def encode_program(program: Program) -> tuple:
     for v in e.outputs:
       ids[v] = len(ids)
     outs = tuple([_aval(v.aval) for v in e.outputs])
-    eqns.append((e.prim.name, ins, plain(e.params), outs, e.source))
+    eqns.append((e.prim.name, ins, plain(e.params), outs, e.source if sources else None))
   outputs = tuple([atom(a) for a in program.outputs])
   literals = tuple([data for _, data in sorted(lits.values(), reverse=True)])
   return (tuple([_aval(v.aval) for v in program.inputs]), tuple(eqns), outputs, literals)
 
 
-def decode_program(data) -> Program:
-  """The program `encode_program` wrote."""
+def decode_program(data, source: Callable = lambda s: s) -> Program:
+  """The program `encode_program` wrote, each equation's source line `source(line)`."""
   in_avals, eqns, outputs, literals = data
   lits = []
   for (shape, dtype), raw, sized in literals:
@@ -116,9 +120,10 @@ def decode_program(data) -> Program:
   inputs = tuple(variables)
   atom = lambda k: variables[k] if k >= 0 else lits[-1 - k]
   out = []
-  for name, ins, params, outs, source in eqns:
+  for name, ins, params, outs, line in eqns:
     made = tuple([Var(ShapedArray(*a)) for a in outs])
-    out.append(Eqn(PRIMITIVES[name], tuple([atom(k) for k in ins]), params, made, source))
+    ins = tuple([atom(k) for k in ins])
+    out.append(Eqn(PRIMITIVES[name], ins, params, made, source(line)))
     variables.extend(made)
   return Program(inputs, tuple(out), tuple([atom(k) for k in outputs]))
 
@@ -197,9 +202,31 @@ def _header(k: str, payload: bytes) -> bytes:
   return MAGIC + f"{FORMAT} {k} {digest} {len(payload)} {environment()}\n".encode()
 
 
-def load(k: str) -> tuple[Program, TreeDef] | None:
-  """The program and output tree stored under key `k`, or None (none, or a bad entry:
-  logged once and removed)."""
+def sources_of(program: Program) -> tuple:
+  """The source lines of a program's equations, in order."""
+  return tuple([e.source for e in program.eqns])
+
+
+def resourced(stored_lines: tuple, lines: tuple, here: str) -> Callable | None:
+  """How a stored program's source lines become this call's: a line of the trace it was
+  made from (`stored_lines`, the key's trace's equations in order) becomes the line of
+  the same equation now (`lines`), any other (a transform's own equations name where it
+  was called) `here`; None where one stored line stands for two lines now (the same
+  trace spread over other lines): not loaded."""
+  if stored_lines == lines:
+    return lambda line: line if line in lines else here
+  mapping: dict = {}
+  for old, new in zip(stored_lines, lines, strict=True):
+    if mapping.setdefault(old, new) != new:
+      return None
+  return lambda line: mapping.get(line, here)
+
+
+def load(k: str, lines: tuple, here: str) -> tuple[Program, TreeDef] | None:
+  """The program and output tree stored under key `k` for a call whose trace's equations
+  have the source lines `lines`, called at `here` (the lines it names are this call's:
+  `resourced`), or None (none, lines that do not map, or a bad entry: logged once and
+  removed)."""
   path = _path(k)
   try:
     with open(path, "rb") as f:
@@ -210,25 +237,27 @@ def load(k: str) -> tuple[Program, TreeDef] | None:
     head, payload = data[len(MAGIC) :].split(b"\n", 1)
     if not data.startswith(MAGIC) or data[: len(MAGIC) + len(head) + 1] != _header(k, payload):
       raise ValueError("another key, environment or payload")
-    program, tree = marshal.loads(payload)
-    found = decode_program(program), decode_tree(tree)
+    program, tree, stored_lines = marshal.loads(payload)
+    source = resourced(stored_lines, lines, here)
+    found = None if source is None else (decode_program(program, source), decode_tree(tree))
   except Exception as e:  # noqa: BLE001 - any entry that does not decode is bad
     _stats["bad"] += 1
     _warn_once(("bad", path), f"primc: a bad stored program {path} ({e}): removed, made again")
     _remove(path)
     return None
-  _stats["loaded"] += 1
+  _stats["loaded" if found is not None else "unmapped"] += 1
   return found
 
 
-def save(k: str, program: Program, out_tree: TreeDef) -> bool:
-  """Stores the program and its output tree under key `k`, atomically (a reader sees
-  the old entry or the new); False where they are not plain data or cannot be written."""
+def save(k: str, program: Program, out_tree: TreeDef, lines: tuple) -> bool:
+  """Stores the program and its output tree under key `k`, with the source lines of the
+  key's trace (`lines`: `resourced` maps them at a load), atomically (a reader sees the
+  old entry or the new); False where they are not plain data or cannot be written."""
   directory = _directory()
   if directory is None or not writable(directory):
     return False
   try:
-    payload = marshal.dumps((encode_program(program), encode_tree(out_tree)))
+    payload = marshal.dumps((encode_program(program), encode_tree(out_tree), plain(lines)))
   except NotPlain:
     return False
   path = _path(k)

@@ -11,9 +11,14 @@ os.environ.setdefault("PRIMC_TIERED", "0")
 # A kernel the LLVM renderer fails on fails its test (users get numba's compile and a
 # warning instead): set before primc is imported, so compile workers inherit it.
 os.environ.setdefault("PRIMC_STRICT_KERNELS", "1")
+# Kept transform programs are not stored across tests (tests count what is made, and one
+# test's stored program would be another's, as the session shares the cache directory);
+# tests/test_stored.py stores in a directory of each test's own.
+os.environ.setdefault("PRIMC_STORE_TRANSFORMS", "0")
 from primc.settings import config  # noqa: E402  (primc's plugin imported it already: pytest
 
 config.tiered = {"1": True, "0": False}.get(os.environ["PRIMC_TIERED"])  # loads it first)
+config.store_transforms = os.environ["PRIMC_STORE_TRANSFORMS"] != "0"
 # One cache directory for the whole session, so tests share compiled kernels: primc's
 # pytest plugin, with --primc-cache-dir=temp (pyproject.toml's addopts).
 

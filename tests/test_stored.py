@@ -74,7 +74,7 @@ def test_a_new_process_loads_the_program_and_differentiates_nothing(cache_dir, m
   np.testing.assert_allclose(again, want, rtol=1e-12)
   for _ in range(2):  # (its next calls: the loaded program, kept)
     np.testing.assert_array_equal(primc.grad(_loss)(w, x), first)
-  assert calls == [] and stored.stats() == {"stored": 1, "loaded": 1, "bad": 0}
+  assert calls == [] and stored.stats() == {"stored": 1, "loaded": 1, "bad": 0, "unmapped": 0}
 
 
 FAMILY = st.tuples(
@@ -105,7 +105,7 @@ def test_loaded_programs_are_the_programs_made(case):
   kept.reset()
   rng = np.random.default_rng(len(repr(case)))
   x, y = rng.uniform(0.2, 1.5, 5), rng.uniform(0.2, 1.5, 5)
-  run = lambda: _program(case)(x, y)  # (one call site: a derivative's equations name it)
+  run = lambda: _program(case)(x, y)
   made = run()
   programs = [str(e.program) for e in kept._kept.values() if type(e) is kept._Entry]
   _new_process()
@@ -126,7 +126,7 @@ def test_a_new_process_reads_what_an_old_one_wrote(cache_dir):
     "print(repr(primc.grad(primc.grad(lambda w: f(w) * f(w)))(np.float64(0.7))), "
     "stored.stats())\n"
   )
-  env = dict(os.environ, PRIMC_CACHE_DIR=str(cache_dir))
+  env = dict(os.environ, PRIMC_CACHE_DIR=str(cache_dir), PRIMC_STORE_TRANSFORMS="1")
   run = lambda: subprocess.run(
     [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
   ).stdout.split(" {")
@@ -186,17 +186,48 @@ def test_another_environment_is_another_key(cache_dir, monkeypatch):
   monkeypatch.setattr(stored, "environment", lambda: "primc=edited")
   _new_process()
   primc.grad(_loss)(w, x)
-  assert stored.stats() == {"stored": 2, "loaded": 0, "bad": 0}
+  assert stored.stats() == {"stored": 2, "loaded": 0, "bad": 0, "unmapped": 0}
 
 
-def test_the_same_trace_at_another_line_is_another_entry(cache_dir):
-  """An equation's source line is part of the key: an error of the loaded program names
-  the line of this function, not of an equal one elsewhere."""
+def _lines_of(program) -> set:
+  return {int(e.source.rsplit(":", 1)[1]) for e in program.eqns if e.source}
+
+
+def test_the_same_trace_elsewhere_loads_and_names_its_own_lines(cache_dir):
+  """Source lines are not in the key (a script copied elsewhere finds its programs); a
+  loaded program names the lines of this call's function and call site, never those of
+  the function it was made for."""
   w, x = np.linspace(-1, 1, 3), np.ones((4, 3))
   f = lambda w, x: pnp.sum(pnp.tanh(x @ w + 1.0) ** 2)
   g = lambda w, x: pnp.sum(pnp.tanh(x @ w + 1.0) ** 2)
-  np.testing.assert_array_equal(primc.grad(f)(w, x), primc.grad(g)(w, x))
-  assert len(_entries(cache_dir)) == 2
+  want = primc.grad(f)(w, x)
+  _new_process()
+  here = sys._getframe().f_lineno + 1
+  np.testing.assert_array_equal(primc.grad(g)(w, x), want)
+  assert stored.stats()["loaded"] == 1 and len(_entries(cache_dir)) == 1
+  (entry,) = [e for e in kept._kept.values() if type(e) is kept._Entry]
+  assert _lines_of(entry.program) == {g.__code__.co_firstlineno, here}
+
+
+def _on_one_line(x):
+  return pnp.sum(pnp.sin(x) * 2.0)
+
+
+def _on_two_lines(x):
+  y = pnp.sin(x)
+  return pnp.sum(y * 2.0)
+
+
+def test_a_trace_spread_over_other_lines_is_made_again(cache_dir):
+  """One stored line standing for two lines now cannot name them apart: made again."""
+  x = np.linspace(0, 1, 4)
+  want = primc.grad(_on_one_line)(x)
+  _new_process()
+  np.testing.assert_array_equal(primc.grad(_on_two_lines)(x), want)
+  assert stored.stats() == {"stored": 2, "loaded": 0, "bad": 0, "unmapped": 1}
+  (entry,) = [e for e in kept._kept.values() if type(e) is kept._Entry]
+  first = _on_two_lines.__code__.co_firstlineno
+  assert {first + 1, first + 2} <= _lines_of(entry.program)
 
 
 def test_storing_off_writes_nothing(cache_dir, monkeypatch):
