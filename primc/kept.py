@@ -567,7 +567,7 @@ def call(
       if first is not _short:
         return first
     forward = _forward(fun, leaves, tree, traced, weak, walk, inputs) if replayable else None
-    disk = _Disk(drawn, key, forward, leaves, tree, traced, weak, inputs)
+    disk = _Disk(drawn, key, forward, leaves, tree, traced, weak, inputs, taped=taped)
     found = disk.load() if entry is None else None  # made by an earlier process
     if found is not None:
       return _first(_Entry(*found, walk.refs), drawn, forward, inputs, firsts)
@@ -600,12 +600,18 @@ class _Disk:
   (`forward`) drew no random numbers: its key (the transform's, the function's trace and
   output tree, the arguments' tree, their traced and weak leaves and Python values, the
   inputs' types), made at its first use; None where a part is not plain data (nothing is
-  stored then) or storing is off."""
+  stored then) or storing is off. A function long enough to run on the tape first is
+  not stored: loading its program costs what its first call on values does (the HMM's
+  28,000 equations: ~0.15 s either way), and its key, the trace written out, ~3 us an
+  equation more."""
 
   __slots__ = ("parts", "made", "key")
 
-  def __init__(self, drawn, *parts):
-    self.parts, self.made = parts, parts[1] is not None and _random_state() == drawn
+  def __init__(self, drawn, *parts, taped: bool = False):
+    forward = parts[1]
+    self.parts = parts
+    self.made = forward is not None and not (taped and _tapes(forward))
+    self.made = self.made and _random_state() == drawn
 
   def _key(self) -> str | None:
     if not hasattr(self, "key"):

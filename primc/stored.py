@@ -246,6 +246,10 @@ def load(k: str, lines: tuple, here: str) -> tuple[Program, TreeDef] | None:
     _remove(path)
     return None
   _stats["loaded" if found is not None else "unmapped"] += 1
+  try:
+    os.utime(path)  # (used now: the cache evicts the least recently used first)
+  except OSError:  # (a read-only cache)
+    pass
   return found
 
 
