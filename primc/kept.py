@@ -567,15 +567,15 @@ def call(
       if first is not _short:
         return first
     forward = _forward(fun, leaves, tree, traced, weak, walk, inputs) if replayable else None
-    disk = _Disk(drawn, key, forward, leaves, tree, traced, weak, inputs, taped=taped)
-    found = disk.load() if entry is None else None  # made by an earlier process
-    if found is not None:
-      return _first(_Entry(*found, walk.refs), drawn, forward, inputs, firsts)
-    if type(entry) is _Taped or (entry is None and taped and _tapes(forward)):
+    disk, long = _Disk(drawn, key, forward, leaves, tree, traced, weak, inputs), _tapes(forward)
+    found = disk.load() if entry is None and not (taped and long) else None  # (`_Disk`)
+    if found is None and (type(entry) is _Taped or (entry is None and taped and long)):
       entry = _taped(entry, forward, drawn, full_key, keys, replay)
       if type(entry) is not _Taped:
         return entry  # (the call's result, by the tape)
-      entry, reason = None, "calls on values cost enough: made"
+      entry, reason, found = None, "calls on values cost enough: made", disk.load()
+    if found is not None:  # made by an earlier process
+      return _first(_Entry(*found, walk.refs), drawn, forward, inputs, firsts)
     if entry is not None and forward is not None and _same_trace(forward, entry.forward):
       _count("checked")  # the second call: the first call's program
       return _run(entry, inputs)
@@ -601,17 +601,15 @@ class _Disk:
   output tree, the arguments' tree, their traced and weak leaves and Python values, the
   inputs' types), made at its first use; None where a part is not plain data (nothing is
   stored then) or storing is off. A function long enough to run on the tape first is
-  not stored: loading its program costs what its first call on values does (the HMM's
-  28,000 equations: ~0.15 s either way), and its key, the trace written out, ~3 us an
-  equation more."""
+  looked for when its program is to be made, not at its first call: loading costs what
+  that call on values costs (the HMM's 28,000 equations: ~0.15 s either way), and the
+  key, the trace written out, ~5 us an equation more; a loop of calls then skips the
+  making (rnn, lstm: seconds)."""
 
   __slots__ = ("parts", "made", "key")
 
-  def __init__(self, drawn, *parts, taped: bool = False):
-    forward = parts[1]
-    self.parts = parts
-    self.made = forward is not None and not (taped and _tapes(forward))
-    self.made = self.made and _random_state() == drawn
+  def __init__(self, drawn, *parts):
+    self.parts, self.made = parts, parts[1] is not None and _random_state() == drawn
 
   def _key(self) -> str | None:
     if not hasattr(self, "key"):

@@ -289,17 +289,29 @@ def test_a_path_of_python_control_flow_is_stored_with_its_guards(monkeypatch):
   assert calls and stored.stats()["stored"] == 2
 
 
-def test_a_function_run_on_the_tape_first_is_not_stored(cache_dir, monkeypatch):
-  """A long function's first calls run on values (`primc.tape`): loading its program
-  would cost what such a call costs, so it is neither stored nor looked for."""
+def test_a_function_run_on_the_tape_first_is_looked_for_when_made(cache_dir, monkeypatch):
+  """A long function's first calls run on values (`primc.tape`), without its key (the
+  trace written out); its program, made once those calls cost enough, is stored, and a
+  new process loads it at that point instead of making it."""
   monkeypatch.setattr(kept, "TAPE_MIN_SECONDS", 0.0)  # (every function "long")
-  w, x = np.linspace(-1, 1, 3), np.ones((4, 3))
   monkeypatch.setattr(kept, "TAPE_SECONDS_PER_EQN", 1e-9)  # (made at its second call)
+  keys = []
+  real = stored.key
+  monkeypatch.setattr(stored, "key", lambda parts: keys.append(1) or real(parts))
+  w, x = np.linspace(-1, 1, 3), np.ones((4, 3))
+  run = lambda: primc.grad(_loss)(w, x)
+  np.testing.assert_allclose(run(), _unstored(w, x), rtol=1e-12)
+  assert kept.stats()["kept_taped"] == 1 and keys == []  # (the first call: no key)
+  for _ in range(2):
+    np.testing.assert_allclose(run(), _unstored(w, x), rtol=1e-12)
+  assert "calls on values cost enough: made" in kept.stats()["kept_miss_reasons"]
+  assert stored.stats()["stored"] == 1
+  _new_process()
+  made, make = [], kept._make
+  monkeypatch.setattr(kept, "_make", lambda *a, **k: made.append(1) or make(*a, **k))
   for _ in range(3):
-    np.testing.assert_allclose(primc.grad(_loss)(w, x), _unstored(w, x), rtol=1e-12)
-  reasons = kept.stats()["kept_miss_reasons"]
-  assert kept.stats()["kept_taped"] >= 1 and "calls on values cost enough: made" in reasons
-  assert stored.stats()["stored"] == 0 and _entries(cache_dir) == []
+    np.testing.assert_allclose(run(), _unstored(w, x), rtol=1e-12)
+  assert made == [] and stored.stats()["loaded"] == 1
 
 
 def _unstored(w, x):
