@@ -548,6 +548,8 @@ class Store:
     for path in glob.glob(os.path.join(directory, "t_*.prog")):  # (kept transform
       key = os.path.basename(path)[2:-5]  # programs, `primc.stored`: verified there)
       add(f"t{key}", "program", key, path)
+    for path in glob.glob(os.path.join(directory, ".tmp-*.prog")):  # (a write a process
+      add(path, "program", os.path.basename(path), path)  # died in: evicted first)
     for path in glob.glob(os.path.join(directory, "m_*")):
       key = os.path.basename(path)[2:].split(".")[0]
       add(f"m{key}", "module", key, path)

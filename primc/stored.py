@@ -36,7 +36,7 @@ import numpy as np
 
 from primc import passes
 from primc.codegen.paths import default_root, make_private_dir, unsafe, writable
-from primc.core import PRIMITIVES, VERSION, Eqn, Lit, Program, ShapedArray, Var
+from primc.core import VERSION, Eqn, Lit, Program, ShapedArray, Var, primitive_named
 from primc.settings import config, log
 from primc.tree import LEAF, TreeDef
 
@@ -123,7 +123,7 @@ def decode_program(data, source: Callable = lambda s: s) -> Program:
   for name, ins, params, outs, line in eqns:
     made = tuple([Var(ShapedArray(*a)) for a in outs])
     ins = tuple([atom(k) for k in ins])
-    out.append(Eqn(PRIMITIVES[name], ins, params, made, source(line)))
+    out.append(Eqn(primitive_named(name), ins, params, made, source(line)))
     variables.extend(made)
   return Program(inputs, tuple(out), tuple([atom(k) for k in outputs]))
 

@@ -60,7 +60,7 @@ def _loss(w, x):
 def _entries(directory) -> list:
   if not os.path.isdir(directory):
     return []
-  return sorted(p for p in os.listdir(directory) if p.endswith(".prog"))
+  return sorted(p for p in os.listdir(directory) if p.startswith("t_") and p.endswith(".prog"))
 
 
 def test_a_new_process_loads_the_program_and_differentiates_nothing(cache_dir, monkeypatch):
@@ -260,10 +260,14 @@ def test_stored_programs_are_entries_of_the_bounded_cache(cache_dir):
   from primc.codegen.store import Store
 
   primc.grad(_loss)(np.ones(3), np.ones((4, 3)))
+  left = cache_dir / ".tmp-1-0.prog"  # (a write a killed process left)
+  left.write_bytes(b"partial")
+  os.utime(left, (1, 1))
   cache = Store(str(cache_dir))
-  assert [e["kind"] for e in cache.entries()] == ["program"]
+  assert [e["kind"] for e in cache.entries()] == ["program", "program"]
   assert cache.check_all() == []
   size = os.path.getsize(cache_dir / _entries(cache_dir)[0])
+  assert cache.prune(size) == (1, len(b"partial")) and not left.exists()  # (oldest first)
   assert cache.prune(0) == (1, size) and _entries(cache_dir) == []
 
 
