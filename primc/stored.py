@@ -85,15 +85,24 @@ def encode_program(program: Program, sources: bool = True) -> tuple:
   `sources` (a key leaves them out: `resourced`)."""
   ids: dict = {}
   lits: dict = {}
+  avals: dict = {}
 
   def atom(a):
-    if type(a) is Lit:
-      k = lits.get(a)
-      if k is None:
-        value = np.ascontiguousarray(a.value)
-        k = lits[a] = (-1 - len(lits), (_aval(a.aval), value.tobytes(), a.sized))
-      return k[0]
-    return ids[a]
+    k = ids.get(a)
+    if k is not None:
+      return k
+    k = lits.get(a)
+    if k is None:
+      value = np.ascontiguousarray(a.value)
+      k = lits[a] = (-1 - len(lits), (_aval(a.aval), value.tobytes(), a.sized))
+    return k[0]
+
+  def aval(v):
+    a = v.aval
+    t = avals.get(a)
+    if t is None:
+      t = avals[a] = (a.shape, a.dtype)
+    return t
 
   for v in program.inputs:
     ids[v] = len(ids)
@@ -102,8 +111,11 @@ def encode_program(program: Program, sources: bool = True) -> tuple:
     ins = tuple([atom(a) for a in e.inputs])
     for v in e.outputs:
       ids[v] = len(ids)
-    outs = tuple([_aval(v.aval) for v in e.outputs])
-    eqns.append((e.prim.name, ins, plain(e.params), outs, e.source if sources else None))
+    params = e.params
+    if params:  # (most equations have none)
+      plain(params)
+    outs = tuple([aval(v) for v in e.outputs])
+    eqns.append((e.prim.name, ins, params, outs, e.source if sources else None))
   outputs = tuple([atom(a) for a in program.outputs])
   literals = tuple([data for _, data in sorted(lits.values(), reverse=True)])
   return (tuple([_aval(v.aval) for v in program.inputs]), tuple(eqns), outputs, literals)
@@ -165,8 +177,10 @@ def environment() -> str:
 def key(parts: tuple) -> str:
   """The key of an entry made from `parts` (plain data, as `plain` checks: `encode_program`'s
   and `encode_tree`'s, numbers and strings), in this environment."""
-  text = repr((FORMAT, environment(), config.optimize_transforms, parts))
-  return blake2b(text.encode(), digest_size=16).hexdigest()
+  # (marshal's version 0: a function of the values alone, without the references and
+  # interned strings of later versions, which depend on objects' identities)
+  data = marshal.dumps((FORMAT, environment(), config.optimize_transforms, parts), 0)
+  return blake2b(data, digest_size=16).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------
@@ -262,7 +276,7 @@ def save(k: str, program: Program, out_tree: TreeDef, lines: tuple) -> bool:
     return False
   try:
     payload = marshal.dumps((encode_program(program), encode_tree(out_tree), plain(lines)))
-  except NotPlain:
+  except (NotPlain, ValueError):  # (ValueError: what marshal cannot write)
     return False
   path = _path(k)
   tmp = os.path.join(directory, f".tmp-{os.getpid()}-{next(_names)}.prog")
