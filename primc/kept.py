@@ -603,13 +603,15 @@ class _Disk:
   stored then) or storing is off. A function long enough to run on the tape first is
   looked for when its program is to be made, not at its first call: loading costs what
   that call on values costs (the HMM's 28,000 equations: ~0.15 s either way), and the
-  key, the trace written out, ~5 us an equation more; a loop of calls then skips the
-  making (rnn, lstm: seconds)."""
+  key, the trace written out, ~2.5 us an equation more; a loop of calls then skips the
+  making (rnn, lstm: seconds). `parts`: `_stored_key`'s."""
 
-  __slots__ = ("parts", "made", "key")
+  __slots__ = ("parts", "made", "key", "traces")
 
   def __init__(self, drawn, *parts):
     self.parts, self.made = parts, parts[1] is not None and _random_state() == drawn
+    traces = [] if parts[1] is None else [parts[1][0], *parts[8:]]  # (a path's guards)
+    self.traces = [p for p in traces if p is not None]
 
   def _key(self) -> str | None:
     if not hasattr(self, "key"):
@@ -618,8 +620,7 @@ class _Disk:
 
   def _lines(self) -> tuple:
     """The source lines of the key's traces (the function's, a path's guards')."""
-    programs = [self.parts[1][0]] + ([self.parts[8]] if len(self.parts) > 8 else [])
-    return sum((stored.sources_of(p) for p in programs if p is not None), ())
+    return sum((stored.sources_of(p) for p in self.traces), ())
 
   def load(self) -> tuple | None:
     """(program, out_tree) an earlier process stored, naming this call's lines; or None."""

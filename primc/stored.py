@@ -128,14 +128,24 @@ def decode_program(data, source: Callable = lambda s: s) -> Program:
   for (shape, dtype), raw, sized in literals:
     value = np.frombuffer(raw, dtype).reshape(shape)  # (read-only, as a literal's is)
     lits.append(Lit(value, ShapedArray(shape, dtype), bool(sized)))
-  variables = [Var(ShapedArray(*a)) for a in in_avals]
+  avals, prims, lines = {}, {}, {}  # (each made once: a program repeats a few)
+
+  def var(a):
+    aval = avals.get(a)
+    if aval is None:
+      aval = avals[a] = ShapedArray(*a)
+    return Var(aval)
+
+  variables = [var(a) for a in in_avals]
   inputs = tuple(variables)
   atom = lambda k: variables[k] if k >= 0 else lits[-1 - k]
   out = []
   for name, ins, params, outs, line in eqns:
-    made = tuple([Var(ShapedArray(*a)) for a in outs])
+    made = tuple([var(a) for a in outs])
     ins = tuple([atom(k) for k in ins])
-    out.append(Eqn(primitive_named(name), ins, params, made, source(line)))
+    prim = prims.get(name) or prims.setdefault(name, primitive_named(name))
+    named = lines[line] if line in lines else lines.setdefault(line, source(line))
+    out.append(Eqn(prim, ins, params, made, named))
     variables.extend(made)
   return Program(inputs, tuple(out), tuple([atom(k) for k in outputs]))
 
@@ -228,7 +238,8 @@ def resourced(stored_lines: tuple, lines: tuple, here: str) -> Callable | None:
   was called) `here`; None where one stored line stands for two lines now (the same
   trace spread over other lines): not loaded."""
   if stored_lines == lines:
-    return lambda line: line if line in lines else here
+    known = set(lines)
+    return lambda line: line if line in known else here
   mapping: dict = {}
   for old, new in zip(stored_lines, lines, strict=True):
     if mapping.setdefault(old, new) != new:
