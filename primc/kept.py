@@ -49,13 +49,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-try:  # hashlib's own blake2b, without importing OpenSSL's hashes (~3 ms)
-  from _blake2 import blake2b
-except ImportError:  # (a Python without it)
-  from hashlib import blake2b
 
 from primc import breaks, core, passes, replayed, stored
 from primc.settings import config, log
+from primc.stored import blake2b
 from primc.core import (
   ConcretizationError,
   Frozen,
@@ -606,16 +603,17 @@ class _Disk:
   key, the trace written out, ~2.5 us an equation more; a loop of calls then skips the
   making (rnn, lstm: seconds). `parts`: `_stored_key`'s."""
 
-  __slots__ = ("parts", "made", "key", "traces")
+  __slots__ = ("parts", "drawn", "key", "traces")
 
   def __init__(self, drawn, *parts):
-    self.parts, self.made = parts, parts[1] is not None and _random_state() == drawn
+    self.parts, self.drawn = parts, drawn
     traces = [] if parts[1] is None else [parts[1][0], *parts[8:]]  # (a path's guards)
     self.traces = [p for p in traces if p is not None]
 
   def _key(self) -> str | None:
-    if not hasattr(self, "key"):
-      self.key = _stored_key(*self.parts) if self.made and stored.wanted() else None
+    if not hasattr(self, "key"):  # (made where used: most calls never ask)
+      usable = self.traces and _random_state() == self.drawn and stored.wanted()
+      self.key = _stored_key(*self.parts) if usable else None
     return self.key
 
   def _lines(self) -> tuple:

@@ -40,10 +40,11 @@ from primc.core import VERSION, Eqn, Lit, Program, ShapedArray, Var, primitive_n
 from primc.settings import config, log
 from primc.tree import LEAF, TreeDef
 
-try:  # hashlib's own blake2b, without importing OpenSSL's hashes (~3 ms)
-  from _blake2 import blake2b
-except ImportError:  # pragma: no cover - every CPython has it
+try:  # hashlib's own blake2b, without importing OpenSSL's hashes (~3 ms): keys and digests
+  from _blake2 import blake2b  # here, the fingerprints of traces in `primc.kept`
+except ImportError:  # pragma: no cover - a Python without it
   from hashlib import blake2b
+
 
 FORMAT = 1
 MAGIC = b"primc-program\n"
@@ -74,10 +75,6 @@ def plain(x):
 # Programs and trees as plain data
 
 
-def _aval(a: ShapedArray) -> tuple:
-  return (a.shape, a.dtype)
-
-
 def encode_program(program: Program, sources: bool = True) -> tuple:
   """`program` as plain data (NotPlain where a parameter is not: a nested program, a
   rule): (input types, equations, outputs, literals); variables are numbered in order,
@@ -94,10 +91,10 @@ def encode_program(program: Program, sources: bool = True) -> tuple:
     k = lits.get(a)
     if k is None:
       value = np.ascontiguousarray(a.value)
-      k = lits[a] = (-1 - len(lits), (_aval(a.aval), value.tobytes(), a.sized))
+      k = lits[a] = (-1 - len(lits), (aval(a), value.tobytes(), a.sized))
     return k[0]
 
-  def aval(v):
+  def aval(v):  # (a variable's or a literal's type as plain data)
     a = v.aval
     t = avals.get(a)
     if t is None:
@@ -118,7 +115,7 @@ def encode_program(program: Program, sources: bool = True) -> tuple:
     eqns.append((e.prim.name, ins, params, outs, e.source if sources else None))
   outputs = tuple([atom(a) for a in program.outputs])
   literals = tuple([data for _, data in sorted(lits.values(), reverse=True)])
-  return (tuple([_aval(v.aval) for v in program.inputs]), tuple(eqns), outputs, literals)
+  return (tuple([aval(v) for v in program.inputs]), tuple(eqns), outputs, literals)
 
 
 def decode_program(data, source: Callable = lambda s: s) -> Program:
