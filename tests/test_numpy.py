@@ -1357,6 +1357,50 @@ def test_numpy_functions_match_numpy_on_every_operand_kind(call):
         assert np.isclose(got, want, rtol=tol, atol=0, equal_nan=True).all(), (what, got, want)
 
 
+_FILLS = [  # a value given as an argument, of every kind
+  np.float64(0.3),
+  np.float32(0.3),
+  np.int64(3),
+  np.asarray(0.3),
+  np.asarray(0.3, np.float32),
+  np.asarray(3, np.int32),
+  np.asarray([0.3, -1.5, 2.0]),
+  np.asarray([0.3, -1.5, 2.0], np.float32),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+  fill=st.sampled_from(_FILLS),
+  call=st.sampled_from(["full", "full_like", "broadcast_to", "asarray", "where"]),
+  dtype=st.sampled_from([None, "float32", "float64"]),
+)
+def test_a_value_with_a_dtype_keeps_it_on_values_and_traced(fill, call, dtype):
+  """A fill value that has a dtype (a numpy scalar, a 0-d or larger array) gives the same
+  dtype and values on plain values as traced, where it is a traced argument (the values
+  path once gave float32 for a 0-d float64 fill, the trace float64)."""
+  like = np.zeros((2, 3), np.float32)
+  fns = {
+    "full": lambda v: pnp.full((2, 3), v, dtype),
+    "full_like": lambda v: pnp.full_like(like, v, dtype),
+    "broadcast_to": lambda v: pnp.broadcast_to(v, (2, 3)),
+    "asarray": lambda v: pnp.asarray(v, dtype),
+    "where": lambda v: pnp.where(like > 0, like, v),
+  }
+  fn = fns[call]
+  got = {
+    "values": np.asarray(fn(fill)),
+    "jit": np.asarray(primc.jit(fn)(fill)),
+    "interpreted": primc.interpret(primc.make_program(fn)(fill), fill)[0],
+  }
+  dtypes = {path: out.dtype for path, out in got.items()}
+  assert len(set(dtypes.values())) == 1, (call, fill, dtype, dtypes)
+  if call in ("full", "asarray") and dtype is None:
+    assert dtypes["values"] == np.asarray(fill).dtype  # (its own, as numpy's)
+  for out in got.values():
+    np.testing.assert_array_equal(out, got["values"])
+
+
 def _axis_calls(rng, x):
   """numpy calls with axes, keepdims and the other keywords, valid for x's rank."""
   nd = x.ndim

@@ -21,9 +21,10 @@ def ones(shape, dtype="float32"):
 
 
 def full(shape, fill_value, dtype=None):
-  """numpy.full (float32 by default, as JAX and Paddle); a traced `fill_value` (or an
-  array, broadcast to `shape`) gives its dtype unless `dtype` says otherwise."""
-  if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
+  """numpy.full (float32 by default, as JAX and Paddle, for a Python number); a
+  `fill_value` with a dtype (an array of any rank, broadcast to `shape`, a numpy scalar, a
+  traced value) gives its dtype unless `dtype` says otherwise, traced or not."""
+  if isinstance(fill_value, (Tracer, np.ndarray, np.generic)) or np.ndim(fill_value) > 0:
     value = _as_array(fill_value)
     return broadcast_to(value if dtype is None else astype(value, dtype), _shape(shape))
   return P.full(_shape(shape), fill_value, dtype or "float32")
