@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from primc import ad, batching, breaks, lax
+from primc import ad, batching, breaks, lax, tape
 from primc import numpy as pnp
 from primc.core import (
   ConcretizationError,
@@ -193,9 +193,31 @@ def _bwd_on_values(bwd: Rule) -> Callable:
   return run
 
 
+def _custom_vjp_on_values(xs, active, *, fun, fwd, bwd, n_args):
+  """A custom_vjp call on the tape (`primc.tape`: reverse mode on values): the user's fwd
+  on the values now, their bwd on the cotangents at the backward sweep, as autograd runs
+  its rules; none of them traced. None where a value the function captured is
+  differentiated (the transform's rule says what is wrong)."""
+  if True in active[n_args:]:
+    return None
+  n_out = len(fun.outputs)
+  both = fwd(*xs[:n_args])
+  outs, residuals = [np.asarray(o) for o in both[:n_out]], both[n_out:]
+  out_avals = _out_avals(fun)
+
+  def backward(given):
+    given = iter(given)  # (of the float outputs: the others' are zeros)
+    cts = [next(given) if a.is_float else np.zeros(a.shape, a.dtype) for a in out_avals]
+    in_cts = bwd(*residuals, *cts)
+    return [np.array(c) for c, on in zip(in_cts, active) if on]
+
+  return outs, backward
+
+
 ad.jvp_rules[custom_jvp_call_p] = _custom_jvp_jvp
 ad.jvp_rules[custom_vjp_call_p] = _custom_vjp_jvp
 ad.transpose_rules[custom_lin_p] = _custom_lin_transpose
+tape.value_rules[custom_vjp_call_p] = _custom_vjp_on_values
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ and its linear part transposed (`ad.linearize_program`, `ad.transpose_program`),
 two small programs are kept by that key (`_rules`), so a chain of a thousand steps of the
 same shapes makes a dozen of them. A call is then two sweeps of numpy: forward, each
 equation's primal program giving its outputs and the residuals its transpose needs (the
-tape); backward, the transposes in reverse order on the cotangents.
+tape); backward, the transposes in reverse order on the cotangents. An equation whose
+primitive has a rule on values of its own (`value_rules`: a custom_vjp's, whose fwd and
+bwd are the user's Python, made anew at every call) runs that instead.
 
 The results are those of `vjp_program`'s program (the same rules, unoptimized across
 equations); tests compare the two on every primitive's programs.
@@ -25,10 +27,16 @@ import numpy as np
 from primc import ad, passes
 from primc.core import Eqn, Lit, Program, Var, impl_rules, results
 from primc.runners import runner
-from primc.trace import eval_program
+from primc.trace import aval_of, eval_program
 from primc.settings import config
 
 _KINDS: dict = {}  # (prim, params, input avals, active mask) -> [`_made`, uses, programs]
+# primitives whose derivative on values is a rule of their own, run as it is (a user's
+# custom_vjp: its fwd now, its bwd at the backward sweep, as autograd runs them), not by a
+# kind (an equation of one: its parameters, the user's functions, are new at every call):
+# prim -> rule(xs, mask, **params) -> (outputs, backward) or None (then the kind's way);
+# backward(cotangents of the float outputs) -> cotangents of the inputs marked in mask
+value_rules: dict = {}
 MAX_KINDS = 4096
 OPTIMIZE_AFTER = 16  # uses of a kind before its programs are optimized: a round of the
 # passes costs ~60 us a program, and most kinds of a one-off vjp (check_grads) run a few
@@ -67,9 +75,15 @@ def _made(programs, optimized: bool):
   return runner(primal, guarded=False), runner(transposed, guarded=False), floats
 
 
-def _rules(eqn: Eqn, active: tuple[bool, ...]):
+def _rules(eqn: Eqn, active: tuple[bool, ...], xs: Sequence = ()):
   """`_made`, kept by the equation's kind (made anew where its parameters do not hash),
-  its programs optimized at the kind's OPTIMIZE_AFTER-th use."""
+  its programs optimized at the kind's OPTIMIZE_AFTER-th use; or, for a primitive of
+  `value_rules`, its own rule's on the values `xs`."""
+  own = value_rules.get(eqn.prim)
+  if own is not None:
+    made = _own(eqn, active, xs, own)
+    if made is not None:
+      return made
   key = (eqn.prim, eqn.params, tuple([a.aval for a in eqn.inputs]), active)
   try:
     kind = _KINDS.get(key)
@@ -84,6 +98,20 @@ def _rules(eqn: Eqn, active: tuple[bool, ...]):
   if kind[1] == OPTIMIZE_AFTER:
     kind[0], kind[2] = _made(kind[2], True), None
   return kind[0]
+
+
+def _own(eqn: Eqn, active: tuple[bool, ...], xs: Sequence, rule: Callable):
+  """A `value_rules` rule as `_made`'s three: its outputs (already computed: the primal
+  returns them), its backward, and which outputs are floats; None where the rule
+  declines."""
+  found = rule(xs, active, **eqn.kw)
+  if found is None:
+    return None
+  outs, backward = found
+  for o, v in zip(outs, eqn.outputs, strict=True):
+    if aval_of(o) != v.aval:  # (the sweep fails: the program's way says what is wrong)
+      raise TypeError(f"{eqn.prim.name}'s rule gave {aval_of(o)} for {v.aval}")
+  return (lambda _: outs), backward, tuple([v.aval.is_float for v in eqn.outputs])
 
 
 def _sweeps(program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequence):
@@ -101,7 +129,7 @@ def _forward(program: Program, args: Sequence, wrt: Sequence[bool]):
   for eqn in program.eqns:
     xs = [a.value if type(a) is Lit else env[a] for a in eqn.inputs]
     mask = tuple([a in active for a in eqn.inputs])
-    made = _rules(eqn, mask) if True in mask else None
+    made = _rules(eqn, mask, xs) if True in mask else None
     if made is None:
       outs = results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw))
     else:

@@ -5,8 +5,12 @@ Oracles: the rules' formulas written in numpy, finite differences in float64 whe
 is the true derivative, and the transpose identity between a custom_jvp's forward and
 reverse modes."""
 
+import functools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import primc
 import primc.numpy as pnp
@@ -274,3 +278,112 @@ def test_pylayer_gradient_count_is_checked():
 
   with pytest.raises(primc.PrimcError, match="1 gradients for 2 tensor arguments"):
     primc.grad(lambda x: pnp.sum(Bad.apply(x, x)))(np.ones(2))
+
+
+def _custom_case(two_outputs: bool, residuals: str):
+  """A custom_vjp function of a Python factor and two arrays, whose bwd is deliberately
+  not its derivative (twice its x part; none for y where `residuals` is "none"), with an
+  integer second output where `two_outputs`, and residuals as a tuple, a dict or none."""
+
+  @functools.partial(primc.custom_vjp, nondiff_argnums=(0,))
+  def f(scale, x, y):
+    out = pnp.sin(x) * y * scale
+    return (out, pnp.sum(x > 0)) if two_outputs else out
+
+  def fwd(scale, x, y):
+    res = {"tuple": (x, y), "dict": {"y": y, "x": x}, "none": (x,)}[residuals]
+    return f(scale, x, y), res
+
+  def bwd(scale, res, g):
+    g = g[0] if two_outputs else g
+    x = res[0] if residuals != "dict" else res["x"]
+    dx = 2.0 * g * pnp.cos(x) * scale * (res[1] if residuals == "tuple" else 1.0)
+    if residuals == "dict":
+      dx = dx * res["y"]
+    return dx, (None if residuals == "none" else g * pnp.sin(x) * scale)
+
+  f.defvjp(fwd, bwd)
+  return f
+
+
+def _count_kinds(m, made: list) -> None:
+  """Appends the primitive of every kind the tape makes (`tape._programs`) to `made`."""
+  from primc import tape
+
+  real = tape._programs
+  m.setattr(tape, "_programs", lambda eqn, active: made.append(eqn.prim.name) or real(eqn, active))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+  dtype=st.sampled_from(["float32", "float64"]),
+  shape=st.sampled_from([(), (3,), (2, 3)]),
+  two_outputs=st.booleans(),
+  residuals=st.sampled_from(["tuple", "dict", "none"]),
+  seed=st.integers(0, 2**16),
+)
+def test_custom_vjp_on_the_tape_runs_its_rules_on_values(
+  dtype, shape, two_outputs, residuals, seed
+):
+  """`primc.vjp` on values runs a custom_vjp's fwd and bwd on the values (no program of
+  its equation is linearized, at any call: its rules are new at every call) and gives
+  what the vjp staged into `jit` gives (the same rules, traced), in the arguments'
+  dtypes, and the rule's formula."""
+  rng = np.random.default_rng(seed)
+  x, y = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+  f = _custom_case(two_outputs, residuals)
+  h = lambda x, y: pnp.sum(f(1.5, x * 2.0, y) if not two_outputs else f(1.5, x * 2.0, y)[0]) * 3.0
+  made = []
+  with pytest.MonkeyPatch.context() as m:
+    _count_kinds(m, made)
+    for _ in range(2):  # (the second call: its kinds kept, the custom call's still not)
+      out, pull = primc.vjp(h, x, y)
+      got = pull(np.asarray(1.0, dtype))
+  assert "custom_vjp_call" not in made
+  want = primc.jit(lambda x, y: primc.vjp(h, x, y)[1](np.asarray(1.0, dtype)))(x, y)
+  tol = 1e-5 if dtype == "float32" else 1e-12
+  xx = x * 2.0
+  dx = 3.0 * 2.0 * np.cos(xx) * 1.5 * 2.0 * (y if residuals != "none" else 1.0)
+  dy = np.zeros_like(y) if residuals == "none" else 3.0 * np.sin(xx) * 1.5
+  for g, w, formula in zip(got, want, (dx, dy)):
+    assert g.dtype == np.dtype(dtype) and g.shape == shape
+    np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    np.testing.assert_allclose(g, formula, rtol=tol, atol=tol)
+
+
+def test_autograd_primitive_in_a_loop_of_vjps_makes_no_program_of_its_rule():
+  """An autograd-style `@primitive` with `defvjp` under `primc.vjp` on values, called
+  again and again (as `check_grads` calls it): its fwd and bwd run on the values; what
+  the tape makes is its other equations' kinds, once."""
+  from primc.extend import defvjp, primitive
+
+  @primitive
+  def logsumexp(x):
+    m = pnp.max(x)
+    return m + pnp.log(pnp.sum(pnp.exp(x - m)))
+
+  defvjp(logsumexp, lambda ans, x: lambda g: pnp.full(x.shape, g) * pnp.exp(x - ans))
+  f = lambda y: pnp.sum(logsumexp(y**2))
+  made = []
+  y = np.random.default_rng(0).standard_normal(10)
+  z = y**2
+  want = 2 * y * np.exp(z - z.max()) / np.sum(np.exp(z - z.max()))
+  with pytest.MonkeyPatch.context() as m:
+    _count_kinds(m, made)
+    for _ in range(3):
+      (g,) = primc.vjp(f, y)[1](1.0)
+      np.testing.assert_allclose(g, want, rtol=1e-13)  # (float64 throughout)
+  assert "custom_vjp_call" not in made and len(made) == len(set(made))
+
+
+def test_a_vjp_on_values_says_a_closure_is_differentiated():
+  def f(x):
+    @primc.custom_vjp
+    def g(y):
+      return y * x
+
+    g.defvjp(lambda y: (g(y), ()), lambda res, ct: (ct,))
+    return pnp.sum(g(np.ones(2)))
+
+  with pytest.raises(primc.PrimcError, match="enclosing scope"):
+    primc.vjp(f, np.ones(2))[1](1.0)
