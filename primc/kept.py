@@ -17,10 +17,13 @@ The key is what the program depends on, found by walking the function as a pytre
   globals its code names, the functions it reaches through those (their own code,
   closures and globals, `MAX_DEPTH` deep), `functools.partial` arguments, a bound
   method's object (its attributes), containers (tuples, lists, dicts, pytree nodes).
-  Python numbers and strings there are compared by value; arrays are *lifted*: they
+  Python numbers, numpy's integer and bool scalars (sizes, indices, flags: a slice's
+  bounds) and strings there are compared by value; arrays are *lifted*: they
   become inputs of the kept program (compared by shape and dtype, read afresh at every
   call, so `lambda w: loss(w, batch)` made anew for every batch keeps one program, and
-  an array changed in place is seen); modules, classes, builtins and library functions
+  an array changed in place is seen; what holds arrays is made again around the traced
+  values, and a dict keyed by such an object finds its copy); modules, classes,
+  builtins and library functions
   are compared by identity. A call whose function reaches any other object (one that
   could change unseen) is not kept.
 
@@ -288,6 +291,18 @@ class _Walk:
     self.seen: dict = {}  # id(function or object) -> its index (or its copy)
     self.nodes = 0
     self.tracers = tracers  # an iterator: rebuilding
+    self.keyed: list = []  # rebuilding: dicts keyed by objects made again
+
+  def rebuilt(self, fun):
+    """`fun` made again with the tracers in place of its arrays (a dict keyed by an object
+    made again is keyed by its copy, once every copy is made: in the walk's order, which
+    hands out the tracers)."""
+    out = self(fun)
+    for d in self.keyed:
+      items = list(d.items())
+      d.clear()
+      d.update([(self.seen.get(id(k), k), v) for k, v in items])
+    return out
 
   def __call__(self, obj, depth=0):
     """The key of `obj`; rebuilding, `obj` with tracers for its arrays (itself where it
@@ -296,6 +311,8 @@ class _Walk:
       t = type(obj)
       if id(obj) in self.holders or t is np.ndarray or t is Tracer or isinstance(obj, np.generic):
         return self._visit(obj, depth)
+      if t is dict and any([id(k) in self.holders for k in obj]):  # (keyed by objects
+        return self._visit(obj, depth)  # made again: `rebuilt` keys it by their copies)
       return obj
     before = self.held
     key = self._visit(obj, depth)
@@ -308,6 +325,8 @@ class _Walk:
     if self.nodes > MAX_NODES:
       raise NotKept(f"the function reaches more than {MAX_NODES} objects")
     t = type(obj)
+    if isinstance(obj, np.generic) and obj.dtype.kind in "biu":  # (a count, an index, a
+      return obj if self.tracers else (t, obj)  # flag, as Python's int: by value)
     if t is np.ndarray or isinstance(obj, np.generic) or (t is Tracer and self.traced):
       self.leaves.append(obj)
       self.held += 1
@@ -323,7 +342,10 @@ class _Walk:
     if t is dict:
       parts = [self(v, depth) for v in obj.values()]
       if self.tracers:
-        return dict(zip(obj, parts))
+        made = dict(zip(obj, parts))
+        if any([id(k) in self.holders for k in obj]):
+          self.keyed.append(made)
+        return made
       return ("dict", tuple(self._ident(k) for k in obj), tuple(parts))
     if t is types.FunctionType and _library_op(obj):
       return obj if self.tracers else self._ident(obj)  # (its closure is the library's own)
@@ -1250,7 +1272,7 @@ def _flat_call(transform, fun, leaves, tree, traced, n, walk) -> Callable:
   lifted arrays (rebuilt into the function where the walk found them)."""
 
   def flat(*xs):
-    rebuilt = _Walk(iter(xs[n:]), walk.holders)(fun)
+    rebuilt = _Walk(iter(xs[n:]), walk.holders).rebuilt(fun)
     return replayed.called(transform(rebuilt), leaves, tree, traced)(*xs[:n])
 
   return flat

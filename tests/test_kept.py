@@ -508,6 +508,69 @@ def test_kept_results_follow_the_data_wherever_it_lives(place, transform, change
   assert "kept_not_kept" not in s, s  # every call kept: none fell back
 
 
+class _Layer:
+  """A layer as model code keeps one: its weights (an array) and where its inputs lie in
+  a flat vector, a slice of numpy integers (`np.prod(shape)` sums)."""
+
+  def __init__(self, W, start):
+    self.W = W
+    self.span = slice(np.int64(start), np.int64(start) + np.int64(W.size))
+
+
+class _Net:
+  """Layers, and a dict keyed by the layer objects (autograd's convnet example keys its
+  parser by its layers): a walk makes the layers again around traced weights, and the
+  dict must find them."""
+
+  def __init__(self, sizes, rng):
+    starts = np.cumsum([0] + sizes[:-1])
+    self.layers = [_Layer(rng.standard_normal(n), s) for n, s in zip(sizes, starts)]
+    self.index = {layer: np.int32(k + 1) for k, layer in enumerate(self.layers)}
+
+  def loss(self, w):
+    total = 0.0
+    for layer in self.layers:
+      total = total + pnp.sum(pnp.tanh(w[layer.span] * layer.W) ** 2) * self.index[layer]
+    return total
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+  transform=st.sampled_from(sorted(KEPT_TRANSFORMS)),
+  sizes=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+  changes=st.lists(st.sampled_from(["in_place", "rebind", "reorder", "none"]), max_size=4),
+)
+def test_models_of_objects_keyed_and_sliced_by_numpy_integers_are_kept(transform, sizes, changes):
+  """A model of layer objects holding weights, sliced by numpy integers and found through
+  a dict keyed by the layers: kept (none falls back), every result the unkept one's as
+  its weights change in place, are rebound, or its layers are reordered (numpy integers
+  are values of the key, as Python's)."""
+  kept.reset()
+  rng = np.random.default_rng(len(sizes))
+  net = _Net(sizes, rng)
+  n = sum(sizes)
+  w = rng.standard_normal(n)
+  run = {"vmap_grad": lambda f, w: primc.vmap(primc.grad(f))(np.stack([w, -w]))}.get(
+    transform, KEPT_TRANSFORMS[transform]
+  )
+  if transform == "jvp":
+    run = lambda f, w: primc.jvp(f, (w,), (np.ones(n),))
+  for how in ["none", *changes]:
+    if how == "in_place":
+      net.layers[0].W[...] = rng.standard_normal(net.layers[0].W.shape)
+    elif how == "rebind":
+      net.layers[-1].W = rng.standard_normal(net.layers[-1].W.shape)
+    elif how == "reorder":
+      net.index = {layer: np.int32(len(net.layers) - k) for k, layer in enumerate(net.layers)}
+    got, want = run(net.loss, w), _unkept(lambda: run(net.loss, w))
+    for g, x in zip(
+      primc.tree_util.tree_leaves(got), primc.tree_util.tree_leaves(want), strict=True
+    ):
+      np.testing.assert_allclose(g, x, rtol=1e-10, atol=1e-14)
+  s = kept.stats()
+  assert "kept_not_kept" not in s, s
+
+
 def test_python_numbers_among_the_arguments_are_traced_unless_their_values_are_needed():
   """autograd's optimizers call `grad(objective)(params, step)`: one program for every
   step; a number used as a value (`range(n)`) is a value of the key instead."""
