@@ -1378,16 +1378,19 @@ _FILLS = [  # a value given as an argument, of every kind
 def test_a_value_with_a_dtype_keeps_it_on_values_and_traced(fill, call, dtype):
   """A fill value that has a dtype (a numpy scalar, a 0-d or larger array) gives the same
   dtype and values on plain values as traced, where it is a traced argument (the values
-  path once gave float32 for a 0-d float64 fill, the trace float64)."""
+  path once gave float32 for a 0-d float64 fill, the trace float64); on values, an array
+  that can be written where numpy's can (a full array is new, not a broadcast view)."""
   like = np.zeros((2, 3), np.float32)
   fns = {
-    "full": lambda v: pnp.full((2, 3), v, dtype),
-    "full_like": lambda v: pnp.full_like(like, v, dtype),
-    "broadcast_to": lambda v: pnp.broadcast_to(v, (2, 3)),
-    "asarray": lambda v: pnp.asarray(v, dtype),
-    "where": lambda v: pnp.where(like > 0, like, v),
+    "full": lambda v, np=pnp: np.full((2, 3), v, dtype),
+    "full_like": lambda v, np=pnp: np.full_like(like, v, dtype),
+    "broadcast_to": lambda v, np=pnp: np.broadcast_to(v, (2, 3)),
+    "asarray": lambda v, np=pnp: np.asarray(v, dtype),
+    "where": lambda v, np=pnp: np.where(like > 0, like, v),
   }
   fn = fns[call]
+  writable = np.asarray(fn(fill.copy(), np)).flags.writeable  # (numpy's own)
+  assert np.asarray(fn(fill.copy())).flags.writeable == writable, (call, fill)
   got = {
     "values": np.asarray(fn(fill)),
     "jit": np.asarray(primc.jit(fn)(fill)),

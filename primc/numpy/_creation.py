@@ -23,11 +23,19 @@ def ones(shape, dtype="float32"):
 def full(shape, fill_value, dtype=None):
   """numpy.full (float32 by default, as JAX and Paddle, for a Python number); a
   `fill_value` with a dtype (an array of any rank, broadcast to `shape`, a numpy scalar, a
-  traced value) gives its dtype unless `dtype` says otherwise, traced or not."""
-  if isinstance(fill_value, (Tracer, np.ndarray, np.generic)) or np.ndim(fill_value) > 0:
+  traced value) gives its dtype unless `dtype` says otherwise, traced or not. On values,
+  a new array, as numpy's (writable)."""
+  if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
     value = _as_array(fill_value)
-    return broadcast_to(value if dtype is None else astype(value, dtype), _shape(shape))
+    return _fresh(broadcast_to(value if dtype is None else astype(value, dtype), _shape(shape)))
+  if isinstance(fill_value, (np.ndarray, np.generic)):
+    dtype = dtype or aval_of(np.asarray(fill_value)).dtype
   return P.full(_shape(shape), fill_value, dtype or "float32")
+
+
+def _fresh(x):
+  """`x` as a new array where it is a value (a broadcast view is read-only)."""
+  return x if isinstance(x, Tracer) else np.array(x)
 
 
 def zeros_like(x, dtype=None, shape=None):
@@ -43,7 +51,7 @@ def full_like(x, fill_value, dtype=None, shape=None):
   a = aval_of(_as_array(x))
   shape = a.shape if shape is None else _shape(shape)
   if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
-    return broadcast_to(astype(_as_array(fill_value), dtype or a.dtype), shape)
+    return _fresh(broadcast_to(astype(_as_array(fill_value), dtype or a.dtype), shape))
   return P.full(shape, fill_value, dtype or a.dtype)
 
 
