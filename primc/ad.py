@@ -38,6 +38,11 @@ from primc.trace import aval_of, eval_program, literal, trace_flat
 
 jvp_rules: dict[Primitive, Callable] = {}  # (primals, tangents, **params) -> (out, t_out)
 transpose_rules: dict[Primitive, Callable] = {}  # (ct, *invals, **params) -> [ct | None, ...]
+# reverse mode on values (`primc.tape`) by a primitive's own rule, where its equation's
+# parameters are made anew at every call (a custom_vjp's fwd and bwd, the user's Python):
+# (values, active mask, **params) -> (outputs, backward) or None; backward(cotangents of
+# the float outputs) -> cotangents of the inputs marked active
+value_vjp_rules: dict[Primitive, Callable] = {}
 
 
 class _Typed(Frozen):

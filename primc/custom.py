@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from primc import ad, batching, breaks, lax, tape
+from primc import ad, batching, breaks, lax
 from primc import numpy as pnp
 from primc.core import (
   ConcretizationError,
@@ -217,7 +217,7 @@ def _custom_vjp_on_values(xs, active, *, fun, fwd, bwd, n_args):
 ad.jvp_rules[custom_jvp_call_p] = _custom_jvp_jvp
 ad.jvp_rules[custom_vjp_call_p] = _custom_vjp_jvp
 ad.transpose_rules[custom_lin_p] = _custom_lin_transpose
-tape.value_rules[custom_vjp_call_p] = _custom_vjp_on_values
+ad.value_vjp_rules[custom_vjp_call_p] = _custom_vjp_on_values
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ two small programs are kept by that key (`_rules`), so a chain of a thousand ste
 same shapes makes a dozen of them. A call is then two sweeps of numpy: forward, each
 equation's primal program giving its outputs and the residuals its transpose needs (the
 tape); backward, the transposes in reverse order on the cotangents. An equation whose
-primitive has a rule on values of its own (`value_rules`: a custom_vjp's, whose fwd and
-bwd are the user's Python, made anew at every call) runs that instead.
+primitive has a rule on values of its own (`ad.value_vjp_rules`: a custom_vjp's, whose
+fwd and bwd are the user's Python, made anew at every call) runs that instead.
 
 The results are those of `vjp_program`'s program (the same rules, unoptimized across
 equations); tests compare the two on every primitive's programs.
@@ -31,12 +31,6 @@ from primc.trace import aval_of, eval_program
 from primc.settings import config
 
 _KINDS: dict = {}  # (prim, params, input avals, active mask) -> [`_made`, uses, programs]
-# primitives whose derivative on values is a rule of their own, run as it is (a user's
-# custom_vjp: its fwd now, its bwd at the backward sweep, as autograd runs them), not by a
-# kind (an equation of one: its parameters, the user's functions, are new at every call):
-# prim -> rule(xs, mask, **params) -> (outputs, backward) or None (then the kind's way);
-# backward(cotangents of the float outputs) -> cotangents of the inputs marked in mask
-value_rules: dict = {}
 MAX_KINDS = 4096
 OPTIMIZE_AFTER = 16  # uses of a kind before its programs are optimized: a round of the
 # passes costs ~60 us a program, and most kinds of a one-off vjp (check_grads) run a few
@@ -78,8 +72,8 @@ def _made(programs, optimized: bool):
 def _rules(eqn: Eqn, active: tuple[bool, ...], xs: Sequence = ()):
   """`_made`, kept by the equation's kind (made anew where its parameters do not hash),
   its programs optimized at the kind's OPTIMIZE_AFTER-th use; or, for a primitive of
-  `value_rules`, its own rule's on the values `xs`."""
-  own = value_rules.get(eqn.prim)
+  `ad.value_vjp_rules`, its own rule's on the values `xs`."""
+  own = ad.value_vjp_rules.get(eqn.prim)
   if own is not None:
     made = _own(eqn, active, xs, own)
     if made is not None:
@@ -101,8 +95,8 @@ def _rules(eqn: Eqn, active: tuple[bool, ...], xs: Sequence = ()):
 
 
 def _own(eqn: Eqn, active: tuple[bool, ...], xs: Sequence, rule: Callable):
-  """A `value_rules` rule as `_made`'s three: its outputs (already computed: the primal
-  returns them), its backward, and which outputs are floats; None where the rule
+  """An `ad.value_vjp_rules` rule as `_made`'s three: its outputs (already computed: the
+  primal returns them), its backward, and which outputs are floats; None where the rule
   declines."""
   found = rule(xs, active, **eqn.kw)
   if found is None:
