@@ -311,10 +311,13 @@ def without_gc(fn: Callable) -> Callable:
 class NamedFunction:
   """A Python function as an equation's parameter (a user's custom rule, a function run
   on values): called as the function, compared by identity (two equations share one only
-  if one call made them), printed as `<kind name>`, the name errors give."""
+  if one call made them), printed as `<kind name>`, the name errors give. `parts`: what
+  its behaviour is a function of (the user's functions and the values it closes over),
+  where its maker says so: a stored program's key digests them (`primc.kept`); None
+  where it does not (nothing is stored)."""
 
-  def __init__(self, fn: Callable, name: str, kind: str = "rule"):
-    self.fn, self.name, self.kind = fn, name, kind
+  def __init__(self, fn: Callable, name: str, kind: str = "rule", parts: tuple | None = None):
+    self.fn, self.name, self.kind, self.parts = fn, name, kind, parts
 
   def __call__(self, *args):
     return self.fn(*args)

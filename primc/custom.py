@@ -413,7 +413,7 @@ class custom_jvp(_CustomFunction):
       *leaves,
       *captured,
       fun=program,
-      rule=Rule(rule, f"{name}'s jvp"),
+      rule=Rule(rule, f"{name}'s jvp", parts=("jvp", self, tuple(nondiff), in_tree, out_tree)),
       n_args=len(leaves),
     )
     return tree_unflatten(out_tree, outs)
@@ -497,13 +497,14 @@ class custom_vjp(_CustomFunction):
 
     if values is not None:  # fwd loops on values as the function did
       fwd = _on_values(fwd, values)
+    parts = (self, tuple(nondiff), in_tree, out_tree)  # (what the rules run: their key)
     outs = bind_control(
       custom_vjp_call_p,
       *leaves,
       *captured,
       fun=program,
-      fwd=Rule(fwd, f"{name}'s fwd"),
-      bwd=Rule(bwd, f"{name}'s bwd"),
+      fwd=Rule(fwd, f"{name}'s fwd", parts=("fwd", *parts, values)),
+      bwd=Rule(bwd, f"{name}'s bwd", parts=("bwd", *parts)),
       n_args=len(leaves),
     )
     return tree_unflatten(out_tree, outs)

@@ -60,7 +60,9 @@ from primc.core import (
   ConcretizationError,
   Frozen,
   Lit,
+  NamedFunction,
   PrimcError,
+  ShapedArray,
   without_gc,
 )
 from primc.trace import (
@@ -173,7 +175,7 @@ def staged(key: tuple, fun: Callable, args: tuple, kwargs: dict, transform: Call
     return MISS
   if isinstance(entry, breaks.Paths):
     return _staged_path(entry, fun, leaves, tree, traced, weak, walk, inputs)
-  if type(entry) is not _Entry or entry.forward is None:
+  if type(entry) is not _Entry or entry.forward is None or entry.final:
     return MISS
   try:
     forward = _forward(fun, leaves, tree, traced, weak, walk, inputs)
@@ -202,6 +204,8 @@ def _staged_path(paths, fun, leaves, tree, traced, weak, walk, inputs) -> Any:
     return MISS
   path = found[0]
   entry = path[0].entry
+  if entry.final:
+    return MISS
   if entry.calls < 2:
     try:
       alone = _traced_alone(fun, leaves, tree, traced, weak, walk, values, True)[0]
@@ -333,6 +337,8 @@ class _Walk:
       return next(self.tracers) if self.tracers else ("leaf",)
     if t in _VALUES:
       return obj if self.tracers else (t, obj)
+    if t is frozenset and all([type(x) in _VALUES for x in obj]):
+      return obj if self.tracers else ("frozenset", obj)  # (of values: one itself)
     if t is slice:
       parts = [self(x, depth) for x in (obj.start, obj.stop, obj.step)]
       return slice(*parts) if self.tracers else ("slice", tuple(parts))
@@ -445,6 +451,140 @@ def _filled(cell) -> bool:
     return False
 
 
+# ---------------------------------------------------------------------------------------
+# A rule's digest: what a stored program's key holds for a custom rule (Python code)
+
+
+def _digest_rule(rule: NamedFunction) -> tuple:
+  """A custom rule (`core.NamedFunction`) as plain data that another process computes
+  alike where the rule behaves alike: its `parts` (the user's functions and the values
+  they close over) by content (`_Stable`); NotPlain where it has none or they reach what
+  cannot be told so."""
+  if rule.parts is None:
+    raise stored.NotPlain(f"the rule {rule.name}")
+  return (rule.kind, _Stable()(rule.parts))
+
+
+_STABLE_VALUES = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis))
+
+
+class _Stable:
+  """What a function's behaviour is a function of, as plain data alike in every process:
+  a user's function by its code (instructions, names, constants: not where it lies), its
+  closure, defaults and the globals it names; primc's by its name and closure (its code
+  is the environment's); a library's, a module, a class by name; arrays by their bytes;
+  a traced value by its type (what the rule computes from it is traced too); objects of
+  primc's classes by their attributes. Anything else (an object of a user's class, which
+  may change unseen; a walk past MAX_DEPTH): NotPlain."""
+
+  def __init__(self):
+    self.seen: dict = {}
+
+  def __call__(self, obj, depth: int = 0):
+    t = type(obj)
+    if t in _STABLE_VALUES:
+      return obj if t is not complex and t is not type(Ellipsis) else repr(obj)
+    if t is tuple or t is list:
+      return (t.__name__, tuple([self(x, depth) for x in obj]))
+    if t is dict:
+      return ("dict", tuple([(self(k, depth), self(v, depth)) for k, v in obj.items()]))
+    if t is frozenset or t is set:  # (in an order of their own: a set's follows hashes)
+      return (t.__name__, tuple(sorted([repr(self(x, depth)) for x in obj])))
+    if id(obj) in self.seen:
+      return ("seen", self.seen[id(obj)])
+    if depth > MAX_DEPTH:
+      raise stored.NotPlain("a rule reaching too deep")
+    self.seen[id(obj)] = len(self.seen)
+    return self._visit(obj, t, depth + 1)
+
+  def _visit(self, obj, t, depth):
+    if t is np.ndarray or isinstance(obj, np.generic):
+      data = np.ascontiguousarray(obj)
+      return ("array", data.dtype.str, data.shape, blake2b(data.tobytes()).hexdigest())
+    if t is Tracer:
+      return ("traced", obj.aval.shape, obj.aval.dtype)
+    if t is TreeDef:
+      return ("tree", obj.kind, self(obj.meta, depth), self(obj.children, depth))
+    if t is types.FunctionType and _library_op(obj):
+      return ("fn", obj.__module__, obj.__qualname__)
+    if t is types.FunctionType:
+      return self._function(obj, depth)
+    if t is functools.partial:
+      return ("partial", self(obj.func, depth), self(obj.args, depth), self(obj.keywords, depth))
+    if t is types.MethodType:
+      return ("method", self(obj.__func__, depth), self(obj.__self__, depth))
+    if t is np.dtype:
+      return ("dtype", obj.str)
+    if t is ShapedArray:
+      return ("aval", obj.shape, obj.dtype)
+    if isinstance(obj, (types.ModuleType, type)) or isinstance(obj, IDENTITY_TYPES):
+      return self._named(obj)
+    if t is NamedFunction:
+      return ("rule",) + _digest_rule(obj)
+    if type(obj).__module__.startswith("primc.") and _plain_object(obj):
+      return ("object", self._named(t), self(vars(obj), depth))
+    raise stored.NotPlain(f"a rule reaching a {t.__qualname__}")
+
+  def _named(self, obj):
+    """A module, a class or a library's function, by its name; a user's class (whose
+    methods may differ in another process): NotPlain."""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
+    if name is None or (isinstance(obj, type) and _users_module(module)):
+      raise stored.NotPlain(f"a rule reaching {obj!r}")
+    return ("named", module, name)
+
+  def _function(self, fn, depth):
+    code = fn.__code__
+    cells = tuple(
+      [self(c.cell_contents, depth) if _filled(c) else ("empty",) for c in fn.__closure__ or ()]
+    )
+    if not _walked_code(code):  # a library's: its name (its closure, its code: its version's)
+      return ("fn", fn.__module__, fn.__qualname__)
+    defaults = (self(fn.__defaults__, depth), self(fn.__kwdefaults__, depth))
+    if not _user_code(code):  # primc's: its name and what it closes over
+      return ("fn", fn.__module__, fn.__qualname__, cells, defaults)
+    g = fn.__globals__
+    named = tuple([(n, self(g[n], depth)) for n in _global_names(code) if n in g])
+    return ("fn", _code_digest(code), cells, defaults, named)
+
+
+def _users_module(name) -> bool:
+  """A module of the user's (its script, or a file outside the library's folders)."""
+  module = sys.modules.get(name)
+  path = getattr(module, "__file__", None)
+  return (
+    module is None or name == "__main__" or (path is not None and not path.startswith(_library()))
+  )
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_digest(code: types.CodeType) -> tuple:
+  """A code object by what it does: its instructions, names, constants (code among them
+  by this digest) and signature, not its file or lines."""
+  consts = tuple(
+    [_code_digest(c) if type(c) is types.CodeType else _const(c) for c in code.co_consts]
+  )
+  return (
+    code.co_code,
+    code.co_names,
+    code.co_varnames,
+    code.co_freevars,
+    code.co_cellvars,
+    (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags),
+    consts,
+  )
+
+
+def _const(c):
+  t = type(c)
+  if t is tuple:
+    return ("tuple", tuple([_const(x) for x in c]))
+  if t is frozenset:  # (in a stable order: a set's follows the process's string hashes)
+    return ("frozenset", tuple(sorted([repr(_const(x)) for x in c])))
+  return c if t in (int, float, bool, str, bytes, type(None)) else repr(c)
+
+
 def _fingerprint(program) -> str:
   """The program's text and its literals' values: equal for equal traces."""
   h = blake2b(str(program).encode(), digest_size=16)
@@ -474,6 +614,7 @@ class _Entry:
     "forward",
     "traced_as",
     "optimized",
+    "final",
   )
 
   def __init__(self, program, out_tree, refs):
@@ -482,6 +623,7 @@ class _Entry:
     self.calls, self.seconds, self.digest, self.executable = 0, 0.0, None, None
     self.fast = None  # the executable's steady runner (False: it has none)
     self.optimized = not config.optimize_transforms  # (`_optimize`: once it pays)
+    self.final = False  # (not to be differentiated again: `_Disk.entry`)
     self.forward = self.traced_as = None  # the function traced alone (`_forward`'s list;
     # a path's: its trace on its values, `_traced_alone`, with the arguments it was traced
     # with, compared by `_same_trace` at its first reuse)
@@ -594,7 +736,7 @@ def call(
         return entry  # (the call's result, by the tape)
       entry, reason, found = None, "calls on values cost enough: made", disk.load()
     if found is not None:  # made by an earlier process
-      return _first(_Entry(*found, walk.refs), drawn, forward, inputs, firsts)
+      return _first(disk.entry(*found, walk.refs), drawn, forward, inputs, firsts)
     if entry is not None and forward is not None and _same_trace(forward, entry.forward):
       _count("checked")  # the second call: the first call's program
       return _run(entry, inputs)
@@ -625,7 +767,7 @@ class _Disk:
   key, the trace written out, ~2.5 us an equation more; a loop of calls then skips the
   making (rnn, lstm: seconds). `parts`: `_stored_key`'s."""
 
-  __slots__ = ("parts", "drawn", "key", "traces")
+  __slots__ = ("parts", "drawn", "key", "traces", "ruled")
 
   def __init__(self, drawn, *parts):
     self.parts, self.drawn = parts, drawn
@@ -635,8 +777,13 @@ class _Disk:
   def _key(self) -> str | None:
     if not hasattr(self, "key"):  # (made where used: most calls never ask)
       usable = self.traces and _random_state() == self.drawn and stored.wanted()
-      self.key = _stored_key(*self.parts) if usable else None
+      self.ruled = False
+      self.key = _stored_key(*self.parts, rules=self._rule) if usable else None
     return self.key
+
+  def _rule(self, rule) -> tuple:
+    self.ruled = True  # (the function calls a custom rule: `entry`)
+    return _digest_rule(rule)
 
   def _lines(self) -> tuple:
     """The source lines of the key's traces (the function's, a path's guards')."""
@@ -655,17 +802,28 @@ class _Disk:
     if self._key() is not None and stored.save(self.key, program, out_tree, self._lines()):
       _count("stored")
 
+  def entry(self, program, out_tree, refs) -> "_Entry":
+    """The kept entry of a loaded program: `final` where the function calls custom rules
+    (stored with their functions' programs in their place: `stored.save`), so no trace
+    differentiates it again (`staged` makes the transform anew there)."""
+    entry = _Entry(program, out_tree, refs)
+    entry.final = self.ruled
+    return entry
 
-def _stored_key(key, forward, leaves, tree, traced, weak, inputs, guards=None) -> str | None:
+
+def _stored_key(
+  key, forward, leaves, tree, traced, weak, inputs, guards=None, rules=_digest_rule
+) -> str | None:
   """`_Disk`'s key (`stored.key`), or None where a part is not plain data. `guards`: a
-  path's program of the values its Python read (`_replayed_path`)."""
+  path's program of the values its Python read (`_replayed_path`); `rules`: a custom
+  rule's digest (`_digest_rule`)."""
   chosen = set(traced)
   try:
     return stored.key(
       (
         stored.plain(key),
-        stored.encode_program(forward[0], sources=False),
-        None if guards is None else stored.encode_program(guards, sources=False),
+        stored.encode_program(forward[0], sources=False, rules=rules),
+        None if guards is None else stored.encode_program(guards, sources=False, rules=rules),
         stored.encode_tree(forward[1]),
         tree if type(tree) is int else stored.encode_tree(tree),
         tuple(traced),
@@ -1123,7 +1281,7 @@ def _replayed_path(transform, traced_as, alone, guarded, fun_tree, xs, disk):
   found = disk.load()
   if found is not None:
     flat_tree, out_tree = found[1].children  # (as `disk.save` below pairs them)
-    return _Entry(found[0], flat_tree, walk.refs), out_tree
+    return disk.entry(found[0], flat_tree, walk.refs), out_tree
   flat = replayed.replaying(transform, alone, fun_tree, leaves, tree, traced)
   trees = []
 

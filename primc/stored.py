@@ -5,11 +5,16 @@ A kept program (`primc.kept`) is a pure function of what it is made from: the tr
 and its parameters, the function's trace alone (its equations, parameters and literal
 values), its output structure, the arguments' structure, which leaves are traced and
 which weak, the inputs' types, the settings the transforms read, and primc's own code.
-Written out as plain data (tuples, strings, numbers, bytes), those are the key (`key`).
-Where one is not plain data, nothing is stored: a custom rule (Python code a trace names
-but does not hold), a control-flow body, a user's pytree class. Source lines are not in
-the key (a script copied elsewhere, or edited above the function, finds its programs):
-the entry keeps its trace's lines, and a loaded program names this call's (`resourced`).
+Written out as plain data (tuples, strings, numbers, bytes), those are the key (`key`);
+a program among the parameters (a loop's body, a custom function's) is written out with
+them. A custom rule is Python code the trace names but does not hold: the key holds its
+digest (`kept._digest_rule`: its functions' code and what they close over and read), and
+the entry holds the rule's function's program in its place (`save`: what a kept program
+evaluates), so a loaded one is never differentiated again. Where a part is neither (a
+rule reaching an object of the user's class, a user's pytree class), nothing is stored.
+Source lines are not in the key (a script copied elsewhere, or edited above the
+function, finds its programs): the entry keeps its trace's lines, and a loaded program
+names this call's (`resourced`).
 
 An entry is the file `<cache dir>/t_<key>.prog` (the cache directory of compiled code,
 `PRIMC_CACHE_DIR`, bounded with it): a header line binding it to its key, the environment
@@ -36,7 +41,19 @@ import numpy as np
 
 from primc import passes
 from primc.codegen.paths import default_root, make_private_dir, unsafe, writable
-from primc.core import VERSION, Eqn, Lit, Program, ShapedArray, Var, primitive_named
+from primc.core import (
+  VERSION,
+  Eqn,
+  Lit,
+  NamedFunction,
+  Program,
+  ShapedArray,
+  Var,
+  PrimcError,
+  primitive_named,
+  program_runner_rules,
+)
+from primc.custom import inline_calls
 from primc.settings import config, log
 from primc.tree import LEAF, TreeDef
 
@@ -75,11 +92,13 @@ def plain(x):
 # Programs and trees as plain data
 
 
-def encode_program(program: Program, sources: bool = True) -> tuple:
-  """`program` as plain data (NotPlain where a parameter is not: a nested program, a
-  rule): (input types, equations, outputs, literals); variables are numbered in order,
-  literals are negative numbers into the literals; the equations' source lines where
-  `sources` (a key leaves them out: `resourced`)."""
+def encode_program(program: Program, sources: bool = True, rules: Callable | None = None) -> tuple:
+  """`program` as plain data: (input types, equations, outputs, literals); variables are
+  numbered in order, literals are negative numbers into the literals; the equations'
+  source lines where `sources` (a key leaves them out: `resourced`). A parameter that is
+  a program (a loop's body, a custom function's) is written out too, as one element of a
+  list (the only lists in the data); a rule (`core.NamedFunction`, Python code) as
+  `rules(rule)` (a key's digest of it), or NotPlain where `rules` is None."""
   ids: dict = {}
   lits: dict = {}
   avals: dict = {}
@@ -109,13 +128,35 @@ def encode_program(program: Program, sources: bool = True) -> tuple:
     for v in e.outputs:
       ids[v] = len(ids)
     params = e.params
-    if params:  # (most equations have none)
-      plain(params)
+    if params:  # (most equations have none, most others plain ones)
+      try:
+        plain(params)
+      except NotPlain:
+        params = [_params(params, sources, rules)]
     outs = tuple([aval(v) for v in e.outputs])
     eqns.append((e.prim.name, ins, params, outs, e.source if sources else None))
   outputs = tuple([atom(a) for a in program.outputs])
   literals = tuple([data for _, data in sorted(lits.values(), reverse=True)])
   return (tuple([aval(v) for v in program.inputs]), tuple(eqns), outputs, literals)
+
+
+def _params(x, sources: bool, rules: Callable | None):
+  t = type(x)
+  if t is tuple:
+    return tuple([_params(y, sources, rules) for y in x])
+  if t is Program:
+    return [encode_program(x, sources, rules)]
+  if t is NamedFunction and rules is not None:
+    return ("rule", rules(x))
+  return plain(x)
+
+
+def _unparams(x, source: Callable):
+  if type(x) is list:
+    return decode_program(x[0], source)
+  if type(x) is tuple:
+    return tuple([_unparams(y, source) for y in x])
+  return x
 
 
 def decode_program(data, source: Callable = lambda s: s) -> Program:
@@ -142,6 +183,8 @@ def decode_program(data, source: Callable = lambda s: s) -> Program:
     ins = tuple([atom(k) for k in ins])
     prim = prims.get(name) or prims.setdefault(name, primitive_named(name))
     named = lines[line] if line in lines else lines.setdefault(line, source(line))
+    if type(params) is list:  # (nested programs)
+      params = _unparams(params[0], source)
     out.append(Eqn(prim, ins, params, made, named))
     variables.extend(made)
   return Program(inputs, tuple(out), tuple([atom(k) for k in outputs]))
@@ -224,8 +267,27 @@ def _header(k: str, payload: bytes) -> bytes:
 
 
 def sources_of(program: Program) -> tuple:
-  """The source lines of a program's equations, in order."""
-  return tuple([e.source for e in program.eqns])
+  """The source lines of a program's equations, in order, each followed by those of the
+  programs among its parameters (a loop's body, a custom function's)."""
+  lines = [e.source for e in program.eqns]
+  if not any([e.prim in program_runner_rules for e in program.eqns]):
+    return tuple(lines)
+  lines = []
+  for e in program.eqns:
+    lines.append(e.source)
+    if e.prim in program_runner_rules:  # (the primitives whose parameters hold programs)
+      for _, value in e.params:
+        for nested in _programs_in(value):
+          lines.extend(sources_of(nested))
+  return tuple(lines)
+
+
+def _programs_in(x) -> list:
+  if type(x) is Program:
+    return [x]
+  if type(x) is tuple:
+    return [p for y in x for p in _programs_in(y)]
+  return []
 
 
 def resourced(stored_lines: tuple, lines: tuple, here: str) -> Callable | None:
@@ -282,10 +344,11 @@ def save(k: str, program: Program, out_tree: TreeDef, lines: tuple) -> bool:
   directory = _directory()
   if directory is None or not writable(directory):
     return False
-  try:
+  try:  # (a custom rule is Python code: its function's program in its place)
+    program = inline_calls(program)
     payload = marshal.dumps((encode_program(program), encode_tree(out_tree), plain(lines)))
-  except (NotPlain, ValueError):  # (ValueError: what marshal cannot write)
-    return False
+  except (NotPlain, ValueError, PrimcError):  # (ValueError: what marshal cannot write;
+    return False  # PrimcError: a custom_vjp in forward mode, left to fail when run)
   path = _path(k)
   tmp = os.path.join(directory, f".tmp-{os.getpid()}-{next(_names)}.prog")
   try:

@@ -138,15 +138,178 @@ def test_a_new_process_reads_what_an_old_one_wrote(cache_dir):
   assert "'loaded': 0" not in stats2 and "'stored': 0" in stats2
 
 
-def test_a_custom_rule_is_never_stored(cache_dir):
+@primc.custom_vjp
+def _cube(x):
+  return x * x * x
+
+
+_cube.defvjp(lambda x: (_cube(x), x), lambda x, g: (2.0 * x * g,))  # (deliberately 2x: the
+# rule, not the function, is what a derivative of any order differentiates)
+
+
+def _scaled_clip(scale):
+  """A custom_vjp whose bwd closes over `scale`: a rule that changes with a value."""
+
   @primc.custom_vjp
   def clip(x):
     return x
 
-  clip.defvjp(lambda x: (x, ()), lambda res, g: (pnp.clip(g, -0.5, 0.5),))
-  g = primc.grad(lambda x: pnp.sum(clip(x) * 3.0))(np.ones(3))
-  np.testing.assert_array_equal(g, np.full(3, 0.5))
+  clip.defvjp(lambda x: (x, ()), lambda res, g: (pnp.clip(g * scale, -0.5, 0.5),))
+  return clip
+
+
+def _autograd_style():
+  from primc.extend import defvjp, primitive
+
+  @primitive
+  def logsumexp(x):
+    m = pnp.max(x)
+    return m + pnp.log(pnp.sum(pnp.exp(x - m)))
+
+  defvjp(logsumexp, lambda ans, x: lambda g: pnp.full(x.shape, g) * pnp.exp(x - ans))
+  return lambda x: logsumexp(x**2)
+
+
+def _ruled(name):
+  """Functions whose derivatives go through custom rules, with their derivative."""
+  from primc.fixed_points import fixed_point
+  from primc.scipy import stats
+
+  clip = _scaled_clip(2.0)
+  lse = _autograd_style()
+  return {
+    "custom_vjp": (lambda x: pnp.sum(_cube(x) + clip(x) * 3.0), lambda x: 2 * x + 0.5),
+    "custom_jvp": (lambda x: pnp.sum(stats.poisson.logpmf(3.0, x)), lambda x: 3.0 / x - 1.0),
+    "extend": (
+      lambda x: lse(x),
+      lambda x: 2 * x * np.exp(x**2 - np.max(x**2)) / np.sum(np.exp(x**2 - np.max(x**2))),
+    ),
+    "fixed_point": (
+      lambda x: pnp.sum(
+        fixed_point(
+          lambda a: lambda z: z - 0.05 * (z * z - a),
+          x,
+          1.0,
+          lambda u, v: pnp.max(pnp.abs(u - v)),
+          1e-10,
+        )
+      ),
+      lambda x: 0.5 / np.sqrt(x),
+    ),
+  }[name]
+
+
+@pytest.mark.parametrize("name", ["custom_vjp", "custom_jvp", "extend", "fixed_point"])
+def test_programs_through_custom_rules_are_stored_by_what_the_rules_run(
+  cache_dir, name, monkeypatch
+):
+  """A gradient through a custom rule (custom_vjp, custom_jvp, autograd's `primitive`, a
+  fixed point's loop) is stored with its functions' programs in the rules' place, keyed
+  by the rules' code and what they close over: a new process loads it, differentiates
+  nothing, and gives the same values, bit for bit, which are the rules'."""
+  f, want = _ruled(name)
+  x = np.array([0.6, 1.1, 1.7])
+  made = primc.grad(f)(x)
+  np.testing.assert_allclose(made, want(x), rtol=1e-7)
+  assert stored.stats()["stored"] == 1, stored.stats()
+  _new_process()
+  calls = _linearized(monkeypatch)
+  f, _ = _ruled(name)  # (the functions made again, as a new process makes them)
+  loaded = primc.grad(f)(x)
+  assert calls == [] and stored.stats()["loaded"] == 1, stored.stats()
+  np.testing.assert_array_equal(loaded, made)
+
+
+def test_a_rule_changed_is_another_key(cache_dir):
+  """The rule's code, the values its functions close over and the globals they read are
+  its key: a rule closing over another value is made (not the first one's loaded)."""
+  x = np.array([0.1, 0.2, -0.3])
+  for scale in (2.0, 1.0, 2.0):
+    _new_process()
+    clip = _scaled_clip(scale)
+    g = primc.grad(lambda x: pnp.sum(clip(x) * 0.2))(x)
+    np.testing.assert_allclose(g, np.full(3, 0.2 * scale), rtol=1e-12)  # (bwd: g * scale)
+  assert stored.stats() == {"stored": 2, "loaded": 1, "bad": 0, "unmapped": 0}
+  global _GLOBAL_SCALE
+  for scale in (3.0, 0.5, 3.0):  # (a global the rule reads: its value is the key's)
+    _new_process()
+    _GLOBAL_SCALE = scale
+    g = primc.grad(lambda x: pnp.sum(_global_clip(x) * 0.1))(x)
+    np.testing.assert_allclose(g, np.full(3, 0.1 * scale), rtol=1e-12)
+  assert stored.stats() == {"stored": 4, "loaded": 2, "bad": 0, "unmapped": 0}
+
+
+_GLOBAL_SCALE = 1.0
+
+
+@primc.custom_vjp
+def _global_clip(x):
+  return x
+
+
+_global_clip.defvjp(lambda x: (x, ()), lambda res, g: (g * _GLOBAL_SCALE,))
+
+
+class _Scale:
+  def __init__(self, k):
+    self.k = k
+
+
+def test_a_rule_reaching_a_users_object_is_not_stored(cache_dir):
+  """An object of the user's class may change unseen in another process: not stored."""
+  scale = _Scale(3.0)
+
+  @primc.custom_vjp
+  def f(x):
+    return x
+
+  f.defvjp(lambda x: (x, ()), lambda res, g: (g * scale.k,))
+  g = primc.grad(lambda x: pnp.sum(f(x)))(np.ones(2))
+  np.testing.assert_array_equal(g, np.full(2, 3.0))
   assert stored.stats()["stored"] == 0 and _entries(cache_dir) == []
+
+
+def test_a_loaded_program_through_a_rule_is_not_differentiated_again(cache_dir):
+  """A loaded program holds the function's program in the rule's place: a derivative of
+  its value differentiates the rule (2x), never that program (x^3 -> 3x^2)."""
+  x = np.array([0.5, 1.5])
+  g = lambda x: pnp.sum(_cube(x))
+  primc.value_and_grad(g)(x)
+  _new_process()
+  value, grad = primc.value_and_grad(g)(x)
+  np.testing.assert_array_equal(grad, 2 * x)
+  assert stored.stats()["loaded"] == 1
+  outer = primc.grad(lambda x: primc.value_and_grad(g)(x)[0])(x)
+  np.testing.assert_allclose(outer, 2 * x, rtol=1e-12)
+
+
+def test_two_processes_agree_on_the_keys_of_rules(cache_dir):
+  """Real processes, with Python's string hashing seeded apart: the rules' digests are
+  alike (the second process loads every program the first stored)."""
+  script = (
+    "import numpy as np, primc, primc.numpy as pnp\n"
+    "from primc import stored\n"
+    "from primc.extend import primitive, defvjp\n"
+    "from primc.scipy import stats\n"
+    "@primitive\n"
+    "def sq(x, opts):\n"
+    "  return x * x * opts['k']\n"
+    "defvjp(sq, lambda ans, x, opts: lambda g: g * 2 * x * opts['k'])\n"
+    "opts = {'k': 1.5, 'names': frozenset('abc')}\n"
+    "f = lambda w: pnp.sum(sq(w, opts)) + pnp.sum(stats.gamma.logpdf(w, 2.0))\n"
+    "print(repr(primc.grad(f)(np.array([0.5, 2.0]))), stored.stats())\n"
+  )
+  env = dict(os.environ, PRIMC_CACHE_DIR=str(cache_dir), PRIMC_STORE_TRANSFORMS="1")
+  run = lambda seed: subprocess.run(
+    [sys.executable, "-c", script],
+    env={**env, "PYTHONHASHSEED": seed},
+    capture_output=True,
+    text=True,
+    check=True,
+  ).stdout.split(" {")
+  (value1, stats1), (value2, stats2) = run("1"), run("2")
+  assert value1 == value2
+  assert "'stored': 1" in stats1 and "'loaded': 1" in stats2 and "'stored': 0" in stats2
 
 
 @pytest.mark.parametrize(
