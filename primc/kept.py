@@ -462,7 +462,34 @@ def _digest_rule(rule: NamedFunction) -> tuple:
   cannot be told so."""
   if rule.parts is None:
     raise stored.NotPlain(f"the rule {rule.name}")
-  return (rule.kind, _Stable()(rule.parts))
+  return (rule.kind, _Stable()(rule.parts), _user_sources())
+
+
+def _user_sources() -> tuple:
+  """The user's modules (files outside the library's folders, the script's included) by
+  their content: a rule's Python may reach any of them by an attribute (`helpers.step`),
+  which no walk of its functions sees, so an edit of one is another key."""
+  found = []
+  for name, module in list(sys.modules.items()):
+    path = getattr(module, "__file__", None)
+    if type(path) is str and path.endswith(".py") and not path.startswith(_library()):
+      found.append((name, _file_digest(path)))
+  return tuple(sorted(found))
+
+
+def _file_digest(path: str) -> str:
+  try:
+    st = os.stat(path)
+    stamp = (path, st.st_size, st.st_mtime_ns)
+    if stamp not in _file_digests:
+      with open(path, "rb") as f:
+        _file_digests[stamp] = blake2b(f.read(), digest_size=16).hexdigest()
+    return _file_digests[stamp]
+  except OSError:
+    raise stored.NotPlain(f"the source {path} cannot be read") from None
+
+
+_file_digests: dict = {}  # (path, size, mtime) -> the digest of its content
 
 
 _STABLE_VALUES = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis))
@@ -694,8 +721,7 @@ def call(
     _count("not_kept")
     return plain()
   walk = _Walk()
-  # Python numbers are traced (weak) first (one program for every `step`); values of the
-  # key from then on where the function needs one's value (`range(n)`: `traced_scalars`)
+  # numbers traced (weak) first; values of the key where one's is needed (`range(n)`)
   static = code in _static_scalars and traced_scalars is not None
   leaves, tree, traced, statics = _argument_leaves(
     args, kwargs, _lazy(traced_scalars, args) if static else _numbers
@@ -738,7 +764,8 @@ def call(
     if found is not None:  # made by an earlier process
       return _first(disk.entry(*found, walk.refs), drawn, forward, inputs, firsts)
     if entry is not None and forward is not None and _same_trace(forward, entry.forward):
-      _count("checked")  # the second call: the first call's program
+      if not _drew(drawn, code, fun):  # (one first imported at the first call: not kept)
+        _count("checked")  # the second call: the first call's program
       return _run(entry, inputs)
     made = _make(
       transform, fun, leaves, tree, traced, arrays, lifted, weak, walk, structure=forward
@@ -776,7 +803,7 @@ class _Disk:
 
   def _key(self) -> str | None:
     if not hasattr(self, "key"):  # (made where used: most calls never ask)
-      usable = self.traces and _random_state() == self.drawn and stored.wanted()
+      usable = self.traces and not _drawn_since(self.drawn) and stored.wanted()
       self.ruled = False
       self.key = _stored_key(*self.parts, rules=self._rule) if usable else None
     return self.key
@@ -799,7 +826,9 @@ class _Disk:
     return found
 
   def save(self, program, out_tree) -> None:
-    if self._key() is not None and stored.save(self.key, program, out_tree, self._lines()):
+    if self._key() is None or _drawn_since(self.drawn):  # (a custom rule run
+      return  # while making the program drew random numbers: its constants are ours)
+    if stored.save(self.key, program, out_tree, self._lines()):
       _count("stored")
 
   def entry(self, program, out_tree, refs) -> "_Entry":
@@ -892,8 +921,8 @@ def _same_trace(forward: list, kept) -> bool:
 
 def _drew(drawn, code, fun) -> bool:
   """Whether tracing drew random numbers (`drawn`: numpy's and Python's generators
-  before): then the function is not kept, and that is said once."""
-  if _random_state() == drawn:
+  before, `_drawn_since`): then the function is not kept, and that is said once."""
+  if not _drawn_since(drawn):
     return False
   _not_kept(code, "it draws random numbers while traced", None)
   log.warning(
@@ -977,7 +1006,7 @@ def _first_on_values(fun, arrays, weak, drawn, full_key, keys, replay):
   if code in _short:
     return _short
   program, out_tree = replayed.forward(fun, leaves, tree, traced, arrays, tuple(weak))
-  drew = _random_state() != drawn
+  drew = _drawn_since(drawn)
   if not drew and not _tapes((program,)):
     if len(_short) < MAX_SHORT_CODES:
       _short.add(code)
@@ -1082,6 +1111,16 @@ def _random_state() -> tuple:
     return None, python
   _, words, pos, has_gauss, gauss = np.random.get_state()
   return (pos, has_gauss, gauss, words.tobytes()), python
+
+
+def _drawn_since(drawn) -> bool:
+  """Whether numpy's or Python's generator drew since `drawn` (`_random_state`'s). One
+  whose module was not imported then is taken as not drawn from (a library imports
+  numpy.random at a first evaluation: scipy's functions; no state before tells): where
+  the function drew from it after all, the second call, which traces it again as a
+  check (`call`), sees that its state moves."""
+  now = _random_state()
+  return now != drawn and any([a is not None and a != b for a, b in zip(drawn, now)])
 
 
 MAX_STRUCTURES = 8  # structures of one function's trace seen more often than reused: stop

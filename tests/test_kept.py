@@ -134,6 +134,39 @@ def test_random_numbers_drawn_inside_are_drawn_at_every_call(caplog, monkeypatch
   assert kept.stats()["kept_not_kept"] >= 2
 
 
+@pytest.mark.parametrize("draws", [False, True])
+def test_a_generator_first_imported_inside_the_first_call(monkeypatch, caplog, draws):
+  """numpy.random imported for the first time inside a function's first call (scipy's
+  functions import it at their first evaluation): no state before says whether the call
+  drew from it. A function that does not draw is kept at once; one that does is seen at
+  its second call, which traces it again, and from then on is traced at every call (each
+  call's own numbers)."""
+  import sys
+
+  module = sys.modules["numpy.random"]
+  monkeypatch.delitem(sys.modules, "numpy.random")  # (as before its first import)
+
+  def imported():
+    sys.modules["numpy.random"] = module  # (its import, inside the call)
+    return np.random.standard_normal(3) if draws else np.ones(3)
+
+  f = lambda w: pnp.sum(w * imported())
+  w = np.ones(3)
+  np.random.seed(0)
+  got = [primc.grad(f)(w) for _ in range(3)]
+  s = kept.stats()
+  if draws:  # (each call's numbers drawn by it, in numpy's stream)
+    np.random.seed(0)
+    want = [np.random.standard_normal(3) for _ in range(3)]
+    for g, x in zip(got, want, strict=True):
+      np.testing.assert_array_equal(g, x)
+    assert s["kept_not_kept"] >= 1, s
+  else:
+    assert s["kept_misses"] == 1 and s["kept_hits"] == 1 and "kept_not_kept" not in s, s
+    for g in got:
+      np.testing.assert_array_equal(g, np.ones(3))
+
+
 def test_the_second_call_checks_by_tracing_the_function_alone(monkeypatch):
   """The second call traces the function without the transform (the HMM gradient's
   second call: 5.2 s -> 1.1 s), not the transform again, and compares the two traces

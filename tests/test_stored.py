@@ -250,6 +250,48 @@ def _global_clip(x):
 _global_clip.defvjp(lambda x: (x, ()), lambda res, g: (g * _GLOBAL_SCALE,))
 
 
+def test_a_users_module_edited_is_another_key(cache_dir, tmp_path, monkeypatch):
+  """A rule may reach the user's code by a module's attribute (`helpers.scale()`), which
+  no walk of its functions sees: the user's modules' contents are in its key, so an edit
+  is made again, not the old program loaded."""
+  import importlib
+
+  (tmp_path / "rule_helpers.py").write_text("def scale():\n  return 2.0\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  helpers = importlib.import_module("rule_helpers")
+
+  @primc.custom_vjp
+  def f(x):
+    return x
+
+  f.defvjp(lambda x: (x, ()), lambda res, g: (g * helpers.scale(),))
+  x = np.ones(2)
+  np.testing.assert_array_equal(primc.grad(lambda x: pnp.sum(f(x)))(x), [2.0, 2.0])
+  (tmp_path / "rule_helpers.py").write_text("def scale():\n  return 5.0  # edited\n")
+  importlib.reload(helpers)
+  _new_process()
+  np.testing.assert_array_equal(primc.grad(lambda x: pnp.sum(f(x)))(x), [5.0, 5.0])
+  assert stored.stats()["loaded"] == 0 and stored.stats()["stored"] == 2, stored.stats()
+  monkeypatch.delitem(sys.modules, "rule_helpers")
+
+
+def test_a_rule_drawing_random_numbers_is_not_stored(cache_dir):
+  """A bwd that draws random numbers runs while the program is made, after its key: the
+  program holds this process's numbers, so it is not stored (nor kept: each call draws)."""
+
+  @primc.custom_vjp
+  def f(x):
+    return x
+
+  f.defvjp(lambda x: (x, ()), lambda res, g: (g * np.random.standard_normal(2),))
+  np.random.seed(3)
+  got = [primc.grad(lambda x: pnp.sum(f(x)))(np.ones(2)) for _ in range(2)]
+  np.random.seed(3)
+  want = [np.random.standard_normal(2) for _ in range(2)]
+  np.testing.assert_array_equal(got, want)
+  assert stored.stats()["stored"] == 0 and _entries(cache_dir) == []
+
+
 class _Scale:
   def __init__(self, k):
     self.k = k
