@@ -462,13 +462,14 @@ def _digest_rule(rule: NamedFunction) -> tuple:
   cannot be told so."""
   if rule.parts is None:
     raise stored.NotPlain(f"the rule {rule.name}")
-  return (rule.kind, _Stable()(rule.parts), _user_sources())
+  return (rule.kind, _Stable()(rule.parts))
 
 
 def _user_sources() -> tuple:
   """The user's modules (files outside the library's folders, the script's included) by
   their content: a rule's Python may reach any of them by an attribute (`helpers.step`),
-  which no walk of its functions sees, so an edit of one is another key."""
+  which no walk of its functions sees, so an edit of one is another key of a program
+  through a rule (`_Disk`)."""
   found = []
   for name, module in list(sys.modules.items()):
     path = getattr(module, "__file__", None)
@@ -806,6 +807,11 @@ class _Disk:
       usable = self.traces and not _drawn_since(self.drawn) and stored.wanted()
       self.ruled = False
       self.key = _stored_key(*self.parts, rules=self._rule) if usable else None
+      if self.key is not None and self.ruled:  # (once for all its rules: `_user_sources`)
+        try:
+          self.key = stored.key((self.key, _user_sources()))
+        except stored.NotPlain:
+          self.key = None
     return self.key
 
   def _rule(self, rule) -> tuple:
