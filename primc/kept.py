@@ -474,11 +474,14 @@ def _user_sources() -> tuple:
   for name, module in list(sys.modules.items()):
     path = getattr(module, "__file__", None)
     if type(path) is str and path.endswith(".py") and not path.startswith(_library()):
-      found.append((name, _file_digest(path)))
+      if not hasattr(module, "_primc_library"):  # (not primc's generated kernels)
+        found.append((name, _file_digest(path)))
   return tuple(sorted(found))
 
 
 def _file_digest(path: str) -> str:
+  """A file's content digest ("gone" where it cannot be read: its module's code, in
+  memory, is what runs, and no edit of it is to come)."""
   try:
     st = os.stat(path)
     stamp = (path, st.st_size, st.st_mtime_ns)
@@ -487,7 +490,7 @@ def _file_digest(path: str) -> str:
         _file_digests[stamp] = blake2b(f.read(), digest_size=16).hexdigest()
     return _file_digests[stamp]
   except OSError:
-    raise stored.NotPlain(f"the source {path} cannot be read") from None
+    return "gone"
 
 
 _file_digests: dict = {}  # (path, size, mtime) -> the digest of its content
@@ -764,9 +767,9 @@ def call(
       entry, reason, found = None, "calls on values cost enough: made", disk.load()
     if found is not None:  # made by an earlier process
       return _first(disk.entry(*found, walk.refs), drawn, forward, inputs, firsts)
-    if entry is not None and forward is not None and _same_trace(forward, entry.forward):
-      if not _drew(drawn, code, fun):  # (one first imported at the first call: not kept)
-        _count("checked")  # the second call: the first call's program
+    drew = entry is not None and _drew(drawn, code, fun)  # (one first imported at the
+    if not drew and entry is not None and _same_trace(forward, entry.forward):  # first call)
+      _count("checked")  # the second call: the first call's program
       return _run(entry, inputs)
     made = _make(
       transform, fun, leaves, tree, traced, arrays, lifted, weak, walk, structure=forward
@@ -781,7 +784,7 @@ def call(
   if entry is None:
     disk.save(made.program, made.out_tree)
     return _first(made, drawn, forward, inputs, firsts, reason)
-  return _run(_kept_or_checked(full_key, entry, made, key, state, code, fun), inputs)
+  return _run(made if drew else _kept_or_checked(full_key, entry, made, *firsts[1:]), inputs)
 
 
 class _Disk:
@@ -808,10 +811,7 @@ class _Disk:
       self.ruled = False
       self.key = _stored_key(*self.parts, rules=self._rule) if usable else None
       if self.key is not None and self.ruled:  # (once for all its rules: `_user_sources`)
-        try:
-          self.key = stored.key((self.key, _user_sources()))
-        except stored.NotPlain:
-          self.key = None
+        self.key = stored.key((self.key, _user_sources()))
     return self.key
 
   def _rule(self, rule) -> tuple:
@@ -917,7 +917,7 @@ def _first(made, drawn, forward, inputs, keys, reason: str | None = None):
 def _same_trace(forward: list, kept) -> bool:
   """Whether the function traced alone as `forward` traced as the first call's `kept`
   (`_forward`'s list, None where there was none)."""
-  if kept is None:
+  if kept is None or forward is None:
     return False
   # (the same up to variable names: as the same fingerprint, both traced on inputs of one
   # type; ~4x cheaper than printing both. A nested program in a parameter compares by

@@ -275,6 +275,19 @@ def test_a_users_module_edited_is_another_key(cache_dir, tmp_path, monkeypatch):
   monkeypatch.delitem(sys.modules, "rule_helpers")
 
 
+def test_the_users_modules_are_not_primcs_kernels(cache_dir, monkeypatch):
+  """The user's modules in a rule's key are the user's: primc's generated kernel modules
+  (files in its cache, loaded as a process compiles) are not among them, so a process
+  that compiled more finds the same key."""
+  from primc.codegen import loader
+
+  monkeypatch.setenv("PRIMC_CACHE_DIR", str(cache_dir))
+  before = kept._user_sources()
+  module = loader.executed(loader.load("def kernel_of_this_test(x):\n  return x\n"))
+  assert module.__file__.startswith(str(cache_dir)) and module.__name__ in sys.modules
+  assert kept._user_sources() == before
+
+
 def test_a_rule_drawing_random_numbers_is_not_stored(cache_dir):
   """A bwd that draws random numbers runs while the program is made, after its key: the
   program holds this process's numbers, so it is not stored (nor kept: each call draws)."""
