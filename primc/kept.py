@@ -510,22 +510,28 @@ class _Stable:
 
   def __init__(self):
     self.seen: dict = {}
+    self.nodes = 0
 
   def __call__(self, obj, depth: int = 0):
     t = type(obj)
     if t in _STABLE_VALUES:
       return obj if t is not complex and t is not type(Ellipsis) else repr(obj)
-    if t is tuple or t is list:
-      return (t.__name__, tuple([self(x, depth) for x in obj]))
-    if t is dict:
-      return ("dict", tuple([(self(k, depth), self(v, depth)) for k, v in obj.items()]))
-    if t is frozenset or t is set:  # (in an order of their own: a set's follows hashes)
-      return (t.__name__, tuple(sorted([repr(self(x, depth)) for x in obj])))
-    if id(obj) in self.seen:
+    self.nodes += 1
+    if self.nodes > MAX_NODES:
+      raise stored.NotPlain(f"a rule reaching more than {MAX_NODES} objects")
+    if t is tuple:
+      return ("tuple", tuple([self(x, depth) for x in obj]))
+    if id(obj) in self.seen:  # (a list or a dict may hold itself)
       return ("seen", self.seen[id(obj)])
     if depth > MAX_DEPTH:
       raise stored.NotPlain("a rule reaching too deep")
     self.seen[id(obj)] = len(self.seen)
+    if t is list:
+      return ("list", tuple([self(x, depth) for x in obj]))
+    if t is dict:
+      return ("dict", tuple([(self(k, depth), self(v, depth)) for k, v in obj.items()]))
+    if t is frozenset or t is set:  # (in an order of their own: a set's follows hashes)
+      return (t.__name__, tuple(sorted([repr(self(x, depth)) for x in obj])))
     return self._visit(obj, t, depth + 1)
 
   def _visit(self, obj, t, depth):
@@ -867,7 +873,7 @@ def _stored_key(
         stored.plain(tuple([x for k, x in enumerate(leaves) if k not in chosen])),
       )
     )
-  except stored.NotPlain:
+  except (stored.NotPlain, RecursionError):  # (a rule's state nested past Python's stack)
     return None
 
 

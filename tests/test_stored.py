@@ -288,6 +288,45 @@ def test_the_users_modules_are_not_primcs_kernels(cache_dir, monkeypatch):
   assert kept._user_sources() == before
 
 
+_LEAVES = st.one_of(
+  st.integers(-5, 5),
+  st.floats(-2, 2, allow_nan=False),
+  st.text("ab", max_size=2),
+  st.booleans(),
+  st.none(),
+  st.lists(st.floats(-1, 1, allow_nan=False), max_size=3).map(np.array),
+)
+_STATES = st.recursive(
+  _LEAVES,
+  lambda inner: st.one_of(
+    st.lists(inner, max_size=3),
+    st.lists(inner, max_size=3).map(tuple),
+    st.dictionaries(st.text("xyz", max_size=2), inner, max_size=3),
+    st.frozensets(st.text("abc", max_size=2), max_size=3),
+  ),
+  max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_STATES)
+def test_a_rules_digest_is_a_function_of_its_values(state):
+  """The digest of what a rule closes over: equal for an equal state built apart (another
+  process builds its own), different where a value differs, and a state holding itself
+  is walked once."""
+  import copy
+
+  digest = lambda x: kept._Stable()(x)
+  assert digest(state) == digest(copy.deepcopy(state))
+  assert digest([state, 1]) != digest([state, 2])
+  assert digest((state, np.array([1.0]))) != digest((state, np.array([1.5])))
+  loop = [state]
+  loop.append(loop)
+  assert digest(loop) == digest(copy.deepcopy(loop))
+  with pytest.raises(stored.NotPlain):
+    digest([state, _Scale(1.0)])  # (an object of the user's class)
+
+
 def test_a_rule_drawing_random_numbers_is_not_stored(cache_dir):
   """A bwd that draws random numbers runs while the program is made, after its key: the
   program holds this process's numbers, so it is not stored (nor kept: each call draws)."""
