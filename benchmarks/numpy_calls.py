@@ -47,6 +47,13 @@ CALLS = {  # name: (arguments, keywords)
   "concatenate": (([X, Y],), {}),
   "stack": (([X, Y],), {}),
   "clip": ((X, -1.0, 1.0), {}),
+  # creation: primc's dtype (float32 by default), numpy's speed
+  "zeros": (((16, 16),), {}),
+  "ones": ((128,), {}),
+  "full": (((128,), 0.5), {}),
+  "eye": ((16,), {}),
+  "arange": ((128,), {}),
+  "array": (([1.0, 2.0, 3.0],), {}),
 }
 
 

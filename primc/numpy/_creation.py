@@ -8,16 +8,33 @@ import math
 import numpy as np
 
 from primc import prims as P
+from primc.core import FLOAT_DTYPES, dtype_name
 from primc.numpy._base import NotSupportedError, _as_array, _shape, astype, broadcast_to
 from primc.trace import Tracer, aval_of
+from primc.trace import state as trace_state
+
+
+_NUMBERS = frozenset({int, float, bool})
+
+
+def _filled(shape, fill_value, dtype):
+  """`P.full`: staged while tracing; on values numpy's array at once (what evaluating the
+  primitive gives, ~5 us sooner: creation functions are called in loops), except where
+  the primitive's checks speak (a negative size; a fill numpy would cast unlike it)."""
+  shape = _shape(shape)
+  if not trace_state.builders and min(shape, default=0) >= 0:
+    dtype = dtype_name(dtype)
+    if type(fill_value) is int or type(fill_value) is bool or dtype in FLOAT_DTYPES:
+      return np.zeros(shape, dtype) if fill_value == 0 else np.full(shape, fill_value, dtype)
+  return P.full(shape, fill_value, dtype)
 
 
 def zeros(shape, dtype="float32"):
-  return P.full(_shape(shape), 0, dtype)
+  return _filled(shape, 0, dtype)
 
 
 def ones(shape, dtype="float32"):
-  return P.full(_shape(shape), 1, dtype)
+  return _filled(shape, 1, dtype)
 
 
 def full(shape, fill_value, dtype=None):
@@ -25,12 +42,14 @@ def full(shape, fill_value, dtype=None):
   `fill_value` with a dtype (an array of any rank, broadcast to `shape`, a numpy scalar, a
   traced value) gives its dtype unless `dtype` says otherwise, traced or not. On values,
   a new array, as numpy's (writable)."""
+  if type(fill_value) in _NUMBERS:  # (the common call, first)
+    return _filled(shape, fill_value, dtype or "float32")
   if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
     value = _as_array(fill_value)
     return _fresh(broadcast_to(value if dtype is None else astype(value, dtype), _shape(shape)))
   if isinstance(fill_value, (np.ndarray, np.generic)):
     dtype = dtype or aval_of(np.asarray(fill_value)).dtype
-  return P.full(_shape(shape), fill_value, dtype or "float32")
+  return _filled(shape, fill_value, dtype or "float32")
 
 
 def _fresh(x):
@@ -52,7 +71,7 @@ def full_like(x, fill_value, dtype=None, shape=None):
   shape = a.shape if shape is None else _shape(shape)
   if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
     return _fresh(broadcast_to(astype(_as_array(fill_value), dtype or a.dtype), shape))
-  return P.full(shape, fill_value, dtype or a.dtype)
+  return _filled(shape, fill_value, dtype or a.dtype)
 
 
 def eye(n, m=None, k=0, dtype="float32"):
@@ -60,6 +79,8 @@ def eye(n, m=None, k=0, dtype="float32"):
   if not isinstance(k, (int, np.integer)):  # eye(n, m, dtype) as primc once took it
     k, dtype = 0, k
   m = n if m is None else m
+  if not trace_state.builders and min(n, m) >= 0:  # (on values: numpy's, as `_filled`)
+    return np.eye(n, m, k, dtype_name(dtype))
   return P.convert(
     P.eq(P.add(P.iota((n, m), 0), P.full((n, m), int(k), "int32")), P.iota((n, m), 1)), dtype
   )
@@ -77,7 +98,10 @@ def arange(start, stop=None, step=None, dtype=None):
   if step == 0:
     raise ValueError("arange: step must not be zero")
   n = builtins.max(0, int(math.ceil((stop - start) / step)))
-  dtype = np.dtype(dtype or np.result_type(start, stop, step)).name
+  dtype = dtype_name(dtype or np.result_type(start, stop, step))
+  if not trace_state.builders:  # (on values: the same arithmetic, numpy's at once)
+    k = np.arange(n, dtype=dtype)
+    return k if start == 0 and step == 1 else k * np.asarray(step, dtype) + np.asarray(start, dtype)
   k = P.iota((n,), 0, dtype)
   if start == 0 and step == 1:
     return k

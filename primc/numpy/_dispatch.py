@@ -116,7 +116,7 @@ def wrap_public_functions(namespace: dict, module: str) -> None:
 # numpy's scalars come back as numpy's scalars (a float64 is a Python float: matplotlib's
 # `alpha=`, `f"{x:.3f}"` take it), as numpy and autograd return them; numpy's warnings
 # (a log of 0) are numpy's.
-_OWN_SEMANTICS = frozenset({"zeros", "ones", "full", "eye", "array"})
+_OWN_SEMANTICS = frozenset({"zeros", "ones", "full", "eye"})
 _PLAIN_TYPES = frozenset(
   {int, float, bool, complex, str, type(None), type, builtins.slice, type(Ellipsis)}
 )
