@@ -451,6 +451,8 @@ def shape(a):
 
 
 def size(a, axis=None):
+  if type(a) is np.ndarray:  # (on values: numpy's, at once)
+    return a.size if axis is None else a.shape[axis]
   s = shape(a)
   return int(np.prod(s, dtype=np.int64)) if axis is None else s[axis]
 

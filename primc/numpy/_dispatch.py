@@ -172,9 +172,15 @@ def _numpy_result(out, half: bool):
   t = type(out)
   if t is np.ndarray or isinstance(out, np.generic):
     return out if out.dtype in _NATIVE and (half or out.dtype is not _HALF) else None
-  if t is tuple or t is list:
+  if t is tuple or t is list:  # (arrays of primc's dtypes, the common case, inline)
+    if all([isinstance(o, (np.ndarray, np.generic)) and o.dtype in _WHOLE for o in out]):
+      return out
     parts = [_numpy_result(o, half) for o in out]
     return None if builtins.any(p is None for p in parts) else t(parts)
+  if t is bool or t is int or t is float:  # (allclose's, size's: numpy's Python values)
+    return out
+  if isinstance(out, np.dtype):  # (result_type's)
+    return out if out in _NATIVE else None
   return None
 
 
@@ -198,7 +204,7 @@ def _has_array(x) -> bool:
 
 def _numpy_twin(name: str):
   """numpy's function of that name, where it runs calls on plain values (else None)."""
-  twin = getattr(np, name, None)
+  twin = getattr(np, name.rstrip("_"), None)  # (`round_`, `divmod_`: numpy's round, divmod)
   return twin if callable(twin) and name not in _OWN_SEMANTICS else None
 
 
@@ -225,6 +231,8 @@ def _front_end_aware(fn):
           return _by_primc(args, kwargs)
         if (type(out) is np.ndarray or isinstance(out, np.generic)) and out.dtype in _WHOLE:
           return out
+        out = _numpy_result(out, False)  # (a tuple of arrays, a Python number: numpy's)
+        return out if out is not None else _by_primc(args, kwargs)
     elif (
       args
       and type(args[0]) is Tracer
