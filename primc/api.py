@@ -359,8 +359,14 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
       fun, primals, has_aux, "vjp", transposed=True
     )
     pull = _transposed(program, out_idx, res, linear_p)
-  else:
-    program, leaves, captured, in_tree, out_tree = _trace(fun, primals, optimized=False)
+  else:  # (the function's trace kept as a transform's program is: `kept.traced`)
+    found = kept.traced(fun, primals)
+    if found is None:
+      program, leaves, captured, in_tree, out_tree = _trace(fun, primals, optimized=False)
+    else:
+      program, inputs, out_tree = found
+      in_tree = tree_flatten(list(primals))[1]
+      leaves, captured = inputs[: in_tree.num_leaves], inputs[in_tree.num_leaves :]
     out_idx, aux_idx = _split_aux(out_tree, has_aux, "vjp")
     outs, back = tape.pullback(program, [*leaves, *captured], _differentiable(leaves, captured))
     pull = lambda by_output: back([by_output.get(i) for i in range(len(program.outputs))])

@@ -793,6 +793,58 @@ def call(
   return _run(made if drew else _kept_or_checked(full_key, entry, made, *firsts[1:]), inputs)
 
 
+def traced(fun: Callable, args: tuple) -> tuple | None:
+  """`fun` traced alone at `args`, kept as `call` keeps a transform's program (by what the
+  function reads and the arguments' types): traced at its first call, traced again and
+  compared at its second, then taken as it is (`primc.vjp` on values runs the tape on it:
+  no trace at every call). Returns (program, inputs, out_tree): the inputs are the
+  arguments' leaves, then the arrays the function reads by name; None where it is not
+  kept (a walk that fails, Python reading values, random numbers drawn, a value of
+  another kind among the arguments)."""
+  if not wanted():
+    return None
+  code = (("traced",), getattr(fun, "__code__", None) or id(fun))
+  if code in _unkept:
+    return None
+  walk = _Walk()
+  try:
+    leaves, tree, traced_at, statics = _argument_leaves(args, {}, _numbers)
+    if statics:
+      return None
+    inputs = [as_array(x) for x in leaves]
+    weak = weak_leaves(leaves)
+    state = walk(fun)
+    inputs += [as_array(x) for x in walk.leaves]
+    full_key = _full_key(code[0], state, tree, traced_at, weak, inputs)
+    entry = _traces.get(full_key)
+  except (NotKept, PrimcError, TypeError):
+    return None
+  if entry is not None and entry[1] >= 2:
+    _traces.move_to_end(full_key)
+    _count("trace_hits")
+    return entry[0][0], inputs, entry[0][1]
+  drawn = _random_state()
+  try:
+    forward = _forward(fun, leaves, tree, traced_at, weak, walk, inputs)
+  except ConcretizationError:
+    return None
+  if forward is None or _drew(drawn, code, fun):
+    return None
+  if entry is None:
+    _traces[full_key] = [forward, 1]
+    if len(_traces) > KEPT:
+      _traces.popitem(last=False)
+  elif _same_trace(forward, entry[0]):
+    entry[1] = 2
+  else:
+    _unkeep(full_key, code, fun, "with the same arguments (state read through an object?)")
+    _traces.pop(full_key, None)
+  return forward[0], inputs, forward[1]
+
+
+_traces: "collections.OrderedDict[Any, list]" = collections.OrderedDict()  # `traced`'s
+
+
 class _Disk:
   """A call's kept program on disk (`primc.stored`), where its function traced alone
   (`forward`) drew no random numbers: its key (the transform's, the function's trace and
@@ -1575,6 +1627,7 @@ def stats() -> dict:
 def reset() -> None:
   """Forgets every kept program and counter."""
   _kept.clear()
+  _traces.clear()
   _unkept.clear()
   _static_scalars.clear()
   _short.clear()

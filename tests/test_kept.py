@@ -46,6 +46,28 @@ def test_grad_in_a_loop_traces_once():
   assert s["kept_misses"] == 1 and s["kept_hits"] == 18 and s["kept_checked"] == 1, s
 
 
+def test_vjp_in_a_loop_traces_twice_then_runs_the_tape_on_its_trace(monkeypatch):
+  """`primc.vjp` on values (autograd's `make_vjp` in a loop): the function's trace is kept
+  as a transform's program is, traced at the first call and again at the second (the
+  check), then the tape runs on it; a new batch each call is an input, not a retrace."""
+  from primc import trace
+
+  traces = []
+  real = trace.trace_flat
+  monkeypatch.setattr(trace, "trace_flat", lambda *a, **k: traces.append(1) or real(*a, **k))
+  monkeypatch.setattr(kept, "trace_flat", trace.trace_flat)
+  rng = np.random.default_rng(2)
+  w = rng.standard_normal(3)
+  for step in range(6):
+    x = rng.standard_normal((5, 3))
+    out, pull = primc.vjp(lambda w: pnp.sum(pnp.tanh(x @ w) ** 2), w)
+    (g,) = pull(np.float64(1.0))
+    t = np.tanh(x @ w)
+    np.testing.assert_allclose(out, np.sum(t**2), rtol=1e-12)
+    np.testing.assert_allclose(g, x.T @ (2 * t * (1 - t * t)), rtol=1e-10, atol=1e-14)
+  assert len(traces) == 2 and kept.stats()["kept_trace_hits"] == 4, (traces, kept.stats())
+
+
 def test_a_new_lambda_over_new_data_keeps_one_program():
   """`grad(lambda w: loss(w, batch))` made anew for every batch: the batch is an input."""
 
@@ -507,6 +529,7 @@ KEPT_TRANSFORMS = {
   "jvp": lambda f, w: primc.jvp(f, (w,), (np.ones(3),)),
   "hessian": lambda f, w: primc.hessian(f)(w),
   "vmap_grad": lambda f, w: primc.vmap(primc.grad(f))(np.stack([w, -w])),
+  "vjp": lambda f, w: primc.vjp(f, w)[1](np.float64(1.5)),  # (its trace kept: `kept.traced`)
 }
 
 
