@@ -472,7 +472,7 @@ def _user_sources() -> tuple:
   through a rule (`_Disk`)."""
   found = []
   for name, module in list(sys.modules.items()):
-    path = getattr(module, "__file__", None)
+    path = _module_file(module)
     if type(path) is str and path.endswith(".py") and not path.startswith(_library()):
       if not hasattr(module, "_primc_library"):  # (not primc's generated kernels)
         found.append((name, _file_digest(path)))
@@ -565,8 +565,10 @@ class _Stable:
   def _named(self, obj):
     """A module, a class or a library's function, by its name; a user's class (whose
     methods may differ in another process): NotPlain."""
+    if isinstance(obj, types.ModuleType):  # (its own name: no lazy `__getattr__` asked)
+      return ("module", vars(obj).get("__name__"))
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
-    module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
+    module = getattr(obj, "__module__", None)
     if name is None or (isinstance(obj, type) and _users_module(module)):
       raise stored.NotPlain(f"a rule reaching {obj!r}")
     return ("named", module, name)
@@ -586,10 +588,16 @@ class _Stable:
     return ("fn", _code_digest(code), cells, defaults, named)
 
 
+def _module_file(module):
+  """A module's `__file__` from its own namespace: a module's `__getattr__` (a lazy one,
+  a stand-in's) is not asked, for it may import what it stands for."""
+  return vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
+
+
 def _users_module(name) -> bool:
   """A module of the user's (its script, or a file outside the library's folders)."""
   module = sys.modules.get(name)
-  path = getattr(module, "__file__", None)
+  path = _module_file(module)
   return (
     module is None or name == "__main__" or (path is not None and not path.startswith(_library()))
   )

@@ -327,6 +327,27 @@ def test_a_rules_digest_is_a_function_of_its_values(state):
     digest([state, _Scale(1.0)])  # (an object of the user's class)
 
 
+def test_a_rules_key_asks_no_modules_lazy_attributes(cache_dir, monkeypatch):
+  """A module's `__getattr__` (scipy's lazy submodules, a stand-in that imports what it
+  stands for) is never asked while a rule's key is made: the user's modules are read from
+  their own namespaces (asking one stand-in's loaded a whole package, ~20 ms a call)."""
+  import types
+
+  asked = []
+
+  def lazily(name):
+    asked.append(name)
+    raise AttributeError(name)
+
+  lazy = types.ModuleType("lazy_standin")
+  lazy.__getattr__ = lazily
+  monkeypatch.setitem(sys.modules, "lazy_standin", lazy)
+  clip = _scaled_clip(2.0)
+  primc.grad(lambda x: pnp.sum(clip(x) * lazy.__name__.count("z")))(np.ones(2))
+  del lazy.__getattr__
+  assert stored.stats()["stored"] == 1 and asked == [], asked
+
+
 def test_a_rule_drawing_random_numbers_is_not_stored(cache_dir):
   """A bwd that draws random numbers runs while the program is made, after its key: the
   program holds this process's numbers, so it is not stored (nor kept: each call draws)."""
