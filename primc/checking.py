@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from primc import kept
 from primc.api import jvp, vjp
 from primc.tree import tree_flatten, tree_unflatten
 
@@ -91,6 +92,11 @@ def check_grads(
   Raises:
     AssertionError: naming the mode and order that disagree.
   """
+  # (its transforms run once each, or a few times: none kept, `kept.plainly`)
+  return kept.plainly(lambda: _checked(f, args, order, modes, eps, atol, rtol, seed))
+
+
+def _checked(f, args, order, modes, eps, atol, rtol, seed) -> None:
   rng = Directions(seed)
   leaves, in_tree = tree_flatten(list(args))
   low = any(np.asarray(x).dtype.kind == "f" and np.asarray(x).dtype.itemsize < 8 for x in leaves)
@@ -106,7 +112,7 @@ def check_grads(
     def flat_f(*xs):
       return f(*tree_unflatten(in_tree, list(xs)))
 
-    return check_grads(flat_f, leaves, order, modes, eps, atol, rtol, seed)
+    return _checked(flat_f, leaves, order, modes, eps, atol, rtol, seed)
   args = tuple(np.asarray(a) for a in args)
   tangents = [rng.draw(a.shape, a.dtype) if a.dtype.kind == "f" else None for a in args]
   tan_args = [t if t is not None else np.zeros_like(a) for a, t in zip(args, tangents)]
@@ -132,12 +138,12 @@ def check_grads(
     _close(f"order-{order} reverse mode <ct, J v> vs <J^T ct, v>", [rhs], [lhs], atol, rtol)
   if order > 1:
     if "fwd" in modes:
-      check_grads(
+      _checked(
         lambda *a: jvp(f, a, tan_args)[1], args, order - 1, ("fwd",), eps, atol, rtol, seed + 1
       )
     if "rev" in modes:
       ct_tree = tree_unflatten(out_td, cts)
-      check_grads(
+      _checked(
         lambda *a: [c for c in vjp(f, *a)[1](ct_tree) if c is not None],
         args,
         order - 1,

@@ -222,12 +222,15 @@ def _staged_path(paths, fun, leaves, tree, traced, weak, walk, inputs) -> Any:
 MISS = object()  # `staged`: no kept program stands in
 
 
-def _plainly(thunk):
+def plainly(thunk):
+  """`thunk()` with no transform keeping its program in this thread: calls made once (a
+  derivative check's), whose keeping would cost walks and checks no later call repays."""
+  before = _local.plain
   _local.plain = True
   try:
     return thunk()
   finally:
-    _local.plain = False
+    _local.plain = before
 
 
 class NotKept(Exception):
@@ -803,16 +806,21 @@ def call(
 
 def traced(fun: Callable, args: tuple) -> tuple | None:
   """`fun` traced alone at `args`, kept as `call` keeps a transform's program (by what the
-  function reads and the arguments' types): traced at its first call, traced again and
-  compared at its second, then taken as it is (`primc.vjp` on values runs the tape on it:
-  no trace at every call). Returns (program, inputs, out_tree): the inputs are the
-  arguments' leaves, then the arrays the function reads by name; None where it is not
+  function reads and the arguments' types) from the second call of its code on: traced
+  then, traced again and compared at the next, then taken as it is (`primc.vjp` on values
+  runs the tape on it: no trace at every call). Returns (program, inputs, out_tree): the
+  inputs are the arguments' leaves, then the arrays the function reads by name; None where it is not
   kept (a walk that fails, Python reading values, random numbers drawn, a value of
   another kind among the arguments)."""
   if not wanted():
     return None
   code = (("traced",), getattr(fun, "__code__", None) or id(fun))
   if code in _unkept:
+    return None
+  if code not in _traced_codes:  # (its first call: traced as it is, not walked; a vjp
+    _traced_codes[code] = True  # made once, as check_grads' of a function it was given,
+    if len(_traced_codes) > 4 * KEPT:  # costs no walk)
+      _traced_codes.pop(next(iter(_traced_codes)))
     return None
   walk = _Walk()
   try:
@@ -851,6 +859,7 @@ def traced(fun: Callable, args: tuple) -> tuple | None:
 
 
 _traces: "collections.OrderedDict[Any, list]" = collections.OrderedDict()  # `traced`'s
+_traced_codes: dict = {}  # codes of functions `traced` was asked for once
 
 
 class _Disk:
@@ -939,7 +948,7 @@ def _stored_key(
 
 def _plain_call(transform, key, fun, args, kwargs, traced_scalars, replayable) -> Callable:
   """The call made without keeping (`_by_structure` first, where `replayable`)."""
-  plain = lambda: _plainly(lambda: transform(fun)(*args, **kwargs))
+  plain = lambda: plainly(lambda: transform(fun)(*args, **kwargs))
   if not replayable:
     return plain
   return functools.partial(_by_structure, transform, key, fun, args, kwargs, traced_scalars, plain)
@@ -1113,7 +1122,7 @@ def _on_values(transform, program, fun_tree, leaves, tree, traced, xs):
   so `grad`-like transforms run it on values (`primc.tape`)."""
   _count("taped")
   fn = replayed.replaying(transform, program, fun_tree, leaves, tree, traced)
-  return _plainly(lambda: fn(*xs))
+  return plainly(lambda: fn(*xs))
 
 
 def _guards_apart(program, n: int) -> tuple:
@@ -1636,6 +1645,7 @@ def reset() -> None:
   """Forgets every kept program and counter."""
   _kept.clear()
   _traces.clear()
+  _traced_codes.clear()
   _unkept.clear()
   _static_scalars.clear()
   _short.clear()

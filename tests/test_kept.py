@@ -46,16 +46,18 @@ def test_grad_in_a_loop_traces_once():
   assert s["kept_misses"] == 1 and s["kept_hits"] == 18 and s["kept_checked"] == 1, s
 
 
-def test_vjp_in_a_loop_traces_twice_then_runs_the_tape_on_its_trace(monkeypatch):
+def test_vjp_in_a_loop_traces_thrice_then_runs_the_tape_on_its_trace(monkeypatch):
   """`primc.vjp` on values (autograd's `make_vjp` in a loop): the function's trace is kept
-  as a transform's program is, traced at the first call and again at the second (the
-  check), then the tape runs on it; a new batch each call is an input, not a retrace."""
-  from primc import trace
+  as a transform's program is, from the second call of its code (a vjp made once walks
+  nothing), traced again at the third (the check), then the tape runs on it; a new batch
+  each call is an input, not a retrace."""
+  from primc import api, trace
 
   traces = []
   real = trace.trace_flat
   monkeypatch.setattr(trace, "trace_flat", lambda *a, **k: traces.append(1) or real(*a, **k))
   monkeypatch.setattr(kept, "trace_flat", trace.trace_flat)
+  monkeypatch.setattr(api, "trace_flat", trace.trace_flat)
   rng = np.random.default_rng(2)
   w = rng.standard_normal(3)
   for step in range(6):
@@ -65,7 +67,18 @@ def test_vjp_in_a_loop_traces_twice_then_runs_the_tape_on_its_trace(monkeypatch)
     t = np.tanh(x @ w)
     np.testing.assert_allclose(out, np.sum(t**2), rtol=1e-12)
     np.testing.assert_allclose(g, x.T @ (2 * t * (1 - t * t)), rtol=1e-10, atol=1e-14)
-  assert len(traces) == 2 and kept.stats()["kept_trace_hits"] == 4, (traces, kept.stats())
+  assert len(traces) == 3 and kept.stats()["kept_trace_hits"] == 3, (traces, kept.stats())
+
+
+def test_check_grads_keeps_nothing():
+  """A derivative check runs each of its transforms once or a few times: it keeps none
+  (walking and checking them would cost more than they save), and the calls around it
+  keep as before."""
+  f = lambda w: pnp.sum(pnp.tanh(2 * w + 1) ** 2)
+  primc.check_grads(f, (np.linspace(-1, 1, 4),), order=2)
+  assert kept.stats() == {} and not kept._traces, kept.stats()
+  primc.grad(f)(np.ones(4))
+  assert kept.stats()["kept_misses"] == 1
 
 
 def test_a_new_lambda_over_new_data_keeps_one_program():
