@@ -477,7 +477,7 @@ def _user_sources() -> tuple:
   for name, module in list(sys.modules.items()):
     path = _module_file(module)
     if type(path) is str and path.endswith(".py") and not path.startswith(_library()):
-      if not hasattr(module, "_primc_library"):  # (not primc's generated kernels)
+      if "_primc_library" not in vars(module):  # (not primc's generated kernels)
         found.append((name, _file_digest(path)))
   return tuple(sorted(found))
 
