@@ -3,6 +3,8 @@ traced or compiled), with primc's results; primc's path runs where the two diffe
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import primc
 import primc.numpy as pnp
@@ -166,3 +168,38 @@ def test_numpys_other_results_are_numpys_and_bind_nothing(name, args, kwargs, mo
   got = getattr(pnp, name)(*args, **kwargs)
   monkeypatch.undo()
   _same(got, getattr(np, name)(*args, **kwargs))
+
+
+_INT_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+  dtype=st.sampled_from(_INT_DTYPES),
+  offsets=st.lists(st.integers(-2, 2), min_size=1, max_size=3),
+  at_max=st.booleans(),
+  call=st.sampled_from(["array", "asarray"]),
+  nested=st.booleans(),
+)
+def test_python_ints_out_of_a_dtypes_range_raise_as_numpys(dtype, offsets, at_max, call, nested):
+  """Python integers given an integer dtype: converted as numpy converts them, on values
+  and traced; one out of the dtype's range raises OverflowError as numpy's does, never
+  wraps (a cast did: `array([2**40], "int32")` gave 0)."""
+  info = np.iinfo(dtype)
+  values = [int(info.max if at_max else info.min) + k for k in offsets]
+  obj = [values] if nested else values
+  fn = lambda: getattr(pnp, call)(obj, dtype)
+  try:
+    want = np.asarray(obj, dtype)
+  except OverflowError:
+    with pytest.raises(OverflowError):
+      fn()
+    with pytest.raises(OverflowError):
+      primc.make_program(lambda z: (fn(), z))(np.zeros(()))
+    return
+  for got in (
+    fn(),
+    primc.interpret(primc.make_program(lambda z: (fn(), z))(np.zeros(())), np.zeros(()))[0],
+  ):
+    assert np.asarray(got).dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

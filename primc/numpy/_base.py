@@ -180,15 +180,31 @@ as_array = _as_array  # (public; `_as_array` inside ops: no front-end wrapper)
 
 
 def asarray(x, dtype=None):
+  if dtype is not None and _python_numbers(x):  # (numpy's check: a Python number out of
+    x = np.asarray(x, dtype)  # the dtype's range raises, never wraps)
   x = _as_array(x)
   if dtype is not None and dtype != aval_of(x).dtype and np.dtype(dtype).name != aval_of(x).dtype:
     return P.convert(x, dtype)
   return x
 
 
+_PYTHON_NUMBERS = frozenset({int, float, bool})
+
+
+def _python_numbers(obj) -> bool:
+  """Whether `obj` is nested lists and tuples of Python numbers alone."""
+  if type(obj) is list or type(obj) is tuple:
+    return builtins.all(_python_numbers(x) for x in obj)
+  return type(obj) in _PYTHON_NUMBERS
+
+
 def array(obj, dtype=None):
   """numpy.array of traced values too: nested lists and tuples of arrays and scalars are
-  stacked (their dtypes promoted as numpy does), anything else is `asarray`."""
+  stacked (their dtypes promoted as numpy does), anything else is `asarray`. Python
+  numbers given a dtype are converted as numpy converts them: one out of the dtype's
+  range raises OverflowError, as numpy's does (a cast would wrap it)."""
+  if dtype is not None and isinstance(obj, (list, tuple)) and _python_numbers(obj):
+    return asarray(np.array(obj, dtype))
   if isinstance(obj, (list, tuple)):
     if not obj:
       return asarray(np.zeros((0,), dtype or np.float64))
