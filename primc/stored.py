@@ -269,9 +269,6 @@ def _header(k: str, payload: bytes) -> bytes:
 def sources_of(program: Program) -> tuple:
   """The source lines of a program's equations, in order, each followed by those of the
   programs among its parameters (a loop's body, a custom function's)."""
-  lines = [e.source for e in program.eqns]
-  if not any([e.prim in program_runner_rules for e in program.eqns]):
-    return tuple(lines)
   lines = []
   for e in program.eqns:
     lines.append(e.source)

@@ -204,7 +204,7 @@ def _has_array(x) -> bool:
 
 def _numpy_twin(name: str):
   """numpy's function of that name, where it runs calls on plain values (else None)."""
-  twin = getattr(np, name.rstrip("_"), None)  # (`round_`, `divmod_`: numpy's round, divmod)
+  twin = getattr(np, name, None) or getattr(np, name.rstrip("_"), None)  # (`round_`: round)
   return twin if callable(twin) and name not in _OWN_SEMANTICS else None
 
 
