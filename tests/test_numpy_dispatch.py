@@ -203,3 +203,38 @@ def test_python_ints_out_of_a_dtypes_range_raise_as_numpys(dtype, offsets, at_ma
   ):
     assert np.asarray(got).dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+_AXIS_CALLS = {
+  "concatenate": lambda np_, a, k: np_.concatenate([a, a], axis=k),
+  "stack": lambda np_, a, k: np_.stack([a, a], axis=k),
+  "expand_dims": lambda np_, a, k: np_.expand_dims(a, k),
+  "transpose": lambda np_, a, k: np_.transpose(a, (k, 1 - k % 2, 2) if a.ndim == 3 else (k, 0)),
+  "moveaxis": lambda np_, a, k: np_.moveaxis(a, k, 0),
+  "rot90": lambda np_, a, k: np_.rot90(a, 1, (k, 0)),
+  "apply_along_axis": lambda np_, a, k: np_.apply_along_axis(np_.sum, k, a),
+}
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+  name=st.sampled_from(sorted(_AXIS_CALLS)),
+  axis=st.integers(-5, 5),
+  rank=st.sampled_from([2, 3]),
+)
+def test_an_axis_out_of_range_is_an_error_as_numpys(name, axis, rank):
+  """An axis is an error where numpy's is out of range, on values and traced, never
+  wrapped around (`concatenate(.., axis=5)` once joined along axis 5 % rank)."""
+  a = np.arange(24.0)[: 2 * 3 * (4 if rank == 3 else 1)].reshape((2, 3, 4)[:rank])
+  call = _AXIS_CALLS[name]
+  try:
+    want = call(np, a, axis)
+  except (ValueError, IndexError):  # (numpy's AxisError is both)
+    with pytest.raises(primc.PrimcError):
+      call(pnp, a, axis)
+    with pytest.raises(primc.PrimcError):
+      primc.make_program(lambda x: call(pnp, x, axis))(a)
+    return
+  np.testing.assert_array_equal(call(pnp, a, axis), want)
+  program = primc.make_program(lambda x: call(pnp, x, axis))(a)
+  np.testing.assert_array_equal(primc.interpret(program, a)[0], want)

@@ -336,12 +336,16 @@ def _axes(axis, ndim) -> tuple[int, ...]:
   if axis is None:
     return tuple(range(ndim))
   axes = (axis,) if isinstance(axis, int) else tuple(axis)
-  out = []
-  for a in axes:
-    if not -ndim <= a < ndim:
-      raise ShapeError(f"axis {a} is out of bounds for an array of rank {ndim}")
-    out.append(a % ndim)
-  return tuple(sorted(out))
+  return tuple(sorted(_axis(a, ndim) for a in axes))
+
+
+def _axis(a, ndim: int) -> int:
+  """Axis `a` of an array of rank `ndim`, counted from 0; out of [-ndim, ndim) is an error,
+  as numpy's (never wrapped around)."""
+  a = int(a)
+  if not -ndim <= a < ndim:
+    raise ShapeError(f"axis {a} is out of bounds for an array of rank {ndim}")
+  return a % ndim
 
 
 def astype(x, dtype):
@@ -394,7 +398,7 @@ def transpose(x, axes=None, perm=None):
   x = _as_array(x)
   axes = perm if axes is None else axes
   nd = aval_of(x).ndim
-  axes = tuple(reversed(range(nd))) if axes is None else tuple(a % nd for a in axes)
+  axes = tuple(reversed(range(nd))) if axes is None else tuple(_axis(a, nd) for a in axes)
   return x if axes == tuple(range(nd)) else P.transpose(x, axes)
 
 
@@ -402,9 +406,9 @@ def moveaxis(x, source, destination):
   """Axes `source` (an int or a sequence) moved to `destination`, the others in order."""
   x = _as_array(x)
   nd = aval_of(x).ndim
-  source = [int(a) % nd for a in ((source,) if isinstance(source, (int, np.integer)) else source)]
+  source = [_axis(a, nd) for a in ((source,) if isinstance(source, (int, np.integer)) else source)]
   destination = [
-    int(a) % nd
+    _axis(a, nd)
     for a in ((destination,) if isinstance(destination, (int, np.integer)) else destination)
   ]
   if len(source) != len(destination):
@@ -420,7 +424,7 @@ def expand_dims(x, axis):
   x = _as_array(x)
   axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
   ndim = aval_of(x).ndim + len(axes)
-  where_new = sorted(int(a) % ndim for a in axes)
+  where_new = sorted(_axis(a, ndim) for a in axes)
   if len(set(where_new)) != len(where_new):
     raise ShapeError(f"expand_dims: repeated axis in {axis}")
   rest = iter(aval_of(x).shape)
@@ -433,7 +437,8 @@ def concatenate(arrays, axis=0):
   if axis is None:  # numpy: the arrays flattened, joined
     arrays, axis = [reshape(a, (-1,)) for a in arrays], 0
   nd = aval_of(arrays[0]).ndim
-  return arrays[0] if len(arrays) == 1 else P.concatenate(arrays, axis % nd)
+  axis = _axis(axis, nd)
+  return arrays[0] if len(arrays) == 1 else P.concatenate(arrays, axis)
 
 
 def _promote_list(arrays):
@@ -446,7 +451,8 @@ def _promote_list(arrays):
 def stack(arrays, axis=0):
   arrays = _promote_list(arrays)
   nd = aval_of(arrays[0]).ndim + 1
-  return concatenate([expand_dims(a, axis % nd) for a in arrays], axis % nd)
+  axis = _axis(axis, nd)
+  return concatenate([expand_dims(a, axis) for a in arrays], axis)
 
 
 @_op

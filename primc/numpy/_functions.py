@@ -12,6 +12,7 @@ from primc import prims as P
 from primc.batching import batch_program
 from primc.core import PrimcError, ShapedArray, ShapeError
 from primc.numpy._base import (
+  _axis,
   NotSupportedError,
   _as_array,
   _float,
@@ -161,7 +162,7 @@ def apply_along_axis(func1d, axis, arr, *args, **kwargs):
   not a loop); the result's axes take the place of `axis`, as numpy's."""
   arr = _as_array(arr)
   nd = aval_of(arr).ndim
-  axis = int(axis) % nd
+  axis = _axis(axis, nd)
   moved = moveaxis(arr, axis, -1)
   lead = aval_of(moved).shape[:-1]
   rows = reshape(moved, (-1, aval_of(moved).shape[-1]))

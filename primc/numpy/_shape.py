@@ -9,6 +9,7 @@ import numpy as np
 from primc import prims as P
 from primc.core import PrimcError, ShapeError
 from primc.numpy._base import (
+  _axis,
   NotSupportedError,
   _as_array,
   _axes,
@@ -154,7 +155,7 @@ def fliplr(m):
 def rot90(m, k=1, axes=(0, 1)):
   m = _as_array(m)
   nd = aval_of(m).ndim
-  a0, a1 = (a % nd for a in axes)
+  a0, a1 = (_axis(a, nd) for a in axes)
   if a0 == a1 or nd < 2:
     raise ShapeError(f"rot90 needs two different axes of an array of rank >= 2, got {axes}")
   perm = list(range(nd))

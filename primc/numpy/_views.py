@@ -9,6 +9,7 @@ import numpy as np
 
 from primc.core import PrimcError, PrimcTypeError
 from primc.numpy._base import (
+  _axis,
   _rebind,
   astype,
   broadcast_to,
@@ -148,7 +149,7 @@ def _undone(x, name, args, kwargs, new):
   if name == "transpose":
     axes = kwargs.get("axes", kwargs.get("perm", args[0] if args else None))
     nd = aval_of(x).ndim
-    axes = tuple(reversed(range(nd))) if axes is None else tuple(int(a) % nd for a in axes)
+    axes = tuple(reversed(range(nd))) if axes is None else tuple(_axis(a, nd) for a in axes)
     return _RAW_VIEWS["transpose"](new, tuple(int(i) for i in np.argsort(axes)))
   if name == "moveaxis":
     source, destination = (list(args) + [kwargs.get("source"), kwargs.get("destination")])[:2]
