@@ -540,7 +540,7 @@ class _Stable:
   def _visit(self, obj, t, depth):
     if t is np.ndarray or isinstance(obj, np.generic):
       data = np.ascontiguousarray(obj)
-      return ("array", data.dtype.str, data.shape, blake2b(data.tobytes()).hexdigest())
+      return ("array", data.dtype.str, data.shape, blake2b(data).hexdigest())  # (no copy)
     if t is Tracer:
       return ("traced", obj.aval.shape, obj.aval.dtype)
     if t is TreeDef:
@@ -578,11 +578,11 @@ class _Stable:
 
   def _function(self, fn, depth):
     code = fn.__code__
+    if not _walked_code(code):  # a library's: its name (its closure, its code: its version's)
+      return ("fn", fn.__module__, fn.__qualname__)
     cells = tuple(
       [self(c.cell_contents, depth) if _filled(c) else ("empty",) for c in fn.__closure__ or ()]
     )
-    if not _walked_code(code):  # a library's: its name (its closure, its code: its version's)
-      return ("fn", fn.__module__, fn.__qualname__)
     defaults = (self(fn.__defaults__, depth), self(fn.__kwdefaults__, depth))
     if not _user_code(code):  # primc's: its name and what it closes over
       return ("fn", fn.__module__, fn.__qualname__, cells, defaults)

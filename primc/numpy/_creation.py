@@ -9,12 +9,16 @@ import numpy as np
 
 from primc import prims as P
 from primc.core import FLOAT_DTYPES, dtype_name
-from primc.numpy._base import NotSupportedError, _as_array, _shape, astype, broadcast_to
+from primc.numpy._base import (
+  _PYTHON_NUMBERS,
+  NotSupportedError,
+  _as_array,
+  _shape,
+  astype,
+  broadcast_to,
+)
 from primc.trace import Tracer, aval_of
 from primc.trace import state as trace_state
-
-
-_NUMBERS = frozenset({int, float, bool})
 
 
 def _filled(shape, fill_value, dtype):
@@ -42,7 +46,7 @@ def full(shape, fill_value, dtype=None):
   `fill_value` with a dtype (an array of any rank, broadcast to `shape`, a numpy scalar, a
   traced value) gives its dtype unless `dtype` says otherwise, traced or not. On values,
   a new array, as numpy's (writable)."""
-  if type(fill_value) in _NUMBERS:  # (the common call, first)
+  if type(fill_value) in _PYTHON_NUMBERS:  # (the common call, first)
     return _filled(shape, fill_value, dtype or "float32")
   if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
     value = _as_array(fill_value)
