@@ -210,10 +210,12 @@ def _numpy_twin(name: str):
 
 def _front_end_aware(fn):
   """`fn` that runs numpy's twin on plain values, and hands a call on a front end's values
-  to that front end."""
+  to that front end. One function per op (its slow paths are this module's, given the op):
+  the package's ~300 wrappers live as long as the process, and every object of theirs is
+  walked by each of the interpreter's collections, the ones at its exit included."""
   twin = _numpy_twin(fn.__name__)
+  same_object = fn.__name__ in _SAME_OBJECT
 
-  @functools.wraps(fn)
   def wrapped(*args, **kwargs):
     if twin is not None and not trace_state.builders and (not kwargs or _plain_keywords(kwargs)):
       for a in args:  # the common case: arrays and Python numbers (kept short: every call)
@@ -228,11 +230,11 @@ def _front_end_aware(fn):
         try:
           out = twin(*args, **kwargs)
         except Exception:  # primc's path says what is wrong in its own words
-          return _by_primc(args, kwargs)
+          return _by_primc(fn, twin, same_object, args, kwargs)
         if (type(out) is np.ndarray or isinstance(out, np.generic)) and out.dtype in _WHOLE:
           return out
         out = _numpy_result(out, False)  # (a tuple of arrays, a Python number: numpy's)
-        return out if out is not None else _by_primc(args, kwargs)
+        return out if out is not None else _by_primc(fn, twin, same_object, args, kwargs)
     elif (
       args
       and type(args[0]) is Tracer
@@ -240,42 +242,53 @@ def _front_end_aware(fn):
     ):  # a traced value (an op's own call: no front end's value among its arguments)
       out = fn(*args, **kwargs)
       return out if same_object else _apart(out, args, kwargs, twin)
-    return _general(args, kwargs)
+    return _general(fn, twin, same_object, args, kwargs)
 
-  def _general(args, kwargs):
-    if twin is not None and "out" not in kwargs:
-      half = False
-      for a in (*args, *kwargs.values()) if kwargs else args:  # every call: kept short
-        t = type(a)
-        if t is np.ndarray and a.dtype in _NATIVE and a.dtype is not _HALF:
-          continue  # the common case, inline
-        if t not in _PLAIN_TYPES:
-          k = _plain(a)
-          if not k:
-            break
-          half = half or k == 2
-      else:
-        try:  # (staged while tracing: an iota's structure compiles, its values would not;
-          # but a number computed from Python values, a size from a shape, stays a number)
-          out = (
-            _numpy_result(twin(*args, **kwargs), half)
-            if not tracing()
-            else (_concrete(twin, args, kwargs, half))
-          )
-        except Exception:  # primc's path says what is wrong in its own words
-          out = None
-        if out is not None:
-          return out
-    return _by_primc(args, kwargs)
-
-  def _by_primc(args, kwargs):
-    out = on_front_ends(fn, args, kwargs)
-    return out if same_object else _apart(out, args, kwargs, twin)
-
-  same_object = fn.__name__ in _SAME_OBJECT
+  _named_like(wrapped, fn)
   wrapped.__wrapped_op__ = fn
   wrapped._takes_front_ends = True
   return wrapped
+
+
+def _named_like(wrapper, fn) -> None:
+  """`functools.wraps`'s names and docstring, without copying `fn.__dict__`."""
+  wrapper.__name__, wrapper.__qualname__ = fn.__name__, fn.__qualname__
+  wrapper.__doc__, wrapper.__module__, wrapper.__wrapped__ = fn.__doc__, fn.__module__, fn
+
+
+def _general(fn, twin, same_object: bool, args, kwargs):
+  """An op's call that is not the common case of `_front_end_aware`: numpy's twin where
+  every argument is plain (a float16 array, numpy's scalars, keywords), else primc's."""
+  if twin is not None and "out" not in kwargs:
+    half = False
+    for a in (*args, *kwargs.values()) if kwargs else args:  # every call: kept short
+      t = type(a)
+      if t is np.ndarray and a.dtype in _NATIVE and a.dtype is not _HALF:
+        continue  # the common case, inline
+      if t not in _PLAIN_TYPES:
+        k = _plain(a)
+        if not k:
+          break
+        half = half or k == 2
+    else:
+      try:  # (staged while tracing: an iota's structure compiles, its values would not;
+        # but a number computed from Python values, a size from a shape, stays a number)
+        out = (
+          _numpy_result(twin(*args, **kwargs), half)
+          if not tracing()
+          else (_concrete(twin, args, kwargs, half))
+        )
+      except Exception:  # primc's path says what is wrong in its own words
+        out = None
+      if out is not None:
+        return out
+  return _by_primc(fn, twin, same_object, args, kwargs)
+
+
+def _by_primc(fn, twin, same_object: bool, args, kwargs):
+  """The op's own path (primc's), handed to a front end where one's value is an argument."""
+  out = on_front_ends(fn, args, kwargs)
+  return out if same_object else _apart(out, args, kwargs, twin)
 
 
 def register_front_end(
