@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import builtins
 import functools
+import operator
 import sys
 import types
 
 import numpy as np
 
 from primc import prims as P
-from primc.core import FLOAT_DTYPES, Lit, PrimcError, ShapeError, dtype_name
+from primc.core import FLOAT_DTYPES, Lit, PrimcError, PrimcTypeError, ShapeError, dtype_name
 from primc.numpy import _recorded
 from primc.trace import Tracer, aval_of, constant_key, locate, user_ops
 from primc.trace import as_array as leaf_array
@@ -214,6 +215,7 @@ def array(obj, dtype=None):
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
+  shapes = [_shape(s) for s in shapes]
   ndim = builtins.max((len(s) for s in shapes), default=0)
   out = []
   for i in range(ndim):
@@ -227,7 +229,7 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 def broadcast_to(x, shape):
   """numpy.broadcast_to: right-aligned numpy broadcasting into an explicit broadcast_in_dim."""
   x = _as_array(x)
-  shape = tuple(int(d) for d in shape)
+  shape = _shape(shape)
   xs = aval_of(x).shape
   if xs == shape:
     return x
@@ -339,10 +341,31 @@ def _axes(axis, ndim) -> tuple[int, ...]:
   return tuple(sorted(_axis(a, ndim) for a in axes))
 
 
+def _integer(value, what: str) -> int:
+  """An integer argument (a count, an axis, a width, a dimension; `what` names it in the
+  error) as numpy takes one: Python's or numpy's integer, a bool, a 0-d integer array.
+  A float, even a whole one, or an array is an error, as numpy's (never truncated)."""
+  try:
+    return operator.index(value)
+  except TypeError:
+    raise PrimcTypeError(
+      f"{what} must be an integer, got {type(value).__name__} {value!r:.40}"
+    ) from None
+
+
+def _integers(values, what: str) -> np.ndarray:
+  """Integer arguments given as an array or (nested) sequence (split points, pad widths,
+  a partition's kth), as an int64 array; floats are an error (`_integer`)."""
+  out = np.asarray(values)
+  if out.dtype.kind not in "iub" and out.size:  # (an empty list is float64 to numpy)
+    raise PrimcTypeError(f"{what} must be integers, got {out.dtype} {values!r:.40}")
+  return out.astype(np.int64)
+
+
 def _axis(a, ndim: int) -> int:
   """Axis `a` of an array of rank `ndim`, counted from 0; out of [-ndim, ndim) is an error,
   as numpy's (never wrapped around)."""
-  a = int(a)
+  a = _integer(a, "axis")
   if not -ndim <= a < ndim:
     raise ShapeError(f"axis {a} is out of bounds for an array of rank {ndim}")
   return a % ndim
@@ -352,8 +375,19 @@ def astype(x, dtype):
   return asarray(x, dtype)
 
 
-def _shape(shape):
-  return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+def _shape(shape, what: str = "a shape") -> tuple[int, ...]:
+  """A shape argument (or one like it, `tile`'s reps): an integer or a sequence of them
+  (`_integer`)."""
+  if isinstance(shape, (int, np.integer)):
+    return (operator.index(shape),)
+  try:
+    dims = tuple(shape)
+  except TypeError:
+    raise PrimcTypeError(
+      f"{what} must be an integer or a sequence of integers, got {type(shape).__name__} "
+      f"{shape!r:.40}"
+    ) from None
+  return tuple(_integer(d, f"{what}'s element") for d in dims)
 
 
 # The shape ops conversion itself needs (`array` stacks a list of traced arrays)

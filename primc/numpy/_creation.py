@@ -14,6 +14,7 @@ from primc.numpy._base import (
   NotSupportedError,
   _as_array,
   _shape,
+  _integer,
   astype,
   broadcast_to,
 )
@@ -82,7 +83,8 @@ def eye(n, m=None, k=0, dtype="float32"):
   """numpy.eye (float32 by default, as JAX and Paddle): ones on diagonal k."""
   if not isinstance(k, (int, np.integer)):  # eye(n, m, dtype) as primc once took it
     k, dtype = 0, k
-  m = n if m is None else m
+  n = _integer(n, "eye's N")
+  m = n if m is None else _integer(m, "eye's M")
   if not trace_state.builders and min(n, m) >= 0:  # (on values: numpy's, as `_filled`)
     return np.eye(n, m, k, dtype_name(dtype))
   return P.convert(

@@ -10,7 +10,7 @@ import numpy as np
 
 from primc import prims as P
 from primc.batching import batch_program
-from primc.core import PrimcError, ShapedArray, ShapeError
+from primc.core import PrimcError, PrimcTypeError, ShapedArray, ShapeError
 from primc.numpy._base import (
   _axis,
   NotSupportedError,
@@ -43,6 +43,10 @@ from primc.trace import Tracer, aval_of, eval_program, trace_flat
 
 
 def result_type(*args):
+  """numpy.result_type of arrays (traced ones too), scalars and dtypes (not lists: numpy
+  reads a list as a structured dtype's fields)."""
+  if builtins.any(isinstance(a, (list, tuple)) for a in args):
+    raise PrimcTypeError("result_type takes arrays, scalars and dtypes, not lists or tuples")
   return np.result_type(
     *[
       np.dtype(aval_of(_as_array(a)).dtype) if not isinstance(a, (type, np.dtype, str)) else a
@@ -181,7 +185,7 @@ def _window(name):
   def window(M, *args):
     return asarray(getattr(np, name)(M, *args))
 
-  window.__name__ = name
+  window.__name__ = window.__qualname__ = name
   window.__doc__ = f"numpy.{name} (a constant array)."
   return window
 

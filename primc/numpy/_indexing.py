@@ -8,7 +8,14 @@ import builtins
 import numpy as np
 
 from primc import prims as P
-from primc.core import PrimcError, PrimcIndexError, ShapedArray, ShapeError, index_error
+from primc.core import (
+  PrimcError,
+  PrimcIndexError,
+  PrimcTypeError,
+  ShapedArray,
+  ShapeError,
+  index_error,
+)
 from primc.numpy._base import (
   NotSupportedError,
   _as_array,
@@ -447,6 +454,8 @@ def tril_indices_from(arr, k=0):
 
 def diag_indices_from(arr):
   s = shape(arr)
+  if len(s) < 2 or len(set(s)) != 1:
+    raise ShapeError(f"diag_indices_from needs an array of 2 or more equal axes, got {s}")
   return np.diag_indices(s[0], len(s))
 
 
@@ -520,6 +529,8 @@ def unravel_index(indices, shape, order="C"):
     raise PrimcError(f"unravel_index: order must be 'C' or 'F', got {order!r}")
   if not isinstance(indices, Tracer):
     return tuple(asarray(c) for c in np.unravel_index(indices, shape, order))
+  if np.dtype(aval_of(indices).dtype).kind not in "iu":
+    raise PrimcTypeError(f"unravel_index takes integer indices, got {aval_of(indices)}")
   flat = astype(indices, "int64")
   dims = list(shape) if order == "C" else list(shape)[::-1]
   coords = []

@@ -17,6 +17,7 @@ from primc.numpy._base import (
   _float,
   _op,
   _promote_list,
+  _integer,
   astype,
   broadcast_shapes,
   broadcast_to,
@@ -136,7 +137,7 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
   if len(shape) != 2 or (axis1 % 2, axis2 % 2) != (0, 1):
     return _diagonal(moveaxis(a, (axis1, axis2), (-2, -1)), offset)
   n, m = shape
-  k = int(offset)
+  k = _integer(offset, "diagonal's offset")
   length = builtins.max(0, builtins.min(n, m - k) if k >= 0 else builtins.min(n + k, m))
   i = np.arange(length)
   flat = (i * m + i + k) if k >= 0 else ((i - k) * m + i)
@@ -165,7 +166,7 @@ def diag(v, k=0):
     return diagonal(v, k)
   if len(shape) != 1:
     raise ShapeError(f"diag needs a 1-D or 2-D array, got shape {shape}")
-  k = int(k)
+  k = _integer(k, "diag's k")
   size = shape[0] + builtins.abs(k)
   padded = P.pad(v, [(0, builtins.abs(k), 0)])
   along = 0 if k >= 0 else 1  # row r holds v[r] (k >= 0); column c holds v[c] (k < 0)
@@ -185,7 +186,8 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
 
 
 def _linalg_op(fn):
-  fn.__name__ = "linalg." + fn.__name__.strip("_")  # errors name linalg.solve, ...
+  # (errors name linalg.solve, ...)
+  fn.__name__ = fn.__qualname__ = "linalg." + fn.__name__.strip("_")
   return _op(fn)
 
 
@@ -435,7 +437,7 @@ def _linalg_name(name: str):
   another of this module."""
 
   def rename(fn):
-    fn.__name__ = name
+    fn.__name__ = fn.__qualname__ = name
     return fn
 
   return rename

@@ -11,6 +11,7 @@ from primc.numpy._base import (
   _as_array,
   _float,
   _op,
+  _integer,
   array,
   asarray,
   concatenate,
@@ -131,10 +132,18 @@ def polymul(a1, a2):
   return convolve(ravel(_float(array(a1))), ravel(_float(array(a2))))
 
 
+def _coefficients(p, name):
+  """A polynomial's coefficients: a 1-D array (as numpy's `len(p)` needs), in float."""
+  p = _float(array(p))
+  if aval_of(p).ndim != 1:
+    raise ShapeError(f"{name} needs a 1-D array of coefficients, got shape {aval_of(p).shape}")
+  return p
+
+
 @_op
 def polyder(p, m=1):
   """The m-th derivative's coefficients (highest power first)."""
-  p = ravel(_float(array(p)))
+  p = _coefficients(p, "polyder")
   for _ in range(int(m)):
     n = aval_of(p).shape[0]
     if n <= 1:
@@ -146,7 +155,7 @@ def polyder(p, m=1):
 @_op
 def polyint(p, m=1, k=None):
   """The m-th antiderivative's coefficients, integration constants k (0 by default)."""
-  p = ravel(_float(array(p)))
+  p = _coefficients(p, "polyint")
   ks = np.zeros(int(m)) if k is None else np.broadcast_to(np.asarray(k, np.float64), (int(m),))
   for j in range(int(m)):
     n = aval_of(p).shape[0]
@@ -165,7 +174,9 @@ def polyfit(x, y, deg, rcond=None):
 
 @_op
 def vander(x, N=None, increasing=False):
-  x = ravel(_as_array(x))
-  n = shape(x)[0] if N is None else int(N)
+  x = _as_array(x)
+  if aval_of(x).ndim != 1:
+    raise ShapeError(f"vander needs a 1-D array, got shape {aval_of(x).shape}")
+  n = shape(x)[0] if N is None else _integer(N, "vander's N")
   cols = [power(x, k) if k else ones_like(x) for k in range(n)]
   return stack(cols if increasing else cols[::-1], 1)

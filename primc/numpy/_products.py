@@ -14,6 +14,7 @@ from primc.numpy._base import (
   _op,
   _promote,
   _promote_list,
+  _axis,
   astype,
   broadcast_shapes,
   broadcast_to,
@@ -128,7 +129,11 @@ def outer(a, b):
 
 @_op
 def vdot(a, b):
-  return sum(multiply(ravel(_as_array(a)), ravel(_as_array(b))))
+  """The dot product of `a` and `b` flattened (of equal sizes, as numpy's)."""
+  a, b = ravel(_as_array(a)), ravel(_as_array(b))
+  if aval_of(a).shape != aval_of(b).shape:
+    raise ShapeError(f"vdot of {aval_of(a).size} and {aval_of(b).size} elements")
+  return sum(multiply(a, b))
 
 
 @_op
@@ -158,6 +163,12 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
 
 @_op
 def vecdot(x1, x2, axis=-1):
+  """Dot products along `axis` (of equal lengths in both: numpy's gufunc broadcasts only
+  the other axes)."""
+  x1, x2 = _as_array(x1), _as_array(x2)
+  n1, n2 = (aval_of(x).shape[_axis(axis, aval_of(x).ndim)] for x in (x1, x2))
+  if n1 != n2:
+    raise ShapeError(f"vecdot of vectors of {n1} and {n2} elements along axis {axis}")
   return sum(multiply(x1, x2), axis)
 
 

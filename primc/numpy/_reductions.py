@@ -12,6 +12,7 @@ from primc.numpy._base import (
   NotSupportedError,
   _as_array,
   _axes,
+  _integer,
   _float,
   _op,
   asarray,
@@ -188,10 +189,11 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
   """numpy's `diff`; `prepend`/`append` (a scalar spread over the axis, or an array) are
   joined to `a` along `axis` first, with numpy's promotion (None: nothing joined)."""
   a = _as_array(a)
-  if int(n) < 0:
+  n = _integer(n, "diff's order n")
+  if n < 0:
     raise PrimcError(f"diff: order must be non-negative but got {n}")
   axis = _one_axis(axis, aval_of(a).ndim)
-  if int(n) == 0:  # (numpy's: `a` itself, nothing joined)
+  if n == 0:  # (numpy's: `a` itself, nothing joined)
     return a
   if prepend is not None or append is not None:
 
@@ -211,7 +213,7 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
       ],
       axis=axis,
     )
-  for _ in range(int(n)):
+  for _ in range(n):
     m = aval_of(a).shape[axis]
     a = (not_equal if aval_of(a).dtype == "bool" else subtract)(  # (numpy's, of bools)
       _slice_axis(a, axis, builtins.min(1, m), m), _slice_axis(a, axis, 0, builtins.max(0, m - 1))
@@ -330,7 +332,7 @@ def _cumulative(scan, name, initial):
       out = pad(out, width, constant_values=initial)
     return out
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn)
 
 

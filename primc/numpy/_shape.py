@@ -10,6 +10,9 @@ from primc import prims as P
 from primc.core import PrimcError, ShapeError
 from primc.numpy._base import (
   _axis,
+  _integer,
+  _integers,
+  _shape,
   NotSupportedError,
   _as_array,
   _axes,
@@ -59,7 +62,7 @@ def split(x, indices_or_sections=None, axis=0, num_or_sections=None):
     raise PrimcError("split needs indices_or_sections (or num_or_sections)")
   x = _as_array(x)
   shape = aval_of(x).shape
-  axis = axis % len(shape)
+  axis = _axis(axis, len(shape))
   n = shape[axis]
   if isinstance(indices_or_sections, (int, np.integer)):
     k = int(indices_or_sections)
@@ -67,7 +70,7 @@ def split(x, indices_or_sections=None, axis=0, num_or_sections=None):
       raise ShapeError(f"array of size {n} along axis {axis} cannot be split into {k} equal parts")
     points = [n // k * i for i in range(1, k)]
   else:
-    points = [int(p) for p in indices_or_sections]
+    points = _integers(indices_or_sections, "split points").tolist()
   return _split_at(x, axis, points)
 
 
@@ -86,7 +89,7 @@ def array_split(x, indices_or_sections, axis=0):
   x = _as_array(x)
   axis = _axes(axis, aval_of(x).ndim)[0]
   if not isinstance(indices_or_sections, (int, np.integer)):
-    return _split_at(x, axis, [int(p) for p in indices_or_sections])
+    return _split_at(x, axis, _integers(indices_or_sections, "split points").tolist())
   n, k = aval_of(x).shape[axis], int(indices_or_sections)
   if k <= 0:
     raise ShapeError(f"array_split needs a positive number of sections, got {k}")
@@ -102,7 +105,7 @@ def _split_along(name, axis_of, min_ndim):
       raise ShapeError(f"{name} needs an array of rank >= {min_ndim}, got {aval_of(x).shape}")
     return split(x, indices_or_sections, axis_of(nd))
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn)
 
 
@@ -114,7 +117,7 @@ dsplit = _split_along("dsplit", lambda nd: 2, 3)
 def split_sizes(x, sizes, axis=0):
   """Paddle-style split by section sizes (one size may be -1: the rest)."""
   n = aval_of(_as_array(x)).shape[_axes(axis, aval_of(_as_array(x)).ndim)[0]]
-  sizes = [int(k) for k in sizes]
+  sizes = [_integer(k, "a section size") for k in sizes]
   if sizes.count(-1) > 1 or builtins.any(k < -1 for k in sizes):
     raise ShapeError(f"section sizes {sizes}: at most one -1 and no other negative size")
   if -1 in sizes:
@@ -133,7 +136,8 @@ def _pad_axis(x, axis, before, after):
 
 
 def _one_axis(axis, ndim):
-  return _axes(axis, ndim)[0]
+  """One axis (an integer: a tuple of axes is an error where numpy takes one)."""
+  return _axis(axis, ndim)
 
 
 @_op
@@ -199,7 +203,7 @@ def pad(array, pad_width, mode="constant", constant_values=0):
   x = _as_array(array)
   if mode in _INDEX_PAD_MODES:
     nd = aval_of(x).ndim
-    widths = np.broadcast_to(np.asarray(pad_width, np.int64), (nd, 2))
+    widths = np.broadcast_to(_integers(pad_width, "pad_width"), (nd, 2))
     for axis, (before, after) in enumerate(widths):
       n = aval_of(x).shape[axis]
       if before or after:
@@ -215,7 +219,7 @@ def pad(array, pad_width, mode="constant", constant_values=0):
   if np.ndim(constant_values) != 0:
     raise NotSupportedError("pad with per-axis constant_values is not supported (a scalar is)")
   nd = aval_of(x).ndim
-  widths = np.broadcast_to(np.asarray(pad_width, np.int64), (nd, 2))
+  widths = np.broadcast_to(_integers(pad_width, "pad_width"), (nd, 2))
   if (widths < 0).any():
     raise ShapeError(f"pad widths must be non-negative, got {pad_width}")
   config = [(int(b), int(e), 0) for b, e in widths]
@@ -231,7 +235,7 @@ def pad(array, pad_width, mode="constant", constant_values=0):
 @_op
 def tile(A, reps):
   A = _as_array(A)
-  reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
+  reps = _shape(reps, "reps")
   shape = aval_of(A).shape
   nd = builtins.max(len(shape), len(reps))
   shape = (1,) * (nd - len(shape)) + shape

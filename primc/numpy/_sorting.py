@@ -11,6 +11,7 @@ from primc.core import FLOAT_DTYPES, PrimcError, ShapeError
 from primc.numpy._base import (
   NotSupportedError,
   _as_array,
+  _integers,
   _float,
   _op,
   _promote,
@@ -104,6 +105,8 @@ def argsort(a, axis=-1, kind=None, stable=None):
 def sort(a, axis=-1, kind=None, stable=None):
   """`a` sorted along `axis` (NaNs last): the elements gathered by `argsort`, so the
   gradient flows back through the permutation (to each element from its place)."""
+  if axis is not None:  # (a 0-d array has no axis -1, as numpy says; argsort takes one)
+    _one_axis(axis, aval_of(_as_array(a)).ndim)
   a, axis = _last_axis(a, axis)
   moved = moveaxis(a, axis, -1)
   nd = aval_of(moved).ndim
@@ -113,7 +116,12 @@ def sort(a, axis=-1, kind=None, stable=None):
 @_op
 def partition(a, kth, axis=-1):
   """Sorted along `axis`: a valid partition for every kth (numpy leaves the order
-  around the kth element unspecified)."""
+  around the kth element unspecified); each kth an integer in [-n, n), as numpy's."""
+  a = _as_array(a)
+  n = aval_of(a).size if axis is None else aval_of(a).shape[_one_axis(axis, aval_of(a).ndim)]
+  k = _integers(kth, "partition's kth")
+  if ((k < -n) | (k >= n)).any():
+    raise ShapeError(f"partition: kth {kth!r:.40} out of bounds for an axis of length {n}")
   return sort(a, axis)
 
 

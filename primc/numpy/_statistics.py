@@ -8,7 +8,7 @@ import builtins
 import numpy as np
 
 from primc import prims as P
-from primc.core import FLOAT_DTYPES, PrimcError, ShapeError
+from primc.core import FLOAT_DTYPES, PrimcError, PrimcTypeError, ShapeError
 from primc.numpy._base import (
   NotSupportedError,
   _as_array,
@@ -74,7 +74,7 @@ def _nan_reduction(name, reduce, fill):
   def fn(a, axis=None, keepdims=False, *, dtype=None, initial=None, where=None):
     return reduce(_nans_as(a, fill), axis, keepdims, dtype, initial, where)
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn)
 
 
@@ -99,7 +99,7 @@ def _nan_extreme(name, reduce, fill):
       return best  # keeps the dtype)
     return _where(all(_nan_mask(a), axis, keepdims), full_like(best, np.nan), best)
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn)
 
 
@@ -397,6 +397,16 @@ def _bin_edges(a, bins, range_):
   return astype(edges, dtype)
 
 
+def _known(x) -> np.ndarray:
+  """`x`'s values as float64 where they are known while tracing, else an empty array."""
+  if isinstance(x, Tracer):
+    return np.zeros(0)
+  try:
+    return np.asarray(x, np.float64)
+  except (TypeError, ValueError):  # (a list holding traced values)
+    return np.zeros(0)
+
+
 @_op
 def histogram(a, bins=10, range=None, density=None, weights=None):
   """numpy.histogram (a flattened): counts (or weights summed) per bin, and the edges.
@@ -412,8 +422,15 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
       f"histogram with bins={bins!r} (an estimator) is not supported: "
       f"give a number of bins or their edges"
     )
+  elif np.ndim(bins) != 1:
+    raise PrimcTypeError(
+      f"histogram: bins must be an integer or an array of edges, got {type(bins).__name__}"
+      f" {bins!r:.40}"
+    )
   else:
     edges = ravel(_float(bins))
+    if (np.diff(_known(bins)) < 0).any():  # (traced edges are not checked, as in JAX)
+      raise PrimcError(f"histogram: bins must increase monotonically, got {bins!r:.60}")
   n = aval_of(edges).shape[0] - 1
   below = P.convert(
     less_equal(

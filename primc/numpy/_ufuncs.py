@@ -16,6 +16,7 @@ from primc.numpy._base import (
   _is_python_scalar,
   _op,
   _promote,
+  _integer,
   asarray,
   astype,
   broadcast_shapes,
@@ -29,7 +30,7 @@ def _unary(prim_fn, name, to_float=True):
   def fn(x):
     return prim_fn(_float(x) if to_float else _as_array(x))
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn, recorded=True)
 
 
@@ -93,7 +94,7 @@ def _binary(prim_fn, name, of_bools=None):
       return of_bools(x, y)
     return prim_fn(x, y)
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn, recorded=True)
 
 
@@ -141,7 +142,7 @@ def _binary_float(prim, name):
   def fn(x, y):
     return prim.bind(*_promote_float(x, y))
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn)
 
 
@@ -238,20 +239,21 @@ def _rounding(prim, name):
       return x if prim is not P.rint_p else P.convert(x, "float64")
     return prim.bind(x)
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn)
 
 
 floor = _rounding(P.floor_p, "floor")
 ceil = _rounding(P.ceil_p, "ceil")
-trunc = fix = _rounding(P.trunc_p, "trunc")
+trunc = _rounding(P.trunc_p, "trunc")
+fix = _rounding(P.trunc_p, "fix")  # (numpy.fix, not a ufunc: no `dtype=`)
 rint = _rounding(P.rint_p, "rint")
 
 
 @_op
 def round_(a, decimals=0):
   """numpy.round: halves to even, at `decimals` places (scaled by 10**decimals)."""
-  a = _as_array(a)
+  a, decimals = _as_array(a), _integer(decimals, "round's decimals")
   if aval_of(a).dtype == "bool" and decimals >= 0:  # numpy's float16, as other float
     return P.convert(a, "float64")  # functions of bools (docs/guide/numpy.md)
   if aval_of(a).dtype not in FLOAT_DTYPES:
@@ -454,7 +456,7 @@ def _bitwise(logical, prim, name):
       )
     return prim.bind(*xs)
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn)
 
 
@@ -475,7 +477,7 @@ def _shift(prim, name):
       )
     return prim.bind(x, y)
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn)
 
 
@@ -495,7 +497,7 @@ def _nan_ignoring(pick, name):
       return pick(x, y)
     return where(_nan_mask(y), x, where(_nan_mask(x), y, pick(x, y)))
 
-  fn.__name__ = name
+  fn.__name__ = fn.__qualname__ = name
   return _op(fn)
 
 
@@ -542,7 +544,7 @@ def _real_only(name, fn):
     x = _as_array(x)
     return fn(x)
 
-  op.__name__ = name
+  op.__name__ = op.__qualname__ = name
   return _op(op)
 
 
@@ -561,6 +563,9 @@ def angle(z, deg=False):
 
 @_op
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+  """numpy.nan_to_num (`copy` is checked and has no effect: primc writes no argument)."""
+  if copy is not None and not isinstance(copy, (bool, int, np.bool_, np.integer)):
+    raise PrimcTypeError(f"copy must be True, False or None, got {type(copy).__name__}")
   x = _as_array(x)
   dt = aval_of(x).dtype
   if dt not in FLOAT_DTYPES:
@@ -588,8 +593,10 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 @_op
 def ldexp(x1, x2):
-  """x1 * 2**x2 (x2 integers)."""
+  """x1 * 2**x2 (x2 integers, as numpy's: a float exponent is an error)."""
   x1 = _float(x1)
+  if np.dtype(aval_of(_as_array(x2)).dtype).kind not in "iub":
+    raise PrimcTypeError(f"ldexp's exponent must be integers, got {aval_of(_as_array(x2))}")
   return multiply(x1, power(asarray(2.0, aval_of(x1).dtype), astype(x2, aval_of(x1).dtype)))
 
 

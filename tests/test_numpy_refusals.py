@@ -1,0 +1,109 @@
+"""primc.numpy refuses what numpy refuses, on plain values and traced.
+
+A call numpy refuses on plain values falls to primc's own path (whose error names the
+op and the user's line), so primc's path must refuse it too, or the call returns a
+result where numpy says the arguments are wrong: a float where an integer is meant (a
+count, an axis, a shape, a width) truncated, an array taken as an axis, a quantile out
+of [0, 1]. Each function primc.numpy shares with numpy is called with arguments of each
+kind below; where numpy raises, primc must raise, both on values and while tracing
+(the arrays traced, the bad argument a Python value or a constant).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import primc
+import primc.numpy as pnp
+
+R = np.random.default_rng(0)
+X = R.standard_normal(6)  # a vector
+M = R.standard_normal((2, 3))  # a matrix
+Q = np.array([0.1, 1.5, 0.5, -0.2])  # another length; as quantiles, two out of range
+
+# (name, call(module, x, m)): x and m are the arrays (traced in the traced path); the
+# bad argument is a Python value or a constant array
+KINDS = {
+  "axis out of range": lambda np_, x, m: np_.FN(m, axis=5),
+  "negative axis out of range": lambda np_, x, m: np_.FN(m, axis=-3),
+  "float axis": lambda np_, x, m: np_.FN(m, axis=1.0),
+  "array second argument": lambda np_, x, m: np_.FN(x, Q),
+  "fractional second argument": lambda np_, x, m: np_.FN(x, 1.5),
+  "whole float second argument": lambda np_, x, m: np_.FN(x, 2.0),
+  "string second argument": lambda np_, x, m: np_.FN(x, "a"),
+  "whole float first argument": lambda np_, x, m: np_.FN(3.0),
+  "float in a shape": lambda np_, x, m: np_.FN((2, 3.0)),
+  "integer out of the dtype's range": lambda np_, x, m: np_.FN([2**40], dtype="int32"),
+}
+
+
+def _shared_names():
+  names = []
+  for name in sorted(dir(pnp)):
+    ours, theirs = getattr(pnp, name), getattr(np, name, None)
+    if name.startswith("_") or theirs is None or isinstance(theirs, type):
+      continue
+    if callable(ours) and callable(theirs) and not isinstance(ours, type):
+      names.append(name)
+  return names
+
+
+NAMES = _shared_names()
+
+# Where primc takes what numpy refuses, on purpose (the reason given): not a wrong result
+LENIENT = {
+  ("clip", "fractional second argument"): "Paddle's and MindSpore's clip(x, min)",
+  ("clip", "whole float second argument"): "Paddle's and MindSpore's clip(x, min)",
+  ("unstack", "float in a shape"): "array-likes, as every op takes (numpy reads x.ndim)",
+  ("issubdtype", "string second argument"): "numpy's own function: a traced array is read"
+  " as its dtype (numpy refuses only its own arrays)",
+}
+
+
+class _Module:
+  """A module whose `FN` is one function of `module`."""
+
+  def __init__(self, module, name):
+    self.FN = getattr(module, name)
+
+
+def _numpy_refuses(name, kind) -> bool:
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    try:
+      KINDS[kind](_Module(np, name), X, M)
+    except MemoryError:  # (numpy allocates; a traced shape is not a refusal)
+      return False
+    except Exception:
+      return True
+  return False
+
+
+def test_the_family_covers_numpys_functions():
+  assert len(NAMES) > 200
+  assert {"diff", "zeros", "argmax", "nanquantile", "split", "pad"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_refuses_what_numpy_refuses(kind):
+  """Every shared function, one kind of bad argument: where numpy raises, primc raises
+  (on values, and while tracing the arrays); the functions that returned a result are
+  listed together."""
+  accepted = []
+  for name in NAMES:
+    if (name, kind) in LENIENT or not _numpy_refuses(name, kind):
+      continue
+    ours = _Module(pnp, name)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      for path in ("values", "traced"):
+        try:
+          if path == "values":
+            KINDS[kind](ours, X, M)
+          else:
+            primc.make_program(lambda x, m: KINDS[kind](ours, x, m))(X, M)
+        except Exception:
+          continue
+        accepted.append(f"{name} ({path})")
+  assert not accepted, f"numpy refuses, primc returns a result: {', '.join(accepted)}"
