@@ -107,3 +107,36 @@ def test_refuses_what_numpy_refuses(kind):
           continue
         accepted.append(f"{name} ({path})")
   assert not accepted, f"numpy refuses, primc returns a result: {', '.join(accepted)}"
+
+
+# An integer argument given a float: numpy's TypeError; primc's names the op and the line
+INTEGER_ARGUMENTS = {
+  "diff": lambda np_, x: np_.diff(x, 1.5),
+  "zeros": lambda np_, x: np_.zeros((2, 3.0)),
+  "eye": lambda np_, x: np_.eye(3.0),
+  "pad": lambda np_, x: np_.pad(x, 1.5),
+  "tile": lambda np_, x: np_.tile(x, 2.0),
+  "argmax": lambda np_, x: np_.argmax(x, 0.0),
+  "split": lambda np_, x: np_.split(x, [1.5]),
+  "partition": lambda np_, x: np_.partition(x, 1.5),
+  "round": lambda np_, x: np_.round(x, 1.5),
+  "vander": lambda np_, x: np_.vander(x, 2.0),
+  "diag": lambda np_, x: np_.diag(x, 1.0),
+  "reshape": lambda np_, x: np_.reshape(x, (2, 3.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_ARGUMENTS))
+def test_a_float_for_an_integer_names_the_op_and_the_line(name):
+  call = INTEGER_ARGUMENTS[name]
+  with pytest.raises(TypeError):
+    call(np, X)
+  for run in (
+    lambda: call(pnp, X),
+    lambda: primc.make_program(lambda x: call(pnp, x))(X),
+    lambda: primc.jit(lambda x: call(pnp, x))(X),
+  ):
+    with pytest.raises(primc.PrimcError) as info:
+      run()
+    assert isinstance(info.value, TypeError)
+    assert name in str(info.value) and "test_numpy_refusals.py" in str(info.value)

@@ -348,9 +348,8 @@ def _integer(value, what: str) -> int:
   try:
     return operator.index(value)
   except TypeError:
-    raise PrimcTypeError(
-      f"{what} must be an integer, got {type(value).__name__} {value!r:.40}"
-    ) from None
+    message = f"{what} must be an integer, got {type(value).__name__} {value!r:.40}"
+    raise locate(PrimcTypeError(), message) from None
 
 
 def _integers(values, what: str) -> np.ndarray:
@@ -358,7 +357,8 @@ def _integers(values, what: str) -> np.ndarray:
   a partition's kth), as an int64 array; floats are an error (`_integer`)."""
   out = np.asarray(values)
   if out.dtype.kind not in "iub" and out.size:  # (an empty list is float64 to numpy)
-    raise PrimcTypeError(f"{what} must be integers, got {out.dtype} {values!r:.40}")
+    message = f"{what} must be integers, got {out.dtype} {values!r:.40}"
+    raise locate(PrimcTypeError(), message)
   return out.astype(np.int64)
 
 
@@ -383,11 +383,12 @@ def _shape(shape, what: str = "a shape") -> tuple[int, ...]:
   try:
     dims = tuple(shape)
   except TypeError:
-    raise PrimcTypeError(
+    message = (
       f"{what} must be an integer or a sequence of integers, got {type(shape).__name__} "
       f"{shape!r:.40}"
-    ) from None
-  return tuple(_integer(d, f"{what}'s element") for d in dims)
+    )
+    raise locate(PrimcTypeError(), message) from None
+  return tuple(_integer(d, f"an element of {what}") for d in dims)
 
 
 # The shape ops conversion itself needs (`array` stacks a list of traced arrays)

@@ -22,11 +22,12 @@ from primc.trace import Tracer, aval_of
 from primc.trace import state as trace_state
 
 
-def _filled(shape, fill_value, dtype):
+def _filled(shape, fill_value, dtype, name):
   """`P.full`: staged while tracing; on values numpy's array at once (what evaluating the
   primitive gives, ~5 us sooner: creation functions are called in loops), except where
-  the primitive's checks speak (a negative size; a fill numpy would cast unlike it)."""
-  shape = _shape(shape)
+  the primitive's checks speak (a negative size; a fill numpy would cast unlike it).
+  `name`: the creation function's, for an error."""
+  shape = _shape(shape, f"{name}'s shape")
   if not trace_state.builders and min(shape, default=0) >= 0:
     dtype = dtype_name(dtype)
     if type(fill_value) is int or type(fill_value) is bool or dtype in FLOAT_DTYPES:
@@ -35,11 +36,11 @@ def _filled(shape, fill_value, dtype):
 
 
 def zeros(shape, dtype="float32"):
-  return _filled(shape, 0, dtype)
+  return _filled(shape, 0, dtype, "zeros")
 
 
 def ones(shape, dtype="float32"):
-  return _filled(shape, 1, dtype)
+  return _filled(shape, 1, dtype, "ones")
 
 
 def full(shape, fill_value, dtype=None):
@@ -48,13 +49,14 @@ def full(shape, fill_value, dtype=None):
   traced value) gives its dtype unless `dtype` says otherwise, traced or not. On values,
   a new array, as numpy's (writable)."""
   if type(fill_value) in _PYTHON_NUMBERS:  # (the common call, first)
-    return _filled(shape, fill_value, dtype or "float32")
+    return _filled(shape, fill_value, dtype or "float32", "full")
   if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
     value = _as_array(fill_value)
-    return _fresh(broadcast_to(value if dtype is None else astype(value, dtype), _shape(shape)))
+    shape = _shape(shape, "full's shape")
+    return _fresh(broadcast_to(value if dtype is None else astype(value, dtype), shape))
   if isinstance(fill_value, (np.ndarray, np.generic)):
     dtype = dtype or aval_of(np.asarray(fill_value)).dtype
-  return _filled(shape, fill_value, dtype or "float32")
+  return _filled(shape, fill_value, dtype or "float32", "full")
 
 
 def _fresh(x):
@@ -73,10 +75,10 @@ def ones_like(x, dtype=None, shape=None):
 def full_like(x, fill_value, dtype=None, shape=None):
   """numpy.full_like; `shape` replaces x's (its dtype is kept)."""
   a = aval_of(_as_array(x))
-  shape = a.shape if shape is None else _shape(shape)
+  shape = a.shape if shape is None else _shape(shape, "full_like's shape")
   if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
     return _fresh(broadcast_to(astype(_as_array(fill_value), dtype or a.dtype), shape))
-  return _filled(shape, fill_value, dtype or a.dtype)
+  return _filled(shape, fill_value, dtype or a.dtype, "full_like")
 
 
 def eye(n, m=None, k=0, dtype="float32"):

@@ -70,7 +70,7 @@ def split(x, indices_or_sections=None, axis=0, num_or_sections=None):
       raise ShapeError(f"array of size {n} along axis {axis} cannot be split into {k} equal parts")
     points = [n // k * i for i in range(1, k)]
   else:
-    points = _integers(indices_or_sections, "split points").tolist()
+    points = _integers(indices_or_sections, "split's points").tolist()
   return _split_at(x, axis, points)
 
 
@@ -89,7 +89,7 @@ def array_split(x, indices_or_sections, axis=0):
   x = _as_array(x)
   axis = _axes(axis, aval_of(x).ndim)[0]
   if not isinstance(indices_or_sections, (int, np.integer)):
-    return _split_at(x, axis, _integers(indices_or_sections, "split points").tolist())
+    return _split_at(x, axis, _integers(indices_or_sections, "split's points").tolist())
   n, k = aval_of(x).shape[axis], int(indices_or_sections)
   if k <= 0:
     raise ShapeError(f"array_split needs a positive number of sections, got {k}")
@@ -203,7 +203,7 @@ def pad(array, pad_width, mode="constant", constant_values=0):
   x = _as_array(array)
   if mode in _INDEX_PAD_MODES:
     nd = aval_of(x).ndim
-    widths = np.broadcast_to(_integers(pad_width, "pad_width"), (nd, 2))
+    widths = np.broadcast_to(_integers(pad_width, "pad's pad_width"), (nd, 2))
     for axis, (before, after) in enumerate(widths):
       n = aval_of(x).shape[axis]
       if before or after:
@@ -219,7 +219,7 @@ def pad(array, pad_width, mode="constant", constant_values=0):
   if np.ndim(constant_values) != 0:
     raise NotSupportedError("pad with per-axis constant_values is not supported (a scalar is)")
   nd = aval_of(x).ndim
-  widths = np.broadcast_to(_integers(pad_width, "pad_width"), (nd, 2))
+  widths = np.broadcast_to(_integers(pad_width, "pad's pad_width"), (nd, 2))
   if (widths < 0).any():
     raise ShapeError(f"pad widths must be non-negative, got {pad_width}")
   config = [(int(b), int(e), 0) for b, e in widths]
@@ -235,7 +235,7 @@ def pad(array, pad_width, mode="constant", constant_values=0):
 @_op
 def tile(A, reps):
   A = _as_array(A)
-  reps = _shape(reps, "reps")
+  reps = _shape(reps, "tile's reps")
   shape = aval_of(A).shape
   nd = builtins.max(len(shape), len(reps))
   shape = (1,) * (nd - len(shape)) + shape
