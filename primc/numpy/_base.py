@@ -335,10 +335,14 @@ def _float(x):
 
 
 def _axes(axis, ndim) -> tuple[int, ...]:
+  """An axis or a tuple of axes (None: all), sorted; one repeated is an error, as numpy's."""
   if axis is None:
     return tuple(range(ndim))
   axes = (axis,) if isinstance(axis, int) else tuple(axis)
-  return tuple(sorted(_axis(a, ndim) for a in axes))
+  out = tuple(sorted(_axis(a, ndim) for a in axes))
+  if len(set(out)) != len(out):
+    raise locate(ShapeError(), f"duplicate value in axis {axis!r}")
+  return out
 
 
 def _integer(value, what: str) -> int:
@@ -356,7 +360,7 @@ def _integers(values, what: str) -> np.ndarray:
   """Integer arguments given as an array or (nested) sequence (split points, pad widths,
   a partition's kth), as an int64 array; floats are an error (`_integer`)."""
   out = np.asarray(values)
-  if out.dtype.kind not in "iub" and out.size:  # (an empty list is float64 to numpy)
+  if out.dtype.kind not in "iu" and out.size:  # (an empty list is float64 to numpy)
     message = f"{what} must be integers, got {out.dtype} {values!r:.40}"
     raise locate(PrimcTypeError(), message)
   return out.astype(np.int64)

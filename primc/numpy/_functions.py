@@ -93,6 +93,9 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
 def select(condlist, choicelist, default=0):
   if len(condlist) != len(choicelist):
     raise ShapeError("select: condlist and choicelist differ in length")
+  for k, cond_ in enumerate(condlist):
+    if aval_of(_as_array(cond_)).dtype != "bool":
+      raise PrimcTypeError(f"select: condlist's entry {k} is not boolean: {aval_of(cond_)}")
   out = default
   for cond_, choice in reversed(list(zip(condlist, choicelist))):
     out = where(cond_, choice, out)

@@ -464,6 +464,8 @@ def choose(a, choices, mode="raise"):
   """choices[a] elementwise (broadcast). An index out of range is numpy's ValueError for a
   constant `a`; a traced `a` needs mode='clip' or 'wrap' (its range is not known)."""
   n = len(choices)
+  if np.dtype(aval_of(_as_array(a)).dtype).kind not in "iu":
+    raise PrimcTypeError(f"choose takes integer indices, got {aval_of(_as_array(a))}")
   if isinstance(a, Tracer):
     if mode == "raise":
       raise NotSupportedError(
@@ -488,10 +490,12 @@ def compress(condition, a, axis=None):
   true."""
   if isinstance(condition, Tracer):
     raise NotSupportedError("compress with a traced condition (the result's length depends on it)")
-  a = _as_array(a)
+  a, condition = _as_array(a), np.asarray(condition)
+  if condition.ndim != 1:
+    raise ShapeError(f"compress: condition must be a 1-d array, got shape {condition.shape}")
   if axis is None:
     a, axis = ravel(a), 0
-  return take(a, np.nonzero(np.asarray(condition))[0], axis=axis)
+  return take(a, np.nonzero(condition)[0], axis=axis)
 
 
 @_op

@@ -6,7 +6,7 @@ import builtins
 
 import numpy as np
 
-from primc.core import ShapeError
+from primc.core import PrimcError, ShapeError
 from primc.numpy._base import (
   _as_array,
   _float,
@@ -16,6 +16,7 @@ from primc.numpy._base import (
   asarray,
   concatenate,
   ravel,
+  reshape,
   shape,
   stack,
 )
@@ -56,7 +57,7 @@ def _correlate_valid(a, v):
 
 
 def _correlate_mode(a, v, mode, name):
-  a, v = ravel(_float(a)), ravel(_float(v))
+  a, v = _coefficients(a, name, True), _coefficients(v, name, True)
   common = np.result_type(aval_of(a).dtype, aval_of(v).dtype).name
   a, v = asarray(a, common), asarray(v, common)
   n, m = aval_of(a).shape[0], aval_of(v).shape[0]
@@ -86,7 +87,7 @@ def correlate(a, v, mode="valid"):
 @_op
 def convolve(a, v, mode="full"):
   """numpy.convolve of 1-D real arrays: correlate with v reversed."""
-  a, v = ravel(_as_array(a)), ravel(_as_array(v))
+  a, v = _coefficients(a, "convolve", True), _coefficients(v, "convolve", True)
   if aval_of(v).shape[0] > aval_of(a).shape[0]:
     a, v = v, a
   return correlate(a, flip(v), mode)
@@ -111,7 +112,7 @@ def polyval(p, x):
 
 def _poly_pair(a1, a2):
   """Two coefficient arrays (highest power first) padded at the front to one length."""
-  a1, a2 = ravel(_float(array(a1))), ravel(_float(array(a2)))
+  a1, a2 = _coefficients(a1, "polynomial", True), _coefficients(a2, "polynomial", True)
   n1, n2 = aval_of(a1).shape[0], aval_of(a2).shape[0]
   n = builtins.max(n1, n2)
   return pad(a1, (n - n1, 0)), pad(a2, (n - n2, 0))
@@ -129,12 +130,15 @@ def polysub(a1, a2):
 
 @_op
 def polymul(a1, a2):
-  return convolve(ravel(_float(array(a1))), ravel(_float(array(a2))))
+  return convolve(_coefficients(a1, "polymul", True), _coefficients(a2, "polymul", True))
 
 
-def _coefficients(p, name):
-  """A polynomial's coefficients: a 1-D array (as numpy's `len(p)` needs), in float."""
+def _coefficients(p, name, scalars=False):
+  """A polynomial's coefficients: a 1-D array (as numpy's `len(p)` needs), in float; a
+  number too where `scalars` (numpy's polyadd, polysub and polymul take one)."""
   p = _float(array(p))
+  if scalars and aval_of(p).ndim == 0:
+    return reshape(p, (1,))
   if aval_of(p).ndim != 1:
     raise ShapeError(f"{name} needs a 1-D array of coefficients, got shape {aval_of(p).shape}")
   return p
@@ -143,8 +147,10 @@ def _coefficients(p, name):
 @_op
 def polyder(p, m=1):
   """The m-th derivative's coefficients (highest power first)."""
-  p = _coefficients(p, "polyder")
-  for _ in range(int(m)):
+  p, m = _coefficients(p, "polyder"), int(m)  # (numpy's int(m): 1.5 is 1)
+  if m < 0:
+    raise PrimcError(f"polyder: the order of the derivative must be positive, got {m}")
+  for _ in range(m):
     n = aval_of(p).shape[0]
     if n <= 1:
       return zeros((1,), aval_of(p).dtype)
@@ -155,7 +161,9 @@ def polyder(p, m=1):
 @_op
 def polyint(p, m=1, k=None):
   """The m-th antiderivative's coefficients, integration constants k (0 by default)."""
-  p = _coefficients(p, "polyint")
+  p, m = _coefficients(p, "polyint"), int(m)
+  if m < 0:
+    raise PrimcError(f"polyint: the order of the integral must be positive, got {m}")
   ks = np.zeros(int(m)) if k is None else np.broadcast_to(np.asarray(k, np.float64), (int(m),))
   for j in range(int(m)):
     n = aval_of(p).shape[0]

@@ -317,7 +317,7 @@ def _nans_as(a, fill):
 
 
 def _cumulative(scan, name, initial):
-  def fn(x, axis=None, dtype=None, include_initial=False):
+  def fn(x, /, *, axis=None, dtype=None, include_initial=False):  # (numpy's signature)
     x = _as_array(x) if dtype is None else asarray(x, dtype)
     if aval_of(x).ndim == 0:  # numpy: a 0-d array is scanned as one element
       x = reshape(x, (1,))
@@ -404,7 +404,7 @@ def gradient(f, *varargs, axis=None, edge_order=1):
 @_op
 def trapezoid(y, x=None, dx=1.0, axis=-1):
   y = _float(y)
-  ax = _axes(axis, aval_of(y).ndim)[0]
+  ax = _one_axis(axis, aval_of(y).ndim)
   n = aval_of(y).shape[ax]
   mid = multiply(add(_slice_axis(y, ax, 1, n), _slice_axis(y, ax, 0, n - 1)), 0.5)
   if x is None:

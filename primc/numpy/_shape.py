@@ -382,7 +382,7 @@ def swapaxes(x, axis1, axis2):
 def rollaxis(x, axis, start=0):
   x = _as_array(x)
   nd = aval_of(x).ndim
-  axis = _axes(axis, nd)[0]
+  axis = _one_axis(axis, nd)
   if not -nd <= start <= nd:
     raise ShapeError(f"rollaxis: start {start} is out of bounds for rank {nd}")
   start = start % (nd + 1) if start < 0 else start
@@ -456,7 +456,9 @@ def tri(N, M=None, k=0, dtype="float64"):
 def resize(a, new_shape):
   """a's elements repeated cyclically to fill `new_shape` (numpy.resize)."""
   a = ravel(_as_array(a))
-  shape = (new_shape,) if isinstance(new_shape, (int, np.integer)) else tuple(new_shape)
+  shape = _shape(new_shape, "resize's new_shape")
+  if builtins.any(d < 0 for d in shape):
+    raise ShapeError(f"resize: all elements of new_shape must be non-negative, got {shape}")
   size = int(np.prod(shape, dtype=np.int64))
   n = aval_of(a).shape[0]
   if n == 0 or size == 0:
@@ -478,7 +480,7 @@ def permute_dims(a, axes=None):
 
 
 @_op
-def unstack(x, axis=0):
+def unstack(x, /, *, axis=0):  # (numpy's signature)
   x = _as_array(x)
-  ax = _axes(axis, aval_of(x).ndim)[0]
+  ax = _one_axis(axis, aval_of(x).ndim)
   return tuple(getitem(x, (builtins.slice(None),) * ax + (k,)) for k in range(shape(x)[ax]))

@@ -132,7 +132,9 @@ def searchsorted(a, v, side="left", sorter=None):
   NaN is above every number and equal to itself; int64, as numpy."""
   if side not in ("left", "right"):
     raise PrimcError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
-  a = ravel(_as_array(a))
+  a = _as_array(a)
+  if aval_of(a).ndim != 1:
+    raise ShapeError(f"searchsorted needs a 1-D sorted array, got shape {aval_of(a).shape}")
   if sorter is not None:
     a = take(a, sorter)
   v = _as_array(v)
