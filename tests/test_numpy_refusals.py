@@ -150,3 +150,29 @@ def test_a_float_for_an_integer_names_the_op_and_the_line(name):
       run()
     assert isinstance(info.value, TypeError)
     assert name in str(info.value) and "test_numpy_refusals.py" in str(info.value)
+
+
+# What numpy takes as an integer (its integer scalars, 0-d integer arrays), primc
+# takes too: the checks above refuse floats, not these
+INTEGER_FORMS = [np.int32(2), np.array(2), 2]
+
+
+@pytest.mark.parametrize("n", INTEGER_FORMS, ids=lambda n: type(n).__name__)
+@pytest.mark.parametrize(
+  "call",
+  [
+    lambda np_, x, n: np_.zeros((n, 3)),
+    lambda np_, x, n: np_.zeros(n),
+    lambda np_, x, n: np_.diff(x, n),
+    lambda np_, x, n: np_.argmax(M, n % 2),
+    lambda np_, x, n: np_.tile(x, n),
+    lambda np_, x, n: np_.pad(x, n),
+    lambda np_, x, n: np_.eye(n + 1),
+    lambda np_, x, n: np_.round(x, n),
+  ],
+)
+def test_numpys_integers_are_taken(call, n):
+  want = call(np, X, n)
+  np.testing.assert_array_equal(call(pnp, X, n), want)
+  program = primc.make_program(lambda x: call(pnp, x, n))(X)
+  np.testing.assert_array_equal(primc.interpret(program, X)[0], want)

@@ -382,8 +382,8 @@ def astype(x, dtype):
 def _shape(shape, what: str = "a shape") -> tuple[int, ...]:
   """A shape argument (or one like it, `tile`'s reps): an integer or a sequence of them
   (`_integer`)."""
-  if isinstance(shape, (int, np.integer)):
-    return (operator.index(shape),)
+  if isinstance(shape, (int, np.integer)) or (type(shape) is np.ndarray and shape.ndim == 0):
+    return (_integer(shape, what),)
   try:
     dims = tuple(shape)
   except TypeError:
