@@ -24,6 +24,7 @@ import primc.numpy as pnp  # noqa: E402
 R = np.random.default_rng(0)
 X, Y = R.standard_normal(128), R.standard_normal(128)
 M = R.standard_normal((16, 16))
+S = M @ M.T + 16 * np.eye(16)  # (positive definite)
 CALLS = {  # name: (arguments, keywords)
   "add": ((X, 1.0), {}),
   "subtract": ((X, Y), {}),
@@ -54,7 +55,23 @@ CALLS = {  # name: (arguments, keywords)
   "eye": ((16,), {}),
   "arange": ((128,), {}),
   "array": (([1.0, 2.0, 3.0],), {}),
+  # results that are not one array; numpy.linalg's functions
+  "unstack": ((X,), {}),
+  "split": ((X, 4), {}),
+  "linalg.solve": ((S, X[:16]), {}),
+  "linalg.inv": ((S,), {}),
+  "linalg.det": ((S,), {}),
+  "linalg.slogdet": ((S,), {}),
+  "linalg.cholesky": ((S,), {}),
+  "linalg.norm": ((M,), {}),
 }
+
+
+def _named(module, name: str):
+  """`module`'s function of a dotted name (`linalg.solve`)."""
+  for part in name.split("."):
+    module = getattr(module, part)
+  return module
 
 
 def _time(fn, args, kwargs, n=2000) -> float:
@@ -67,7 +84,7 @@ def _time(fn, args, kwargs, n=2000) -> float:
 def measure(rounds: int = 15) -> dict:
   rows = {}
   for name, (args, kwargs) in CALLS.items():
-    ours, theirs = getattr(pnp, name), getattr(np, name)
+    ours, theirs = _named(pnp, name), _named(np, name)
     got, want = ours(*args, **kwargs), theirs(*args, **kwargs)
     np.testing.assert_array_equal(got, want)
     pairs = [(_time(theirs, args, kwargs), _time(ours, args, kwargs)) for _ in range(rounds)]

@@ -541,7 +541,7 @@ linalg = _Namespace(
   "linalg",
   reasons=dict.fromkeys(("eig", "eigvals"), _COMPLEX_EIGEN),
   **{fn.__name__.split(".")[1]: _front_end_aware(fn) for fn in _LINALG_OPS},
-  norm=norm,
+  norm=_front_end_aware(norm.__wrapped_op__, "linalg.norm"),  # (numpy's is linalg's)
   matmul=matmul,
   tensordot=tensordot,
   vecdot=vecdot,

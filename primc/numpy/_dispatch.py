@@ -116,13 +116,17 @@ def wrap_public_functions(namespace: dict, module: str) -> None:
 # numpy's scalars come back as numpy's scalars (a float64 is a Python float: matplotlib's
 # `alpha=`, `f"{x:.3f}"` take it), as numpy and autograd return them; numpy's warnings
 # (a log of 0) are numpy's.
-_OWN_SEMANTICS = frozenset({"zeros", "ones", "full", "eye"})
+_OWN_SEMANTICS = frozenset(
+  {"zeros", "ones", "full", "eye", "linalg.eigh", "linalg.qr", "linalg.svd", "linalg.lstsq"}
+)  # (primc's eigenvectors and singular vectors have a sign of their own; lstsq's residuals
+# are always there, as JAX's: see _linalg)
 _PLAIN_TYPES = frozenset(
   {int, float, bool, complex, str, type(None), type, builtins.slice, type(Ellipsis)}
 )
 _NATIVE = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
 _HALF = np.dtype(np.float16)
 _WHOLE = _NATIVE - {_HALF}  # (float16 results need `_numpy_result`'s check)
+_WHOLE_SCALARS = frozenset(d.type for d in _WHOLE)  # (np.float64, np.int32, ...)
 _NUMBERS = frozenset({float, int, bool})
 
 
@@ -172,11 +176,15 @@ def _numpy_result(out, half: bool):
   t = type(out)
   if t is np.ndarray or isinstance(out, np.generic):
     return out if out.dtype in _NATIVE and (half or out.dtype is not _HALF) else None
-  if t is tuple or t is list:  # (arrays of primc's dtypes, the common case, inline)
-    if all([isinstance(o, (np.ndarray, np.generic)) and o.dtype in _WHOLE for o in out]):
+  if t is tuple or t is list or isinstance(out, tuple):  # (numpy.linalg's named ones too)
+    kinds = set(map(type, out))  # (arrays or numpy scalars of primc's dtypes, the common
+    # cases, by their types: `unstack` gives many)
+    if kinds <= _WHOLE_SCALARS or (kinds == {np.ndarray} and {o.dtype for o in out} <= _WHOLE):
       return out
     parts = [_numpy_result(o, half) for o in out]
-    return None if builtins.any(p is None for p in parts) else t(parts)
+    if builtins.any(p is None for p in parts):
+      return None
+    return t(parts) if t is tuple or t is list else t(*parts)
   if t is bool or t is int or t is float:  # (allclose's, size's: numpy's Python values)
     return out
   if isinstance(out, np.dtype):  # (result_type's)
@@ -203,17 +211,23 @@ def _has_array(x) -> bool:
 
 
 def _numpy_twin(name: str):
-  """numpy's function of that name, where it runs calls on plain values (else None)."""
-  twin = getattr(np, name, None) or getattr(np, name.rstrip("_"), None)  # (`round_`: round)
+  """numpy's function of that name (`linalg.solve`: numpy.linalg's), where it runs calls on
+  plain values (else None)."""
+  *modules, last = name.split(".")
+  space = np
+  for module in modules:
+    space = getattr(space, module, None)
+  twin = getattr(space, last, None) or getattr(space, last.rstrip("_"), None)  # (`round_`)
   return twin if callable(twin) and name not in _OWN_SEMANTICS else None
 
 
-def _front_end_aware(fn):
-  """`fn` that runs numpy's twin on plain values, and hands a call on a front end's values
-  to that front end. One function per op (its slow paths are this module's, given the op):
-  the package's ~300 wrappers live as long as the process, and every object of theirs is
-  walked by each of the interpreter's collections, the ones at its exit included."""
-  twin = _numpy_twin(fn.__name__)
+def _front_end_aware(fn, name: str | None = None):
+  """`fn` that runs numpy's twin (of `name`, by default `fn`'s) on plain values, and hands
+  a call on a front end's values to that front end. One function per op (its slow paths
+  are this module's, given the op): the package's ~300 wrappers live as long as the
+  process, and every object of theirs is walked by each of the interpreter's collections,
+  the ones at its exit included."""
+  twin = _numpy_twin(name or fn.__name__)
   same_object = fn.__name__ in _SAME_OBJECT
 
   def wrapped(*args, **kwargs):

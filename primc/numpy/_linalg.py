@@ -226,7 +226,10 @@ def _det(a):
 @_linalg_op
 def _slogdet(a):
   out = P.slogdet_p.bind(_float(a))
-  return getitem(out, (Ellipsis, 0)), getitem(out, (Ellipsis, 1))
+  return SlogdetResult(getitem(out, (Ellipsis, 0)), getitem(out, (Ellipsis, 1)))
+
+
+SlogdetResult = collections.namedtuple("SlogdetResult", "sign logabsdet")  # (numpy's names)
 
 
 def _symmetric(a, uplo="L"):
