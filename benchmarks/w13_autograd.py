@@ -53,10 +53,17 @@ EXAMPLES = [
   "ica",
   "black_box_svi",
   "gmm",
+  "bayesian_neural_net",
+  "natural_gradient_black_box_svi",
+  "ode_net",
+  "gplvm",
+  "deep_gaussian_process",
 ]
 FILES = [f"{e}.py" for e in EXAMPLES] + ["data.py", "data_mnist.py"]  # (lstm imports
-# rnn; hmm_em reads lstm.py; bayesian_optimization imports gaussian_process; gmm takes
-# its data from data.py, which imports data_mnist.py: nothing is downloaded)
+# rnn; hmm_em reads lstm.py; bayesian_optimization, gplvm and deep_gaussian_process
+# import gaussian_process; bayesian_neural_net and natural_gradient_black_box_svi import
+# black_box_svi; gmm and gplvm take their data from data.py, which imports
+# data_mnist.py: nothing is downloaded)
 
 # The imports changed: run before the example, in its process
 HARNESS = textwrap.dedent("""
