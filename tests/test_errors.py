@@ -129,3 +129,28 @@ def test_a_loop_carry_of_another_dtype_names_the_loop_the_line_and_the_default(l
     r"f64\[\] but goes in as f32\[\].*float32.*test_errors.py",
   ):
     run()
+
+
+# Python's own errors raised inside an op (a float where a sequence is read, a keyword the
+# op lacks): the same type, saying the op, its operands and the user's line
+_INSIDE = {
+  "squeeze": (lambda p, x, m: p.squeeze(m, axis=1.5), TypeError),
+  "expand_dims": (lambda p, x, m: p.expand_dims(x, 1.5), TypeError),
+  "sin": (lambda p, x, m: p.sin(x, foo=1), TypeError),
+  "moveaxis": (lambda p, x, m: p.moveaxis(m, 0.5, 1), TypeError),
+  "tensordot": (lambda p, x, m: p.tensordot(m, m, axes=1.5), TypeError),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_INSIDE))
+@pytest.mark.parametrize("path", ["values", "traced"])
+def test_a_python_error_inside_an_op_names_it_and_the_line(name, path):
+  call, kind = _INSIDE[name]
+  x, m = np.arange(6.0), np.ones((2, 3))
+  with pytest.raises(kind) as info:
+    if path == "values":
+      call(pnp, x, m)
+    else:
+      primc.make_program(lambda x, m: call(pnp, x, m))(x, m)
+  assert type(info.value) is kind
+  assert str(info.value).startswith(f"{name} on (") and "test_errors.py" in str(info.value)

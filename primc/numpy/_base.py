@@ -14,7 +14,7 @@ import numpy as np
 from primc import prims as P
 from primc.core import FLOAT_DTYPES, Lit, PrimcError, PrimcTypeError, ShapeError, dtype_name
 from primc.numpy import _recorded
-from primc.trace import Tracer, aval_of, constant_key, locate, user_ops
+from primc.trace import Tracer, aval_of, constant_key, locate, user_ops, user_source
 from primc.trace import as_array as leaf_array
 from primc.trace import state as trace_state
 
@@ -90,6 +90,11 @@ def _op(fn=None, *, recorded: bool | str = False):
         out.located = True
         raise out from None
       raise
+    except _PLAIN_ERRORS as e:  # Python's or numpy's, from inside
+      named = named_error(e, name, args)
+      if named is None:
+        raise
+      raise named from e
     finally:
       ops.pop()
 
@@ -105,6 +110,27 @@ def _op(fn=None, *, recorded: bool | str = False):
     return run(*args, **kwargs)
 
   return wrapped
+
+
+_PLAIN_ERRORS = (TypeError, ValueError, IndexError)  # (exactly these: subclasses such as
+# numpy's AxisError take other arguments, and are raised as they are)
+
+
+def named_error(error: Exception, name: str, args: tuple) -> Exception | None:
+  """What to raise for `error` raised inside the op `name` on `args`, where nothing has
+  named it yet: the error of the same type (a TypeError stays one) saying the op, the
+  operands and the user's line. None: raise `error` itself (named already, or not a
+  PrimcError nor exactly one of Python's plain errors)."""
+  if getattr(error, "located", False):
+    return None
+  message = f"{name} on ({_describe_args(args)}): {error}"
+  if isinstance(error, PrimcError):
+    return locate(error, message)
+  if type(error) not in _PLAIN_ERRORS:
+    return None
+  out = type(error)(f"{message} at {user_source()}")
+  out.located = True
+  return out
 
 
 def _describe_args(args) -> str:

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from primc.core import SUPPORTED_DTYPES
-from primc.numpy._base import transpose
+from primc.numpy._base import named_error, transpose
 from primc.numpy._indexing import _At
 from primc.numpy._tracer import (
   _FRONT_END_CLASSES,
@@ -254,7 +254,10 @@ def _front_end_aware(fn, name: str | None = None):
       and type(args[0]) is Tracer
       and (trace_state.user_ops or not _mentions(args, kwargs, _FRONT_END_CLASSES[0]))
     ):  # a traced value (an op's own call: no front end's value among its arguments)
-      out = fn(*args, **kwargs)
+      try:
+        out = fn(*args, **kwargs)
+      except Exception as e:
+        _raise_named(e, fn, args)
       return out if same_object else _apart(out, args, kwargs, twin)
     return _general(fn, twin, same_object, args, kwargs)
 
@@ -301,8 +304,20 @@ def _general(fn, twin, same_object: bool, args, kwargs):
 
 def _by_primc(fn, twin, same_object: bool, args, kwargs):
   """The op's own path (primc's), handed to a front end where one's value is an argument."""
-  out = on_front_ends(fn, args, kwargs)
+  try:
+    out = on_front_ends(fn, args, kwargs)
+  except Exception as e:
+    _raise_named(e, fn, args)
   return out if same_object else _apart(out, args, kwargs, twin)
+
+
+def _raise_named(error: Exception, fn, args):
+  """Raises `error`, named by the op and the user's line where nothing has named it (the
+  functions that are not `_op`s: `squeeze`, `size`, the `*_like` functions...)."""
+  named = named_error(error, fn.__name__.rstrip("_"), args)
+  if named is None:
+    raise error
+  raise named from error
 
 
 def register_front_end(
