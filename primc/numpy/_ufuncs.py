@@ -23,7 +23,7 @@ from primc.numpy._base import (
   broadcast_to,
 )
 from primc.numpy._creation import full_like, ones_like, zeros_like
-from primc.trace import aval_of
+from primc.trace import Tracer, aval_of
 
 
 def _unary(prim_fn, name, to_float=True):
@@ -291,7 +291,7 @@ def sinc(x):
   return where(small, series, P.div(P.sin(safe), safe))
 
 
-@_op(recorded=True)
+@_op(recorded="traced")  # (a constant exponent's value chooses: `_is_half`)
 def power(x, y):
   """x ** y with numpy's dtypes: a Python exponent keeps a float x's dtype; an integer x
   to a constant non-negative integer power stays an integer (exact, by repeated
@@ -299,7 +299,15 @@ def power(x, y):
   exponent = y
   x, y = _promote(x, y)
   if aval_of(x).dtype in FLOAT_DTYPES:
-    return P.pow_(x, y)
+    if _is_half(exponent):  # numpy's square root for a scalar exponent of 1/2 (its
+      return P.sqrt(x)  # `fast_scalar_power`): (-inf) ** 0.5 is nan, (-0.0) ** 0.5 -0.0
+    out = P.pow_(x, y)
+    if isinstance(exponent, Tracer) and aval_of(exponent).size == 1:  # a traced scalar
+      # exponent: where it is 1/2, numpy's nan at -inf (pow's inf), a constant there (a
+      # branch of x times nan would give every derivative nan: 0 * nan)
+      at = logical_and(equal(exponent, 0.5), equal(x, -np.inf))
+      out = where(at, np.nan, out)
+    return out
   if isinstance(exponent, (int, np.integer)) and not isinstance(exponent, bool) and exponent >= 0:
     out, base, n = ones_like(x), x, int(exponent)
     while n:
@@ -313,6 +321,16 @@ def power(x, y):
 
 
 pow = power
+
+
+def _is_half(y) -> bool:
+  """A known exponent of 1/2 that numpy takes as a scalar (a number, a numpy scalar, an
+  array of one element; not traced)."""
+  return (
+    (type(y) is float or isinstance(y, (np.floating, np.ndarray)))
+    and np.size(y) == 1
+    and float(np.ravel(y)[0]) == 0.5
+  )
 
 
 @_op(recorded=True)
