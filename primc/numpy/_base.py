@@ -82,19 +82,16 @@ def _op(fn=None, *, recorded: bool | str = False):
     ops.append(name)
     try:
       return fn(*args, **kwargs)
-    except PrimcError as e:
-      if not getattr(e, "located", False):
-        raise locate(e, f"{name} on ({_describe_args(args)}): {e}") from None
-      if not str(e).startswith(name):  # located by argument conversion: add the op
-        out = type(e)(f"{name}: {e}")
+    except (PrimcError, *_PLAIN_ERRORS) as e:  # (Python's or numpy's too, from inside)
+      named = named_error(e, name, args)
+      primc_error = isinstance(e, PrimcError)
+      if named is not None:
+        raise named from (None if primc_error else e)
+      if primc_error and not str(e).startswith(name):  # located by argument conversion:
+        out = type(e)(f"{name}: {e}")  # add the op
         out.located = True
         raise out from None
       raise
-    except _PLAIN_ERRORS as e:  # Python's or numpy's, from inside
-      named = named_error(e, name, args)
-      if named is None:
-        raise
-      raise named from e
     finally:
       ops.pop()
 
@@ -380,6 +377,14 @@ def _integer(value, what: str) -> int:
   except TypeError:
     message = f"{what} must be an integer, got {type(value).__name__} {value!r:.40}"
     raise locate(PrimcTypeError(), message) from None
+
+
+def _integer_typed(x, what: str, bools: bool = False) -> None:
+  """Refuses an array argument `x` of a non-integer dtype (bools too, unless `bools`), as
+  numpy refuses float indices or exponents: `what` names it."""
+  aval = aval_of(_as_array(x))
+  if np.dtype(aval.dtype).kind not in ("iub" if bools else "iu"):
+    raise locate(PrimcTypeError(), f"{what} must be integers, got {aval}")
 
 
 def _integers(values, what: str) -> np.ndarray:

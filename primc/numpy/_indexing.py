@@ -11,7 +11,6 @@ from primc import prims as P
 from primc.core import (
   PrimcError,
   PrimcIndexError,
-  PrimcTypeError,
   ShapedArray,
   ShapeError,
   index_error,
@@ -19,6 +18,7 @@ from primc.core import (
 from primc.numpy._base import (
   NotSupportedError,
   _as_array,
+  _integer_typed,
   _axes,
   _op,
   array,
@@ -464,8 +464,7 @@ def choose(a, choices, mode="raise"):
   """choices[a] elementwise (broadcast). An index out of range is numpy's ValueError for a
   constant `a`; a traced `a` needs mode='clip' or 'wrap' (its range is not known)."""
   n = len(choices)
-  if np.dtype(aval_of(_as_array(a)).dtype).kind not in "iu":
-    raise PrimcTypeError(f"choose takes integer indices, got {aval_of(_as_array(a))}")
+  _integer_typed(a, "choose's indices")
   if isinstance(a, Tracer):
     if mode == "raise":
       raise NotSupportedError(
@@ -533,8 +532,7 @@ def unravel_index(indices, shape, order="C"):
     raise PrimcError(f"unravel_index: order must be 'C' or 'F', got {order!r}")
   if not isinstance(indices, Tracer):
     return tuple(asarray(c) for c in np.unravel_index(indices, shape, order))
-  if np.dtype(aval_of(indices).dtype).kind not in "iu":
-    raise PrimcTypeError(f"unravel_index takes integer indices, got {aval_of(indices)}")
+  _integer_typed(indices, "unravel_index's indices")
   flat = astype(indices, "int64")
   dims = list(shape) if order == "C" else list(shape)[::-1]
   coords = []

@@ -12,6 +12,7 @@ from primc.core import FLOAT_DTYPES, PrimcError, PrimcTypeError
 from primc.numpy._base import (
   NotSupportedError,
   _as_array,
+  _integer_typed,
   _float,
   _is_python_scalar,
   _op,
@@ -613,8 +614,7 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 def ldexp(x1, x2):
   """x1 * 2**x2 (x2 integers, as numpy's: a float exponent is an error)."""
   x1 = _float(x1)
-  if np.dtype(aval_of(_as_array(x2)).dtype).kind not in "iub":
-    raise PrimcTypeError(f"ldexp's exponent must be integers, got {aval_of(_as_array(x2))}")
+  _integer_typed(x2, "ldexp's exponent", bools=True)
   return multiply(x1, power(asarray(2.0, aval_of(x1).dtype), astype(x2, aval_of(x1).dtype)))
 
 
