@@ -9,10 +9,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import gc
 import inspect
 import logging
-import os
 import pickle
 import re
 import types
@@ -27,6 +25,7 @@ from primc.core import (
   PrimcError,
   PrimcIndexError,
   Program,
+  freeze_collector,
   without_gc,
 )
 from primc.custom import inline_calls
@@ -50,18 +49,13 @@ PROGRAMS_KEPT = 256  # executables by program key (the tapes' backward programs)
 
 @functools.cache
 def backend() -> types.ModuleType:
-  """`primc.codegen`, imported on the first compile. Then the garbage collector's view of
-  the objects that exist is frozen (`gc.freeze`, unless PRIMC_GC_FREEZE=0): the imports
-  leave ~10^5 long-lived objects (numba, llvmlite) that the next full collection would
-  walk, ~40 ms here, inside the first compiled call (W6 warm: 82 ms -> 35 ms). Frozen
-  objects are never collected: those made before the first compile and later dropped in a
-  reference cycle stay allocated. numba's CPU target is not readied here (~0.5 s): kernels
-  LLVM compiles (codegen.translate) never need it; numba readies it when it first compiles
-  or loads a kernel or a library function."""
+  """`primc.codegen`, imported on the first compile; then what that import left (numba,
+  llvmlite) is frozen (`freeze_collector`). numba's CPU target is not readied here
+  (~0.5 s): kernels LLVM compiles (codegen.translate) never need it; numba readies it when
+  it first compiles or loads a kernel or a library function."""
   from primc.codegen import backend as codegen  # numba: at the first compile, not before
 
-  if os.environ.get("PRIMC_GC_FREEZE") != "0":
-    gc.freeze()
+  freeze_collector()
   return codegen
 
 
