@@ -521,6 +521,22 @@ def _batched(x, idx, batch_dims):
   return (x.reshape((nb,) + x.shape[batch_dims:]), idx.reshape((nb,) + idx.shape[batch_dims:]))
 
 
+def _batch_major(x, idx, axis, batch_dims):
+  """x with its batch dims merged into one leading dim and `axis` moved after it, and the
+  index tuple that selects, for each batch item k, x[k] at idx[k] along that axis (numpy's
+  advanced indexing: one vectorized step, however many items)."""
+  xb, ib = _batched(x, idx, batch_dims)
+  xm = np.moveaxis(xb, 1 + axis - batch_dims, 1)
+  k = np.arange(len(xb)).reshape((len(xb),) + (1,) * (ib.ndim - 1))
+  return xm, (k, ib)
+
+
+def _index_dims_after(y, n_pre, n_idx):
+  """y (items, index dims, x's dims before the axis, after it) with the index dims moved
+  after those before the axis: gather's order."""
+  return np.moveaxis(y, range(1, 1 + n_idx), range(1 + n_pre, 1 + n_pre + n_idx))
+
+
 def _gather_impl(x, idx, *, axis, batch_dims):
   idx = wrap_indices(idx, x.shape[axis], axis)
   if batch_dims == 0:
@@ -531,11 +547,9 @@ def _gather_impl(x, idx, *, axis, batch_dims):
     axis=axis,
     batch_dims=batch_dims,
   ).shape
-  xb, ib = _batched(x, idx, batch_dims)
-  out = np.empty((len(xb),) + shape[batch_dims:], x.dtype)
-  for k in range(len(xb)):
-    out[k] = np.take(xb[k], ib[k], axis=axis - batch_dims)
-  return out.reshape(shape)
+  xm, at = _batch_major(x, idx, axis, batch_dims)
+  out = _index_dims_after(xm[at], axis - batch_dims, idx.ndim - batch_dims)
+  return np.ascontiguousarray(out).reshape(shape)
 
 
 abstract_rules[gather_p] = _gather_rule
@@ -558,12 +572,10 @@ def _scatter_add_rule(x, idx, updates, *, axis, batch_dims):
 def _scatter_add_impl(x, idx, updates, *, axis, batch_dims):
   idx = wrap_indices(idx, x.shape[axis], axis)
   out = np.array(x, order="C")  # so that the reshapes below are views of it
-  ob, ib = _batched(out, idx, batch_dims)
-  a = axis - batch_dims
-  inner = ob.shape[1:]
-  ub = updates.reshape((len(ob),) + inner[:a] + (ib[0].size if len(ib) else 0,) + inner[a + 1 :])
-  for k in range(len(ob)):
-    np.add.at(np.moveaxis(ob[k], a, 0), ib[k].reshape(-1), np.moveaxis(ub[k], a, 0))
+  om, at = _batch_major(out, idx, axis, batch_dims)
+  n_pre, n_idx = axis - batch_dims, idx.ndim - batch_dims
+  ub = updates.reshape((len(om),) + updates.shape[batch_dims:])  # (gather's order: back)
+  np.add.at(om, at, np.moveaxis(ub, range(1 + n_pre, 1 + n_pre + n_idx), range(1, 1 + n_idx)))
   return out
 
 

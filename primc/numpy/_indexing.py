@@ -283,6 +283,30 @@ def _shape_text(i) -> str:
   return str(aval_of(i).shape if isinstance(i, Tracer) else np.shape(i))
 
 
+def _broadcast(i, b):
+  return i if isinstance(i, Tracer) else np.broadcast_to(i, b)
+
+
+def _flat_position(raw, b, adv, shape):
+  """The position of x[i0, i1, ...] among the indexed dims `adv` merged in order (C
+  order): each index checked against its own dim and negatives counted from its end
+  first, a constant one now (`_index_array`), a traced one by gathering it from
+  arange(size) along its dim, which checks it as any gather does. Merging keeps a gather's size that of
+  B, where gathering one dim after another made B times the other dims' sizes."""
+  sizes = [shape[d] for d in adv]
+  big = int(np.prod(sizes, dtype=np.int64)) > np.iinfo(np.int32).max
+  dtype = np.int64 if big or any(aval_of(i).dtype == "int64" for i in raw) else np.int32
+  position = None
+  for i, d, n in zip(raw, adv, sizes):
+    if isinstance(i, Tracer):
+      table = np.arange(n, dtype=dtype).reshape((1,) * d + (n,))  # (errors name dim d)
+      i = reshape(P.gather(table, _index_array(broadcast_to(i, b), d, n), d), b)
+    else:
+      i = _index_array(_broadcast(i, b), d, n).astype(dtype)
+    position = i if position is None else add(multiply(position, dtype(n)), i)
+  return position
+
+
 def _advanced_index(x, entries):
   """Integer-array indexing (numpy's advanced indexing): the index arrays, and integers
   beside them, broadcast to one shape B; B's dims stand where the indexed dims stood
@@ -305,12 +329,10 @@ def _advanced_index(x, entries):
       "shape mismatch: indexing arrays could not be broadcast together "
       f"with shapes {' '.join(_shape_text(i) for i in raw)}"
     ) from None
-  index = [
-    broadcast_to(
-      _as_array(_index_array(i if isinstance(i, Tracer) else np.broadcast_to(i, b), d, shape[d])), b
-    )
-    for i, d in zip(raw, adv)
-  ]
+  if len(adv) == 1:
+    index = [broadcast_to(_as_array(_index_array(_broadcast(raw[0], b), adv[0], shape[adv[0]])), b)]
+  else:  # one index into the indexed dims merged (their flat position): B's elements only
+    index = [broadcast_to(_as_array(_flat_position(raw, b, adv, shape)), b)]
   kinds = "".join(
     "N"
     if k is None
@@ -326,10 +348,11 @@ def _advanced_index(x, entries):
   rest = [d for d in range(len(shape)) if d not in adv]
   if len(adv) == 1:  # gathered in place: B's dims where the indexed dim was
     out = P.gather(x, index[0], adv[0])
-  else:  # the indexed dims moved first, gathered one after another, paired along B
-    out = P.gather(transpose(x, adv + rest), index[0], 0)
-    for i in index[1:]:
-      out = P.gather(out, i, len(b), len(b))
+  else:  # the indexed dims moved first and merged into one, gathered at the flat positions
+    merged = (int(np.prod([shape[d] for d in adv], dtype=np.int64)),)
+    out = P.gather(
+      reshape(transpose(x, adv + rest), merged + tuple(shape[d] for d in rest)), index[0], 0
+    )
     at = kinds[:first].count("S") if together else 0  # slice dims before B's
     nb = len(b)
     out = transpose(out, [*range(nb, nb + at), *range(nb), *range(nb + at, nb + len(rest))])
