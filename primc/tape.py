@@ -120,7 +120,8 @@ def _forward(program: Program, args: Sequence, wrt: Sequence[bool]):
   env = dict(zip(program.inputs, args, strict=True))
   active = {v for v, w in zip(program.inputs, wrt) if w}
   tape = []
-  for eqn in program.eqns:
+  dead = _last_reads(program)
+  for eqn, gone in zip(program.eqns, dead):
     xs = [a.value if type(a) is Lit else env[a] for a in eqn.inputs]
     mask = tuple([a in active for a in eqn.inputs])
     made = _rules(eqn, mask, xs) if True in mask else None
@@ -140,8 +141,22 @@ def _forward(program: Program, args: Sequence, wrt: Sequence[bool]):
     else:
       for v, x in zip(eqn.outputs, outs):
         env[v] = x
+    for v in gone:  # (what the backward sweep needs, the tape holds)
+      del env[v]
   outs = [np.asarray(a.value if type(a) is Lit else env[a]) for a in program.outputs]
   return outs, tape, active
+
+
+def _last_reads(program: Program) -> list:
+  """For each equation, the variables read there last (never an output): the forward
+  sweep drops their values after it, so it holds only the live ones."""
+  last = {a: i for i, eqn in enumerate(program.eqns) for a in eqn.inputs if type(a) is Var}
+  for a in program.outputs:
+    last.pop(a, None)
+  dead = [[] for _ in program.eqns]
+  for a, i in last.items():
+    dead[i].append(a)
+  return dead
 
 
 def _backward(program: Program, wrt, tape: list, active: set, out_cts: Sequence) -> list:
