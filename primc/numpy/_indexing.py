@@ -291,8 +291,9 @@ def _flat_position(raw, b, adv, shape):
   """The position of x[i0, i1, ...] among the indexed dims `adv` merged in order (C
   order): each index checked against its own dim and negatives counted from its end
   first, a constant one now (`_index_array`), a traced one by gathering it from
-  arange(size) along its dim, which checks it as any gather does. Merging keeps a gather's size that of
-  B, where gathering one dim after another made B times the other dims' sizes."""
+  arange(size) along its dim, which checks it as any gather does. Merging keeps a
+  gather's size that of B, where gathering one dim after another made B times the other
+  dims' sizes."""
   sizes = [shape[d] for d in adv]
   big = int(np.prod(sizes, dtype=np.int64)) > np.iinfo(np.int32).max
   dtype = np.int64 if big or any(aval_of(i).dtype == "int64" for i in raw) else np.int32
