@@ -173,6 +173,14 @@ class Tiered:
         native.compile(alongside=True)
         self.native = native
 
+  def ready(self) -> bool:
+    """Whether native code runs now: polls the worker, switching once it is done (never
+    interprets, compiles or waits). A kept transform's runner, faster than
+    `interpret_reusing` on a long program, serves its calls till then."""
+    if self.native is None and self.job is not None and self.job.poll() is not None:
+      self._switch()
+    return self.native is not None
+
   def wait(self, timeout: float | None = None) -> bool:
     """Waits for the worker (at most `timeout` seconds); True once native code runs."""
     if self.job is None:
@@ -240,6 +248,7 @@ def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
   last_use.update({a: len(program.eqns) for a in program.outputs if isinstance(a, Var)})
   env = dict(zip(program.inputs, args, strict=True))
   read = lambda a: a.value if isinstance(a, Lit) else env[a]
+  live: dict = {}  # by shape and dtype: [intermediates alive now, most alive at once]
   with np.errstate(all="ignore"):
     for i, eqn in enumerate(program.eqns):
       xs = [read(a) for a in eqn.inputs]
@@ -258,12 +267,34 @@ def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
         outs = out if eqn.prim.multiple_results else [out]
         env.update(zip(eqn.outputs, map(np.asarray, outs), strict=True))
       del xs
+      for o in eqn.outputs:
+        _count(live, (o.aval.shape, o.aval.dtype), 1)
       for a in set(eqn.inputs):
         if isinstance(a, Var) and last_use[a] == i and a not in program.inputs:
           dead = env.pop(a)
-          if dead.base is None and sys.getrefcount(dead) == 2:  # nothing else refers to it
-            spare.setdefault((dead.shape, dead.dtype.name), []).append(dead)
+          _count(live, (a.aval.shape, a.aval.dtype), -1)
+          if dead.base is None and sys.getrefcount(dead) == 2 and dead.dtype.kind == "f":
+            spare.setdefault((dead.shape, dead.dtype.name), []).append(dead)  # (nothing
+            # else refers to it; a float, which ufunc equations may write into)
+  _trim(spare, live)
   return [np.asarray(read(a)) for a in program.outputs]
+
+
+def _count(live: dict, key, change: int) -> None:
+  alive = live.setdefault(key, [0, 0])
+  alive[0] += change
+  alive[1] = max(alive)
+
+
+def _trim(spare: dict, live: dict) -> None:
+  """Keeps in each pool of `spare` at most as many arrays as were alive at once (what the
+  next call can take), not every one a call freed: by those no ufunc writes into, the
+  pools grew at every call (a fluid simulation's gradient: 10 GB in 30 s)."""
+  for key, pool in list(spare.items()):
+    most = live.get(key, (0, 0))[1]
+    del pool[most:]
+    if not pool:
+      del spare[key]
 
 
 def main(argv: list[str]) -> int:
