@@ -46,7 +46,7 @@ bench: $(STAMP)
 # torch pinned to the CPU build that machines of this project's kind keep on disk (a
 # newer or unpinned torch from the index is a CUDA build of several GB)
 bench-peers: $(STAMP)
-	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib autograd torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check jax jaxlib autograd matplotlib torch==2.13.0
 	$(BIN)/python benchmarks/suite.py --cpus $(PEER_CPUS) $(BENCH_ARGS)
 	$(BIN)/python benchmarks/w8_train.py --compare
 	$(BIN)/python benchmarks/w10_busy.py

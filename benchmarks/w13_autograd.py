@@ -8,7 +8,8 @@ is, on autograd, and with its imports changed to primc's (`autograd.numpy` ->
 -> numpy's), each mapped when the example imports it; autograd's optimizers and tracer,
 plain numpy helpers, stay autograd's, and autograd itself loads only for them. primc runs
 cold (an empty cache) and warm (the cache of the cold run). Plots are drawn by matplotlib
-on Agg where it is installed, else not (a stub stands in).
+on Agg where it is installed (`make bench-peers` installs it), else not (a stub stands in;
+fluidsim, which reads its images with matplotlib, then fails).
 
 The examples are not part of primc: they are read from a checkout of autograd
 (`--examples DIR`), or downloaded at a fixed commit into primc's cache folder.
@@ -58,8 +59,12 @@ EXAMPLES = [
   "ode_net",
   "gplvm",
   "deep_gaussian_process",
+  "fluidsim",
 ]
-FILES = [f"{e}.py" for e in EXAMPLES] + ["data.py", "data_mnist.py"]  # (lstm imports
+FOLDERS = {"fluidsim": "fluidsim/"}  # examples in a folder of their own, with their data
+DATA = ["fluidsim/init_smoke.png", "fluidsim/skull.png"]
+FILES = [f"{FOLDERS.get(e, '')}{e}.py" for e in EXAMPLES] + ["data.py", "data_mnist.py", *DATA]
+# (each copied flat into the folder an example runs in; lstm imports
 # rnn; hmm_em reads lstm.py; bayesian_optimization, gplvm and deep_gaussian_process
 # import gaussian_process; bayesian_neural_net and natural_gradient_black_box_svi import
 # black_box_svi; gmm and gplvm take their data from data.py, which imports
@@ -198,6 +203,7 @@ def examples_dir(given: str | None) -> str:
   os.makedirs(folder, exist_ok=True)
   for name in FILES:
     path = os.path.join(folder, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     if not os.path.exists(path):
       with urllib.request.urlopen(URL.format(commit=COMMIT, name=name), timeout=60) as r:
         data = r.read()
