@@ -66,18 +66,24 @@ def runner(program, guarded: bool = True) -> Callable[[list], list]:
     else:
       steps.append(step)
   outputs = [slot(a) for a in program.outputs]
-  steps = _freeing(steps, outputs)
+  dead = _last_reads(steps, outputs) if large(program) else None
 
   def bare(values: list) -> list:
     env = template.copy()
     for k, x in zip(inputs, values):
       env[k] = x
-    for step in steps:
-      _step(env, *step)
+    if dead is None:
+      for step in steps:
+        _step(env, *step)
+    else:  # (a large program: each value dropped after its last read)
+      for step, gone in zip(steps, dead):
+        _step(env, *step)
+        for k in gone:
+          env[k] = None
     return [env[k] for k in outputs]
 
   if len(steps) <= GENERATED_STEPS:
-    bare = _generating(bare, template, inputs, steps, outputs)
+    bare = _generating(bare, template, inputs, steps, outputs, dead)
 
   def run(values: list) -> list:
     try:
@@ -122,7 +128,7 @@ GENERATE_AFTER = 64  # ...once it has run this many times: generating costs ~50 
 # and ~100 us more (Python's compile), the loop ~1 us a step more than the generated code
 
 
-def _generating(loop: Callable, template: list, inputs: list, steps: list, outputs: list):
+def _generating(loop: Callable, template: list, inputs: list, steps: list, outputs: list, dead):
   """`loop` for its first GENERATE_AFTER calls, then `_generated`'s function (ski rental:
   most programs run a few times, the tape's one-equation programs thousands)."""
   state = [0, loop]
@@ -132,13 +138,13 @@ def _generating(loop: Callable, template: list, inputs: list, steps: list, outpu
     if fn is loop:
       state[0] += 1
       if state[0] > GENERATE_AFTER:
-        state[1] = fn = _generated(template, inputs, steps, outputs)
+        state[1] = fn = _generated(template, inputs, steps, outputs, dead)
     return fn(values)
 
   return bare
 
 
-def _generated(template: list, inputs: list, steps: list, outputs: list) -> Callable:
+def _generated(template: list, inputs: list, steps: list, outputs: list, dead) -> Callable:
   """`runner`'s steps as one Python function, a line per step (no per-step dispatch: the
   tape's one-equation programs run ~2x faster); the same calls on the same values as its
   loop of `_step`s. Slot k is the local `s<k>`; constants and implementations are globals."""
@@ -152,7 +158,7 @@ def _generated(template: list, inputs: list, steps: list, outputs: list) -> Call
       known.add(k)
     return f"s{k}"
 
-  for i, (impl, ins, kw, outs, multiple, dead) in enumerate(steps):
+  for i, (impl, ins, kw, outs, multiple) in enumerate(steps):
     scope[f"f{i}"], scope[f"k{i}"] = impl, kw
     call = f"f{i}({', '.join(map(ref, ins))}{', **k' + str(i) if kw else ''})"
     lines.append(f"  r = {call}")
@@ -160,8 +166,8 @@ def _generated(template: list, inputs: list, steps: list, outputs: list) -> Call
       got = f"r[{j}]" if multiple else "r"
       lines.append(f"  s{k} = {got} if type({got}) is _ndarray else _asarray({got})")
       known.add(k)
-    dropped = [f"s{k}" for k in dead if k in known and f"s{k}" not in scope]  # (locals)
-    if dropped:
+    dropped = [f"s{k}" for k in (dead[i] if dead else ()) if f"s{k}" not in scope]
+    if dropped:  # (locals: `del`)
       lines.append(f"  del {', '.join(dropped)}")
   lines.append(f"  return [{', '.join(map(ref, outputs))}]")
   text = "def bare(values):\n" + "\n".join(lines)
@@ -170,22 +176,32 @@ def _generated(template: list, inputs: list, steps: list, outputs: list) -> Call
   return scope["bare"]
 
 
-def _freeing(steps: list, outputs: list) -> list:
-  """`steps`, each with the slots last read there (never an output's): a run drops its
-  values after the step, so it holds only the live ones, not every value the program
-  made (a 100-step fluid simulation's gradient: ~10^5 arrays of 100 KB)."""
+FREEING_BYTES = 1 << 24  # a program whose values take more than this (16 MB) in all holds
+# only its live ones when it runs; a smaller one holds them all (dropping costs a loop a step)
+
+
+def large(program) -> bool:
+  """Whether the values `program` makes take more than FREEING_BYTES in all."""
+  return (
+    sum(v.aval.size * np.dtype(v.aval.dtype).itemsize for e in program.eqns for v in e.outputs)
+    > FREEING_BYTES
+  )
+
+
+def _last_reads(steps: list, outputs: list) -> list:
+  """For each step, the slots read there last (never an output's): a run drops their
+  values after it, so it holds only the live ones, not every value the program made (a
+  100-step fluid simulation's gradient: ~10^5 arrays of 100 KB)."""
   last = {k: i for i, step in enumerate(steps) for k in step[1]}
   for k in outputs:
     last.pop(k, None)
   dead = [[] for _ in steps]
   for k, i in last.items():
     dead[i].append(k)
-  return [(*step, tuple(d)) for step, d in zip(steps, dead)]
+  return [tuple(d) for d in dead]
 
 
-def _step(env, impl, ins, kw, outs, multiple, dead=()) -> None:
+def _step(env, impl, ins, kw, outs, multiple) -> None:
   out = impl(*[env[k] for k in ins], **kw)
   for k, o in zip(outs, out if multiple else (out,)):
     env[k] = o if type(o) is np.ndarray else np.asarray(o)
-  for k in dead:
-    env[k] = None

@@ -20,11 +20,13 @@ equations); tests compare the two on every primitive's programs.
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from typing import Callable, Sequence
 
 import numpy as np
 
-from primc import ad, passes
+from primc import ad, passes, runners
 from primc.core import Eqn, Lit, Program, Var, impl_rules, results
 from primc.runners import runner
 from primc.trace import aval_of, eval_program
@@ -121,7 +123,7 @@ def _forward(program: Program, args: Sequence, wrt: Sequence[bool]):
   active = {v for v, w in zip(program.inputs, wrt) if w}
   tape = []
   dead = _last_reads(program)
-  for eqn, gone in zip(program.eqns, dead):
+  for eqn, gone in zip(program.eqns, dead or itertools.repeat(())):
     xs = [a.value if type(a) is Lit else env[a] for a in eqn.inputs]
     mask = tuple([a in active for a in eqn.inputs])
     made = _rules(eqn, mask, xs) if True in mask else None
@@ -147,15 +149,24 @@ def _forward(program: Program, args: Sequence, wrt: Sequence[bool]):
   return outs, tape, active
 
 
-def _last_reads(program: Program) -> list:
+_DEAD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # program -> _last_reads
+
+
+def _last_reads(program: Program) -> list | None:
   """For each equation, the variables read there last (never an output): the forward
-  sweep drops their values after it, so it holds only the live ones."""
-  last = {a: i for i, eqn in enumerate(program.eqns) for a in eqn.inputs if type(a) is Var}
-  for a in program.outputs:
-    last.pop(a, None)
-  dead = [[] for _ in program.eqns]
-  for a, i in last.items():
-    dead[i].append(a)
+  sweep drops their values after it, so it holds only the live ones. None for a program
+  whose values are small (`runners.large`): it holds them all. Kept per program."""
+  if program in _DEAD:
+    return _DEAD[program]
+  dead = None
+  if runners.large(program):
+    last = {a: i for i, eqn in enumerate(program.eqns) for a in eqn.inputs if type(a) is Var}
+    for a in program.outputs:
+      last.pop(a, None)
+    dead = [[] for _ in program.eqns]
+    for a, i in last.items():
+      dead[i].append(a)
+  _DEAD[program] = dead
   return dead
 
 
