@@ -60,8 +60,12 @@ EXAMPLES = [
   "gplvm",
   "deep_gaussian_process",
   "fluidsim",
+  "wing",
 ]
-FOLDERS = {"fluidsim": "fluidsim/"}  # examples in a folder of their own, with their data
+FOLDERS = {
+  "fluidsim": "fluidsim/",
+  "wing": "fluidsim/",
+}  # examples in a folder of their own, with their data
 DATA = ["fluidsim/init_smoke.png", "fluidsim/skull.png"]
 FILES = [f"{FOLDERS.get(e, '')}{e}.py" for e in EXAMPLES] + ["data.py", "data_mnist.py", *DATA]
 # (each copied flat into the folder an example runs in; lstm imports
