@@ -1438,8 +1438,10 @@ def _run(entry: _Entry, inputs: list):
   steady runner where it takes the inputs, else its general call), else interpreted."""
   entry.calls += 1
   exe = entry.executable
-  if exe is not None and getattr(exe, "ready", lambda: True)():  # (tiered: compiled by
-    native = getattr(exe, "native", None)  # now? till then, the runner below serves)
+  if exe is not None and entry.fast is None and not getattr(exe, "ready", _always)():
+    exe = None  # (tiered: compiling in the background; the runner below serves till then)
+  if exe is not None:
+    native = getattr(exe, "native", None)  # tiered: compiled in the background by now?
     if native is not None:
       entry.executable, entry.fast, exe = native, None, native
     if entry.fast is None:  # (None until the executable's first call: then try again)
@@ -1456,7 +1458,7 @@ def _run(entry: _Entry, inputs: list):
   ):
     _optimize(entry)
   if (
-    exe is None
+    entry.executable is None
     and entry.calls >= HOT_CALLS
     and entry.seconds >= HOT_SECONDS + (0.0 if _codegen_loaded() else LOAD_SECONDS)
     and config.compile_hot_transforms
@@ -1465,6 +1467,10 @@ def _run(entry: _Entry, inputs: list):
     entry.executable = compiler[0](entry.program)
     _count("compiled")
   return tree_unflatten(entry.out_tree, outs)
+
+
+def _always() -> bool:
+  return True
 
 
 def _codegen_loaded() -> bool:

@@ -330,10 +330,11 @@ def _advanced_index(x, entries):
       "shape mismatch: indexing arrays could not be broadcast together "
       f"with shapes {' '.join(_shape_text(i) for i in raw)}"
     ) from None
-  if len(adv) == 1:
-    index = [broadcast_to(_as_array(_index_array(_broadcast(raw[0], b), adv[0], shape[adv[0]])), b)]
+  if len(adv) == 1:  # the index, checked
+    index = _index_array(_broadcast(raw[0], b), adv[0], shape[adv[0]])
   else:  # one index into the indexed dims merged (their flat position): B's elements only
-    index = [broadcast_to(_as_array(_flat_position(raw, b, adv, shape)), b)]
+    index = _flat_position(raw, b, adv, shape)
+  index = broadcast_to(_as_array(index), b)
   kinds = "".join(
     "N"
     if k is None
@@ -348,11 +349,11 @@ def _advanced_index(x, entries):
   together = set(kinds[first : last + 1]) == {"A"}
   rest = [d for d in range(len(shape)) if d not in adv]
   if len(adv) == 1:  # gathered in place: B's dims where the indexed dim was
-    out = P.gather(x, index[0], adv[0])
+    out = P.gather(x, index, adv[0])
   else:  # the indexed dims moved first and merged into one, gathered at the flat positions
     merged = (int(np.prod([shape[d] for d in adv], dtype=np.int64)),)
     out = P.gather(
-      reshape(transpose(x, adv + rest), merged + tuple(shape[d] for d in rest)), index[0], 0
+      reshape(transpose(x, adv + rest), merged + tuple(shape[d] for d in rest)), index, 0
     )
     at = kinds[:first].count("S") if together else 0  # slice dims before B's
     nb = len(b)
