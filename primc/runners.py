@@ -66,7 +66,7 @@ def runner(program, guarded: bool = True) -> Callable[[list], list]:
     else:
       steps.append(step)
   outputs = [slot(a) for a in program.outputs]
-  dead = _last_reads(steps, outputs) if large(program) else None
+  dead = last_reads([step[1] for step in steps], outputs) if large(program) else None
 
   def bare(values: list) -> list:
     env = template.copy()
@@ -188,14 +188,15 @@ def large(program) -> bool:
   )
 
 
-def _last_reads(steps: list, outputs: list) -> list:
-  """For each step, the slots read there last (never an output's): a run drops their
-  values after it, so it holds only the live ones, not every value the program made (a
-  100-step fluid simulation's gradient: ~10^5 arrays of 100 KB)."""
-  last = {k: i for i, step in enumerate(steps) for k in step[1]}
-  for k in outputs:
+def last_reads(reads: list, kept) -> list[tuple]:
+  """For each step, of `reads` (what each step reads, in order), what is read there last
+  and is not in `kept` (the outputs): a run drops those values after the step, so it holds
+  only the live ones, not every value the program made (a 100-step fluid simulation's
+  gradient: ~10^5 arrays of 100 KB)."""
+  last = {k: i for i, step in enumerate(reads) for k in step}
+  for k in kept:
     last.pop(k, None)
-  dead = [[] for _ in steps]
+  dead = [[] for _ in reads]
   for k, i in last.items():
     dead[i].append(k)
   return [tuple(d) for d in dead]

@@ -26,9 +26,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from primc import ad, passes, runners
+from primc import ad, passes
 from primc.core import Eqn, Lit, Program, Var, impl_rules, results
-from primc.runners import runner
+from primc.runners import large, last_reads, runner
 from primc.trace import aval_of, eval_program
 from primc.settings import config
 
@@ -155,17 +155,13 @@ _DEAD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # program -> _la
 def _last_reads(program: Program) -> list | None:
   """For each equation, the variables read there last (never an output): the forward
   sweep drops their values after it, so it holds only the live ones. None for a program
-  whose values are small (`runners.large`): it holds them all. Kept per program."""
+  whose values are small (`large`): it holds them all. Kept per program."""
   if program in _DEAD:
     return _DEAD[program]
   dead = None
-  if runners.large(program):
-    last = {a: i for i, eqn in enumerate(program.eqns) for a in eqn.inputs if type(a) is Var}
-    for a in program.outputs:
-      last.pop(a, None)
-    dead = [[] for _ in program.eqns]
-    for a, i in last.items():
-      dead[i].append(a)
+  if large(program):
+    reads = [[a for a in eqn.inputs if type(a) is Var] for eqn in program.eqns]
+    dead = last_reads(reads, program.outputs)
   _DEAD[program] = dead
   return dead
 
