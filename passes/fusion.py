@@ -96,7 +96,7 @@ def domain(eqn: Eqn) -> tuple[int, ...]:
   return eqn.outputs[0].aval.shape
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # (a region is itself: compared by identity)
 class _Region:
   index: int
   kind: str
@@ -236,7 +236,7 @@ def _recompute_in_consumers(regions: list[_Region], reasons: list[str], outputs)
   """Moves each loop region whose values one later loop region reads, only through
   index maps, into that region (see `lazy_eqns`) when the recomputation is cheap.
   Returns the regions left and the reason each starts."""
-  alive = list(regions)
+  merged: set[int] = set()  # (ids of the regions moved into their readers)
   why = {id(r): text for r, text in zip(regions, reasons)}
   readers_of = _readers(regions)  # var -> the regions that read it (kept as they merge)
   for r in regions:
@@ -275,10 +275,11 @@ def _recompute_in_consumers(regions: list[_Region], reasons: list[str], outputs)
       for a in e.inputs:
         if isinstance(a, Var):
           readers_of[a] = [x for x in readers_of[a] if x is not r and x is not c] + [c]
-    alive.remove(r)
+    merged.add(id(r))
     why[id(c)] += (
       f" | recomputes {why.pop(id(r)).split(':')[0]}, which it reads only through index maps"
     )
+  alive = [r for r in regions if id(r) not in merged]
   for k, r in enumerate(alive):
     r.index = k
   return alive, [why[id(r)] for r in alive]
