@@ -88,27 +88,33 @@ def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
   with _jobs_lock:
     job = _jobs.get(job_key)
     if job is None or job.poll() is not None:
-      with open(worker_log(plan_key), "wb") as err:
-        # its own compile workers leave this process a core (it interprets meanwhile)
-        env = dict(
-          spawn.environment(directory),
-          PRIMC_COMPILE_WORKERS=str(max(1, kernel_workers.workers() - 1)),
-        )
-        job = _jobs[job_key] = subprocess.Popen(
-          spawn.command("primc.codegen.tiered", plan_key),
-          env=env,
-          stdin=subprocess.DEVNULL,
-          stdout=subprocess.DEVNULL,
-          stderr=err,
-        )
+      job = _jobs[job_key] = worker("primc.codegen.tiered", plan_key)
       log.info("compiling the kernels of plan %s in the background (pid %d)", plan_key, job.pid)
   return job
 
 
-def worker_log(plan_key: str) -> str:
-  """Where the worker of plan `plan_key` writes its errors (in the cache directory)."""
+def worker(module: str, name: str, *args: str) -> subprocess.Popen:
+  """A background worker running `module.main([name, *args])` on this process's cache
+  directory, its errors written to `worker_log(name)`. Its own compile workers leave this
+  process a core: it interprets meanwhile."""
+  with open(worker_log(name), "wb") as err:
+    env = dict(
+      spawn.environment(store.current().write_dir),
+      PRIMC_COMPILE_WORKERS=str(max(1, kernel_workers.workers() - 1)),
+    )
+    return subprocess.Popen(
+      spawn.command(module, name, *args),
+      env=env,
+      stdin=subprocess.DEVNULL,
+      stdout=subprocess.DEVNULL,
+      stderr=err,
+    )
+
+
+def worker_log(name: str) -> str:
+  """Where the worker of `name` (a plan key) writes its errors (in the cache directory)."""
   st = store.current()
-  return st.path(st.write_dir, "log", plan_key)
+  return st.path(st.write_dir, "log", name)
 
 
 _controller = None

@@ -7,10 +7,13 @@ tracing, the transforms and the interpreter never need.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import inspect
 import logging
+import marshal
+import os
 import pickle
 import re
 import types
@@ -18,7 +21,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from primc import breaks, kept
+from primc import breaks, kept, stored
+from primc import lax  # noqa: F401  (a worker decodes programs naming control flow's
+
+# primitives: `main`; `primc`'s `__init__`, which loads them on demand, never runs there)
 from primc.core import (
   NO_GC,
   ConcretizationError,
@@ -39,6 +45,7 @@ from primc.trace import (
   tracing,
   weak_leaves,
 )
+from primc.settings import config
 from primc.tree import tree_flatten, tree_unflatten
 
 log = logging.getLogger("primc")
@@ -446,10 +453,97 @@ def example_args(signature: Sequence) -> list:
   return [parse_arg_spec(a) if isinstance(a, str) else np.asarray(a) for a in signature]
 
 
+HOT_LABEL = "a transform called often"
+WORKER_EQUATIONS = 5000  # a hot kept program this long is compiled whole in a worker
+
+
 def _compile_kept(program: Program):
   """A hot kept program (`primc.kept`), compiled: the interpreter serves its calls until
-  a background process has compiled its kernels (tiered), so the loop never waits."""
-  return load_executable(program, tiered=True, label="a transform called often")
+  a background process has compiled it, so the loop never waits. A long one is compiled
+  whole there (`_Background`: its passes, fusion and plan too, ~70 us an equation, 4.5 s
+  of a fluid simulation's gradient on the calling thread); a shorter one here, its kernels
+  there (tiered)."""
+  if len(program.eqns) >= WORKER_EQUATIONS:
+    job = _Background.start(program)
+    if job is not None:
+      return job
+  return load_executable(program, tiered=True, label=HOT_LABEL)
+
+
+class _Background:
+  """A program compiled whole in a worker process (`main`: written to the cache
+  directory, the worker reads it, compiles it into the cache and exits), then loaded from
+  the cache here: `ready()` polls, `native` is the executable once loaded. A worker that
+  failed is logged and the program compiled here, where its errors surface as usual."""
+
+  def __init__(self, program: Program, job, name: str, path: str):
+    self.program, self.job, self.name, self.path = program, job, name, path
+    self.native = None
+
+  @classmethod
+  def start(cls, program: Program) -> "_Background | None":
+    """The worker compiling `program`, or None where none can (no cache directory to
+    share, code generation disabled, a program that is not plain data)."""
+    codegen = backend()
+    directory = codegen.store.current().write_dir
+    if directory is None or config.interpret or codegen.jit_disabled():
+      return None
+    try:
+      data = marshal.dumps(stored.encode_program(inline_calls(program)))
+    except stored.NotPlain:
+      return None
+    name = "hot_" + stored.blake2b(data, digest_size=16).hexdigest()
+    path = os.path.join(directory, name + ".prog")
+    with open(path + ".tmp", "wb") as f:
+      f.write(data)
+    os.replace(path + ".tmp", path)
+    job = codegen.tiered.worker("primc.compile", name, path)
+    log.info(
+      "compiling %s (%d equations) in the background (pid %d)",
+      HOT_LABEL,
+      len(program.eqns),
+      job.pid,
+    )
+    return cls(program, job, name, path)
+
+  def ready(self) -> bool:
+    """Whether the executable is loaded: polls the worker, loading it once it is done."""
+    if self.native is None and self.job.poll() is not None:
+      self._load()
+    return self.native is not None
+
+  def _load(self) -> None:
+    with contextlib.suppress(FileNotFoundError):  # (a worker that failed to read it)
+      os.remove(self.path)
+    if self.job.returncode != 0:
+      log.warning(
+        "background compile of %s failed (exit %s, see %s): compiling it in this process",
+        HOT_LABEL,
+        self.job.returncode,
+        backend().tiered.worker_log(self.name),
+      )
+    self.native = load_executable(self.program, tiered=False, label=HOT_LABEL)
+
+  def __call__(self, inputs, out=None):
+    if self.native is None:
+      self.job.wait()
+      self._load()
+    return self.native(inputs, out)
+
+  def runner(self, tree=None):
+    return None if self.native is None else self.native.runner(tree)
+
+
+def main(argv: list[str]) -> int:
+  """The worker of `_Background` (`argv`: its name, the program's file): compiles the
+  program into the cache directory (its plan and kernels), removes the file, exits 0."""
+  with open(argv[1], "rb") as f:
+    program = stored.decode_program(marshal.loads(f.read()))
+  os.remove(argv[1])
+  exe = load_executable(program, tiered=False, label=HOT_LABEL)
+  if hasattr(exe, "compile"):
+    exe.compile()
+  return 0
 
 
 kept.compiler[0] = _compile_kept

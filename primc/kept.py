@@ -3,9 +3,9 @@
 A transform called outside any trace (`grad(f)(x)`, `hessian(f)(x)`, `vmap(f)(xs)`, ...)
 traces and differentiates once per *key*, then runs the kept program on the
 interpreter, optimized once its calls have cost what optimizing costs (`_optimize`); a
-program called often (`HOT_CALLS`) is handed to the compiler (`compiler`, `jit`'s,
-tiered: the interpreter serves while a background process compiles its kernels) and
-runs native from then on.
+program whose interpreted calls have cost what compiling it costs (`_compile_cost`) is
+handed to the compiler (`compiler`, `jit`'s, tiered: the interpreter serves while a
+background process compiles its kernels) and runs native from then on.
 
 The key is what the program depends on, found by walking the function as a pytree:
 
@@ -83,8 +83,11 @@ from primc.tree import TreeDef, _node_of, tree_flatten, tree_unflatten
 KEPT = 256  # kept programs (least recently used go first)
 MAX_DEPTH = 8  # functions reached through functions, at most
 MAX_NODES = 4096  # objects a walk visits, at most (beyond: the call is not kept)
-HOT_CALLS = 64  # calls of one kept program before it is compiled
+HOT_CALLS = 4  # calls of one kept program before it is compiled
 HOT_SECONDS = 0.02  # ... and interpreted time spent in it (s): compiling must pay
+COMPILE_SECONDS = 7e-5  # ... plus, per equation, what the passes, fusion and planning
+# cost the calling thread (a fluid simulation's gradient, 67,180 equations: ~4.5 s; its
+# kernels compile in the background, `tiered`)
 LOAD_SECONDS = 0.35  # ... and, before a process's first compile, what loading the code
 # generation costs the calling thread (measured: 0.35-0.46 s at a small gradient's first
 # compile, cold or warm cache; its interpreted calls take ~0.3 ms, native ~0.04 ms)
@@ -1451,22 +1454,36 @@ def _run(entry: _Entry, inputs: list):
   start = time.perf_counter()
   outs = entry.run(inputs)
   entry.seconds += time.perf_counter() - start
-  if (
-    not entry.optimized
+  if _hot(entry):  # (before optimizing: the compile optimizes to the fixpoint itself)
+    entry.executable = compiler[0](entry.program)
+    _count("compiled")
+  elif (
+    entry.executable is None  # (not while compiling in the background either)
+    and not entry.optimized
     and entry.calls >= 2
     and (entry.seconds >= OPTIMIZE_SECONDS * len(entry.program.eqns))
   ):
     _optimize(entry)
-  if (
+  return tree_unflatten(entry.out_tree, outs)
+
+
+def _hot(entry: _Entry) -> bool:
+  """Whether an interpreted entry's calls have paid for compiling it (`_compile_cost`)."""
+  return (
     entry.executable is None
     and entry.calls >= HOT_CALLS
-    and entry.seconds >= HOT_SECONDS + (0.0 if _codegen_loaded() else LOAD_SECONDS)
+    and entry.seconds >= _compile_cost(entry.program)
     and config.compile_hot_transforms
     and _compiler() is not None
-  ):
-    entry.executable = compiler[0](entry.program)
-    _count("compiled")
-  return tree_unflatten(entry.out_tree, outs)
+  )
+
+
+def _compile_cost(program) -> float:
+  """What compiling `program` costs the calling thread, by estimate (s): a hot program is
+  compiled once its interpreted calls have cost that (the ski-rental rule: whether it is
+  called a few more times or a million, at most about twice the better choice's time)."""
+  load = 0.0 if _codegen_loaded() else LOAD_SECONDS
+  return HOT_SECONDS + load + COMPILE_SECONDS * len(program.eqns)
 
 
 def _always() -> bool:

@@ -464,6 +464,7 @@ def test_a_hot_kept_program_is_compiled_once_calls_pay_for_it(monkeypatch, loade
   where code generation is not loaded yet (here: never reached)."""
   monkeypatch.setattr(kept, "HOT_CALLS", 3)
   monkeypatch.setattr(kept, "HOT_SECONDS", 0.0)
+  monkeypatch.setattr(kept, "COMPILE_SECONDS", 0.0)
   monkeypatch.setattr(kept, "LOAD_SECONDS", 1e6)
   monkeypatch.setattr(kept, "_codegen_loaded", lambda: loaded)
   f = lambda w: pnp.sum(pnp.tanh(2 * w + 1) ** 2)
@@ -471,6 +472,35 @@ def test_a_hot_kept_program_is_compiled_once_calls_pay_for_it(monkeypatch, loade
   for _ in range(6):
     np.testing.assert_allclose(primc.grad(f)(w), _tanh_loss_grad(w), rtol=1e-10, atol=1e-15)
   assert kept.stats().get("kept_compiled") == (1 if loaded else None)
+
+
+class _NeverReady:
+  """A compile that never finishes: the kept program's own runner serves every call."""
+
+  def ready(self):
+    return False
+
+
+@pytest.mark.parametrize("per_equation", [0.0, 1e3])
+def test_a_hot_program_waits_for_its_compile_cost_and_is_not_optimized_first(
+  monkeypatch, per_equation
+):
+  """A kept program is compiled once its interpreted calls cost COMPILE_SECONDS per
+  equation (1e3: never here), before the round of passes it would get at the same call
+  (the compile optimizes it to the fixpoint), and no round runs while it compiles."""
+  for name, value in [("HOT_CALLS", 2), ("HOT_SECONDS", 0.0), ("LOAD_SECONDS", 0.0)]:
+    monkeypatch.setattr(kept, name, value)
+  monkeypatch.setattr(kept, "COMPILE_SECONDS", per_equation)
+  monkeypatch.setattr(kept, "OPTIMIZE_SECONDS", 0.0)
+  compiled = []
+  monkeypatch.setattr(kept, "compiler", [lambda program: compiled.append(program) or _NeverReady()])
+  f = lambda w: pnp.sum(pnp.tanh(2 * w + 1) ** 2)
+  w = np.linspace(-1, 1, 7)
+  for _ in range(5):
+    np.testing.assert_allclose(primc.grad(f)(w), _tanh_loss_grad(w), rtol=1e-10, atol=1e-15)
+  (entry,) = kept._kept.values()
+  assert len(compiled) == (1 if per_equation == 0 else 0)
+  assert entry.optimized == (per_equation != 0)
 
 
 # ---------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import primc
+import primc.compile as compile_module
 import primc.numpy as pnp
+from primc import kept
 from primc.codegen import loader, store, tiered
 from primc.codegen.executor import Executable
 
@@ -255,3 +257,89 @@ def test_reusing_keeps_no_more_arrays_than_a_call_holds_at_once(rng):
     np.testing.assert_allclose(got[0], primc.interpret(program, x, i)[0])
     sizes.append(sum(len(pool) for pool in spare.values()))
   assert sizes[-1] == sizes[1] and sizes[-1] <= 4, sizes
+
+
+# --- hot kept programs (`primc.kept`): a long one compiled whole in a worker -------------
+
+
+@pytest.fixture
+def hot_at_once(monkeypatch):
+  """A kept program hot at its second call, compiled in a worker however short."""
+  monkeypatch.setattr(kept, "HOT_CALLS", 2)
+  monkeypatch.setattr(kept, "HOT_SECONDS", 0.0)
+  monkeypatch.setattr(kept, "LOAD_SECONDS", 0.0)
+  monkeypatch.setattr(kept, "COMPILE_SECONDS", 0.0)
+  monkeypatch.setattr(compile_module, "WORKER_EQUATIONS", 1)
+  kept.reset()
+  yield
+  kept.reset()
+
+
+def _hot_grad(w):
+  return primc.grad(lambda w: pnp.sum(pnp.tanh(1.5 * w - 0.25) ** 2))(w)
+
+
+def _hot_grad_expected(w):
+  t = np.tanh(1.5 * w - 0.25)
+  return 3.0 * t * (1 - t * t)
+
+
+def _background_job(calls: int, w):
+  for _ in range(calls):
+    np.testing.assert_allclose(_hot_grad(w), _hot_grad_expected(w), rtol=1e-12)
+  (entry,) = kept._kept.values()
+  assert isinstance(entry.executable, compile_module._Background)
+  return entry, entry.executable
+
+
+def test_a_long_hot_kept_program_compiles_whole_in_a_worker(fresh_cache, hot_at_once, rng):
+  """The worker makes the plan and the kernels; this process only loads them (a plan hit,
+  no module written here) and runs native code from then on, the worker's file removed."""
+  w = rng.standard_normal(9)
+  entry, job = _background_job(2, w)
+  assert job.job.wait(timeout=300) == 0
+  before = primc.cache_stats()
+  for _ in range(3):
+    np.testing.assert_allclose(_hot_grad(w), _hot_grad_expected(w), rtol=1e-12)
+  after = primc.cache_stats()
+  assert after.get("plan_hits", 0) == before.get("plan_hits", 0) + 1
+  assert after.get("plan_misses", 0) == before.get("plan_misses", 0)
+  assert after.get("modules_written", 0) == before.get("modules_written", 0)
+  assert entry.executable is job.native and isinstance(job.native, Executable)
+  assert not os.path.exists(job.path)
+
+
+def test_a_failed_hot_worker_compiles_in_process(
+  fresh_cache, hot_at_once, rng, monkeypatch, caplog
+):
+  worker = tiered.worker
+  monkeypatch.setattr(tiered, "worker", lambda m, name, path: worker(m, name, path + ".gone"))
+  w = rng.standard_normal(5)
+  entry, job = _background_job(2, w)
+  assert job.job.wait(timeout=300) != 0
+  with caplog.at_level(logging.WARNING, logger="primc"):
+    np.testing.assert_allclose(_hot_grad(w), _hot_grad_expected(w), rtol=1e-12)
+  assert "background compile of a transform called often failed" in caplog.text
+  with open(tiered.worker_log(job.name)) as f:
+    assert "FileNotFoundError" in f.read()
+  assert entry.executable is job.native and not os.path.exists(job.path)
+  np.testing.assert_allclose(_hot_grad(w), _hot_grad_expected(w), rtol=1e-12)
+
+
+def test_a_worker_compiles_programs_with_control_flow(fresh_cache):
+  """The worker decodes and compiles what a kept program may hold: loops and branches
+  (their primitives are known there although `primc`'s `__init__` never runs)."""
+
+  def f(x):
+    y = primc.lax.fori_loop(0, 3, lambda i, c: pnp.tanh(c) * 1.5, x)
+    return primc.lax.cond(pnp.sum(y) > 0, lambda v: v * 2.0, lambda v: -v, y)
+
+  x = np.linspace(-1, 2, 6)
+  job = compile_module._Background.start(primc.make_program(f)(x))
+  assert job.job.wait(timeout=300) == 0
+  assert job.ready()
+  want = x
+  for _ in range(3):
+    want = np.tanh(want) * 1.5
+  want = want * 2.0 if want.sum() > 0 else -want
+  np.testing.assert_allclose(job.native([x])[0], want, rtol=1e-12)
