@@ -251,6 +251,42 @@ def test_first_calls_run_on_values_then_the_kept_program(taped):
   assert s["kept_taped"] == 4 and s["kept_checked"] == 1 and s["kept_hits"] == 2, s
 
 
+def _loss_reading(w, data):
+  a = _loss(w, data)
+  return a * 2.0 if a > -1e9 else a  # (Python reads a value: a path kept)
+
+
+class _NeverReady:
+  def ready(self):
+    return False
+
+
+@pytest.mark.parametrize("loss", [_loss, _loss_reading])
+def test_calls_on_values_count_toward_compiling_the_program_made(taped, loss):
+  """The calls a function ran on values, and their time, are the program made from them
+  running slowly: with HOT_CALLS 4, it is handed to the compiler at its first call after
+  three on values, not at its fourth (a path of a function whose Python reads values too)."""
+  for name, value in [("HOT_CALLS", 4), ("HOT_SECONDS", 0.0), ("LOAD_SECONDS", 0.0)]:
+    taped.setattr(kept, name, value)
+  taped.setattr(kept, "COMPILE_SECONDS", 0.0)
+  rng = np.random.default_rng(3)
+  data = rng.standard_normal((5, 4, 4)) * 0.3
+  ws = [rng.standard_normal(4) for _ in range(4)]
+  want = [primc.jit(primc.value_and_grad(loss))(w, data) for w in ws]  # (before: `jit`
+  compiled = []  # sets `kept.compiler` where it is first imported)
+  taped.setattr(kept, "compiler", [lambda program: compiled.append(program) or _NeverReady()])
+  taped.setattr(kept, "TAPE_SECONDS_PER_EQN", 1.0)  # (on values: never made)
+  f = primc.value_and_grad(loss)
+  for k, (w, (v0, g0)) in enumerate(zip(ws, want)):
+    if k == 3:
+      taped.setattr(kept, "TAPE_SECONDS_PER_EQN", 0.0)  # (made now)
+    v, g = f(w, data)
+    np.testing.assert_allclose(v, v0, rtol=1e-12)
+    np.testing.assert_allclose(g, g0, rtol=1e-10)
+    assert len(compiled) == (1 if k == 3 else 0), k
+  assert kept.stats()["kept_taped"] == 3
+
+
 def test_calls_on_values_take_the_functions_trace_as_it_is(taped):
   """A call on values differentiates the function's trace itself (`replayed.adopted`),
   not a copy staged again into a new trace (the HMM's 10,400 equations: ~14 ms a call)."""
