@@ -61,6 +61,7 @@ EXAMPLES = [
   "deep_gaussian_process",
   "fluidsim",
   "wing",
+  "mixture_variational_inference",
 ]
 FOLDERS = {
   "fluidsim": "fluidsim/",
