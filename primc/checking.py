@@ -14,6 +14,7 @@ import numpy as np
 
 from primc import kept
 from primc.api import jvp, vjp
+from primc.trace import as_array, aval_of, trace_flat, weak_leaves
 from primc.tree import tree_flatten, tree_unflatten
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -93,7 +94,45 @@ def check_grads(
     AssertionError: naming the mode and order that disagree.
   """
   # (its transforms run once each, or a few times: none kept, `kept.plainly`)
-  return kept.plainly(lambda: _checked(f, args, order, modes, eps, atol, rtol, seed))
+  try:
+    return kept.plainly(lambda: _checked(f, args, order, modes, eps, atol, rtol, seed))
+  except AssertionError as e:
+    note = _precision_note(f, args) if eps is None else ""
+    if not note:
+      raise
+    raise AssertionError(f"{e}\n{note}") from None
+
+
+LOW_FLOATS = ("float32", "float16", "bfloat16")
+
+
+def _precision_note(f, args) -> str:
+  """Why a check at float64's step failed where the function computes in a lower
+  precision although every float argument is float64 (an array made by a creation
+  function, float32 by default, then written into): '' where it does not."""
+  leaves, in_tree = tree_flatten(list(args))
+  kinds = [np.asarray(x).dtype for x in leaves if np.asarray(x).dtype.kind == "f"]
+  if not kinds or any(d != np.float64 for d in kinds):
+    return ""
+  try:
+    program = trace_flat(
+      lambda *xs: f(*tree_unflatten(in_tree, list(xs))),
+      [aval_of(as_array(x)) for x in leaves],
+      weak_leaves(leaves),
+      [as_array(x) for x in leaves],
+    )[0]
+  except Exception:  # noqa: BLE001 - a note only: the check's own error stands
+    return ""
+  low = next((e for e in program.eqns if e.outputs[0].aval.dtype in LOW_FLOATS), None)
+  if low is None:
+    return ""
+  return (
+    f"note: every float argument is float64, but the function computes in "
+    f"{low.outputs[0].aval.dtype} from {low.prim.name} at {low.source} on: finite "
+    f"differences at float64's step cannot check that (primc.numpy's creation functions, "
+    f"zeros, ones, full, eye, make float32 unless given dtype='float64'; or pass eps, "
+    f"atol and rtol for float32)"
+  )
 
 
 def _checked(f, args, order, modes, eps, atol, rtol, seed) -> None:

@@ -176,6 +176,27 @@ def test_check_grads_catches_a_wrong_rule(order, monkeypatch):
     primc.check_grads(pnp.sin, (np.array([0.3, 1.2]),), order=order)
 
 
+@pytest.mark.parametrize("dtype", [None, "float64"])
+def test_check_grads_says_where_a_float64_function_computes_in_float32(dtype):
+  """A float64 argument written into an array a creation function made (float32 unless
+  given a dtype): the check at float64's step fails, and says where precision drops; with
+  the array made float64, it passes at every order."""
+
+  def f(x):
+    z = pnp.zeros(3) if dtype is None else pnp.zeros(3, dtype=dtype)
+    z[:] = pnp.sin(x) * 100.0
+    return pnp.sum(z * z)
+
+  x = np.linspace(0.1, 0.9, 3)
+  if dtype:
+    primc.check_grads(f, (x,), order=2)
+    return
+  with pytest.raises(AssertionError, match="mismatch") as e:
+    primc.check_grads(f, (x,))
+  assert "computes in float32 from full at" in str(e.value)
+  assert __file__ in str(e.value) and "dtype='float64'" in str(e.value)
+
+
 def test_check_grads_directions_are_generic_and_the_same_for_a_seed():
   """`checking.Directions`: uniform on [-1, 1) (its mean and variance, each sign about
   half the time), the same stream for a seed, another for another seed, a dtype's."""
