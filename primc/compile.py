@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import itertools
 import logging
 import marshal
 import os
@@ -470,6 +471,9 @@ def _compile_kept(program: Program):
   return load_executable(program, tiered=True, label=HOT_LABEL)
 
 
+_started = itertools.count()  # background workers this process started
+
+
 class _Background:
   """A program compiled whole in a worker process (`main`: written to the cache
   directory, the worker reads it, compiles it into the cache and exits), then loaded from
@@ -492,7 +496,9 @@ class _Background:
       data = marshal.dumps(stored.encode_program(inline_calls(program)))
     except stored.NotPlain:
       return None
-    name = "hot_" + stored.blake2b(data, digest_size=16).hexdigest()
+    digest = stored.blake2b(data, digest_size=8).hexdigest()
+    name = f"hot_{digest}_{os.getpid()}_{next(_started)}"  # (one file per worker: two
+    # processes, or two functions of one, may compile the same program at once)
     path = os.path.join(directory, name + ".prog")
     with open(path + ".tmp", "wb") as f:
       f.write(data)

@@ -343,3 +343,14 @@ def test_a_worker_compiles_programs_with_control_flow(fresh_cache):
     want = np.tanh(want) * 1.5
   want = want * 2.0 if want.sum() > 0 else -want
   np.testing.assert_allclose(job.native([x])[0], want, rtol=1e-12)
+
+
+def test_two_workers_compile_one_program_at_once(fresh_cache):
+  """Two functions (or processes) hot with the same program: each worker has its file."""
+  x = np.linspace(-1, 1, 5)
+  program = primc.make_program(lambda x: pnp.sum(pnp.tanh(3.0 * x) ** 2))(x)
+  jobs = [compile_module._Background.start(program) for _ in range(2)]
+  assert jobs[0].path != jobs[1].path
+  for job in jobs:
+    assert job.job.wait(timeout=300) == 0 and job.ready()
+    np.testing.assert_allclose(job.native([x])[0], np.sum(np.tanh(3.0 * x) ** 2), rtol=1e-12)
