@@ -23,9 +23,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from primc import breaks, kept, stored
-from primc import lax  # noqa: F401  (a worker decodes programs naming control flow's
 
-# primitives: `main`; `primc`'s `__init__`, which loads them on demand, never runs there)
+# (a worker's `main` decodes programs naming control flow's primitives; `primc`'s
+# `__init__`, which loads them on demand, never runs there)
+from primc import lax  # noqa: F401
 from primc.core import (
   NO_GC,
   ConcretizationError,
@@ -477,8 +478,9 @@ _started = itertools.count()  # background workers this process started
 class _Background:
   """A program compiled whole in a worker process (`main`: written to the cache
   directory, the worker reads it, compiles it into the cache and exits), then loaded from
-  the cache here: `ready()` polls, `native` is the executable once loaded. A worker that
-  failed is logged and the program compiled here, where its errors surface as usual."""
+  the cache here: `ready()` polls, `native` is the executable once loaded (what
+  `kept._run` asks and runs). A worker that failed is logged and the program compiled
+  here, where its errors surface as usual."""
 
   def __init__(self, program: Program, job, name: str, path: str):
     self.program, self.job, self.name, self.path = program, job, name, path
@@ -529,15 +531,6 @@ class _Background:
         backend().tiered.worker_log(self.name),
       )
     self.native = load_executable(self.program, tiered=False, label=HOT_LABEL)
-
-  def __call__(self, inputs, out=None):
-    if self.native is None:
-      self.job.wait()
-      self._load()
-    return self.native(inputs, out)
-
-  def runner(self, tree=None):
-    return None if self.native is None else self.native.runner(tree)
 
 
 def main(argv: list[str]) -> int:

@@ -772,7 +772,7 @@ def call(
     return _on_tape(entry, replay)  # (its third call on: the walk trusted, as at a hit)
   if type(entry) is _Entry and _hit(entry, full_key):
     return _run(entry, inputs)
-  drawn, reason, keys = _random_state(), None, (key, state, fun)
+  drawn, reason, keys, on_tape = _random_state(), None, (key, state, fun), None
   firsts = (full_key, key, state, code, fun)
   try:  # the function traced alone, once (a transform of it replays that trace)
     if entry is None and taped and replayable and lifted:
@@ -782,15 +782,13 @@ def call(
     forward = _forward(fun, leaves, tree, traced, weak, walk, inputs) if replayable else None
     disk, long = _Disk(drawn, key, forward, leaves, tree, traced, weak, inputs), _tapes(forward)
     found = disk.load() if entry is None and not (taped and long) else None  # (`_Disk`)
-    on_tape = None  # (the calls on values before the program is made: `_Taped`)
     if found is None and (type(entry) is _Taped or (entry is None and taped and long)):
       entry = on_tape = _taped(entry, forward, drawn, full_key, keys, replay)
       if type(entry) is not _Taped:
         return entry  # (the call's result, by the tape)
       entry, reason, found = None, "calls on values cost enough: made", disk.load()
     if found is not None:  # made by an earlier process
-      made = _carried(disk.entry(*found, walk.refs), on_tape)
-      return _first(made, drawn, forward, inputs, firsts)
+      return _first(disk.entry(*found, walk.refs), drawn, forward, inputs, firsts, None, on_tape)
     drew = entry is not None and _drew(drawn, code, fun)  # (one first imported at the
     if not drew and entry is not None and _same_trace(forward, entry.forward):  # first call)
       _count("checked")  # the second call: the first call's program
@@ -807,7 +805,7 @@ def call(
     return _not_kept(code, str(e).splitlines()[0], plain)
   if entry is None:
     disk.save(made.program, made.out_tree)
-    return _first(_carried(made, on_tape), drawn, forward, inputs, firsts, reason)
+    return _first(made, drawn, forward, inputs, firsts, reason, on_tape)
   return _run(made if drew else _kept_or_checked(full_key, entry, made, *firsts[1:]), inputs)
 
 
@@ -982,14 +980,16 @@ def _on_path(paths: breaks.Paths, inputs, full_key, code, fun):
   return tree_unflatten(out_tree, flat)
 
 
-def _first(made, drawn, forward, inputs, keys, reason: str | None = None):
-  """The first call of a function, by the program `made`, then kept (`keys`: the call's
-  full key, the transform's, the state's, the code's and the function), with what its
-  second call compares (`forward`: the function's trace alone, or None: the transform's
+def _first(made, drawn, forward, inputs, keys, reason: str | None = None, on_tape=None):
+  """The first call of a function, by the program `made` (counting the calls it ran on
+  values before, `on_tape`: `_carried`), then kept (`keys`: the call's full key, the
+  transform's, the state's, the code's and the function), with what its second call
+  compares (`forward`: the function's trace alone, or None: the transform's
   trace is compared); not kept where tracing drew random numbers (`drawn`: numpy's and
   Python's generators before), which its program holds as constants: then traced at
   every call, as numpy's functions draw at every call, and said once."""
   full_key, key, state, code, fun = keys
+  made = _carried(made, on_tape)
   if _drew(drawn, code, fun):
     return _run(made, inputs)
   made.forward = forward  # (fingerprinted when a second call compares: `_same_trace`)
