@@ -174,3 +174,26 @@ def test_integer_types_convert_traced_arrays(int_type, rng):
   v = rng.uniform(-3, 3, 7)
   np.testing.assert_array_equal(conv(v), (v * 3).astype(base))
   assert conv(v).dtype == base
+
+
+FILLS = [3, -2, True, False, 1.5, np.float64(2.5), np.int32(7), np.float32(0.5), np.bool_(True)]
+
+
+@pytest.mark.parametrize("fill", FILLS, ids=repr)
+@pytest.mark.parametrize("path", ["values", "jit", "traced"])
+def test_full_takes_its_fill_values_kind(fill, path):
+  """`full` with no dtype: a Python int makes int64 and a bool bool, as numpy's (JAX's
+  int32 under its 32-bit default); a numpy scalar its own dtype; a Python float float32,
+  primc's documented default for creation functions (numpy: float64). The same on plain
+  values, under `jit` and traced."""
+  want = np.float32 if type(fill) is float else np.asarray(fill).dtype
+  if path == "values":
+    got = pnp.full((2, 3), fill)
+  elif path == "jit":
+    got = primc.jit(lambda x: pnp.full((2, 3), fill))(np.ones(1))
+  else:  # (traced: the program's output type, and its value by the interpreter)
+    program = primc.make_program(lambda x: pnp.full((2, 3), fill))(np.ones(1))
+    assert program.outputs[0].aval.dtype == np.dtype(want).name
+    (got,) = primc.interpret(program, np.ones(1))
+  assert got.dtype == want and got.shape == (2, 3)
+  np.testing.assert_array_equal(got, np.full((2, 3), fill, want))

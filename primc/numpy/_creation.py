@@ -43,13 +43,19 @@ def ones(shape, dtype="float32"):
   return _filled(shape, 1, dtype, "ones")
 
 
+# a Python number's kind decides full's dtype, as numpy's and JAX's: an int makes int64
+# (as `arange` and `array` do), a bool bool; a float float32, as every creation function
+_FILL_DTYPES = {float: "float32", int: "int64", bool: "bool"}
+
+
 def full(shape, fill_value, dtype=None):
-  """numpy.full (float32 by default, as JAX and Paddle, for a Python number); a
+  """numpy.full (for a Python float float32 by default, as JAX and Paddle; an int's
+  int64, a bool's bool, as numpy's and JAX's: `_FILL_DTYPES`); a
   `fill_value` with a dtype (an array of any rank, broadcast to `shape`, a numpy scalar, a
   traced value) gives its dtype unless `dtype` says otherwise, traced or not. On values,
   a new array, as numpy's (writable)."""
   if type(fill_value) in _PYTHON_NUMBERS:  # (the common call, first)
-    return _filled(shape, fill_value, dtype or "float32", "full")
+    return _filled(shape, fill_value, dtype or _FILL_DTYPES[type(fill_value)], "full")
   if isinstance(fill_value, Tracer) or np.ndim(fill_value) > 0:
     value = _as_array(fill_value)
     shape = _shape(shape, "full's shape")
