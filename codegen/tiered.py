@@ -80,7 +80,8 @@ def interpreted_calls(program: Program, new_kernels: int, cores: int) -> int:
 def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
   """A worker compiling `plan`'s module: the one this process started if it still runs
   (several functions may share a program), else a new one; None where no cache
-  directory takes its work (then the caller compiles in process)."""
+  directory takes its work, or no process starts (then the caller compiles in
+  process)."""
   directory = store.current().write_dir
   if directory is None:
     return None
@@ -88,7 +89,11 @@ def start(plan_key: str, plan: Plan) -> subprocess.Popen | None:
   with _jobs_lock:
     job = _jobs.get(job_key)
     if job is None or job.poll() is not None:
-      job = _jobs[job_key] = worker("primc.codegen.tiered", plan_key)
+      try:
+        job = _jobs[job_key] = worker("primc.codegen.tiered", plan_key)
+      except OSError as e:  # (no process to start: the caller compiles in process)
+        log.warning("cannot compile plan %s in the background (%s)", plan_key, e)
+        return None
       log.info("compiling the kernels of plan %s in the background (pid %d)", plan_key, job.pid)
   return job
 

@@ -489,7 +489,8 @@ class _Background:
   @classmethod
   def start(cls, program: Program) -> "_Background | None":
     """The worker compiling `program`, or None where none can (no cache directory to
-    share, code generation disabled, a program that is not plain data)."""
+    share, code generation disabled, a program that is not plain data, a file that cannot
+    be written or a process that cannot start: logged)."""
     codegen = backend()
     directory = codegen.store.current().write_dir
     if directory is None or config.interpret or codegen.jit_disabled():
@@ -502,10 +503,17 @@ class _Background:
     name = f"hot_{digest}_{os.getpid()}_{next(_started)}"  # (one file per worker: two
     # processes, or two functions of one, may compile the same program at once)
     path = os.path.join(directory, name + ".prog")
-    with open(path + ".tmp", "wb") as f:
-      f.write(data)
-    os.replace(path + ".tmp", path)
-    job = codegen.tiered.worker("primc.compile", name, path)
+    try:
+      with open(path + ".tmp", "wb") as f:
+        f.write(data)
+      os.replace(path + ".tmp", path)
+      job = codegen.tiered.worker("primc.compile", name, path)
+    except OSError as e:  # (a full disk, no process to start: compiled here instead)
+      log.warning("cannot compile %s in the background (%s): compiling it here", HOT_LABEL, e)
+      for leftover in (path + ".tmp", path):
+        with contextlib.suppress(FileNotFoundError):
+          os.remove(leftover)
+      return None
     log.info(
       "compiling %s (%d equations) in the background (pid %d)",
       HOT_LABEL,

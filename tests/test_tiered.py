@@ -354,3 +354,29 @@ def test_two_workers_compile_one_program_at_once(fresh_cache):
   for job in jobs:
     assert job.job.wait(timeout=300) == 0 and job.ready()
     np.testing.assert_allclose(job.native([x])[0], np.sum(np.tanh(3.0 * x) ** 2), rtol=1e-12)
+
+
+@pytest.mark.parametrize("fails", ["write", "start"])
+def test_a_hot_program_compiles_here_where_no_worker_can_start(
+  fresh_cache, hot_at_once, rng, monkeypatch, caplog, fails
+):
+  """A program file that cannot be written (a full disk) or a worker that cannot start:
+  said once, compiled in the calling thread, no file left behind, results right."""
+
+  def refuse(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+  if fails == "write":
+    monkeypatch.setattr(compile_module.os, "replace", refuse)
+  else:
+    monkeypatch.setattr(tiered, "worker", refuse)
+  w = rng.standard_normal(4)
+  with caplog.at_level(logging.WARNING, logger="primc"):
+    for _ in range(4):
+      np.testing.assert_allclose(_hot_grad(w), _hot_grad_expected(w), rtol=1e-12)
+  assert "cannot compile a transform called often in the background" in caplog.text
+  (entry,) = kept._kept.values()
+  assert entry.executable is not None and not isinstance(
+    entry.executable, compile_module._Background
+  )
+  assert not [f for f in os.listdir(fresh_cache) if f.startswith("hot_")]
