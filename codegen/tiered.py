@@ -46,6 +46,7 @@ from primc.codegen import kernel_workers, spawn, store
 from primc.codegen.executor import Executable, check_out
 from primc.codegen.plan import Plan
 from primc.core import Lit, Program, Var, impl_rules, ufunc_rules
+from primc.runners import last_reads
 
 log = logging.getLogger("primc.tiered")
 _jobs: dict[tuple[str, str], subprocess.Popen] = {}  # (cache dir, module key) -> worker
@@ -255,8 +256,9 @@ def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
   and dead intermediates go back to `spare`. A fresh temporary per equation
   page-faults its memory on every call: W5's 16 equations over 10^7 floats took 1.26 s
   on a first call, 82 ms per equation of which ~70 were page faults."""
-  last_use = {a: i for i, e in enumerate(program.eqns) for a in e.inputs if isinstance(a, Var)}
-  last_use.update({a: len(program.eqns) for a in program.outputs if isinstance(a, Var)})
+  reads = [[a for a in e.inputs if isinstance(a, Var)] for e in program.eqns]
+  kept = [a for a in (*program.outputs, *program.inputs) if isinstance(a, Var)]  # (the
+  dead = last_reads(reads, kept)  # caller's arrays and the results are never reused)
   env = dict(zip(program.inputs, args, strict=True))
   read = lambda a: a.value if isinstance(a, Lit) else env[a]
   live: dict = {}  # by shape and dtype: [intermediates alive now, most alive at once]
@@ -280,13 +282,12 @@ def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
       del xs
       for o in eqn.outputs:
         _count(live, (o.aval.shape, o.aval.dtype), 1)
-      for a in set(eqn.inputs):
-        if isinstance(a, Var) and last_use[a] == i and a not in program.inputs:
-          dead = env.pop(a)
-          _count(live, (a.aval.shape, a.aval.dtype), -1)
-          if dead.base is None and sys.getrefcount(dead) == 2 and dead.dtype.kind == "f":
-            spare.setdefault((dead.shape, dead.dtype.name), []).append(dead)  # (nothing
-            # else refers to it; a float, which ufunc equations may write into)
+      for a in dead[i]:
+        value = env.pop(a)
+        _count(live, (a.aval.shape, a.aval.dtype), -1)
+        if value.base is None and sys.getrefcount(value) == 2 and value.dtype.kind == "f":
+          spare.setdefault((value.shape, value.dtype.name), []).append(value)  # (nothing
+          # else refers to it; a float, which ufunc equations may write into)
   _trim(spare, live)
   return [np.asarray(read(a)) for a in program.outputs]
 
