@@ -45,8 +45,8 @@ from primc import prims as P
 from primc.codegen import kernel_workers, spawn, store
 from primc.codegen.executor import Executable, check_out
 from primc.codegen.plan import Plan
-from primc.core import Lit, Program, Var, impl_rules, ufunc_rules
-from primc.runners import last_reads
+from primc.core import Lit, Program, impl_rules, ufunc_rules
+from primc.runners import dead_after
 
 log = logging.getLogger("primc.tiered")
 _jobs: dict[tuple[str, str], subprocess.Popen] = {}  # (cache dir, module key) -> worker
@@ -256,9 +256,7 @@ def interpret_reusing(program: Program, args, spare: dict) -> list[np.ndarray]:
   and dead intermediates go back to `spare`. A fresh temporary per equation
   page-faults its memory on every call: W5's 16 equations over 10^7 floats took 1.26 s
   on a first call, 82 ms per equation of which ~70 were page faults."""
-  reads = [[a for a in e.inputs if isinstance(a, Var)] for e in program.eqns]
-  kept = [a for a in (*program.outputs, *program.inputs) if isinstance(a, Var)]  # (the
-  dead = last_reads(reads, kept)  # caller's arrays and the results are never reused)
+  dead = dead_after(program, program.inputs)  # (the caller's arrays: never reused)
   env = dict(zip(program.inputs, args, strict=True))
   read = lambda a: a.value if isinstance(a, Lit) else env[a]
   live: dict = {}  # by shape and dtype: [intermediates alive now, most alive at once]

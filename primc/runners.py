@@ -14,6 +14,7 @@ import numpy as np
 
 from primc.core import (
   Lit,
+  Var,
   impl_rules,
   program_runner_rules,
   runner_rules,
@@ -200,6 +201,13 @@ def last_reads(reads: list, kept) -> list[tuple]:
   for k, i in last.items():
     dead[i].append(k)
   return [tuple(d) for d in dead]
+
+
+def dead_after(program, kept=()) -> list[tuple]:
+  """`last_reads` of a program's equations: for each, the variables read there last,
+  never its outputs nor those of `kept`."""
+  reads = [[a for a in eqn.inputs if type(a) is Var] for eqn in program.eqns]
+  return last_reads(reads, [a for a in (*program.outputs, *kept) if type(a) is Var])
 
 
 def _step(env, impl, ins, kw, outs, multiple) -> None:

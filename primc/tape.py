@@ -28,7 +28,7 @@ import numpy as np
 
 from primc import ad, passes
 from primc.core import Eqn, Lit, Program, Var, impl_rules, results
-from primc.runners import large, last_reads, runner
+from primc.runners import dead_after, large, runner
 from primc.trace import aval_of, eval_program
 from primc.settings import config
 
@@ -158,11 +158,7 @@ def _last_reads(program: Program) -> list | None:
   whose values are small (`large`): it holds them all. Kept per program."""
   if program in _DEAD:
     return _DEAD[program]
-  dead = None
-  if large(program):
-    reads = [[a for a in eqn.inputs if type(a) is Var] for eqn in program.eqns]
-    dead = last_reads(reads, program.outputs)
-  _DEAD[program] = dead
+  dead = _DEAD[program] = dead_after(program) if large(program) else None
   return dead
 
 
