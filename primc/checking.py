@@ -108,8 +108,8 @@ LOW_FLOATS = ("float32", "float16", "bfloat16")
 
 def _precision_note(f, args) -> str:
   """Why a check at float64's step failed where the function computes in a lower
-  precision although every float argument is float64 (an array made by a creation
-  function, float32 by default, then written into): '' where it does not."""
+  precision although every float argument is float64 (an array made float32, then
+  written into): '' where it does not."""
   leaves, in_tree = tree_flatten(list(args))
   kinds = [np.asarray(x).dtype for x in leaves if np.asarray(x).dtype.kind == "f"]
   if not kinds or any(d != np.float64 for d in kinds):
@@ -129,9 +129,8 @@ def _precision_note(f, args) -> str:
   return (
     f"note: every float argument is float64, but the function computes in "
     f"{low.outputs[0].aval.dtype} from {low.prim.name} at {low.source} on: finite "
-    f"differences at float64's step cannot check that (primc.numpy's creation functions, "
-    f"zeros, ones, full, eye, make float32 unless given dtype='float64'; or pass eps, "
-    f"atol and rtol for float32)"
+    f"differences at float64's step cannot check that (make that array with "
+    f"dtype='float64', or pass eps, atol and rtol for float32)"
   )
 
 

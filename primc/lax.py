@@ -102,8 +102,8 @@ def _check_same(what: str, got, want):
 
 def _check_carry(what: str, got, want, skip: int = 0) -> None:
   """A loop body's carry out against its carry in: the message names the loop, the
-  leaves that differ, the user's line, and where a dtype alone differs, the likely
-  cause (primc's creation functions make float32, as JAX's). `skip`: leading leaves the
+  leaves that differ, the user's line, and where a dtype alone differs, the fix (start
+  it in the body's dtype). `skip`: leading leaves the
   loop adds (fori_loop's counter)."""
   bad = [(k, g, w) for k, (g, w) in enumerate(zip(got[skip:], want[skip:])) if g != w]
   if not bad:
@@ -114,8 +114,7 @@ def _check_carry(what: str, got, want, skip: int = 0) -> None:
     hint = (
       f": the loop starts with {w.dtype} and its body gives {g.dtype}. Start it in "
       f"the dtype the body computes (pnp.zeros(shape, '{g.dtype}'), or "
-      f"pnp.zeros_like(x) of the data); primc's creation functions default to "
-      f"float32, as JAX's"
+      f"pnp.zeros_like(x) of the data)"
     )
   raise locate(
     PrimcError(),

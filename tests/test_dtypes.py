@@ -177,23 +177,38 @@ def test_integer_types_convert_traced_arrays(int_type, rng):
 
 
 FILLS = [3, -2, True, False, 1.5, np.float64(2.5), np.int32(7), np.float32(0.5), np.bool_(True)]
+# every creation function without a dtype, as (name, the call on a numpy-like module)
+CREATIONS = [
+  *((f"full({v!r})", lambda m, v=v: m.full((2, 3), v)) for v in FILLS),
+  ("zeros", lambda m: m.zeros((2, 3))),
+  ("ones", lambda m: m.ones(4)),
+  ("empty", lambda m: m.empty((2, 3)) * 0),  # (numpy's values are undefined)
+  ("eye", lambda m: m.eye(3, 4, k=1)),
+  ("identity", lambda m: m.identity(3)),
+  ("zeros_like", lambda m: m.zeros_like(np.arange(3))),
+  ("full_like", lambda m: m.full_like(np.ones(2, np.float32), 7)),
+  ("arange", lambda m: m.arange(0.5, 3)),
+  ("linspace", lambda m: m.linspace(0, 1, 5)),
+  ("array", lambda m: m.array([[1.0, 2.0], [3.0, 4.0]])),
+]
 
 
-@pytest.mark.parametrize("fill", FILLS, ids=repr)
+@pytest.mark.parametrize("case", CREATIONS, ids=[name for name, _ in CREATIONS])
 @pytest.mark.parametrize("path", ["values", "jit", "traced"])
-def test_full_takes_its_fill_values_kind(fill, path):
-  """`full` with no dtype: a Python int makes int64 and a bool bool, as numpy's (JAX's
-  int32 under its 32-bit default); a numpy scalar its own dtype; a Python float float32,
-  primc's documented default for creation functions (numpy: float64). The same on plain
-  values, under `jit` and traced."""
-  want = np.float32 if type(fill) is float else np.asarray(fill).dtype
+def test_creation_functions_make_numpys_dtype(case, path):
+  """A creation function without a dtype makes what numpy's makes (float64; `full` its fill
+  value's kind: a Python int int64, a bool bool, a numpy scalar its own dtype), so a
+  program written for numpy or autograd computes in the precision it did there; the same
+  on plain values, under `jit` and traced. numpy is the oracle of dtype and values."""
+  _, call = case
+  want = call(np)
   if path == "values":
-    got = pnp.full((2, 3), fill)
+    got = call(pnp)
   elif path == "jit":
-    got = primc.jit(lambda x: pnp.full((2, 3), fill))(np.ones(1))
+    got = primc.jit(lambda x: call(pnp))(np.ones(1))
   else:  # (traced: the program's output type, and its value by the interpreter)
-    program = primc.make_program(lambda x: pnp.full((2, 3), fill))(np.ones(1))
-    assert program.outputs[0].aval.dtype == np.dtype(want).name
+    program = primc.make_program(lambda x: call(pnp))(np.ones(1))
+    assert program.outputs[0].aval.dtype == want.dtype.name
     (got,) = primc.interpret(program, np.ones(1))
-  assert got.dtype == want and got.shape == (2, 3)
-  np.testing.assert_array_equal(got, np.full((2, 3), fill, want))
+  assert got.dtype == want.dtype and got.shape == want.shape
+  np.testing.assert_array_equal(got, want)

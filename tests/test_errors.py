@@ -110,23 +110,20 @@ def test_an_unknown_setting_is_refused_with_the_closest_name():
 
 
 @pytest.mark.parametrize("loop", ["scan", "fori_loop", "while_loop"])
-def test_a_loop_carry_of_another_dtype_names_the_loop_the_line_and_the_default(loop):
+def test_a_loop_carry_of_another_dtype_names_the_loop_the_line_and_the_fix(loop):
   from primc import lax
 
-  x = np.linspace(0.0, 1.0, 4)  # float64 data, a float32 start (primc's default)
+  x = np.linspace(0.0, 1.0, 4)  # float64 data, a float32 start
+  zero = lambda: pnp.zeros((), "float32")
   run = {
-    "scan": lambda: lax.scan(lambda c, xi: (c + xi, c), pnp.zeros(()), x),
-    "fori_loop": lambda: lax.fori_loop(
-      0, 4, lambda i, c: c + pnp.take(x, i, axis=0), pnp.zeros(())
-    ),
-    "while_loop": lambda: lax.while_loop(
-      lambda c: c < 3.0, lambda c: c + x[0] + 1.0, pnp.zeros(())
-    ),
+    "scan": lambda: lax.scan(lambda c, xi: (c + xi, c), zero(), x),
+    "fori_loop": lambda: lax.fori_loop(0, 4, lambda i, c: c + pnp.take(x, i, axis=0), zero()),
+    "while_loop": lambda: lax.while_loop(lambda c: c < 3.0, lambda c: c + x[0] + 1.0, zero()),
   }[loop]
   with pytest.raises(
     primc.PrimcError,
     match=rf"{loop} body: carry leaf 0 comes out as "
-    r"f64\[\] but goes in as f32\[\].*float32.*test_errors.py",
+    r"f64\[\] but goes in as f32\[\].*pnp.zeros\(shape, 'float64'\).*test_errors.py",
   ):
     run()
 

@@ -159,7 +159,7 @@ ARRAY_FUNCTIONS = [
     lambda x: pnp.expand_dims(x, (0, -1)),
     lambda x: np.expand_dims(x, (0, -1)),
   ),
-  ("eye_k", lambda x: x * pnp.eye(3, 4, k=1), lambda x: x * np.eye(3, 4, k=1, dtype=np.float32)),
+  ("eye_k", lambda x: x * pnp.eye(3, 4, k=1), lambda x: x * np.eye(3, 4, k=1)),
   *[
     (
       f"pad_{mode}",
@@ -601,7 +601,7 @@ OPS = [
   ("array_index", lambda x: x[IDX], lambda x: x[IDX], (N(3, 2),)),
   ("zeros_like", pnp.zeros_like, np.zeros_like, (N(2, 3),)),
   ("ones_like", pnp.ones_like, np.ones_like, (N(2, 3),)),
-  ("full", lambda x: x + pnp.full((2, 3), 2.5), lambda x: x + np.float32(2.5), (N(2, 3),)),
+  ("full", lambda x: x + pnp.full((2, 3), 2.5), lambda x: x + np.full((2, 3), 2.5), (N(2, 3),)),
   ("scale", lambda x: pnp.scale(x, 2.0, 1.0), lambda x: 2 * x + 1, (N(2, 3),)),
   (
     "scale_bias_first",

@@ -78,7 +78,7 @@ def test_reduce_sum_of_broadcast_is_a_multiply():
 
 
 def test_constant_folding_of_literals_and_splats():
-  text = after(lambda x: x * (pnp.full((3,), 2.0) * 3.0 + 1.0), F3)
+  text = after(lambda x: x * (pnp.full((3,), 2.0, "float32") * 3.0 + 1.0), F3)
   assert body(text) == [
     "let b:f32[3] = broadcast_in_dim[broadcast_dimensions=(), shape=(3,)] 7.0",
     "c:f32[3] = mul a b",

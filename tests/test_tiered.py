@@ -21,7 +21,7 @@ from primc.codegen.executor import Executable
 
 def step(w, x):
   t = pnp.tanh(x @ w)
-  return primc.grad(lambda w: pnp.sum(pnp.tanh(x @ w) ** 2))(w), t.T, x, pnp.ones((3,))
+  return primc.grad(lambda w: pnp.sum(pnp.tanh(x @ w) ** 2))(w), t.T, x, pnp.ones(3, "float32")
 
 
 def expected(w, x):

@@ -9,7 +9,8 @@ are float64 / int64 (`sqrt(2.0)` is float64). A Python scalar passed to a transf
 numpy: arithmetic operators on weak values alone give weak values (Python arithmetic),
 functions give strong ones (`sqrt(lr)` is a numpy float64). Integer operands of float functions
 (`sqrt`, `divide`, ...) become float64, as in numpy. Creation functions (`zeros`, `ones`,
-`full`, `eye`) default to float32, as in Paddle and JAX. Names follow numpy, with the
+`full`, `eye`) make numpy's dtypes (float64; `full` its fill value's kind), so a program
+written for numpy or autograd computes what it computed there. Names follow numpy, with the
 seeds' aliases (`concat`, `index_select`, `multiply`, `scale`, `assign`, ...).
 
 The package, by family; each module imports only those above it:

@@ -35,22 +35,21 @@ def _filled(shape, fill_value, dtype, name):
   return P.full(shape, fill_value, dtype)
 
 
-def zeros(shape, dtype="float32"):
+def zeros(shape, dtype="float64"):
   return _filled(shape, 0, dtype, "zeros")
 
 
-def ones(shape, dtype="float32"):
+def ones(shape, dtype="float64"):
   return _filled(shape, 1, dtype, "ones")
 
 
-# a Python number's kind decides full's dtype, as numpy's and JAX's: an int makes int64
-# (as `arange` and `array` do), a bool bool; a float float32, as every creation function
-_FILL_DTYPES = {float: "float32", int: "int64", bool: "bool"}
+# a Python number's kind decides full's dtype, as numpy's: an int makes int64 (as `arange`
+# and `array` do), a bool bool, a float float64
+_FILL_DTYPES = {float: "float64", int: "int64", bool: "bool"}
 
 
 def full(shape, fill_value, dtype=None):
-  """numpy.full (for a Python float float32 by default, as JAX and Paddle; an int's
-  int64, a bool's bool, as numpy's and JAX's: `_FILL_DTYPES`); a
+  """numpy.full (a Python number's dtype by default, as numpy's: `_FILL_DTYPES`); a
   `fill_value` with a dtype (an array of any rank, broadcast to `shape`, a numpy scalar, a
   traced value) gives its dtype unless `dtype` says otherwise, traced or not. On values,
   a new array, as numpy's (writable)."""
@@ -62,7 +61,7 @@ def full(shape, fill_value, dtype=None):
     return _fresh(broadcast_to(value if dtype is None else astype(value, dtype), shape))
   if isinstance(fill_value, (np.ndarray, np.generic)):
     dtype = dtype or aval_of(np.asarray(fill_value)).dtype
-  return _filled(shape, fill_value, dtype or "float32", "full")
+  return _filled(shape, fill_value, dtype or "float64", "full")
 
 
 def _fresh(x):
@@ -87,8 +86,8 @@ def full_like(x, fill_value, dtype=None, shape=None):
   return _filled(shape, fill_value, dtype or a.dtype, "full_like")
 
 
-def eye(n, m=None, k=0, dtype="float32"):
-  """numpy.eye (float32 by default, as JAX and Paddle): ones on diagonal k."""
+def eye(n, m=None, k=0, dtype="float64"):
+  """numpy.eye: ones on diagonal k."""
   if not isinstance(k, (int, np.integer)):  # eye(n, m, dtype) as primc once took it
     k, dtype = 0, k
   n = _integer(n, "eye's N")
@@ -122,7 +121,7 @@ def arange(start, stop=None, step=None, dtype=None):
   return P.add(P.mul(k, P.full((n,), step, dtype)), P.full((n,), start, dtype))
 
 
-def empty(shape, dtype="float32"):
+def empty(shape, dtype="float64"):
   """Zeros: numpy leaves the values undefined; primc's are zero."""
   return zeros(shape, dtype)
 
@@ -131,5 +130,5 @@ def empty_like(x, dtype=None, shape=None):
   return zeros_like(x, dtype, shape)
 
 
-def identity(n, dtype="float32"):
+def identity(n, dtype="float64"):
   return eye(n, dtype=dtype)

@@ -109,10 +109,11 @@ def wrap_public_functions(namespace: dict, module: str) -> None:
 # primc's ops compute what numpy computes (tests hold them to numpy in every path), and
 # numpy's own function costs 1-5 us where the op, bound primitive by primitive, costs
 # 20-2000 us. primc's path runs instead where the two differ: the names whose primc
-# semantics differ (`_OWN_SEMANTICS`: creation functions default to float32), a call numpy
-# refuses (a Paddle keyword, an error: primc's path names the op in its own words), one
-# with `out=` (primc writes no argument), and a result primc would not give (a dtype it
-# lacks; float16 from non-float16 operands, where primc's floats of bools are float64).
+# semantics differ (`_OWN_SEMANTICS`: creation functions check shape and fill as primc's
+# op), a call numpy refuses (a Paddle keyword, an error: primc's path names the op in its
+# own words), one with `out=` (primc writes no argument), and a result primc would not
+# give (a dtype it lacks; float16 from non-float16 operands, where primc's floats of
+# bools are float64).
 # numpy's scalars come back as numpy's scalars (a float64 is a Python float: matplotlib's
 # `alpha=`, `f"{x:.3f}"` take it), as numpy and autograd return them; numpy's warnings
 # (a log of 0) are numpy's.
