@@ -68,7 +68,7 @@ def _trace(
     return fn(*tree_unflatten(in_tree, xs))
 
   avals = [aval_of(x) for x in leaves]
-  taken = None if tracing() else replayed.adopted(fn, leaves)  # (a trace replayed on values)
+  taken = None if tracing() else replayed.adopted(fn, args)  # (a trace replayed on values)
   if taken is not None:
     program, captured, out_tree = taken
     return (optimize(program) if optimized else program), leaves, captured, in_tree, out_tree
@@ -186,6 +186,7 @@ def _python_values_bound(fun: Callable, args: tuple, nums) -> tuple[Callable, tu
   def bound(*a):
     return fun(*[fixed[i] if i in fixed else x for i, x in enumerate(a)])
 
+  bound.primc_bound = (fun, fixed)  # (`replayed.adopted`: a replay's values kept)
   return bound, tuple(() if i in fixed else a for i, a in enumerate(args))
 
 

@@ -21,12 +21,12 @@ transform calls the function on arguments of the arguments' own shapes (`grad`,
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from primc.core import Eqn, Lit, Program, Var
-from primc.trace import aval_of, eval_program, trace_flat
+from primc.trace import as_array, aval_of, eval_program, trace_flat
 from primc.tree import tree_flatten, tree_unflatten
 
 
@@ -104,24 +104,42 @@ def replaying(
       ins, _ = tree_flatten((args, kwargs)) if type(tree) is not int else (list(args), None)
       return tree_unflatten(out_tree, eval_program(structure, *[ins[k] for k in traced], *consts))
 
-    if len(traced) == len(leaves):  # (every leaf an input: `adopted` may take the trace)
-      replay.primc_replays = (structure, out_tree, consts)
+    replay.primc_replays = (structure, out_tree, consts, traced, len(leaves))  # (`adopted`)
     return called(transform(replay), leaves, tree, traced)(*xs[:n])
 
   return flat
 
 
-def adopted(fn: Callable, leaves: list) -> tuple[Program, list, Any] | None:
-  """(program, captured, out_tree) of tracing `fn` on `leaves` (its arguments' leaves, in
-  order), where `fn` replays a trace (`replaying`) of inputs of exactly their types: that
-  trace itself, its literal arrays the captured inputs, without tracing it again (a long
+def adopted(fn: Callable, args: Sequence) -> tuple[Program, list, Any] | None:
+  """(program, captured, out_tree) of tracing `fn` on `args` (positional), where `fn`
+  replays a trace (`replaying`) of inputs of exactly their leaves' types: that trace
+  itself, its literal arrays the captured inputs, without tracing it again (a long
   function's calls on values: the HMM's 10,400 equations staged again cost ~14 ms a
-  call). None otherwise."""
+  call). `fn` may hold some arguments bound as Python values (`primc_bound`: (the
+  replay, {position: value}), as `grad` binds a number it does not differentiate): in
+  `args` those are empty, and their leaves come first among the captured inputs. None
+  otherwise."""
+  fixed = {}
+  bound = getattr(fn, "primc_bound", None)
+  if bound is not None:
+    fn, fixed = bound
   spec = getattr(fn, "primc_replays", None)
   if spec is None:
     return None
-  structure, out_tree, consts = spec
-  n = len(structure.inputs) - len(consts)
-  if len(leaves) != n or any(aval_of(x) != v.aval for x, v in zip(leaves, structure.inputs)):
+  structure, out_tree, consts, traced, n = spec
+  leaves = []  # (position among all leaves, value, whether bound)
+  for i, a in enumerate(args):
+    leaves += [(len(leaves), as_array(x), i in fixed) for x in tree_flatten(fixed.get(i, a))[0]]
+  if len(leaves) != n:
     return None
-  return structure, consts, out_tree
+  var = dict(zip(traced, structure.inputs))  # (a leaf not traced is a value of the key:
+  # the replay reads it as it was, as `replaying`'s `replay` does)
+  if any(k in var and aval_of(x) != var[k].aval for k, x, _ in leaves):
+    return None
+  if not fixed and len(traced) == n:
+    return structure, consts, out_tree
+  free = [var[k] if k in var else Var(aval_of(x)) for k, x, held in leaves if not held]
+  held = [(var[k], x) for k, x, h in leaves if h and k in var]
+  inputs = (*free, *[v for v, _ in held], *structure.inputs[len(traced) :])
+  program = Program(inputs, structure.eqns, structure.outputs)
+  return program, [x for _, x in held] + list(consts), out_tree
