@@ -53,7 +53,7 @@ from typing import Any, Callable
 import numpy as np
 
 
-from primc import breaks, core, passes, replayed, stored
+from primc import breaks, core, passes, replayed, stored, tape
 from primc.settings import config, log
 from primc.stored import blake2b
 from primc.core import (
@@ -1166,6 +1166,7 @@ class _TapedPath:
     self.transform, self.traced_as, self.fun_tree, self.make = transform, traced_as, fun_tree, make
     self.made, self.calls, self.seconds, self.pending, self.n_out = None, 0, 0.0, None, 0
     self.entry = self  # (`_on_path` reads the path's counts there)
+    self.again = None  # (its first reuse's trace, for `_checked_path`: `_reused`)
 
   def first(self, xs):
     """(self, the transform's output tree): its first call, on values (the flat result
@@ -1196,7 +1197,19 @@ class _TapedPath:
     if self.seconds >= _making(self.alone):
       self.made = _carried(self.make(list(xs), [], False)[0], self)
       return _run(self.made, xs)
+    if self.calls == 2:
+      return self._reused(xs) + got
     return self._on_values(xs)[0] + got
+
+  def _reused(self, xs) -> list:
+    """Its first reuse, on values: the function traced again with them (`self.again`,
+    which `_checked_path` compares with the first call's), its forward sweep recorded
+    as it goes; where the two traces are the same, the tape takes that sweep."""
+    recording = tape.Recording(len(self.traced_as[4]))
+    self.again = _traced_alone(*self.traced_as, list(xs), True, None, recording)[0]
+    same = _same_trace([self.again, None, None], self.forward)
+    with tape.recorded(recording.moved(self.alone) if same else None):
+      return self._on_values(xs)[0]
 
 
 def _random_state() -> tuple:
@@ -1362,7 +1375,12 @@ def _checked_path(paths, inputs, full_key, code, fun, flat, out_tree):
   """A kept path reused for the first time, traced again: a different program (numpy
   random numbers drawn inside) unkeeps the function, this call's result its new trace's."""
   taken = paths.last[0].entry
-  if _same_trace([_traced_alone(*taken.traced_as, inputs, True)[0], None, None], taken.forward):
+  again = getattr(taken, "again", None)  # (a `_TapedPath` traced this call again itself)
+  if again is None:
+    again = _traced_alone(*taken.traced_as, inputs, True)[0]
+  else:
+    taken.again = None
+  if _same_trace([again, None, None], taken.forward):
     _count("checked")
     return flat, out_tree
   run, guards, tree = paths.make(inputs)
@@ -1384,10 +1402,13 @@ def _kept_paths(full_key, fun, replay, arrays, lifted, weak, walk, taped, replay
 
   def make(xs, guards, on_values=taped):
     found, drawn = [], _random_state()
-    program, fun_tree, _ = _traced_alone(*traced_as, xs, True, found)
+    recording = tape.Recording(len(weak)) if on_values else None
+    program, fun_tree, _ = _traced_alone(*traced_as, xs, True, found, recording)
     if on_values and _tapes((program,)):
       guards += [value for value, _ in found]
-      return _TapedPath(transform, traced_as, (program, fun_tree, found), make).first(xs)
+      path = _TapedPath(transform, traced_as, (program, fun_tree, found), make)
+      with tape.recorded(recording):  # (the trace's values: one forward computation)
+        return path.first(xs)
     alone, guarded = _guards_apart(program, len(found))
     if replayable:
       guards += [value for value, _ in found]
@@ -1595,13 +1616,13 @@ def _flat_call(transform, fun, leaves, tree, traced, n, walk) -> Callable:
 
 
 def _traced_alone(
-  fun, leaves, tree, traced, weak, walk, inputs, concrete: bool = False, guards=None
+  fun, leaves, tree, traced, weak, walk, inputs, concrete: bool = False, guards=None, recorder=None
 ):
   """`fun` itself traced on the traced leaves, then the lifted arrays (`inputs`; with
   their values where `concrete`: its path, the values Python read appended to `guards`
-  and the program's last outputs): (program, out_tree, the lifted arrays' tracers, to
-  see writes into them). A trace without the transform: the constants drawn inside
-  show there, at a fraction of the transform's cost."""
+  and the program's last outputs; `recorder`: `trace_flat`'s): (program, out_tree, the
+  lifted arrays' tracers, to see writes into them). A trace without the transform: the
+  constants drawn inside show there, at a fraction of the transform's cost."""
   flat = _flat_call(lambda f: f, fun, leaves, tree, traced, len(weak), walk)
   lifted = []
 
@@ -1615,6 +1636,7 @@ def _traced_alone(
     tuple(weak) + (False,) * (len(inputs) - len(weak)),
     inputs if concrete else None,
     guards,
+    recorder,
   )
   assert not captured
   return program, out_tree, lifted

@@ -20,7 +20,9 @@ equations); tests compare the two on every primitive's programs.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 import weakref
 from typing import Callable, Sequence
 
@@ -112,7 +114,7 @@ def _own(eqn: Eqn, active: tuple[bool, ...], xs: Sequence, rule: Callable):
 
 def _sweeps(program: Program, args: Sequence, wrt: Sequence[bool], out_cts: Sequence):
   """Both sweeps, unguarded (`vjp`)."""
-  outs, tape, active = _forward(program, args, wrt)
+  outs, tape, active = _swept(program, args, wrt)
   return outs, _backward(program, wrt, tape, active, out_cts)
 
 
@@ -124,20 +126,7 @@ def _forward(program: Program, args: Sequence, wrt: Sequence[bool]):
   tape = []
   dead = _last_reads(program)
   for eqn, gone in zip(program.eqns, dead or itertools.repeat(())):
-    xs = [a.value if type(a) is Lit else env[a] for a in eqn.inputs]
-    mask = tuple([a in active for a in eqn.inputs])
-    made = _rules(eqn, mask, xs) if True in mask else None
-    if made is None:
-      outs = results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw))
-    else:
-      primal, transposed, floats = made
-      outs = primal(xs)
-      n = len(floats)
-      tape.append((eqn, [a for a, m in zip(eqn.inputs, mask) if m], transposed, outs[n:]))
-      if n == 1:
-        active.add(eqn.outputs[0])
-      else:
-        active.update([v for v, f in zip(eqn.outputs, floats) if f])
+    outs = _step(eqn, [a.value if type(a) is Lit else env[a] for a in eqn.inputs], active, tape)
     if len(eqn.outputs) == 1:
       env[eqn.outputs[0]] = outs[0]
     else:
@@ -147,6 +136,140 @@ def _forward(program: Program, args: Sequence, wrt: Sequence[bool]):
       del env[v]
   outs = [np.asarray(a.value if type(a) is Lit else env[a]) for a in program.outputs]
   return outs, tape, active
+
+
+def _step(eqn: Eqn, xs: list, active: set, tape: list) -> list:
+  """One equation of the forward sweep on its inputs' values `xs`: its outputs (then its
+  residuals, where it has any). Where a derivative flows through it (an input in
+  `active`), its entry is appended to `tape` and its float outputs made active."""
+  mask = tuple([a in active for a in eqn.inputs])
+  made = _rules(eqn, mask, xs) if True in mask else None
+  if made is None:
+    return results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw))
+  primal, transposed, floats = made
+  outs = primal(xs)
+  n = len(floats)
+  tape.append((eqn, [a for a, m in zip(eqn.inputs, mask) if m], transposed, outs[n:]))
+  if n == 1:
+    active.add(eqn.outputs[0])
+  else:
+    active.update([v for v, f in zip(eqn.outputs, floats) if f])
+  return outs
+
+
+class Recording:
+  """The forward sweep of a function, made while it is traced with values (a path of a
+  function whose Python reads values: `trace_flat(concrete=, recorder=)` computes each
+  equation's values by `_step`, not by its implementation alone), so that `vjp` or
+  `pullback` of that program on the same arguments, inside `recorded(...)`, runs only
+  the backward sweep: one forward computation per call, as autograd's tape, not the
+  trace's and then the tape's. A derivative may flow from the float inputs among the
+  first `leading` (the function's arguments; not the arrays it reads by name). An
+  equation the trace made without `__call__` (its values computed otherwise), or one
+  whose rules failed, leaves the recording unused: the sweep is made as before."""
+
+  def __init__(self, leading: int):
+    self.leading, self.eqns, self.tape, self.broken = leading, [], [], False
+    self.inputs, self.values, self.active, self.outputs = (), (), set(), {}
+
+  def begin(self, inputs: Sequence[Var], values: Sequence) -> None:
+    self.inputs, self.values = tuple(inputs), tuple(values)
+    self.active = {v for v in self.inputs[: self.leading] if v.aval.is_float}
+    self.sources = frozenset(self.active)  # (the inputs a derivative may flow from)
+
+  def __call__(self, eqn: Eqn, xs: list) -> list:
+    """`eqn`'s outputs on `xs` (then residuals), recorded; by its implementation alone
+    where its rules fail (the recording is then not used)."""
+    if not self.broken:
+      try:
+        outs = _step(eqn, xs, self.active, self.tape)
+        self.eqns.append(eqn)
+        return outs
+      except Exception:  # noqa: BLE001 - the implementation says what is wrong, if anything
+        self.broken = True
+    return results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw))
+
+  def finish(self, eqns: Sequence[Eqn], outputs: dict) -> None:
+    """The trace's equations (each must have been recorded) and its outputs' values."""
+    self.outputs = outputs
+    self.broken = self.broken or len(eqns) != len(self.eqns)
+    self.broken = self.broken or any(a is not b for a, b in zip(eqns, self.eqns))
+
+  def moved(self, program: Program) -> "Recording | None":
+    """This recording as one of `program`, a trace of the same equations (`alpha_equal`
+    or of the same fingerprint: another trace of the same path), its variables matched
+    by position; None where it cannot be (broken, or of another length)."""
+    if self.broken or len(program.eqns) != len(self.eqns):
+      return None
+    names = dict(zip(self.inputs, program.inputs, strict=True))
+    at = {}
+    for old, new in zip(self.eqns, program.eqns):
+      names.update(zip(old.outputs, new.outputs, strict=True))
+      at[id(old)] = new
+    rename = lambda a: a if type(a) is Lit else names[a]
+    out = Recording(self.leading)
+    out.inputs, out.values, out.eqns = program.inputs, self.values, list(program.eqns)
+    out.active, out.sources = {rename(v) for v in self.active}, {rename(v) for v in self.sources}
+    out.tape = [(at[id(e)], [rename(a) for a in ins], t, r) for e, ins, t, r in self.tape]
+    out.outputs = {names[v]: x for v, x in self.outputs.items() if v in names}
+    return out
+
+  def taken(self, program: Program, args: Sequence, wrt: Sequence[bool]):
+    """`_forward`'s (outputs, tape, active) for `program` on `args`, where this is its
+    recording (the same equations; its inputs perhaps in another order: `replayed.
+    adopted`) on those arguments and `wrt` takes derivatives it recorded; else None."""
+    if self.broken or len(program.eqns) != len(self.eqns):
+      return None
+    if any(a is not b for a, b in zip(program.eqns, self.eqns)):
+      return None
+    given = dict(zip(program.inputs, args))
+    if any(
+      v not in given or not _same_value(given[v], x) for v, x in zip(self.inputs, self.values)
+    ):
+      return None
+    if any(w and v not in self.sources for v, w in zip(program.inputs, wrt)):
+      return None
+    try:
+      outs = [np.asarray(a.value if type(a) is Lit else self.outputs[a]) for a in program.outputs]
+    except KeyError:
+      return None
+    return outs, self.tape, self.active
+
+
+def _same_value(x, y) -> bool:
+  if x is y:
+    return True
+  x, y = np.asarray(x), np.asarray(y)
+  return x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
+
+
+class _Slot(threading.local):
+  recording: "Recording | None" = None
+
+
+_slot = _Slot()
+
+
+@contextlib.contextmanager
+def recorded(recording: "Recording | None"):
+  """Within it, the first `vjp` or `pullback` of `recording`'s program on its arguments
+  takes its forward sweep (`Recording.taken`) instead of making one."""
+  _slot.recording = recording
+  try:
+    yield
+  finally:
+    _slot.recording = None
+
+
+def _swept(program: Program, args: Sequence, wrt: Sequence[bool]):
+  """`_forward`'s sweep, or the recording's (`recorded`: consumed) where it is this one."""
+  recording = _slot.recording
+  if recording is not None:
+    found = recording.taken(program, args, wrt)
+    if found is not None:
+      _slot.recording = None
+      return found
+  return _forward(program, args, wrt)
 
 
 _DEAD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # program -> _last_reads
@@ -224,7 +347,7 @@ def pullback(program: Program, args: Sequence, wrt: Sequence[bool]) -> tuple[lis
   called). Where a sweep fails, `vjp`'s program is made and run instead."""
   try:
     with np.errstate(all="ignore"):
-      outs, tape, active = _forward(program, args, wrt)
+      outs, tape, active = _swept(program, args, wrt)
   except Exception:  # noqa: BLE001 - the program's evaluation names what is wrong
     outs = [np.asarray(x) for x in eval_program(program, *args)]
     return outs, lambda out_cts: by_program(program, args, wrt, out_cts)[1]

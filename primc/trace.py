@@ -79,6 +79,9 @@ class Builder:
     # each reshape's output -> its operand (`_unreshaped`: `a[:, None]` broadcast against a
     # matrix squeezes its new axis again; that reshape is the operand itself)
     self.reshaped: dict[Var, Var] = {}
+    # in a trace of values: what computes each new equation's values (`primc.tape`'s
+    # `Recording`, the forward sweep made as the trace goes), None: its implementation
+    self.recorder = None
 
   def new_input(self, aval: ShapedArray) -> "Tracer":
     v = Var(aval)
@@ -364,12 +367,15 @@ def bind(prim: Primitive, args: Sequence[Any], params: dict[str, Any]):
     outs = tuple([Var(a) for a in out_avals])
     if reshape and type(inputs[0]) is Var:
       builder.reshaped[outs[0]] = inputs[0]
-    builder.eqns.append(Eqn(prim, inputs, items, outs, _source()))
+    eqn = Eqn(prim, inputs, items, outs, _source())
+    builder.eqns.append(eqn)
     if key is not None:
       builder.constants[key] = outs
+  else:
+    eqn = None  # (a constant staged before: no new equation)
   tracers = [Tracer(builder, v) for v in outs]
   if builder.concrete:
-    _compute_beside(prim, args, params, tracers)
+    _compute_beside(prim, args, params, tracers, builder.recorder if eqn else None, eqn)
   return tracers if prim.multiple_results else tracers[0]
 
 
@@ -395,17 +401,22 @@ def _unreshaped(builder: Builder, x: Tracer, new_sizes: tuple) -> Tracer | None:
   return out
 
 
-def _compute_beside(prim: Primitive, args, params, tracers) -> None:
-  """In a trace of concrete values: each result's value, by the numpy implementation (an
-  argument without one leaves the results without)."""
+def _compute_beside(prim: Primitive, args, params, tracers, recorder=None, eqn=None) -> None:
+  """In a trace of concrete values: each result's value, by the numpy implementation or
+  by the builder's `recorder` of the new equation `eqn` (an argument without a value
+  leaves the results without)."""
   values = []
   for a in args:
     value = a.concrete if isinstance(a, Tracer) else a.value if isinstance(a, Lit) else a
     if value is None:
       return
     values.append(value)
-  out = _eagerly(lambda: impl_rules[prim](*values, **params))
-  for t, o in zip(tracers, out if prim.multiple_results else (out,)):
+  if recorder is not None:
+    out = _eagerly(lambda: recorder(eqn, values))  # (outputs, then residuals)
+  else:
+    out = _eagerly(lambda: impl_rules[prim](*values, **params))
+    out = out if prim.multiple_results else (out,)
+  for t, o in zip(tracers, out):
     t.concrete = np.asarray(o)
 
 
@@ -446,6 +457,7 @@ def trace_flat(
   weak: Sequence[bool] = (),
   concrete: Sequence | None = None,
   guards: list | None = None,
+  recorder=None,
 ) -> tuple[Program, list, Any]:
   """Traces `fn(*flat_tracers)` (returning a pytree of arrays) into a Program; the inputs
   flagged in `weak` stand for Python scalars (`weak_leaves`). With `concrete` (the
@@ -455,6 +467,9 @@ def trace_flat(
   read on the way (graph breaks: `Tracer._read`) are then the program's last outputs,
   their (value, source line) appended to `guards`: the program is valid for other
   inputs where they come out the same (`lift_guards`, `primc.compile`'s paths).
+  `recorder` (with `concrete`): computes each equation's values as the trace goes, and
+  is given the program's equations and its outputs' values at the end (`primc.tape`'s
+  `Recording`: the forward sweep of a transform run on these values once).
 
   Returns:
     (program, captured, out_tree): the program's inputs are the given avals followed by one
@@ -469,6 +484,9 @@ def trace_flat(
       arg.weak = is_weak
     for arg, value in zip(args, concrete or ()):
       arg.concrete = None if value is None else np.asarray(value)
+    if recorder is not None and concrete is not None:
+      builder.recorder = recorder
+      recorder.begin(builder.inputs, [arg.concrete for arg in args])
     _state.refused = None
     try:
       out = fn(*args)
@@ -482,6 +500,8 @@ def trace_flat(
       if not isinstance(x, (Tracer, np.ndarray, Lit)) and not np.isscalar(x):
         raise PrimcError(f"a traced function returned {type(x).__name__}, expected arrays")
       out_atoms.append(builder.atom(x if isinstance(x, (Tracer, Lit)) else np.asarray(x)))
+    if builder.recorder is not None:
+      builder.recorder.finish(builder.eqns, _values_of(out_atoms, leaves))
     if guards is not None:
       out_atoms += [var for var, _, _ in builder.guards]
       guards += [(value, source) for _, value, source in builder.guards]
@@ -491,6 +511,16 @@ def trace_flat(
   captured = [t for t, _ in builder.captured.values()]
   inputs = tuple(builder.inputs) + tuple(v for _, v in builder.captured.values())
   return Program(inputs, tuple(builder.eqns), tuple(out_atoms)), captured, out_tree
+
+
+def _values_of(atoms: list, leaves: list) -> dict:
+  """{output variable: its value} of a trace of values (those that have one)."""
+  values = {}
+  for a, x in zip(atoms, leaves):
+    value = x.concrete if type(x) is Tracer else None
+    if type(a) is Var and value is not None:
+      values[a] = value
+  return values
 
 
 def trace_path(
@@ -695,7 +725,9 @@ def constant_key(prim, params: tuple, inputs: tuple) -> tuple:
   return ("constant", prim, params, inputs)
 
 
-def restage(program: Program, args: Sequence, kinds: Sequence[int]) -> list:
+def restage(
+  program: Program, args: Sequence, kinds: Sequence[int], values: list | None = None
+) -> list:
   """`program`'s equations staged into the innermost trace on `args` (its tracers, and
   arrays as literals), each with fresh outputs and the user's source line, as `bind`
   would stage them one by one, for a program recorded on arguments of these types
@@ -703,11 +735,15 @@ def restage(program: Program, args: Sequence, kinds: Sequence[int]) -> list:
   `bind`, a reshape back to the shape its operand was reshaped from is that operand
   (`_unreshaped`); an equation of literals alone (a Python number broadcast) is staged
   once per trace level, as `primc.numpy._base._weak_constant` stages one. Returns the
-  outputs' atoms."""
+  outputs' atoms. `values` (a list, in a trace of values whose builder records,
+  `Builder.recorder`): the outputs' values are appended to it, each new equation's
+  computed by the recorder, as `bind` computes them; left empty where an argument has
+  no value."""
   builder = _state.builders[-1]
   env = {}
   for v, x in zip(program.inputs, args):
     env[v] = x.ir_var if type(x) is Tracer else Lit.of(x)
+  known = None if values is None else _known(program, args)
   eqns, source = builder.eqns, _source()
   for eqn, kind in zip(program.eqns, kinds):
     inputs = tuple([a if type(a) is Lit else env[a] for a in eqn.inputs])
@@ -715,20 +751,49 @@ def restage(program: Program, args: Sequence, kinds: Sequence[int]) -> list:
       same = _reshaped_back(builder, inputs[0], eqn.outputs[0].aval.shape)
       if same is not None:
         env[eqn.outputs[0]] = same
+        _value_beside(known, eqn)
         continue
     elif kind == _CONSTANT:
       key = constant_key(eqn.prim, eqn.params, inputs)
       outs = builder.constants.get(key)
       if outs is not None:
         env.update(zip(eqn.outputs, outs))
+        _value_beside(known, eqn)
         continue
     outs = _fresh_outputs(eqn, env)
     if kind == _RESHAPE:
       builder.reshaped[outs[0]] = inputs[0]
     elif kind == _CONSTANT:
       builder.constants[key] = outs
-    eqns.append(Eqn(eqn.prim, inputs, eqn.params, outs, source))
+    staged = Eqn(eqn.prim, inputs, eqn.params, outs, source)
+    eqns.append(staged)
+    _value_beside(known, eqn, staged, builder.recorder)
+  if known is not None:
+    values += [a.value if type(a) is Lit else known[a] for a in program.outputs]
   return [a if type(a) is Lit else env[a] for a in program.outputs]
+
+
+def _known(program: Program, args: Sequence) -> dict | None:
+  """{input of `program`: its argument's value}, None where an argument has none."""
+  known = {}
+  for v, x in zip(program.inputs, args):
+    known[v] = x.concrete if type(x) is Tracer else np.asarray(x)
+    if known[v] is None:
+      return None
+  return known
+
+
+def _value_beside(known: dict | None, eqn: Eqn, staged: Eqn | None = None, recorder=None):
+  """`restage`'s values: `eqn`'s outputs in `known` (by the recorder of the equation it
+  `staged`, else its implementation)."""
+  if known is None:
+    return
+  xs = [a.value if type(a) is Lit else known[a] for a in eqn.inputs]
+  if recorder is not None and staged is not None:
+    outs = _eagerly(lambda: recorder(staged, xs))
+  else:
+    outs = _eagerly(lambda: results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw)))
+  known.update(zip(eqn.outputs, outs))
 
 
 def make_program(

@@ -287,22 +287,31 @@ def test_calls_on_values_count_toward_compiling_the_program_made(taped, loss):
   assert kept.stats()["kept_taped"] == 3
 
 
-def test_calls_on_values_take_the_functions_trace_as_it_is(taped):
+def _loss_scaled(w, data, scale, steps):
+  return _loss(w, data[:steps]) * scale
+
+
+@pytest.mark.parametrize("numbers", [False, True])
+def test_calls_on_values_take_the_functions_trace_as_it_is(taped, numbers):
   """A call on values differentiates the function's trace itself (`replayed.adopted`),
-  not a copy staged again into a new trace (the HMM's 10,400 equations: ~14 ms a call)."""
+  not a copy staged again into a new trace (the HMM's 10,400 equations: ~14 ms a call);
+  also where Python numbers it does not differentiate are passed (`grad` binds them as
+  Python values; one that sets a count is a value of the key)."""
   from primc import trace
 
   taped.setattr(kept, "TAPE_SECONDS_PER_EQN", 1.0)  # (on values at every call)
   rng = np.random.default_rng(4)
   data = rng.standard_normal((5, 4, 4)) * 0.3
-  f = primc.value_and_grad(_loss)
-  f(rng.standard_normal(4), data)
+  more = (0.5, 4) if numbers else ()
+  f = primc.value_and_grad(_loss_scaled if numbers else _loss)
+  f(rng.standard_normal(4), data, *more)
   ws = [rng.standard_normal(4) for _ in range(3)]
-  want = [_oracle(w, data) for w in ws]
+  scale = 0.5 if numbers else 1.0
+  want = [[x * scale for x in _oracle(w, data[:4] if numbers else data)] for w in ws]
   staged = []
   stage = trace._stage
   taped.setattr(trace, "_stage", lambda *a: staged.append(1) or stage(*a))
-  got = [f(w, data) for w in ws]
+  got = [f(w, data, *more) for w in ws]
   assert kept.stats()["kept_taped"] == 4 and not staged
   for (v, g), (v0, g0) in zip(got, want):
     np.testing.assert_allclose(v, v0, rtol=1e-12)
@@ -470,6 +479,93 @@ def test_a_first_call_on_values_then_paths_follow_the_named_array(taped):
       primc.config.keep_transforms = True
     np.testing.assert_allclose(got, want, rtol=1e-12)
   assert kept.stats()["kept_taped"] >= 1
+
+
+# ---------------------------------------------------------------------------------------
+# A path's first calls: the forward sweep recorded while the path is traced with values
+
+
+def _sweeps_and_traces(monkeypatch):
+  """Counts of fresh forward sweeps (`tape._forward`), recordings taken, and traces of
+  the function alone with values (`kept._traced_alone`)."""
+  counts = {"sweeps": 0, "taken": 0, "traces": 0}
+
+  def counted(name, real, test=lambda result: True):
+    def wrapper(*a, **k):
+      result = real(*a, **k)
+      counts[name] += bool(test(result))
+      return result
+
+    return wrapper
+
+  monkeypatch.setattr(tape, "_forward", counted("sweeps", tape._forward))
+  real_taken = tape.Recording.taken
+  monkeypatch.setattr(
+    tape.Recording, "taken", lambda self, *a: counted("taken", real_taken, bool)(self, *a)
+  )
+  monkeypatch.setattr(kept, "_traced_alone", counted("traces", kept._traced_alone))
+  return counts
+
+
+@pytest.mark.parametrize("transform", ["grad", "value_and_grad", "grad argnums=(0, 1)"])
+def test_a_paths_first_calls_compute_the_function_once(taped, transform):
+  """A long function whose Python reads values: its first call traces it with values,
+  its second traces it again (the check of its path): each of those traces computes the
+  forward sweep the tape runs back (no second forward computation, as autograd's one),
+  and each call's result is the transform's without keeping (`ad.vjp_program`)."""
+  taped.setattr(kept, "TAPE_SECONDS_PER_EQN", 1.0)  # (on values at every call)
+  counts = _sweeps_and_traces(taped)
+  name, _, argnums = transform.partition(" argnums=")
+  kw = {"argnums": (0, 1)} if argnums else {}
+  f = getattr(primc, name)(_grows, **kw)
+  rng = np.random.default_rng(5)
+  w = rng.uniform(0.2, 0.6, 4)
+  for call in range(3):
+    got = f(w, 40.0)  # (a Python float: a value of the key, or differentiated by argnums)
+    want = _by_programs(lambda: f(w, 40.0), taped)
+    for g, v in zip(tree_flatten(got)[0], tree_flatten(want)[0], strict=True):
+      np.testing.assert_allclose(g, v, rtol=1e-10)
+    assert counts["sweeps"] == max(0, call - 1) and counts["taken"] == min(call + 1, 2), counts
+  assert kept.stats()["kept_checked"] == 1
+
+
+def _reading(ops, table):
+  """`_composition(ops)` with Python reading values on the way: a branch on a value and a
+  numpy array indexed by a traced position (neither differentiable)."""
+  inner = _composition(ops)
+
+  def f(x, y):
+    out = inner(x, y)
+    i = int(pnp.argmax(pnp.abs(x[0])))
+    out = out + table[i] * pnp.sum(y)
+    return out * 1.5 if out > 0 else out - pnp.sum(x * x)
+
+  return f
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=OPS, seed=st.integers(0, 2**16), both=st.booleans())
+def test_recorded_sweeps_agree_with_the_vjp_program(ops, seed, both):
+  """Random compositions that read values, under `value_and_grad` on values: the first
+  three calls (recorded while traced, recorded while checked, a fresh sweep) give the
+  results of `ad.vjp_program`'s program, for either argument set."""
+  kept.reset()
+  try:
+    with pytest.MonkeyPatch.context() as m:
+      m.setattr(kept, "TAPE_MIN_SECONDS", 0.0)
+      m.setattr(kept, "TAPE_SECONDS_PER_EQN", 1.0)
+      counts = _sweeps_and_traces(m)
+      rng = np.random.default_rng(seed)
+      table = rng.standard_normal(4)
+      f = primc.value_and_grad(_reading(ops, table), argnums=(0, 1) if both else 0)
+      x, y = rng.standard_normal((3, 4)) * 0.5, rng.standard_normal((3, 4)) * 0.5
+      for _ in range(3):
+        got = f(x, y)
+        want = _by_programs(lambda: f(x, y), m)
+        _same(tree_flatten(got)[0], tree_flatten(want)[0], rtol=1e-9)
+      assert counts["taken"] == 2 and counts["sweeps"] == 1, counts
+  finally:
+    kept.reset()
 
 
 # ---------------------------------------------------------------------------------------

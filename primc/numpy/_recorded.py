@@ -102,12 +102,13 @@ def call(op, run, args: tuple, kwargs: dict, constants: bool = True):
     _bounded(_records, key, record)
   if record is None:
     return NOT_RECORDED
-  atoms = restage(record.program, arrays, record.kinds)
+  values = None if builder.recorder is None else []  # (computed by the recorder)
+  atoms = restage(record.program, arrays, record.kinds, values)
   if record.kind is None and type(record.outs[0]) is not int and not builder.concrete:
     t = Tracer(builder, atoms[0])
     t.weak = record.outs[0][1]
     return t
-  return _results(record, arrays, atoms, builder)
+  return _results(record, arrays, atoms, builder, values)
 
 
 def _observed(eqns: list, arrays: list, out) -> _Record | None:
@@ -245,9 +246,11 @@ def _fresh_result(o, sub: Builder) -> bool:
   return type(o) is Tracer and o.builder is sub and o.base is None and o.concrete is None
 
 
-def _results(record: _Record, arrays: list, atoms: list, builder: Builder):
-  """The call's results (in a trace of values, each new one with its value)."""
-  values = record.values(arrays) if builder.concrete else None
+def _results(record: _Record, arrays: list, atoms: list, builder: Builder, values=None):
+  """The call's results (in a trace of values, each new one with its value: `values`,
+  where `restage` computed them)."""
+  if builder.concrete and not values:
+    values = record.values(arrays)
   results = []
   for k, (spec, atom) in enumerate(zip(record.outs, atoms)):
     if type(spec) is int:
