@@ -48,7 +48,7 @@ CALLS = {  # name: (arguments, keywords)
   "concatenate": (([X, Y],), {}),
   "stack": (([X, Y],), {}),
   "clip": ((X, -1.0, 1.0), {}),
-  # creation: primc's dtype (float32 by default), numpy's speed
+  # creation: numpy's dtypes and speed
   "zeros": (((16, 16),), {}),
   "ones": ((128,), {}),
   "full": (((128,), 0.5), {}),
