@@ -9,12 +9,14 @@ is, on autograd, and with its imports changed to primc's (`autograd.numpy` ->
 plain numpy helpers, stay autograd's, and autograd itself loads only for them. primc runs
 cold (an empty cache) and warm (the cache of the cold run). Plots are drawn by matplotlib
 on Agg where it is installed (`make bench-peers` installs it), else not (a stub stands in;
-fluidsim, which reads its images with matplotlib, then fails).
+fluidsim, which reads its images with matplotlib, then fails). `--no-plots` takes the
+stub even where matplotlib is installed: the plotting examples then time their numerical
+work, not their drawing, which costs the same in both frameworks and is most of theirs.
 
 The examples are not part of primc: they are read from a checkout of autograd
 (`--examples DIR`), or downloaded at a fixed commit into primc's cache folder.
 
-  python benchmarks/w13_autograd.py [--examples DIR] [--only rnn,lstm]
+  python benchmarks/w13_autograd.py [--examples DIR] [--only rnn,lstm] [--no-plots]
 """
 
 from __future__ import annotations
@@ -77,9 +79,10 @@ FILES = [f"{FOLDERS.get(e, '')}{e}.py" for e in EXAMPLES] + ["data.py", "data_mn
 
 # The imports changed: run before the example, in its process
 HARNESS = textwrap.dedent("""
-    import sys, types, importlib.abc, importlib.util
+    import os, sys, types, importlib.abc, importlib.util
     mode = sys.argv[1]
-    if importlib.util.find_spec("matplotlib") is None:  # else the real one, on Agg
+    stub = os.environ.get("W13_PLOTS") == "0"  # (`--no-plots`)
+    if stub or importlib.util.find_spec("matplotlib") is None:  # else the real one, on Agg
       class _Any:
           def __getattr__(self, name): return _Any()
           def __call__(self, *a, **k): return _Any()
@@ -217,13 +220,16 @@ def examples_dir(given: str | None) -> str:
   return folder
 
 
-def run(example: str, folder: str, mode: str, cache: str, timeout: float) -> dict:
-  """One whole run in a fresh process: seconds, exit status, the last lines printed."""
+def run(
+  example: str, folder: str, mode: str, cache: str, timeout: float, plots: bool = True
+) -> dict:
+  """One whole run in a fresh process: seconds, exit status, the last lines printed;
+  without `plots`, matplotlib is the stand-in even where it is installed."""
   work = tempfile.mkdtemp(prefix="w13-")  # examples write files (plots) where they run
   try:
     for name in FILES:  # beside each other, as in the repository
       shutil.copy(os.path.join(folder, name), work)
-    env = child_env(PRIMC_CACHE_DIR=cache, MPLBACKEND="Agg")
+    env = child_env(PRIMC_CACHE_DIR=cache, MPLBACKEND="Agg", W13_PLOTS=str(int(plots)))
     start = time.perf_counter()
     try:
       p = subprocess.run(
@@ -254,6 +260,7 @@ def main() -> None:
   ap.add_argument("--only")
   ap.add_argument("--repeat", type=int, default=1)
   ap.add_argument("--timeout", type=float, default=1200)
+  ap.add_argument("--no-plots", action="store_true", help="matplotlib's stand-in: no drawing")
   args = ap.parse_args()
   try:
     folder = examples_dir(args.examples)
@@ -270,9 +277,10 @@ def main() -> None:
   for example in chosen:
     cache = tempfile.mkdtemp(prefix="w13-cache-")
     try:
-      ref = [run(example, folder, "autograd", cache, args.timeout) for _ in range(args.repeat)]
-      cold = run(example, folder, "primc", cache, args.timeout)
-      warm = [run(example, folder, "primc", cache, args.timeout) for _ in range(args.repeat)]
+      once = lambda mode: run(example, folder, mode, cache, args.timeout, not args.no_plots)
+      ref = [once("autograd") for _ in range(args.repeat)]
+      cold = once("primc")
+      warm = [once("primc") for _ in range(args.repeat)]
     finally:
       shutil.rmtree(cache, ignore_errors=True)
     a = statistics.median(r["seconds"] for r in ref)
