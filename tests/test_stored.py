@@ -74,8 +74,10 @@ def test_a_new_process_loads_the_program_and_differentiates_nothing(cache_dir, m
   np.testing.assert_array_equal(again, first)
   want = 2 * np.tanh(x @ w + 1) * (1 - np.tanh(x @ w + 1) ** 2) @ x
   np.testing.assert_allclose(again, want, rtol=1e-12)
-  for _ in range(2):  # (its next calls: the loaded program, kept)
-    np.testing.assert_array_equal(primc.grad(_loss)(w, x), first)
+  for _ in range(2):  # (its next calls: the loaded program, kept; compiled once hot, where
+    # its interpreted calls have cost a compile's estimate on a slow machine: native math
+    # agrees with numpy's to an ulp, not bit for bit)
+    np.testing.assert_allclose(primc.grad(_loss)(w, x), first, rtol=1e-14, atol=1e-15)
   assert calls == [] and stored.stats() == {"stored": 1, "loaded": 1, "bad": 0, "unmapped": 0}
 
 
