@@ -879,7 +879,7 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
   names = dict(zip(program.inputs, in_names))
   values: dict = {}
   lazy = lazy_eqns(program)
-  producer = {v: e for e in lazy for v in e.outputs}
+  producer = {v: e for e in program.eqns for v in e.outputs}
   lines: list = []
   at: dict = {}  # (lazy value, its index) -> the variable holding it
   # statements that read no loop index (nor a variable that does) are computed once,
@@ -909,9 +909,13 @@ def _loop_body(ctx, program, domain, index, in_names, out_names, out_index) -> l
   def read(a):
     if isinstance(a, Lit) and a.aval.shape == ():
       return ctx.value(a.value, a.aval.dtype)
-    if a in producer:
-      return lazy_value(a, ctx.index)
-    return ctx.element(names[a], ctx.index) if a in names else values[a]
+    if a in names:
+      return ctx.element(names[a], ctx.index)
+    if a in values and ctx.index == index:
+      return values[a]
+    # a recomputed value, or a value computed at the loop's index read by one at another
+    # index (`mul c d` under a reversal, where `d` is also used unreversed): computed here
+    return lazy_value(a, ctx.index)
 
   def compute(e, out) -> kir.Name:
     var = ctx.fresh("v")

@@ -274,10 +274,11 @@ def test_index_maps_of_computed_values_compile_to_the_interpreters_values():
   """The class of programs where a region's values are read only through index maps by
   one other region and are recomputed there: every chain computes what the interpreter
   does, its gradient too (whose transposes are pads, slices and reversals)."""
-  from hypothesis import HealthCheck, given, settings
+  from hypothesis import HealthCheck, example, given, settings
 
   @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
   @given(_STEPS)
+  @example([("iota", "rev", 0), ("iota", "slice", 1), ("mul", "slice", 1)])
   def run(chain):
     x = R.standard_normal((3, 4)).astype(np.float32)
     f = lambda x: _APPLY(x, chain)
@@ -289,6 +290,63 @@ def test_index_maps_of_computed_values_compile_to_the_interpreters_values():
     g = primc.grad(lambda x: pnp.sum(f(x) * w))
     want_g = primc.interpret(primc.make_program(g)(x), x)[0]
     np.testing.assert_allclose(primc.jit(g)(x), want_g, rtol=2e-5, atol=2e-5)
+
+  run()
+
+
+def _shape_keeping_maps():
+  """Index maps that keep an n x n shape: reversals, a transpose, rolls (a concatenate of
+  two slices) and shifts (a pad of a slice), by hypothesis."""
+  from hypothesis import strategies as st
+  from primc import prims as P
+
+  def shift(v, d, k):  # v moved k places along d, zeros in front
+    n = v.aval.shape[d]
+    limits = [n - k if j == d else v.aval.shape[j] for j in range(2)]
+    config = [(k, 0, 0) if j == d else (0, 0, 0) for j in range(2)]
+    return P.pad(P.slice_(v, [0, 0], limits, [1, 1]), config)
+
+  def roll(v, d, k):
+    n = v.aval.shape[d]
+    at = lambda lo, hi: P.slice_(
+      v, [lo if j == d else 0 for j in range(2)], [hi if j == d else n for j in range(2)], [1, 1]
+    )
+    return P.concatenate([at(n - k, n), at(0, n - k)], d)
+
+  maps = {
+    "rev": lambda v, d, k: P.rev(v, [d] if k % 2 else [0, 1]),
+    "transpose": lambda v, d, k: P.transpose(v, [1, 0]),
+    "roll": roll,
+    "shift": shift,
+  }
+  step = st.tuples(st.sampled_from(sorted(maps)), st.integers(0, 1), st.integers(1, 3))
+  return st.lists(step, min_size=1, max_size=3), maps
+
+
+def test_a_value_read_at_two_indices_in_one_region():
+  """The family of the chain below: a value a region computes at its loop's index (it is
+  also used there) and that a recomputed value reads through an index map, at another
+  index: `rev(x * m) * m`. The kernel once took the value at the loop's index in both
+  places (a masked gradient read its mask unreversed)."""
+  from hypothesis import HealthCheck, example, given, settings
+  from hypothesis import strategies as st
+
+  chains, maps = _shape_keeping_maps()
+
+  @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+  @given(chains, st.integers(4, 6), st.sampled_from(["mask", "exp"]))
+  @example([("rev", 0, 2)], 4, "mask")
+  def run(chain, n, kind):
+    def f(x, y):
+      m = pnp.asarray(y > 0, "float32") if kind == "mask" else pnp.exp(y)
+      v = x
+      for name, d, k in chain:
+        v = maps[name](v * m, d, min(k, n - 1)) * m
+      return v
+
+    x, y = R.standard_normal((2, n, n)).astype(np.float32)
+    want = primc.interpret(primc.make_program(f)(x, y), x, y)[0]
+    np.testing.assert_allclose(primc.jit(f)(x, y), want, rtol=2e-6, atol=2e-6)
 
   run()
 
