@@ -171,11 +171,12 @@ class Recording:
   def __init__(self, leading: int):
     self.leading, self.eqns, self.tape, self.broken = leading, [], [], False
     self.inputs, self.values, self.active, self.outputs = (), (), set(), {}
+    self.sources: frozenset = frozenset()  # the inputs a derivative may flow from
 
   def begin(self, inputs: Sequence[Var], values: Sequence) -> None:
     self.inputs, self.values = tuple(inputs), tuple(values)
     self.active = {v for v in self.inputs[: self.leading] if v.aval.is_float}
-    self.sources = frozenset(self.active)  # (the inputs a derivative may flow from)
+    self.sources = frozenset(self.active)
 
   def __call__(self, eqn: Eqn, xs: list) -> list:
     """`eqn`'s outputs on `xs` (then residuals), recorded; by its implementation alone
