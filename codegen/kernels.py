@@ -356,6 +356,21 @@ def _load_rev(ctx, e, load):
   )
 
 
+def _load_roll(ctx, e, load):
+  """A concatenate of the operand's last `shift` elements along the dimension and its
+  first n - shift: two stretches, each contiguous."""
+  d = e.kw["dimension"]
+  n = ctx.size(e.inputs[0].aval.shape[d], (e, "operand", d))
+  shift = ctx.size(e.kw["shift"], (e, "shift"))
+  i = ctx.index[d]
+  parts = []
+  for at in (kir.BinOp("+", i, kir.BinOp("-", n, shift)), kir.BinOp("-", i, shift)):
+    idx, safe = list(ctx.index), list(ctx.index)
+    idx[d], safe[d] = at, _clamped(ctx, at, n)
+    parts.append(load(0, idx, safe))
+  return kir.IfExp(kir.Compare(i, ("<",), (shift,)), *parts)
+
+
 def _load_windows(ctx, e, load):
   """A window element: per spatial dim, position * stride + offset * dilation (affine in
   the loop indices: no division, and the innermost loop reads contiguous memory at
@@ -378,6 +393,7 @@ INDEX_LOADS = {
   P.slice_p: _load_slice,
   P.pad_p: _load_pad,
   P.rev_p: _load_rev,
+  P.roll_p: _load_roll,
   P.concatenate_p: _load_concatenate,
   P.windows_p: _load_windows,
 }

@@ -64,6 +64,7 @@ bound_rules = {
   P.slice_p: lambda e, b: b,
   P.pad_p: lambda e, b: b,
   P.rev_p: lambda e, b: b,
+  P.roll_p: lambda e, b: b,
   P.windows_p: lambda e, b: b,
   P.gather_p: lambda e, b, i: b,
   P.concatenate_p: lambda e, *bs: None if None in bs else max(bs),

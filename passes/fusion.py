@@ -3,7 +3,7 @@ kernel.
 
 Region kinds:
   loop    elementwise ops over one iteration domain (a shape), index maps (broadcast,
-          reshape, transpose, slice, pad, concatenate, rev) applied to values the region
+          reshape, transpose, slice, pad, concatenate, rev, roll) applied to values the region
           reads from memory or recomputes (below), and reductions over the domain at the
           end; several outputs.
   dot     one dot_general, plus an epilogue over its output: elementwise ops and

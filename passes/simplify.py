@@ -151,6 +151,19 @@ def compose_rev(r, x, *, dimensions):
   return inner.inputs[0] if not dims else r.emit(P.rev_p, [inner.inputs[0]], dimensions=dims)
 
 
+def compose_roll(r, x, *, dimension, shift):
+  """A roll of a roll along the same dimension: one roll by the sum of the shifts."""
+  inner = r.producer(x, "roll")
+  if inner is None or inner.kw["dimension"] != dimension:
+    return None
+  total = (shift + inner.kw["shift"]) % r.read(x).aval.shape[dimension]
+  return (
+    r.emit(P.roll_p, [inner.inputs[0]], dimension=dimension, shift=total)
+    if total
+    else inner.inputs[0]
+  )
+
+
 def sum_of_broadcast(r, x, *, axes):
   # sum over axes that a broadcast created = the operand times their count (NaN/inf-safe)
   inner = r.producer(x, "broadcast_in_dim")
@@ -327,6 +340,7 @@ RULES = [
     ),
   ),
   (P.rev_p, compose_rev),
+  (P.roll_p, compose_roll),
   (
     P.slice_p,
     lambda r, x, *, start_indices, limit_indices, strides: (

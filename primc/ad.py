@@ -665,6 +665,12 @@ deflinear(
   ],
 )
 deflinear(P.rev_p, lambda ct, x, *, dimensions: [P.rev(ct, dimensions)])
+deflinear(
+  P.roll_p,
+  lambda ct, x, *, dimension, shift: [
+    P.roll(ct, x.aval.shape[dimension] - shift, dimension)  # (rolled back)
+  ],
+)
 
 
 def _windows_transpose(ct, x, *, window_dimensions, window_strides, window_dilation):

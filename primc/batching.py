@@ -78,6 +78,10 @@ batch_rules[P.rev_p] = lambda args, dims, *, dimensions: (
   P.rev(args[0], tuple(d + 1 for d in dimensions)),
   0,
 )
+batch_rules[P.roll_p] = lambda args, dims, *, dimension, shift: (
+  P.roll(args[0], shift, dimension + 1),
+  0,
+)
 batch_rules[P.windows_p] = lambda args, dims, **params: (  # (over trailing dims)
   P.windows_p.bind(args[0], **params),
   0,

@@ -598,6 +598,30 @@ def _rev_rule(x, *, dimensions):
 abstract_rules[rev_p] = _rev_rule
 impl_rules[rev_p] = lambda x, *, dimensions: np.flip(x, dimensions).copy()
 
+roll_p = Primitive(
+  "roll", traits=("index_map",), linear=(0,)
+)  # numpy.roll along one dimension: out[..., i, ...] = x[..., (i - shift) mod n, ...]
+
+
+def _roll_rule(x, *, dimension, shift):
+  _check(0 <= dimension < x.ndim, lambda: f"dimension {dimension} out of range for rank {x.ndim}")
+  n = x.shape[dimension]
+  _check(0 <= shift < max(n, 1), lambda: f"shift {shift} outside [0, {n}) (its size)")
+  return x
+
+
+abstract_rules[roll_p] = _roll_rule
+
+
+def _roll_impl(x, *, dimension, shift):
+  out, n, at = np.empty_like(x), x.shape[dimension], (slice(None),) * dimension
+  out[at + (slice(shift, None),)] = x[at + (slice(None, n - shift),)]
+  out[at + (slice(None, shift),)] = x[at + (slice(n - shift, None),)]
+  return out
+
+
+impl_rules[roll_p] = _roll_impl
+
 
 # ---------------------------------------------------------------------------------------
 # Reductions and contractions
@@ -1199,6 +1223,11 @@ def reduce_prod(x, axes):
 
 def rev(x, dims):
   return rev_p.bind(x, dimensions=tuple(sorted(int(d) for d in dims)))
+
+
+def roll(x, shift, dimension):
+  """x rolled by `shift`, in [0, its size), along `dimension`; x itself for 0."""
+  return roll_p.bind(x, dimension=int(dimension), shift=int(shift)) if shift else x
 
 
 def gather(x, idx, axis, batch_dims=0):

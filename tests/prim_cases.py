@@ -506,6 +506,13 @@ CASES = [
     linear=(0,),
   ),
   Case(
+    P.roll_p,
+    lambda x: P.roll(x, 2, 1),
+    args(normal(2, 5, 3)),
+    lambda x: np.concatenate([x[:, 3:], x[:, :3]], axis=1),
+    linear=(0,),
+  ),
+  Case(
     P.reduce_sum_p,
     lambda x: P.reduce_sum(x, (0, 2)),
     args(normal(3, 4, 5)),

@@ -216,7 +216,7 @@ def test_expensive_work_is_never_duplicated():
 
 def _index_map_steps():
   """Random chains: an elementwise step (cheap or not), then an index map of its result
-  (slice, pad, transpose, rev, reshape, concatenate, broadcast), repeated; every shape."""
+  (slice, pad, transpose, rev, roll, reshape, concatenate, broadcast), repeated; every shape."""
   from hypothesis import strategies as st
   from primc import prims as P
 
@@ -226,7 +226,9 @@ def _index_map_steps():
     for _ in range(draw(st.integers(1, 4))):
       elementwise = draw(st.sampled_from(["mul", "tanh", "iota", "none"]))
       kind = draw(
-        st.sampled_from(["slice", "pad", "transpose", "rev", "reshape", "concatenate", "broadcast"])
+        st.sampled_from(
+          ["slice", "pad", "transpose", "rev", "roll", "reshape", "concatenate", "broadcast"]
+        )
       )
       out.append((elementwise, kind, draw(st.integers(0, 10**6))))
     return out
@@ -253,6 +255,9 @@ def _index_map_steps():
         )
       elif kind == "transpose":
         x = P.transpose(x, list(r.permutation(len(shape))))
+      elif kind == "roll":
+        d = int(r.integers(0, len(shape)))
+        x = P.roll(x, int(r.integers(0, shape[d])), d)
       elif kind == "rev":
         x = P.rev(x, [d for d in range(len(shape)) if r.integers(0, 2)])
       elif kind == "reshape":
@@ -295,8 +300,8 @@ def test_index_maps_of_computed_values_compile_to_the_interpreters_values():
 
 
 def _shape_keeping_maps():
-  """Index maps that keep an n x n shape: reversals, a transpose, rolls (a concatenate of
-  two slices) and shifts (a pad of a slice), by hypothesis."""
+  """Index maps that keep an n x n shape: reversals, a transpose, rolls (the primitive,
+  and a concatenate of two slices) and shifts (a pad of a slice), by hypothesis."""
   from hypothesis import strategies as st
   from primc import prims as P
 
@@ -315,6 +320,7 @@ def _shape_keeping_maps():
 
   maps = {
     "rev": lambda v, d, k: P.rev(v, [d] if k % 2 else [0, 1]),
+    "roll_p": lambda v, d, k: P.roll(v, k, d),
     "transpose": lambda v, d, k: P.transpose(v, [1, 0]),
     "roll": roll,
     "shift": shift,

@@ -30,7 +30,7 @@ from primc.numpy._base import (
   transpose,
 )
 from primc.numpy._creation import ones, zeros, zeros_like
-from primc.numpy._indexing import _slice_axis, getitem, take
+from primc.numpy._indexing import getitem, take
 from primc.numpy._ufuncs import add, greater_equal, less_equal, multiply, subtract, where
 from primc.trace import aval_of
 
@@ -186,9 +186,7 @@ def roll(a, shift, axis=None):
   for s, ax in zip(shifts, axes):
     ax = _one_axis(ax, aval_of(a).ndim)
     n = aval_of(a).shape[ax]
-    s = int(s) % n if n else 0
-    if s:
-      a = P.concatenate([_slice_axis(a, ax, n - s, n), _slice_axis(a, ax, 0, n - s)], ax)
+    a = P.roll(a, int(s) % n if n else 0, ax)
   return a
 
 
