@@ -509,10 +509,13 @@ def wrap_indices(idx: np.ndarray, size: int, axis: int) -> np.ndarray:
   """Indices along an axis of `size` with negatives counted from the end; raises
   PrimcIndexError (numpy's message) for the first one outside [-size, size)."""
   idx = np.asarray(idx)
-  bad = (idx < -size) | (idx >= size)
-  if bad.any():
+  if not idx.size:
+    return idx
+  lo, hi = idx.min(), idx.max()  # (two passes without temporaries: most indices are in
+  if lo < -size or hi >= size:  # bounds and none negative, and this runs at every call)
+    bad = (idx < -size) | (idx >= size)
     raise index_error(int(idx[bad].flat[0]), axis, size)
-  return np.where(idx < 0, idx + size, idx)
+  return np.where(idx < 0, idx + size, idx) if lo < 0 else idx
 
 
 def _batched(x, idx, batch_dims):
