@@ -17,6 +17,7 @@ from primc.codegen import (
   plan,
   store,
   target,
+  threads,
   tiered,
 )
 from primc.codegen.pipeline import jit_disabled
@@ -32,6 +33,7 @@ __all__ = [
   "plan",
   "store",
   "target",
+  "threads",
   "tiered",
   "jit_disabled",
 ]

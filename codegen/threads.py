@@ -31,6 +31,7 @@ import functools
 import os
 import sys
 import threading
+import time
 
 from primc.codegen import installed
 from primc.codegen import pool as pool_mod
@@ -101,6 +102,36 @@ def available_cpus() -> int:
     count = os.cpu_count() or 1
   quota = _quota()
   return max(1, min(count, quota) if quota else count)
+
+
+def idle_cpus(window: float = 0.1, read=None) -> float | None:
+  """How many of this process's CPUs (its affinity, at most `available_cpus()`) stood
+  idle, on average, over the next `window` seconds, by Linux's /proc/stat; None where it
+  cannot be read. The calling thread sleeps meanwhile: its own CPU counts as idle."""
+  read = read or _read_text
+  first, start = _idle_ticks(read), time.perf_counter()
+  if first is None:
+    return None
+  time.sleep(window)
+  second, elapsed = _idle_ticks(read), time.perf_counter() - start
+  if second is None:
+    return None
+  idle = (second - first) / (os.sysconf("SC_CLK_TCK") * elapsed)
+  return min(idle, float(available_cpus()))
+
+
+def _idle_ticks(read) -> int | None:
+  """The idle and iowait clock ticks of the CPUs this process may run on, summed."""
+  text = read("/proc/stat")
+  if not text or not hasattr(os, "sched_getaffinity"):
+    return None
+  mine, total = os.sched_getaffinity(0), 0
+  for line in text.splitlines():
+    name, _, fields = line.partition(" ")
+    if name[:3] == "cpu" and name[3:].isdigit() and int(name[3:]) in mine:
+      values = fields.split()
+      total += int(values[3]) + int(values[4])
+  return total
 
 
 @functools.cache

@@ -464,12 +464,30 @@ def _compile_kept(program: Program):
   a background process has compiled it, so the loop never waits. A long one is compiled
   whole there (`_Background`: its passes, fusion and plan too, ~70 us an equation, 4.5 s
   of a fluid simulation's gradient on the calling thread); a shorter one here, its kernels
-  there (tiered)."""
+  there (tiered). Where no core stands idle for that process (`_idle_core`), it is all
+  compiled here, at once: a worker would share the caller's core, and slow every
+  interpreted call while it runs (fluidsim's gradient beside a busy process: 30 calls
+  39.6 s with a worker, 35.7 s without)."""
+  if not _idle_core():
+    log.info("compiling %s in this process: no core stands idle", HOT_LABEL)
+    return load_executable(program, tiered=False, label=HOT_LABEL)
   if len(program.eqns) >= WORKER_EQUATIONS:
     job = _Background.start(program)
     if job is not None:
       return job
   return load_executable(program, tiered=True, label=HOT_LABEL)
+
+
+IDLE_CORE = 0.5  # idle CPUs (averaged over 0.1 s), besides the caller's, for a worker
+
+
+def _idle_core() -> bool:
+  """Whether a background compile would have a core of its own: IDLE_CORE of this
+  process's CPUs idle over the next 0.1 s (a compile takes seconds) besides the one the
+  calling thread leaves idle while it waits (and takes back to run the calls), or
+  unknown."""
+  idle = backend().threads.idle_cpus()
+  return idle is None or idle - 1 >= IDLE_CORE
 
 
 _started = itertools.count()  # background workers this process started

@@ -3,6 +3,7 @@ compiles it, then on native code; the worker fills the cache; a failed worker fa
 to compiling in process."""
 
 import collections
+import itertools
 import logging
 import os
 import subprocess
@@ -270,6 +271,7 @@ def hot_at_once(monkeypatch):
   monkeypatch.setattr(kept, "LOAD_SECONDS", 0.0)
   monkeypatch.setattr(kept, "COMPILE_SECONDS", 0.0)
   monkeypatch.setattr(compile_module, "WORKER_EQUATIONS", 1)
+  monkeypatch.setattr(compile_module, "_idle_core", lambda: True)  # (whatever the load)
   kept.reset()
   yield
   kept.reset()
@@ -307,6 +309,47 @@ def test_a_long_hot_kept_program_compiles_whole_in_a_worker(fresh_cache, hot_at_
   assert after.get("modules_written", 0) == before.get("modules_written", 0)
   assert entry.executable is job.native and isinstance(job.native, Executable)
   assert not os.path.exists(job.path)
+
+
+def test_a_hot_kept_program_compiles_here_where_no_core_is_idle(
+  fresh_cache, hot_at_once, rng, monkeypatch, caplog
+):
+  """Beside busy processes a worker would share the caller's core: the program is
+  compiled in this process at once (no worker, no interpreted calls after), and is right."""
+  monkeypatch.setattr(compile_module, "_idle_core", lambda: False)
+  w = rng.standard_normal(7)
+  with caplog.at_level(logging.INFO, logger="primc"):
+    for _ in range(2):
+      np.testing.assert_allclose(_hot_grad(w), _hot_grad_expected(w), rtol=1e-12)
+  (entry,) = kept._kept.values()
+  assert type(entry.executable) is Executable  # (not a worker's, not tiered)
+  assert "no core stands idle" in caplog.text
+  for _ in range(2):
+    np.testing.assert_allclose(_hot_grad(w), _hot_grad_expected(w), rtol=1e-12)
+
+
+def test_idle_cpus_count_the_affinitys_idle_ticks(monkeypatch):
+  """/proc/stat's idle and iowait ticks of the CPUs this process may run on, over the
+  window: 2 * HZ * window ticks of idle (of two CPUs) read as two idle CPUs; other CPUs'
+  ticks, and an unreadable file, count nothing."""
+  from primc.codegen import threads
+
+  hz, window = os.sysconf("SC_CLK_TCK"), 1.0
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+  monkeypatch.setattr(threads, "available_cpus", lambda: 4)
+  texts = iter([0, 1])
+
+  def read(path):
+    k = next(texts) * 2 * hz * window  # (each of cpu0, cpu1: an idle and an iowait part)
+    line = lambda n, t: f"cpu{n} 5 0 5 {t / 2 + 100:.0f} {t / 2:.0f} 0 0 0 0 0"
+    return "\n".join(["cpu  1 2 3 4 5", line(0, k / 2), line(1, k / 2), line(7, 10**6 * k)])
+
+  clock = itertools.cycle([0.0, window])
+  fake = lambda: None
+  fake.perf_counter, fake.sleep = (lambda: next(clock)), (lambda s: None)
+  monkeypatch.setattr(threads, "time", fake)
+  assert threads.idle_cpus(window, read) == pytest.approx(2.0, rel=0.02)
+  assert threads.idle_cpus(window, lambda path: None) is None
 
 
 def test_a_failed_hot_worker_compiles_in_process(
