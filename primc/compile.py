@@ -464,14 +464,14 @@ def _compile_kept(program: Program):
   a background process has compiled it, so the loop never waits. A long one is compiled
   whole there (`_Background`: its passes, fusion and plan too, ~70 us an equation, 4.5 s
   of a fluid simulation's gradient on the calling thread); a shorter one here, its kernels
-  there (tiered). Where no core stands idle for that process (`_idle_core`), it is all
-  compiled here, at once: a worker would share the caller's core, and slow every
-  interpreted call while it runs (fluidsim's gradient beside a busy process: 30 calls
-  39.6 s with a worker, 35.7 s without)."""
-  if not _idle_core():
-    log.info("compiling %s in this process: no core stands idle", HOT_LABEL)
-    return load_executable(program, tiered=False, label=HOT_LABEL)
+  there (tiered). Where no core stands idle for the long one's worker (`_idle_core`), it
+  is compiled here, at once: the worker would share the caller's core and slow every
+  interpreted call for the seconds it runs (fluidsim's gradient beside a busy process:
+  30 calls 47-52 s with a worker, 36.5 s without)."""
   if len(program.eqns) >= WORKER_EQUATIONS:
+    if not _idle_core():
+      log.info("compiling %s in this process: no core stands idle", HOT_LABEL)
+      return load_executable(program, tiered=False, label=HOT_LABEL)
     job = _Background.start(program)
     if job is not None:
       return job
