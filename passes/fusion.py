@@ -197,14 +197,16 @@ def _work(eqn: Eqn) -> int:
 
 
 def _recomputed_work(eqns: list[Eqn]) -> tuple[int, int] | None:
-  """(work, evaluations) per element of the lazy equations of a region made of `eqns`:
-  each is computed once per distinct chain of index maps that reads it. None when an
-  index map would read a lazy value it cannot (a reshape)."""
+  """(work, evaluations) per element of the lazy equations of a region made of `eqns`,
+  and of the values they read that the region also computes at its loop's index: each is
+  computed once per distinct chain of index maps that reads it (`codegen.kernels`'s
+  loop body). None when an index map would read a lazy value it cannot (a reshape)."""
   read = {a for e in eqns for a in e.inputs}  # values no equation reads: the outputs
   lazy = lazy_eqns(
     Program((), tuple(eqns), tuple(v for e in eqns for v in e.outputs if v not in read))
   )
   producer = {v: e for e in lazy for v in e.outputs}
+  computed = {v: e for e in eqns for v in e.outputs}
   seen: set = set()
 
   def visit(e, path):
@@ -212,8 +214,8 @@ def _recomputed_work(eqns: list[Eqn]) -> tuple[int, int] | None:
       return
     seen.add((e, path))
     for a in e.inputs:
-      if a in producer:
-        visit(producer[a], path + (e,) if e.prim in INDEX_MAPS else path)
+      if a in computed:
+        visit(computed[a], path + (e,) if e.prim in INDEX_MAPS else path)
 
   for e in eqns:
     if e not in lazy:
