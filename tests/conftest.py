@@ -15,12 +15,24 @@ os.environ.setdefault("PRIMC_STRICT_KERNELS", "1")
 # test's stored program would be another's, as the session shares the cache directory);
 # tests/test_stored.py stores in a directory of each test's own.
 os.environ.setdefault("PRIMC_STORE_TRANSFORMS", "0")
+# Kept transform programs are not compiled once hot (`primc.kept._hot`): whether the calls
+# of a test have paid for a compile depends on the machine's speed, and native math is an
+# ulp from numpy's, so a test comparing calls bit for bit would pass or fail by the load.
+# The tests of hot compiles ask for them (`hot_compiles`).
+os.environ.setdefault("PRIMC_COMPILE_HOT", "0")
 from primc.settings import config  # noqa: E402  (primc's plugin imported it already: pytest
 
 config.tiered = {"1": True, "0": False}.get(os.environ["PRIMC_TIERED"])  # loads it first)
 config.store_transforms = os.environ["PRIMC_STORE_TRANSFORMS"] != "0"
+config.compile_hot_transforms = os.environ["PRIMC_COMPILE_HOT"] != "0"
 # One cache directory for the whole session, so tests share compiled kernels: primc's
 # pytest plugin, with --primc-cache-dir=temp (pyproject.toml's addopts).
+
+
+@pytest.fixture
+def hot_compiles(monkeypatch):
+  """Kept programs compiled once hot, as by default outside the suite."""
+  monkeypatch.setattr(config, "compile_hot_transforms", True)
 
 
 @pytest.fixture

@@ -459,7 +459,7 @@ def test_partial_and_keywords():
 
 
 @pytest.mark.parametrize("loaded", [True, False])
-def test_a_hot_kept_program_is_compiled_once_calls_pay_for_it(monkeypatch, loaded):
+def test_a_hot_kept_program_is_compiled_once_calls_pay_for_it(monkeypatch, loaded, hot_compiles):
   """Compiled after HOT_CALLS calls and HOT_SECONDS of interpreting, plus LOAD_SECONDS
   where code generation is not loaded yet (here: never reached)."""
   monkeypatch.setattr(kept, "HOT_CALLS", 3)
@@ -483,7 +483,7 @@ class _NeverReady:
 
 @pytest.mark.parametrize("per_equation", [0.0, 1e3])
 def test_a_hot_program_waits_for_its_compile_cost_and_is_not_optimized_first(
-  monkeypatch, per_equation
+  monkeypatch, per_equation, hot_compiles
 ):
   """A kept program is compiled once its interpreted calls cost COMPILE_SECONDS per
   equation (1e3: never here), before the round of passes it would get at the same call

@@ -262,7 +262,7 @@ class _NeverReady:
 
 
 @pytest.mark.parametrize("loss", [_loss, _loss_reading])
-def test_calls_on_values_count_toward_compiling_the_program_made(taped, loss):
+def test_calls_on_values_count_toward_compiling_the_program_made(taped, loss, hot_compiles):
   """The calls a function ran on values, and their time, are the program made from them
   running slowly: with HOT_CALLS 4, it is handed to the compiler at its first call after
   three on values, not at its fourth (a path of a function whose Python reads values too)."""
