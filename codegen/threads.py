@@ -130,6 +130,8 @@ def _idle_ticks(read) -> int | None:
     name, _, fields = line.partition(" ")
     if name[:3] == "cpu" and name[3:].isdigit() and int(name[3:]) in mine:
       values = fields.split()
+      if len(values) < 5 or not (values[3].isdigit() and values[4].isdigit()):
+        return None  # (a format this does not know: unknown, not a guess)
       total += int(values[3]) + int(values[4])
   return total
 

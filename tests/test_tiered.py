@@ -264,7 +264,7 @@ def test_reusing_keeps_no_more_arrays_than_a_call_holds_at_once(rng):
 
 
 @pytest.fixture
-def hot_at_once(monkeypatch):
+def hot_at_once(monkeypatch, hot_compiles):
   """A kept program hot at its second call, compiled in a worker however short."""
   monkeypatch.setattr(kept, "HOT_CALLS", 2)
   monkeypatch.setattr(kept, "HOT_SECONDS", 0.0)
@@ -350,6 +350,7 @@ def test_idle_cpus_count_the_affinitys_idle_ticks(monkeypatch):
   monkeypatch.setattr(threads, "time", fake)
   assert threads.idle_cpus(window, read) == pytest.approx(2.0, rel=0.02)
   assert threads.idle_cpus(window, lambda path: None) is None
+  assert threads.idle_cpus(window, lambda path: "cpu0 1 2 3\n") is None
 
 
 def test_a_failed_hot_worker_compiles_in_process(
