@@ -357,6 +357,21 @@ def test_a_value_read_at_two_indices_in_one_region():
   run()
 
 
+def test_recomputed_work_counts_values_read_at_another_index():
+  """In `rev(x * exp(y)) * exp(y)` as one region, the kernel computes `x * exp(y)` at the
+  reversed index, and `exp(y)` there too (besides at the loop's index): two evaluations,
+  the exponential's work among them."""
+  from primc import prims as P
+
+  program = primc.make_program(lambda x, y: P.rev(x * pnp.exp(y), [0]) * pnp.exp(y))(
+    f32(4, 3), f32(4, 3)
+  )
+  eqns = list(passes.optimize(program).eqns)
+  work, evaluations = fusion._recomputed_work(eqns)
+  exp, product = (next(e for e in eqns if e.prim.name == n) for n in ("exp", "mul"))
+  assert evaluations == 2 and work == fusion._work(exp) + fusion._work(product)
+
+
 def test_a_region_reshaping_a_constant_compiles():
   """Found by the test above: the gradient of a padded chain against a constant weight is
   a reshape of that constant, a region without inputs (it crashed codegen)."""
