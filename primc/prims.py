@@ -617,7 +617,7 @@ abstract_rules[roll_p] = _roll_rule
 
 
 def _roll_impl(x, *, dimension, shift):
-  out, n, at = np.empty_like(x), x.shape[dimension], (slice(None),) * dimension
+  out, n, at = np.empty(x.shape, x.dtype), x.shape[dimension], (slice(None),) * dimension
   out[at + (slice(shift, None),)] = x[at + (slice(None, n - shift),)]
   out[at + (slice(None, shift),)] = x[at + (slice(n - shift, None),)]
   return out
