@@ -87,6 +87,12 @@ HARNESS = textwrap.dedent("""
           def __getattr__(self, name): return _Any()
           def __call__(self, *a, **k): return _Any()
           def __iter__(self): return iter(())
+      def _imread(path, *a, **k):
+          # matplotlib's reading of an 8-bit PNG: float32 in [0, 1], by Pillow (which
+          # matplotlib reads it with)
+          import numpy
+          from PIL import Image
+          return numpy.divide(numpy.asarray(Image.open(path)), 255, dtype=numpy.float32)
       class _Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
           # matplotlib and its submodules (pyplot, cm, image): every name a stand-in
           def find_spec(self, name, path, target=None):
@@ -97,6 +103,7 @@ HARNESS = textwrap.dedent("""
               module = types.ModuleType(spec.name)
               module.__getattr__ = lambda attr: _Any()
               module.use = lambda *a, **k: None
+              module.imread = _imread  # (data, not drawing: fluidsim's images)
               return module
           def exec_module(self, module):
               pass
