@@ -205,7 +205,6 @@ def _recomputed_work(eqns: list[Eqn]) -> tuple[int, int] | None:
   lazy = lazy_eqns(
     Program((), tuple(eqns), tuple(v for e in eqns for v in e.outputs if v not in read))
   )
-  producer = {v: e for e in lazy for v in e.outputs}
   computed = {v: e for e in eqns for v in e.outputs}
   seen: set = set()
 
@@ -220,10 +219,10 @@ def _recomputed_work(eqns: list[Eqn]) -> tuple[int, int] | None:
   for e in eqns:
     if e not in lazy:
       for a in e.inputs:
-        if a in producer:
+        if computed.get(a) in lazy:
           if e.prim is P.reshape_p:
             return None
-          visit(producer[a], (e,) if e.prim in INDEX_MAPS else ())
+          visit(computed[a], (e,) if e.prim in INDEX_MAPS else ())
   return sum(_work(e) for e, _ in seen), len(seen)
 
 
