@@ -515,7 +515,8 @@ def wrap_indices(idx: np.ndarray, size: int, axis: int) -> np.ndarray:
   if lo < -size or hi >= size:  # bounds and none negative, and this runs at every call)
     bad = (idx < -size) | (idx >= size)
     raise index_error(int(idx[bad].flat[0]), axis, size)
-  return np.where(idx < 0, idx + size, idx) if lo < 0 else idx
+  # (a new C-ordered array, as before: callers hand it to kernels that read it so)
+  return np.where(idx < 0, idx + size, idx) if lo < 0 else idx.copy(order="C")
 
 
 def _batched(x, idx, batch_dims):
