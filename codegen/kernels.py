@@ -302,10 +302,21 @@ def _load_slice(ctx, e, load):
 
 
 def _clamped(ctx, t, n):
+  """`t` clamped into an operand's `n` elements: for a load speculated before the choice
+  whether to use it, so the operand must have an element (see `_nonempty`)."""
   return E("min(max({0}, 0), {1} - 1)", t, n)
 
 
+def _nonempty(e):
+  """An index map that loads at clamped indices (`_clamped`) has no empty operand:
+  `passes.simplify.empty_arrays` removes them. A kernel reading one would read outside it."""
+  if any(0 in a.aval.shape for a in e.inputs):
+    shapes = ", ".join(str(a.aval.shape) for a in e.inputs)
+    raise ValueError(f"{e.prim}: an operand with no elements reached a kernel ({shapes})")
+
+
 def _load_pad(ctx, e, load):
+  _nonempty(e)
   conds, idx, sizes = [], [], []
   shape = e.inputs[0].aval.shape
   for k, ((lo, _, interior), n) in enumerate(zip(e.kw["padding_config"], shape)):
@@ -325,6 +336,7 @@ def _load_pad(ctx, e, load):
 
 
 def _load_concatenate(ctx, e, load):
+  _nonempty(e)
   d = e.kw["dimension"]
   expr = None
   offset = None  # (0)
@@ -360,6 +372,7 @@ def _load_roll(ctx, e, load):
   """A concatenate of the operand's last `shift` elements along the dimension and its
   first n - shift: two stretches, each contiguous."""
   d = e.kw["dimension"]
+  _nonempty(e)
   n = ctx.size(e.inputs[0].aval.shape[d], (e, "operand", d))
   shift = ctx.size(e.kw["shift"], (e, "shift"))
   i = ctx.index[d]

@@ -8,7 +8,7 @@ compiled code."""
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import primc
@@ -107,6 +107,8 @@ def test_random_index_gradients_equal_numpy_add_at(idx, seed):
 
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(index_exprs())
+# an empty selection: its gradient once read an empty array in a kernel (test_empty_arrays)
+@example((np.array([True, False, True, True]), slice(None, -5, None), -4, None, None))
 def test_random_index_gradients_on_the_eager_tape(idx):
   """Paddle dygraph style: the backward of an indexing op is compiled (one per example)."""
   want = numpy_result(X, idx)
