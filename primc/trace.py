@@ -744,7 +744,21 @@ def restage(
   for v, x in zip(program.inputs, args):
     env[v] = x.ir_var if type(x) is Tracer else Lit.of(x)
   known = None if values is None else _known(program, args)
-  eqns, source = builder.eqns, _source()
+  source = _source()
+  stage = lambda: _restage_eqns(program, kinds, builder, env, known, source)
+  if known is None:
+    stage()
+  else:
+    _eagerly(stage)  # (one for every equation's value, not one each)
+    values += [a.value if type(a) is Lit else known[a] for a in program.outputs]
+  return [a if type(a) is Lit else env[a] for a in program.outputs]
+
+
+def _restage_eqns(program, kinds, builder, env: dict, known: dict | None, source: str) -> None:
+  """`restage`'s equations staged into `builder` (`env`: the program's variables' atoms
+  there, updated), their values computed beside into `known` (where it is not None:
+  inside `_eagerly`)."""
+  eqns = builder.eqns
   for eqn, kind in zip(program.eqns, kinds):
     inputs = tuple([a if type(a) is Lit else env[a] for a in eqn.inputs])
     if kind == _RESHAPE:
@@ -768,9 +782,6 @@ def restage(
     staged = Eqn(eqn.prim, inputs, eqn.params, outs, source)
     eqns.append(staged)
     _value_beside(known, eqn, staged, builder.recorder)
-  if known is not None:
-    values += [a.value if type(a) is Lit else known[a] for a in program.outputs]
-  return [a if type(a) is Lit else env[a] for a in program.outputs]
 
 
 def _known(program: Program, args: Sequence) -> dict | None:
@@ -785,14 +796,14 @@ def _known(program: Program, args: Sequence) -> dict | None:
 
 def _value_beside(known: dict | None, eqn: Eqn, staged: Eqn | None = None, recorder=None):
   """`restage`'s values: `eqn`'s outputs in `known` (by the recorder of the equation it
-  `staged`, else its implementation)."""
+  `staged`, else its implementation; inside restage's `_eagerly`)."""
   if known is None:
     return
   xs = [a.value if type(a) is Lit else known[a] for a in eqn.inputs]
   if recorder is not None and staged is not None:
-    outs = _eagerly(lambda: recorder(staged, xs))
+    outs = recorder(staged, xs)
   else:
-    outs = _eagerly(lambda: results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw)))
+    outs = results(eqn, impl_rules[eqn.prim](*xs, **eqn.kw))
   known.update(zip(eqn.outputs, outs))
 
 
