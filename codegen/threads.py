@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import math
 import os
 import sys
 import threading
@@ -107,9 +108,12 @@ def available_cpus() -> int:
 def idle_cpus(window: float = 0.1, read=None) -> float | None:
   """How many of this process's CPUs (its affinity, at most `available_cpus()`) stood
   idle, on average, over the next `window` seconds, by Linux's /proc/stat; None where it
-  cannot be read. The calling thread sleeps meanwhile: its own CPU counts as idle."""
+  cannot be read. The calling thread sleeps meanwhile: its own CPU counts as idle. Under
+  a cgroup CPU quota, what its group left of the quota bounds it too (the group's own
+  busy processes use it, whatever the host's CPUs do: `_group_usage`)."""
   read = read or _read_text
-  first, start = _idle_ticks(read), time.perf_counter()
+  group = _binding_group(read)
+  first, used, start = _idle_ticks(read), _group_usage(read, group), time.perf_counter()
   if first is None:
     return None
   time.sleep(window)
@@ -117,7 +121,10 @@ def idle_cpus(window: float = 0.1, read=None) -> float | None:
   if second is None:
     return None
   idle = (second - first) / (os.sysconf("SC_CLK_TCK") * elapsed)
-  return min(idle, float(available_cpus()))
+  now = _group_usage(read, group)
+  if used is not None and now is not None:
+    idle = min(idle, group[0] - (now - used) / 1e6 / elapsed)
+  return max(0.0, min(idle, float(available_cpus())))
 
 
 def _idle_ticks(read) -> int | None:
@@ -155,6 +162,14 @@ def cgroup_cpu_quota(read, root: str = "/sys/fs/cgroup") -> int | None:
   rounded up), or None where none is set. `read(path)` gives a file's text or None.
   cgroup v2: `cpu.max` ("max 100000" or "150000 100000") in the process's group and each
   parent; v1: `cpu.cfs_quota_us` / `cpu.cfs_period_us` of the cpu controller."""
+  group = _binding_group(read, root)
+  return None if group is None else max(1, math.ceil(group[0] - 1e-9))
+
+
+def _binding_group(read, root: str = "/sys/fs/cgroup") -> tuple[float, str, float] | None:
+  """(quota in CPUs, exactly; the file of its group's CPU time used; that file's unit in
+  microseconds) of the cgroup whose quota is the least, or None where none is set: v2's
+  `cpu.stat` (`usage_usec`), v1's `cpuacct.usage` (ns) beside the quota."""
   groups = read("/proc/self/cgroup") or ""
   limits = []
   for line in groups.splitlines():
@@ -164,15 +179,27 @@ def cgroup_cpu_quota(read, root: str = "/sys/fs/cgroup") -> int | None:
     _, controllers, path = parts
     if controllers == "":  # v2
       for d in _ancestors(path):
-        limits.append(_v2_quota(read(f"{root}{d}/cpu.max")))
+        limits.append((_v2_quota(read(f"{root}{d}/cpu.max")), f"{root}{d}/cpu.stat", 1.0))
     elif "cpu" in controllers.split(","):
       for mount in (f"{root}/{controllers}", f"{root}/cpu", f"{root}/cpu,cpuacct"):
         for d in _ancestors(path):
-          limits.append(
-            _v1_quota(read(f"{mount}{d}/cpu.cfs_quota_us"), read(f"{mount}{d}/cpu.cfs_period_us"))
+          quota = _v1_quota(
+            read(f"{mount}{d}/cpu.cfs_quota_us"), read(f"{mount}{d}/cpu.cfs_period_us")
           )
-  limits = [n for n in limits if n]
-  return min(limits) if limits else None
+          limits.append((quota, f"{mount}{d}/cpuacct.usage", 1e-3))
+  limits = [g for g in limits if g[0]]
+  return min(limits, key=lambda g: g[0]) if limits else None
+
+
+def _group_usage(read, group) -> float | None:
+  """The CPU time the `_binding_group` has used, in microseconds; None if unknown."""
+  if group is None:
+    return None
+  text = read(group[1]) or ""
+  if group[2] == 1.0:  # v2's cpu.stat: "usage_usec N" among other lines
+    text = next((line[11:] for line in text.splitlines() if line[:11] == "usage_usec "), "")
+  text = text.strip()
+  return int(text) * group[2] if text.isdigit() else None
 
 
 def _ancestors(path: str) -> list[str]:
@@ -181,25 +208,25 @@ def _ancestors(path: str) -> list[str]:
   return ["/" + "/".join(parts[:k]) if k else "" for k in range(len(parts), -1, -1)]
 
 
-def _v2_quota(text: str | None) -> int | None:
+def _v2_quota(text: str | None) -> float | None:
   fields = (text or "").split()
   if len(fields) != 2 or fields[0] == "max":
     return None
   return _cpus(fields[0], fields[1])
 
 
-def _v1_quota(quota: str | None, period: str | None) -> int | None:
+def _v1_quota(quota: str | None, period: str | None) -> float | None:
   if quota is None or period is None or quota.strip().startswith("-"):
     return None
   return _cpus(quota, period)
 
 
-def _cpus(quota: str, period: str) -> int | None:
+def _cpus(quota: str, period: str) -> float | None:
   try:
     q, p = int(quota), int(period)
   except ValueError:
     return None
-  return max(1, -(-q // p)) if q > 0 and p > 0 else None
+  return q / p if q > 0 and p > 0 else None
 
 
 def _numba_decides() -> bool:

@@ -340,6 +340,8 @@ def test_idle_cpus_count_the_affinitys_idle_ticks(monkeypatch):
   texts = iter([0, 1])
 
   def read(path):
+    if path != "/proc/stat":
+      return None  # (no cgroup files: no quota)
     k = next(texts) * 2 * hz * window  # (each of cpu0, cpu1: an idle and an iowait part)
     line = lambda n, t: f"cpu{n} 5 0 5 {t / 2 + 100:.0f} {t / 2:.0f} 0 0 0 0 0"
     return "\n".join(["cpu  1 2 3 4 5", line(0, k / 2), line(1, k / 2), line(7, 10**6 * k)])
@@ -351,6 +353,67 @@ def test_idle_cpus_count_the_affinitys_idle_ticks(monkeypatch):
   assert threads.idle_cpus(window, read) == pytest.approx(2.0, rel=0.02)
   assert threads.idle_cpus(window, lambda path: None) is None
   assert threads.idle_cpus(window, lambda path: "cpu0 1 2 3\n") is None
+
+
+@pytest.mark.parametrize(
+  "files, usage, want",
+  [
+    # v2: a quota of 1.5 CPUs, of which the group used 1 over the window: 0.5 left,
+    # although the host's two CPUs stood idle
+    (
+      {"/proc/self/cgroup": "0::/box\n", "/sys/fs/cgroup/box/cpu.max": "150000 100000"},
+      ("/sys/fs/cgroup/box/cpu.stat", "usage_usec {}\nuser_usec 1\n", 1e6),
+      0.5,
+    ),
+    # the group used nothing: the host's idle CPUs (two) bound it
+    (
+      {"/proc/self/cgroup": "0::/box\n", "/sys/fs/cgroup/box/cpu.max": "300000 100000"},
+      ("/sys/fs/cgroup/box/cpu.stat", "usage_usec {}\n", 0),
+      2.0,
+    ),
+    # v1: cpuacct.usage in nanoseconds beside the quota; the group used more than it: 0
+    (
+      {
+        "/proc/self/cgroup": "3:cpu,cpuacct:/d/x\n",
+        "/sys/fs/cgroup/cpu,cpuacct/d/x/cpu.cfs_quota_us": "100000\n",
+        "/sys/fs/cgroup/cpu,cpuacct/d/x/cpu.cfs_period_us": "100000\n",
+      },
+      ("/sys/fs/cgroup/cpu,cpuacct/d/x/cpuacct.usage", "{}\n", 1.2e9),
+      0.0,
+    ),
+    # a quota whose use cannot be read: the host's idle CPUs alone
+    (
+      {"/proc/self/cgroup": "0::/box\n", "/sys/fs/cgroup/box/cpu.max": "150000 100000"},
+      ("/sys/fs/cgroup/box/cpu.stat", "nothing here\n", 5),
+      2.0,
+    ),
+  ],
+)
+def test_idle_cpus_leave_out_what_the_cgroup_used_of_its_quota(monkeypatch, files, usage, want):
+  """In a container with a CPU quota (and the host's CPUs in its affinity) the host's
+  idle CPUs say nothing of the quota's use: another busy process of the group takes it."""
+  from primc.codegen import threads
+
+  hz, window = os.sysconf("SC_CLK_TCK"), 1.0
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+  monkeypatch.setattr(threads, "available_cpus", lambda: 4)
+  stat = iter([0, hz * window])  # each of two CPUs idle over the window
+  used_path, template, used = usage
+  uses = iter([10**9, 10**9 + used])
+
+  def read(path):
+    if path == "/proc/stat":
+      t = next(stat)
+      return f"cpu0 1 0 1 {t:.0f} 0 0\ncpu1 1 0 1 {t:.0f} 0 0"
+    if path == used_path:
+      return template.format(int(next(uses)))
+    return files.get(path)
+
+  clock = itertools.cycle([0.0, window])
+  fake = lambda: None
+  fake.perf_counter, fake.sleep = (lambda: next(clock)), (lambda s: None)
+  monkeypatch.setattr(threads, "time", fake)
+  assert threads.idle_cpus(window, read) == pytest.approx(want, abs=0.02)
 
 
 def test_a_failed_hot_worker_compiles_in_process(
