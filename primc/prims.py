@@ -515,10 +515,10 @@ def wrap_indices(idx: np.ndarray, size: int, axis: int) -> np.ndarray:
   if lo < -size or hi >= size:  # bounds and none negative, and this runs at every call)
     bad = (idx < -size) | (idx >= size)
     raise index_error(int(idx[bad].flat[0]), axis, size)
-  # (C-ordered: callers hand it to kernels that read it so; a copy only where it is not)
   if lo < 0:
-    return np.where(idx < 0, idx + size, idx)
-  return idx if idx.flags.c_contiguous else idx.copy(order="C")  # (0-d stays 0-d)
+    idx = np.where(idx < 0, idx + size, idx)
+  # (C-ordered, as callers read it; a copy only where it is not; 0-d stays 0-d)
+  return idx if idx.flags.c_contiguous else idx.copy(order="C")
 
 
 def _batched(x, idx, batch_dims):
