@@ -661,7 +661,11 @@ def test_odeint_matches_scipy(times):
   import scipy.integrate as SI
   from primc.scipy import integrate as psi
 
-  y0, a, b = (R.standard_normal(3) * 0.5 for _ in range(3))
+  # (a generator of its own: the module's draws depend on the order tests run in, and
+  # some starts blow up before t = 1, where scipy returns an unconverged row with a
+  # warning and primc's odeint NaN: no draw of that kind is a check)
+  rng = np.random.default_rng(0)
+  y0, a, b = (rng.standard_normal(3) * 0.5 for _ in range(3))
   want = SI.odeint(_ode_np, y0, times, (a, b), rtol=1e-12, atol=1e-12)
   tol = dict(rtol=1e-10, atol=1e-10)
   for got in (
