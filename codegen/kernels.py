@@ -371,8 +371,8 @@ def _load_rev(ctx, e, load):
 def _load_roll(ctx, e, load):
   """A concatenate of the operand's last `shift` elements along the dimension and its
   first n - shift: two stretches, each contiguous."""
-  d = e.kw["dimension"]
   _nonempty(e)
+  d = e.kw["dimension"]
   n = ctx.size(e.inputs[0].aval.shape[d], (e, "operand", d))
   shift = ctx.size(e.kw["shift"], (e, "shift"))
   i = ctx.index[d]

@@ -166,10 +166,10 @@ def cgroup_cpu_quota(read, root: str = "/sys/fs/cgroup") -> int | None:
   return None if group is None else max(1, math.ceil(group[0] - 1e-9))
 
 
-def _binding_group(read, root: str = "/sys/fs/cgroup") -> tuple[float, str, float] | None:
-  """(quota in CPUs, exactly; the file of its group's CPU time used; that file's unit in
-  microseconds) of the cgroup whose quota is the least, or None where none is set: v2's
-  `cpu.stat` (`usage_usec`), v1's `cpuacct.usage` (ns) beside the quota."""
+def _binding_group(read, root: str = "/sys/fs/cgroup") -> tuple[float, str] | None:
+  """(quota in CPUs, exactly; the file of its group's CPU time used) of the cgroup whose
+  quota is the least, or None where none is set: v2's `cpu.stat`, v1's `cpuacct.usage`
+  beside the quota."""
   groups = read("/proc/self/cgroup") or ""
   limits = []
   for line in groups.splitlines():
@@ -179,14 +179,14 @@ def _binding_group(read, root: str = "/sys/fs/cgroup") -> tuple[float, str, floa
     _, controllers, path = parts
     if controllers == "":  # v2
       for d in _ancestors(path):
-        limits.append((_v2_quota(read(f"{root}{d}/cpu.max")), f"{root}{d}/cpu.stat", 1.0))
+        limits.append((_v2_quota(read(f"{root}{d}/cpu.max")), f"{root}{d}/cpu.stat"))
     elif "cpu" in controllers.split(","):
       for mount in (f"{root}/{controllers}", f"{root}/cpu", f"{root}/cpu,cpuacct"):
         for d in _ancestors(path):
           quota = _v1_quota(
             read(f"{mount}{d}/cpu.cfs_quota_us"), read(f"{mount}{d}/cpu.cfs_period_us")
           )
-          limits.append((quota, f"{mount}{d}/cpuacct.usage", 1e-3))
+          limits.append((quota, f"{mount}{d}/cpuacct.usage"))
   limits = [g for g in limits if g[0]]
   return min(limits, key=lambda g: g[0]) if limits else None
 
@@ -195,11 +195,11 @@ def _group_usage(read, group) -> float | None:
   """The CPU time the `_binding_group` has used, in microseconds; None if unknown."""
   if group is None:
     return None
-  text = read(group[1]) or ""
-  if group[2] == 1.0:  # v2's cpu.stat: "usage_usec N" among other lines
+  text, v2 = read(group[1]) or "", group[1].endswith("/cpu.stat")
+  if v2:  # "usage_usec N" among other lines; v1's cpuacct.usage: nanoseconds alone
     text = next((line[11:] for line in text.splitlines() if line[:11] == "usage_usec "), "")
   text = text.strip()
-  return int(text) * group[2] if text.isdigit() else None
+  return (int(text) if v2 else int(text) / 1000) if text.isdigit() else None
 
 
 def _ancestors(path: str) -> list[str]:

@@ -367,24 +367,22 @@ FAST_RULES = [
 ]
 
 
-def empty_arrays(r, eqn):
+def empty_arrays(r, eqn, inputs):
   """An equation over arrays with no elements: a result with none is a constant, a pad
   of an empty operand is all padding, and a concatenate drops its empty operands. So no
   kernel reads an empty operand: a pad's or a concatenate's loads are speculated at a
   clamped index, which an empty operand does not have. (A gather or scatter with indices
   stays: they are checked against the axis even where nothing is read or written.)"""
   out = eqn.outputs[0].aval
-  operands = [r.read(a) for a in eqn.inputs]
-  checked = eqn.prim in INDEXING and operands[1].aval.size
-  if 0 in out.shape and not checked:
-    return splat(r, 0, out)
-  kept = [a for a in operands if 0 not in a.aval.shape]
-  if len(kept) == len(operands):
-    return None
-  if eqn.prim is P.pad_p:
+  if 0 in out.shape:
+    checked = eqn.prim in INDEXING and inputs[1].aval.size
+    return None if checked else splat(r, 0, out)
+  if eqn.prim is P.pad_p and 0 in inputs[0].aval.shape:
     return splat(r, 0, out)
   if eqn.prim is P.concatenate_p:
-    return kept[0] if len(kept) == 1 else r.emit(P.concatenate_p, kept, **eqn.kw)
+    kept = [a for a in inputs if 0 not in a.aval.shape]
+    if len(kept) < len(inputs):
+      return kept[0] if len(kept) == 1 else r.emit(P.concatenate_p, kept, **eqn.kw)
   return None
 
 
@@ -426,7 +424,7 @@ def simplify(program: Program, fast: bool = False) -> Program:
     inputs = [r.read(a) for a in eqn.inputs]
     out = None
     if not eqn.prim.multiple_results and not _is_splat_eqn(r, eqn):
-      out = empty_arrays(r, eqn) or fold_literals(r, eqn)
+      out = empty_arrays(r, eqn, inputs) or fold_literals(r, eqn)
       if out is None and eqn.prim in ELEMENTWISE:
         out = fold_splats(r, eqn)
       for rule in table.get(eqn.prim, ()):

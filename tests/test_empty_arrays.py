@@ -9,6 +9,8 @@ does not have) crashes the test instead of reading a neighbour's memory."""
 
 import ctypes
 import mmap
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -38,9 +40,6 @@ def guarded_empty(shape, dtype=np.float64):
 
 def test_the_page_before_a_guarded_array_is_unreadable():
   """The guard is real: reading before the array kills a process (a child's)."""
-  import subprocess
-  import sys
-
   code = (
     "import ctypes, sys; sys.path.insert(0, %r)\n"
     "from test_empty_arrays import guarded_empty\n"
@@ -103,7 +102,8 @@ def test_gradients_through_empty_arrays(inner, outer, n):
   gradient in x has no elements); the eager tape's equal them too."""
   make = _case(inner, outer)
   x, y = guarded_empty((n, 0)), np.linspace(-1.0, 1.0, n * 2).reshape(n, 2)
-  w = np.cos(np.arange(make(np)(x, y).size)).reshape(make(np)(x, y).shape)
+  shape = make(np)(x, y).shape
+  w = np.cos(np.arange(np.prod(shape))).reshape(shape)
   loss = lambda a, b: pnp.sum(make(pnp)(a, b) * w)
   gx, gy = primc.jit(primc.grad(loss, argnums=(0, 1)))(x, y)
   want_x, want_y = primc.grad(loss, argnums=(0, 1))(x, y)
